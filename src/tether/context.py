@@ -1,0 +1,68 @@
+"""What a handler receives besides its payload."""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .errors import Cancelled, TetherError
+from .record import JobRecord
+
+if TYPE_CHECKING:
+    from .jobtypes import Payload
+    from .queue import NewJob, Queue
+
+
+class JobContext:
+    """The running job, the data root, shutdown checkpoints and follow-up jobs."""
+
+    def __init__(self, job: JobRecord, queue: Queue, cancel: threading.Event) -> None:
+        self.job = job
+        self.root: Path = queue.root
+        self.clock = queue.clock
+        self._queue = queue
+        self._cancel = cancel
+        self.lease_lost = threading.Event()
+        self.children: list[NewJob] = []
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set() or self.lease_lost.is_set()
+
+    def checkpoint(self) -> None:
+        """A safe point to stop: raises Cancelled when the worker is shutting down hard or this
+        worker has lost the job's lock. The attempt is then given back."""
+        if self._cancel.is_set():
+            raise Cancelled(f"job {self.job.id} cancelled at shutdown")
+        if self.lease_lost.is_set():
+            raise Cancelled(f"job {self.job.id} lost its lock to another worker")
+
+    def enqueue(
+        self,
+        payload: Payload,
+        *,
+        priority: int = 0,
+        max_attempts: int = 3,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        key: str | None = None,
+    ) -> None:
+        """Queue a follow-up job. It is validated now and committed in the same transaction that
+        completes this job, so it exists if and only if this job completed."""
+        self.children.append(
+            self._queue.build(payload, priority=priority, max_attempts=max_attempts, delay=delay,
+                              run_at=run_at, key=key, parent_id=self.job.id)
+        )
+
+    def __repr__(self) -> str:
+        return f"JobContext(job={self.job.id!r}, type={self.job.type!r}, attempt={self.job.attempts})"
+
+
+def error_text(exc: BaseException) -> str:
+    """What goes into ``last_error``: the message, plus the traceback for unexpected errors."""
+    if isinstance(exc, TetherError):
+        return f"{type(exc).__name__}: {exc}"
+    return "".join(traceback.format_exception(exc, limit=20)).rstrip()

@@ -1,0 +1,155 @@
+"""The entry point applications hold: one ledger, one data root, one clock."""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from .clock import Clock, SystemClock
+from .engine import Durability, create_engine, ensure_schema
+from .errors import ConfigError, DatabaseUnavailable
+from .jobtypes import JobType, Payload, Registry, default_registry
+from .queue import NewJob, Queue
+from .record import InsertResult, JobRecord
+from .wakeup import Wakeup
+from .worker import Worker, WorkerConfig
+
+DEFAULT_DB = "sqlite:///tether.db"
+
+
+class Coordinator:
+    """``Coordinator.open(db_url, root=...)``, then ``enqueue`` jobs and run a ``worker``."""
+
+    def __init__(self, engine: sa.Engine, *, root: Path, clock: Clock, registry: Registry, lock_timeout: float) -> None:
+        self.engine = engine
+        self.root = root
+        self.clock = clock
+        self.registry = registry
+        self.lock_timeout = lock_timeout
+        self.queue = Queue(engine, clock=clock, registry=registry, root=root, wakeup=Wakeup())
+
+    @classmethod
+    def open(
+        cls,
+        db_url: str | None = None,
+        *,
+        root: str | os.PathLike[str] | None = None,
+        clock: Clock | None = None,
+        durability: Durability = "full",
+        lock_timeout: float = 300.0,
+        registry: Registry | None = None,
+    ) -> Coordinator:
+        """Open (creating if needed) the ledger at ``db_url`` (default ``$TETHER_DB`` or
+        ``sqlite:///tether.db``) for the data root ``root`` (default ``$TETHER_ROOT`` or ``.``)."""
+        db_url = db_url or os.environ.get("TETHER_DB") or DEFAULT_DB
+        root_path = Path(root or os.environ.get("TETHER_ROOT") or ".").expanduser().absolute()
+        if root_path.exists() and not root_path.is_dir():
+            raise ConfigError(f"data root {root_path} is not a directory")
+        try:
+            root_path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"cannot create the data root {root_path}: {e.strerror}") from e
+        engine = create_engine(db_url, durability=durability)
+        try:
+            ensure_schema(engine)
+        except DatabaseUnavailable:
+            engine.dispose()
+            raise
+        return cls(engine, root=root_path, clock=clock or SystemClock(),
+                   registry=registry or default_registry(), lock_timeout=lock_timeout)
+
+    def register(self, job_type: JobType) -> JobType:
+        """Add an application's own job type."""
+        return self.registry.register(job_type)
+
+    # -- enqueue -----------------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        payload: Payload,
+        *,
+        priority: int = 0,
+        max_attempts: int = 3,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        key: str | None = None,
+        session: Session | None = None,
+    ) -> InsertResult:
+        """Record a job. Returns once the job is durably committed, or, with an application
+        ``session``, inside that session's transaction (it commits with the caller's rows).
+        If an active job of the same type has the same idempotency ``key``, that job is returned
+        with ``duplicate=True``. Raises InvalidPayload (nothing stored) for bad input."""
+        job = self.queue.build(payload, priority=priority, max_attempts=max_attempts, delay=delay, run_at=run_at, key=key)
+        if session is not None:
+            return self._in_session(session, [job])[0]
+        return self.queue.enqueue_all([job])[0]
+
+    def enqueue_many(self, payloads: Sequence[Payload], *, session: Session | None = None, **options: Any) -> list[InsertResult]:
+        """Several jobs in one transaction: all are recorded or none."""
+        jobs = [self.queue.build(p, **options) for p in payloads]
+        if session is not None:
+            return self._in_session(session, jobs)
+        return self.queue.enqueue_all(jobs)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Batch]:
+        """``with coordinator.transaction() as tx: tx.enqueue(...)``: commits all at the end."""
+        batch = Batch(self)
+        yield batch
+        batch.results = self.queue.enqueue_all(batch.jobs)
+
+    def _in_session(self, session: Session, jobs: list[NewJob]) -> list[InsertResult]:
+        conn = session.connection()
+        results = [self.queue.insert(conn, job) for job in jobs]
+        sa.event.listen(session, "after_commit", lambda _s: self.queue.committed(results), once=True)
+        return results
+
+    # -- running -----------------------------------------------------------------------------
+
+    def worker(self, **config: Any) -> Worker:
+        """A worker for this ledger; keyword arguments are WorkerConfig fields."""
+        config.setdefault("lock_timeout", self.lock_timeout)
+        return Worker(self.queue, WorkerConfig(**config))
+
+    def run_until_idle(self, **config: Any) -> int:
+        """Run every ready job in this process, then return how many ran."""
+        return self.worker(**config).run_until_idle()
+
+    # -- operator actions and reads --------------------------------------------------------------
+
+    def get(self, job_id: str) -> JobRecord:
+        return self.queue.get(job_id)
+
+    def retry(self, job_id: str) -> JobRecord:
+        """Put a failed job back to pending with its attempts reset (explicit operator action)."""
+        return self.queue.manual_retry(job_id)
+
+    def reclaim_stale(self, *, now: datetime | None = None) -> list[JobRecord]:
+        return self.queue.reclaim_stale(self.lock_timeout, now=now)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> Coordinator:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+class Batch:
+    """Jobs gathered in ``Coordinator.transaction()``; committed together when the block ends."""
+
+    def __init__(self, coordinator: Coordinator) -> None:
+        self._coordinator = coordinator
+        self.jobs: list[NewJob] = []
+        self.results: list[InsertResult] = []
+
+    def enqueue(self, payload: Payload, **options: Any) -> None:
+        self.jobs.append(self._coordinator.queue.build(payload, **options))

@@ -1,0 +1,118 @@
+"""Opening the database: SQLite set-up on every connection, PostgreSQL by URL."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+from .errors import ConfigError, DatabaseUnavailable
+from .schema import metadata
+
+Durability = Literal["full", "normal"]
+
+# Filesystems on which SQLite's locking cannot be trusted across machines.
+_NETWORK_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9p", "afs", "glusterfs", "ceph"}
+
+READ_ONLY = {"tether_read_only": True}
+"""Execution options for read transactions: on SQLite they start deferred so they never wait
+behind a writer (WAL readers see the last commit)."""
+
+
+def create_engine(url: str, *, durability: Durability = "full", busy_timeout: float = 30.0) -> sa.Engine:
+    """An engine for ``url``; SQLite files (and their directory) are created when missing."""
+    if durability not in ("full", "normal"):
+        raise ConfigError(f"durability must be 'full' or 'normal', not {durability!r}")
+    try:
+        parsed = make_url(url)
+    except sa.exc.ArgumentError as e:
+        raise ConfigError(f"not a database URL: {url!r} (expected e.g. sqlite:///tether.db)") from e
+    if parsed.get_backend_name() == "sqlite":
+        return _sqlite_engine(parsed, durability, busy_timeout)
+    if parsed.get_backend_name() == "postgresql":
+        if parsed.drivername == "postgresql":
+            parsed = parsed.set(drivername="postgresql+psycopg")
+        return sa.create_engine(parsed, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    raise ConfigError(f"unsupported database {parsed.get_backend_name()!r}: use sqlite:/// or postgresql://")
+
+
+def _sqlite_engine(url: sa.URL, durability: Durability, busy_timeout: float) -> sa.Engine:
+    database = url.database
+    if not database or database == ":memory:":
+        raise ConfigError(
+            "tether needs a SQLite file (sqlite:///path/to/tether.db): an in-memory database "
+            "is lost with the process and cannot be shared by a worker"
+        )
+    path = Path(database).expanduser().absolute()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DatabaseUnavailable(f"cannot create the directory of {path}: {e.strerror}") from e
+    fs = _filesystem_type(path.parent)
+    if fs in _NETWORK_FS:
+        raise ConfigError(
+            f"{path} is on a {fs} network filesystem, where SQLite's locks are unreliable and "
+            "the ledger can be corrupted; keep the SQLite file on a local disk, or use PostgreSQL "
+            "to share the ledger between machines"
+        )
+    engine = sa.create_engine(
+        url.set(database=str(path)),
+        connect_args={"timeout": busy_timeout, "check_same_thread": False, "isolation_level": None},
+        pool_size=8,
+        max_overflow=32,
+    )
+    synchronous = "FULL" if durability == "full" else "NORMAL"
+
+    @sa.event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record):  # noqa: ANN001
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(f"PRAGMA synchronous={synchronous}")
+        cur.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+        cur.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _on_begin(conn: sa.Connection) -> None:
+        # Writers take the write lock up front: a deferred transaction that later upgrades can
+        # fail with "database is locked" without waiting for the busy timeout.
+        if conn.get_execution_options().get("tether_read_only"):
+            conn.exec_driver_sql("BEGIN")
+        else:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def _filesystem_type(directory: Path) -> str | None:
+    """The filesystem type of ``directory`` from /proc/mounts (Linux), or None if unknown."""
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    target = os.path.realpath(directory)
+    best, best_type = "", None
+    for line in mounts:
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        mount_point = parts[1].replace("\\040", " ")
+        if (target == mount_point or target.startswith(mount_point.rstrip("/") + "/")) and len(
+            mount_point
+        ) > len(best):
+            best, best_type = mount_point, parts[2]
+    return best_type
+
+
+def ensure_schema(engine: sa.Engine) -> None:
+    """Create the jobs table and its indexes if missing; safe to run from many workers at once."""
+    try:
+        with engine.begin() as conn:
+            if engine.dialect.name == "postgresql":
+                # Serialise concurrent creators; the lock ends with the transaction.
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(7286348923)"))
+            metadata.create_all(conn, checkfirst=True)
+    except sa.exc.OperationalError as e:
+        raise DatabaseUnavailable(f"cannot open the database at {engine.url!r}: {e.orig}") from e

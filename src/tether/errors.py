@@ -1,0 +1,96 @@
+"""Every error tether raises: one base class, messages that say what to do."""
+
+from __future__ import annotations
+
+
+class TetherError(Exception):
+    """Base class of every tether error."""
+
+
+class ConfigError(TetherError):
+    """A setting is wrong (database URL, data root, durability...)."""
+
+
+class DatabaseUnavailable(TetherError):
+    """The database could not be opened or reached."""
+
+
+class UnknownJobType(TetherError):
+    def __init__(self, name: str, known: list[str]) -> None:
+        self.name = name
+        super().__init__(
+            f"unknown job type {name!r}; known types: {', '.join(sorted(known)) or '(none)'}"
+        )
+
+
+class InvalidPayload(TetherError):
+    """A payload does not match its job type's model; nothing was stored."""
+
+    def __init__(self, job_type: str, problems: list[str]) -> None:
+        self.job_type = job_type
+        self.problems = problems
+        super().__init__(f"invalid {job_type} payload: " + "; ".join(problems))
+
+
+class UnsafePath(InvalidPayload):
+    """A path in a payload is absolute, climbs out of the data root, or holds a NUL."""
+
+    def __init__(self, job_type: str, field: str, path: str, rule: str) -> None:
+        self.path = path
+        super().__init__(
+            job_type,
+            [f"{field}: {path!r} {rule}; paths must be relative to the data root and stay inside it"],
+        )
+
+
+class JobNotFound(TetherError):
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(f"no job with id {job_id!r}")
+
+
+class InvalidTransition(TetherError):
+    """A status change the lifecycle does not allow (see docs/lifecycle.md)."""
+
+    def __init__(self, job_id: str, current: str, wanted: str) -> None:
+        super().__init__(f"job {job_id} is {current}; it cannot become {wanted}")
+
+
+class DuplicateActiveJob(TetherError):
+    """A job cannot become active while another active job holds its idempotency key."""
+
+    def __init__(self, job_id: str, other_id: str, key: str) -> None:
+        super().__init__(
+            f"job {job_id} cannot be retried: job {other_id} is already active "
+            f"with idempotency key {key!r}"
+        )
+
+
+class LostLease(TetherError):
+    """This worker no longer owns the job (its lock was reclaimed); its outcome was not recorded."""
+
+    def __init__(self, job_id: str, worker: str, attempt: int) -> None:
+        self.job_id = job_id
+        super().__init__(
+            f"job {job_id} attempt {attempt} is no longer held by worker {worker}: "
+            "its lock was reclaimed, so this outcome was discarded"
+        )
+
+
+# Outcomes a handler may raise. Any other exception is treated as retryable.
+
+
+class JobError(TetherError):
+    """Base of the errors a handler raises to choose its outcome."""
+
+
+class RetryableError(JobError):
+    """The attempt failed but may succeed later: retried with backoff until attempts run out."""
+
+
+class PermanentError(JobError):
+    """The job can never succeed as given: it fails at once, without retry."""
+
+
+class Cancelled(JobError):
+    """The worker is shutting down; the attempt is given back and the job returns to pending."""

@@ -1,0 +1,172 @@
+"""The data root: safe path resolution, the one atomic write, delete, per-path locks.
+
+A reader of a data file sees the old complete file or the new complete file, never a torn one.
+tether's own files are the ``.tether/`` directory under the root and ``*.tether-tmp`` temp
+files; neither is ever data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+from contextlib import contextmanager
+from pathlib import Path, PurePosixPath
+from typing import Iterator
+
+from filelock import FileLock
+
+INTERNAL_DIR = ".tether"
+TEMP_SUFFIX = ".tether-tmp"
+
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+_FILE_MODE = 0o666 & ~_UMASK
+
+
+class PathRejected(ValueError):
+    """Why a relative path is not acceptable (the caller names the field and job type)."""
+
+
+def normalize(rel: str) -> str:
+    """The canonical form of a payload path (``a//b/./c`` -> ``a/b/c``), or PathRejected."""
+    if not isinstance(rel, str) or not rel:
+        raise PathRejected("is empty")
+    if "\x00" in rel:
+        raise PathRejected("contains a NUL byte")
+    if "\\" in rel:
+        raise PathRejected("contains a backslash")
+    pure = PurePosixPath(rel)
+    if pure.is_absolute():
+        raise PathRejected("is absolute")
+    parts = [p for p in pure.parts if p != "."]
+    if ".." in parts:
+        raise PathRejected("contains '..'")
+    if not parts:
+        raise PathRejected("names the data root itself, not a file")
+    if parts[0] == INTERNAL_DIR:
+        raise PathRejected(f"is inside tether's own {INTERNAL_DIR}/ directory")
+    if parts[-1].endswith(TEMP_SUFFIX):
+        raise PathRejected(f"ends in {TEMP_SUFFIX}, which tether reserves for its temp files")
+    return "/".join(parts)
+
+
+def resolve(root: Path, rel: str) -> Path:
+    """The absolute path of ``rel`` under ``root``, refusing anything that escapes it (including
+    through a symlink anywhere on the way). The file itself need not exist."""
+    norm = normalize(rel)
+    real_root = os.path.realpath(root)
+    target = os.path.realpath(os.path.join(real_root, norm))
+    if target != real_root and not target.startswith(real_root + os.sep):
+        raise PathRejected("resolves (through a symlink) outside the data root")
+    if target == real_root:
+        raise PathRejected("names the data root itself, not a file")
+    return Path(target)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` all at once: temp file in the same directory, write, fsync,
+    rename over the target, fsync the directory. The temp file is removed on any error."""
+    directory = path.parent
+    _make_dirs(directory)
+    tmp = directory / f".{path.name}.{secrets.token_hex(4)}{TEMP_SUFFIX}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+    fsync_dir(directory)
+
+
+def delete(path: Path) -> bool:
+    """Remove ``path`` durably; False if it was not there."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    fsync_dir(path.parent)
+    return True
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_stale_temps(path: Path) -> int:
+    """Remove temp files left for ``path`` by interrupted writes. Call only while holding the
+    path's lock, so no live write of this path owns one of them."""
+    removed = 0
+    try:
+        entries = os.scandir(path.parent)
+    except FileNotFoundError:
+        return 0
+    prefix = f".{path.name}."
+    with entries:
+        for entry in entries:
+            name = entry.name
+            if name.startswith(prefix) and name.endswith(TEMP_SUFFIX) and len(name) == len(prefix) + 8 + len(TEMP_SUFFIX):
+                _unlink_quietly(Path(entry.path))
+                removed += 1
+    return removed
+
+
+def is_internal(rel: str) -> bool:
+    """True for tether's own files under the root (locks, temp files): never data."""
+    parts = PurePosixPath(rel).parts
+    return bool(parts) and (parts[0] == INTERNAL_DIR or parts[-1].endswith(TEMP_SUFFIX))
+
+
+@contextmanager
+def path_lock(root: Path, rel: str, timeout: float = -1) -> Iterator[None]:
+    """Hold the lock of one data path (shared by every process using this root)."""
+    digest = hashlib.sha256(rel.encode()).hexdigest()[:32]
+    lock_dir = Path(root) / INTERNAL_DIR / "locks"
+    lock_file = lock_dir / f"{digest}.lock"
+    try:
+        lock = FileLock(lock_file, timeout=timeout)
+        lock.acquire()
+    except FileNotFoundError:
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(lock_file, timeout=timeout)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _make_dirs(directory: Path) -> None:
+    if directory.is_dir():
+        return
+    missing = []
+    d = directory
+    while not d.exists():
+        missing.append(d)
+        d = d.parent
+    directory.mkdir(parents=True, exist_ok=True)
+    # Make the new directory entries themselves durable, parent first.
+    for d in reversed(missing):
+        fsync_dir(d.parent)
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,15 @@
+"""Built-in job types. ``default_registry()`` holds them all."""
+
+from __future__ import annotations
+
+from .base import JobType, Payload
+from .create_file import CreateFile, CreateFileType, render
+from .delete_file import DeleteFile, DeleteFileType
+from .registry import Registry
+
+
+def default_registry() -> Registry:
+    return Registry([CreateFileType(), DeleteFileType()])
+
+
+__all__ = ["CreateFile", "DeleteFile", "JobType", "Payload", "Registry", "default_registry", "render"]

@@ -1,0 +1,80 @@
+"""``create_file``: write one data file atomically."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import orjson
+from pydantic import JsonValue, model_validator
+
+from .. import fs
+from ..errors import PermanentError
+from .base import JobType, Payload, checked_path, file_target
+
+if TYPE_CHECKING:
+    from ..context import JobContext
+
+
+class CreateFile(Payload):
+    """Write ``content`` (any JSON value, rendered as indented JSON) or ``text`` (UTF-8) to
+    ``path``. With ``overwrite`` false, a different existing file is never clobbered."""
+
+    job_type: ClassVar[str] = "create_file"
+
+    path: str
+    content: JsonValue = None
+    text: str | None = None
+    overwrite: bool = False
+
+    @model_validator(mode="after")
+    def _one_body(self) -> CreateFile:
+        has_content = "content" in self.model_fields_set
+        if has_content == (self.text is not None):
+            raise ValueError("give exactly one of 'content' (a JSON value) or 'text' (a string)")
+        return self
+
+
+def render(payload: CreateFile) -> bytes:
+    """The exact bytes a create_file job writes. The reconciler compares files against this."""
+    if payload.text is not None:
+        return payload.text.encode("utf-8")
+    return orjson.dumps(payload.content, option=orjson.OPT_INDENT_2) + b"\n"
+
+
+class CreateFileType(JobType[CreateFile]):
+    name = "create_file"
+    payload_model = CreateFile
+
+    def prepare(self, payload: CreateFile, root: Path) -> CreateFile:
+        path = checked_path(self.name, "path", root, payload.path)
+        return payload if path == payload.path else payload.model_copy(update={"path": path})
+
+    def ordering_key(self, payload: CreateFile) -> str:
+        return file_target(payload.path)
+
+    def run(self, payload: CreateFile, ctx: JobContext) -> dict[str, Any]:
+        data = render(payload)
+        digest = fs.sha256(data)
+        with fs.path_lock(ctx.root, payload.path):
+            target = fs.resolve(ctx.root, payload.path)
+            fs.remove_stale_temps(target)
+            if _holds(target, data):
+                # A re-run after the write landed but its completion did not commit.
+                return {"bytes": len(data), "sha256": digest, "written": False}
+            if not payload.overwrite and target.exists():
+                raise PermanentError(
+                    f"{payload.path} exists with different content and overwrite is false"
+                )
+            ctx.checkpoint()
+            fs.atomic_write(target, data)
+        return {"bytes": len(data), "sha256": digest, "written": True}
+
+
+def _holds(target: Path, data: bytes) -> bool:
+    try:
+        if target.stat().st_size != len(data):
+            return False
+        return target.read_bytes() == data
+    except FileNotFoundError:
+        return False

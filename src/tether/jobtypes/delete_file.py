@@ -1,0 +1,45 @@
+"""``delete_file``: remove one data file durably."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from .. import fs
+from ..errors import PermanentError
+from .base import JobType, Payload, checked_path, file_target
+
+if TYPE_CHECKING:
+    from ..context import JobContext
+
+
+class DeleteFile(Payload):
+    """Remove ``path``. A missing file is success unless ``require_exists``."""
+
+    job_type: ClassVar[str] = "delete_file"
+
+    path: str
+    require_exists: bool = False
+
+
+class DeleteFileType(JobType[DeleteFile]):
+    name = "delete_file"
+    payload_model = DeleteFile
+
+    def prepare(self, payload: DeleteFile, root: Path) -> DeleteFile:
+        path = checked_path(self.name, "path", root, payload.path)
+        return payload if path == payload.path else payload.model_copy(update={"path": path})
+
+    def ordering_key(self, payload: DeleteFile) -> str:
+        return file_target(payload.path)
+
+    def run(self, payload: DeleteFile, ctx: JobContext) -> dict[str, Any]:
+        with fs.path_lock(ctx.root, payload.path):
+            target = fs.resolve(ctx.root, payload.path)
+            fs.remove_stale_temps(target)
+            deleted = fs.delete(target)
+        # On a later attempt the file may be gone because an earlier attempt deleted it and
+        # crashed before its completion committed: only the first attempt can tell.
+        if not deleted and payload.require_exists and ctx.job.attempts == 1:
+            raise PermanentError(f"{payload.path} does not exist and require_exists is true")
+        return {"deleted": deleted}

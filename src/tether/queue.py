@@ -1,0 +1,289 @@
+"""The ledger's operations: enqueue, claim, and every status change through one guarded function."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import orjson
+import sqlalchemy as sa
+
+from . import events, sql
+from .clock import Clock
+from .errors import DatabaseUnavailable, DuplicateActiveJob, InvalidPayload, InvalidTransition, JobNotFound, LostLease
+from .ids import new_id
+from .jobtypes import Payload, Registry
+from .record import InsertResult, JobRecord
+from .status import FENCED, TRANSITIONS, JobStatus
+from .wakeup import Wakeup
+
+_EDGE_SQL = {
+    "complete": sql.COMPLETE,
+    "retry": sql.RETRY,
+    "fail": sql.FAIL,
+    "release": sql.RELEASE,
+    "manual_retry": sql.MANUAL_RETRY,
+}
+_EDGE_EVENT = {
+    "claim": "claimed",
+    "complete": "completed",
+    "retry": "retrying",
+    "fail": "failed",
+    "release": "released",
+    "reclaim": "reclaimed",
+    "reclaim_exhausted": "failed",
+    "manual_retry": "requeued",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A validated job ready to insert (built before any transaction opens)."""
+
+    params: dict[str, Any]
+
+
+class Queue:
+    def __init__(self, engine: sa.Engine, *, clock: Clock, registry: Registry, root: Path, wakeup: Wakeup) -> None:
+        self.engine = engine
+        self.clock = clock
+        self.registry = registry
+        self.root = root
+        self.wakeup = wakeup
+        self._claim_sql = sql.claim_sql(engine.dialect.name)
+
+    # -- enqueue ---------------------------------------------------------------------------
+
+    def build(
+        self,
+        payload: Payload,
+        *,
+        priority: int = 0,
+        max_attempts: int = 3,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        key: str | None = None,
+        parent_id: str | None = None,
+        now: datetime | None = None,
+    ) -> NewJob:
+        """Validate everything about a job before a transaction opens; raises InvalidPayload."""
+        if not isinstance(payload, Payload):
+            raise InvalidPayload("(unknown)", [f"expected a payload model such as CreateFile, got {type(payload).__name__}"])
+        job_type = self.registry.for_payload(payload)
+        payload = job_type.prepare(payload, self.root)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise InvalidPayload(job_type.name, [f"priority: must be an integer, got {type(priority).__name__}"])
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise InvalidPayload(job_type.name, [f"max_attempts: must be an integer >= 1, got {max_attempts!r}"])
+        now = now or self.clock.now()
+        if run_at is not None and delay is not None:
+            raise InvalidPayload(job_type.name, ["give run_at or delay, not both"])
+        if delay is not None:
+            run_at = now + (delay if isinstance(delay, timedelta) else timedelta(seconds=delay))
+        elif run_at is not None and run_at.tzinfo is None:
+            raise InvalidPayload(job_type.name, ["run_at: must be timezone-aware (UTC)"])
+        return NewJob(
+            {
+                "id": new_id(now),
+                "type": job_type.name,
+                "payload": payload.to_json().decode(),
+                "priority": priority,
+                "max_attempts": max_attempts,
+                "created_at": now,
+                "run_at": run_at or now,
+                "idempotency_key": key if key is not None else job_type.idempotency_key(payload),
+                "ordering_key": job_type.ordering_key(payload),
+                "parent_id": parent_id,
+            }
+        )
+
+    def insert(self, conn: sa.Connection, job: NewJob) -> InsertResult:
+        """Insert inside the caller's transaction; an active job with the same key is returned."""
+        while True:
+            row = conn.execute(sql.statement(sql.INSERT), job.params).first()
+            if row is not None:
+                return InsertResult(JobRecord.from_row(row))
+            existing = conn.execute(
+                sql.statement(sql.ACTIVE_BY_KEY),
+                {"type": job.params["type"], "idempotency_key": job.params["idempotency_key"]},
+            ).first()
+            if existing is not None:
+                return InsertResult(JobRecord.from_row(existing), duplicate=True)
+            # PostgreSQL only: the conflicting job finished between the two statements.
+
+    def enqueue_all(self, jobs: Sequence[NewJob]) -> list[InsertResult]:
+        """Insert ``jobs`` in one transaction; returns after the commit is durable."""
+        try:
+            with self.engine.begin() as conn:
+                results = [self.insert(conn, job) for job in jobs]
+        except sa.exc.OperationalError as e:
+            raise DatabaseUnavailable(f"could not record the job(s), nothing was enqueued: {e.orig}") from e
+        self.committed(results)
+        return results
+
+    def committed(self, results: Iterable[InsertResult]) -> None:
+        """After a commit that inserted jobs: log them and wake idle workers."""
+        any_new = False
+        for r in results:
+            if not r.duplicate:
+                any_new = True
+                events.emit("queued", job_id=r.job.id, type=r.job.type, priority=r.job.priority,
+                            parent_id=r.job.parent_id)
+            else:
+                events.emit("deduplicated", job_id=r.job.id, type=r.job.type)
+        if any_new:
+            self.wakeup.notify()
+
+    # -- claim -----------------------------------------------------------------------------
+
+    def claim(self, worker: str, *, now: datetime | None = None, limit: int = 1) -> list[JobRecord]:
+        """Atomically take up to ``limit`` ready jobs: highest priority first, then oldest."""
+        now = now or self.clock.now()
+        with self.engine.begin() as conn:
+            rows = conn.execute(sql.statement(self._claim_sql), {"worker": worker, "now": now, "limit": limit}).all()
+        jobs = sorted((JobRecord.from_row(r) for r in rows), key=lambda j: (-j.priority, j.created_at, j.id))
+        for job in jobs:
+            events.emit("claimed", job_id=job.id, type=job.type, attempt=job.attempts, worker=worker)
+        return jobs
+
+    # -- transitions -----------------------------------------------------------------------
+
+    def transition(
+        self,
+        conn: sa.Connection,
+        edge: str,
+        job_id: str,
+        *,
+        worker: str | None = None,
+        attempt: int | None = None,
+        **values: Any,
+    ) -> JobRecord | None:
+        """The one way a single job changes status. Fenced edges apply only while the job is
+        still claimed by ``worker`` for ``attempt``; None means the guard did not match."""
+        from_status, to_status = TRANSITIONS[edge]
+        params: dict[str, Any] = {"id": job_id, **values}
+        if edge in FENCED:
+            if worker is None or attempt is None:
+                raise ValueError(f"{edge} is fenced: worker and attempt are required")
+            params.update(worker=worker, attempt=attempt)
+        row = conn.execute(sql.statement(_EDGE_SQL[edge]), params).first()
+        if row is None:
+            return None
+        job = JobRecord.from_row(row)
+        assert job.status is to_status, (edge, from_status, job.status)
+        return job
+
+    def complete(
+        self, job: JobRecord, worker: str, *, result: Any = None, children: Sequence[NewJob] = (),
+        duration: float | None = None,
+    ) -> tuple[JobRecord, list[InsertResult]]:
+        """Mark ``job`` completed and insert its follow-up jobs in the same transaction."""
+        now = self.clock.now()
+        encoded = None if result is None else orjson.dumps(result).decode()
+        with self.engine.begin() as conn:
+            done = self.transition(conn, "complete", job.id, worker=worker, attempt=job.attempts, now=now, result=encoded)
+            if done is None:
+                conn.rollback()
+                raise self._lost(job, worker)
+            inserted = [self.insert(conn, child) for child in children]
+        self._event("complete", done, worker, duration=duration)
+        self.committed(inserted)
+        return done, inserted
+
+    def retry(self, job: JobRecord, worker: str, *, error: str, run_at: datetime, duration: float | None = None) -> JobRecord:
+        return self._single(job, worker, "retry", error=error, run_at=run_at, duration=duration)
+
+    def fail(self, job: JobRecord, worker: str, *, error: str, duration: float | None = None) -> JobRecord:
+        return self._single(job, worker, "fail", error=error, now=self.clock.now(), duration=duration)
+
+    def release(self, job: JobRecord, worker: str) -> JobRecord:
+        return self._single(job, worker, "release")
+
+    def _single(self, job: JobRecord, worker: str, edge: str, *, duration: float | None = None, **values: Any) -> JobRecord:
+        with self.engine.begin() as conn:
+            moved = self.transition(conn, edge, job.id, worker=worker, attempt=job.attempts, **values)
+        if moved is None:
+            raise self._lost(job, worker)
+        self._event(edge, moved, worker, duration=duration)
+        if edge in ("retry", "release"):
+            self.wakeup.notify()
+        return moved
+
+    def _lost(self, job: JobRecord, worker: str) -> LostLease:
+        events.emit("lost_lease", job_id=job.id, type=job.type, attempt=job.attempts, worker=worker)
+        return LostLease(job.id, worker, job.attempts)
+
+    def heartbeat(self, worker: str, jobs: Sequence[JobRecord], *, now: datetime | None = None) -> list[str]:
+        """Renew the locks of running ``jobs``; returns the ids this worker no longer holds."""
+        if not jobs:
+            return []
+        now = now or self.clock.now()
+        lost = []
+        with self.engine.begin() as conn:
+            for job in jobs:
+                res = conn.execute(sql.statement(sql.HEARTBEAT), {"id": job.id, "worker": worker, "attempt": job.attempts, "now": now})
+                if res.rowcount == 0:
+                    lost.append(job.id)
+        return lost
+
+    def reclaim_stale(self, lock_timeout: float, *, now: datetime | None = None) -> list[JobRecord]:
+        """Return claimed jobs whose lock is older than ``lock_timeout`` seconds to pending (the
+        attempt is not counted again), or to failed if that was their last attempt."""
+        now = now or self.clock.now()
+        cutoff = now - timedelta(seconds=lock_timeout)
+        with self.engine.begin() as conn:
+            back = [JobRecord.from_row(r) for r in conn.execute(sql.statement(sql.RECLAIM), {"cutoff": cutoff})]
+            dead = [JobRecord.from_row(r) for r in conn.execute(sql.statement(sql.RECLAIM_EXHAUSTED), {"cutoff": cutoff, "now": now})]
+        for job in back:
+            self._event("reclaim", job, None)
+        for job in dead:
+            self._event("reclaim_exhausted", job, None)
+        if back:
+            self.wakeup.notify()
+        return back + dead
+
+    def manual_retry(self, job_id: str) -> JobRecord:
+        """Operator action: a failed job goes back to pending with its attempts reset."""
+        now = self.clock.now()
+        try:
+            with self.engine.begin() as conn:
+                moved = self.transition(conn, "manual_retry", job_id, now=now)
+                if moved is None:
+                    current = self.get(job_id, conn=conn)
+                    raise InvalidTransition(job_id, current.status.value, JobStatus.PENDING.value)
+        except sa.exc.IntegrityError as e:
+            job = self.get(job_id)
+            other = self._active_with_key(job)
+            raise DuplicateActiveJob(job_id, other.id if other else "?", job.idempotency_key or "") from e
+        self._event("manual_retry", moved, None)
+        self.wakeup.notify()
+        return moved
+
+    def _active_with_key(self, job: JobRecord) -> JobRecord | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(sql.statement(sql.ACTIVE_BY_KEY), {"type": job.type, "idempotency_key": job.idempotency_key}).first()
+        return JobRecord.from_row(row) if row else None
+
+    def get(self, job_id: str, *, conn: sa.Connection | None = None) -> JobRecord:
+        if conn is None:
+            with self.engine.connect().execution_options(tether_read_only=True) as c:
+                row = c.execute(sql.statement(sql.GET), {"id": job_id}).first()
+        else:
+            row = conn.execute(sql.statement(sql.GET), {"id": job_id}).first()
+        if row is None:
+            raise JobNotFound(job_id)
+        return JobRecord.from_row(row)
+
+    def _event(self, edge: str, job: JobRecord, worker: str | None, *, duration: float | None = None) -> None:
+        events.emit(
+            _EDGE_EVENT[edge],
+            job_id=job.id,
+            type=job.type,
+            attempt=job.attempts,
+            worker=worker,
+            duration_ms=None if duration is None else round(duration * 1000, 3),
+            run_at=job.run_at.isoformat() if edge == "retry" else None,
+            error=(job.last_error or "").split("\n", 1)[0][:200] if edge in ("retry", "fail", "reclaim", "reclaim_exhausted") else None,
+        )

@@ -1,0 +1,111 @@
+"""The ``tether_jobs`` table: coordination state only, never application data.
+
+The table is prefixed (as River's ``river_job`` and Oban's ``oban_jobs`` are) because applications
+share the database with tether for the outbox, and ``jobs`` is a name they may already use.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import registry
+from sqlmodel import Field, SQLModel
+
+from .status import JobStatus
+
+TABLE = "tether_jobs"
+
+
+class UTCDateTime(sa.TypeDecorator):
+    """Timezone-aware UTC in Python on every backend (SQLite keeps a fixed-width text form,
+    so ``<`` on the column is time order)."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("tether stores timezone-aware UTC times only")
+        value = value.astimezone(timezone.utc)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+
+
+class TetherModel(SQLModel, registry=registry()):
+    """Own metadata, so an application's ``SQLModel.metadata.create_all`` never touches ours."""
+
+
+_STATUSES = ", ".join(f"'{s.value}'" for s in JobStatus)
+ACTIVE_SQL = "status IN ('pending', 'claimed')"
+
+
+class Job(TetherModel, table=True):
+    """One unit of intended work and where it stands."""
+
+    __tablename__ = TABLE
+    __table_args__ = (sa.CheckConstraint(f"status IN ({_STATUSES})", name="ck_tether_jobs_status"),)
+
+    id: str = Field(primary_key=True, max_length=26)
+    type: str = Field(max_length=64)
+    payload: str = Field(sa_type=sa.Text)
+    status: str = Field(default=JobStatus.PENDING.value, max_length=16)
+    priority: int = 0
+    attempts: int = 0
+    max_attempts: int = 3
+    last_error: str | None = Field(default=None, sa_type=sa.Text)
+    locked_by: str | None = Field(default=None, max_length=128)
+    locked_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    created_at: datetime = Field(sa_type=UTCDateTime)
+    claimed_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    completed_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    run_at: datetime = Field(sa_type=UTCDateTime)
+    idempotency_key: str | None = Field(default=None, max_length=512)
+    ordering_key: str | None = Field(default=None, max_length=1024)
+    parent_id: str | None = Field(default=None, max_length=26)
+    result: str | None = Field(default=None, sa_type=sa.Text)
+
+
+_t = Job.__table__
+_active = sa.text(ACTIVE_SQL)
+
+# The claim walks this index in exactly its ORDER BY (priority DESC, created_at, id): no sort step.
+sa.Index("ix_tether_jobs_claim", _t.c.status, _t.c.priority.desc(), _t.c.created_at, _t.c.id)
+# Two racing enqueues with one key cannot both insert; finished jobs do not block a new one.
+sa.Index(
+    "ux_tether_jobs_active_key",
+    _t.c.type,
+    _t.c.idempotency_key,
+    unique=True,
+    sqlite_where=_active,
+    postgresql_where=_active,
+)
+# "Is an older job on this target still active?" asked once per claim candidate.
+sa.Index(
+    "ix_tether_jobs_active_target",
+    _t.c.ordering_key,
+    _t.c.id,
+    sqlite_where=_active,
+    postgresql_where=_active,
+)
+# The stale-lock sweep only looks at claimed rows.
+_claimed = sa.text("status = 'claimed'")
+sa.Index(
+    "ix_tether_jobs_claimed_lock",
+    _t.c.locked_at,
+    sqlite_where=_claimed,
+    postgresql_where=_claimed,
+)
+# Reconcile and "what ran lately" walk finished jobs by completion time.
+sa.Index("ix_tether_jobs_finished", _t.c.status, _t.c.completed_at)
+sa.Index("ix_tether_jobs_parent", _t.c.parent_id, sqlite_where=sa.text("parent_id IS NOT NULL"),
+         postgresql_where=sa.text("parent_id IS NOT NULL"))
+
+metadata = TetherModel.metadata

@@ -1,0 +1,117 @@
+"""Every hot statement, named, in one place. Each runs unchanged on SQLite and PostgreSQL unless
+a comment says otherwise. The plans are checked in tests/test_query_plans.py."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import sqlalchemy as sa
+
+from .schema import TABLE, Job, UTCDateTime
+
+COLUMNS = tuple(Job.__table__.c.keys())
+_COLS = ", ".join(COLUMNS)
+_ACTIVE = "status IN ('pending', 'claimed')"
+_FENCE = "id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt"
+
+_TIME_PARAMS = ("now", "run_at", "created_at", "cutoff")
+
+INSERT = f"""
+INSERT INTO {TABLE} (id, type, payload, status, priority, attempts, max_attempts,
+                     created_at, run_at, idempotency_key, ordering_key, parent_id)
+VALUES (:id, :type, :payload, 'pending', :priority, 0, :max_attempts,
+        :created_at, :run_at, :idempotency_key, :ordering_key, :parent_id)
+ON CONFLICT (type, idempotency_key) WHERE {_ACTIVE} DO NOTHING
+RETURNING {_COLS}
+"""
+
+ACTIVE_BY_KEY = f"""
+SELECT {_COLS} FROM {TABLE}
+WHERE type = :type AND idempotency_key = :idempotency_key AND {_ACTIVE}
+"""
+
+GET = f"SELECT {_COLS} FROM {TABLE} WHERE id = :id"
+
+# A job waits while an older job on the same target (ordering_key) is still active, so writes
+# to one path land in enqueue order even when the older one is retried.
+_CLAIMABLE = f"""
+SELECT j.id FROM {TABLE} AS j
+WHERE j.status = 'pending' AND j.run_at <= :now
+  AND NOT EXISTS (
+      SELECT 1 FROM {TABLE} AS o
+      WHERE o.ordering_key = j.ordering_key AND o.{_ACTIVE} AND o.id < j.id)
+ORDER BY j.priority DESC, j.created_at, j.id
+LIMIT :limit
+"""
+
+_CLAIM = """
+UPDATE {table} SET status = 'claimed', locked_by = :worker, locked_at = :now,
+                   claimed_at = :now, attempts = attempts + 1
+WHERE status = 'pending' AND id IN ({claimable})
+RETURNING {cols}
+"""
+CLAIM_SQLITE = _CLAIM.format(table=TABLE, claimable=_CLAIMABLE, cols=_COLS)
+# PostgreSQL: concurrent claimers skip rows another transaction is claiming instead of queueing
+# behind its row locks. SQLite has one writer at a time, so it needs (and has) no such clause.
+CLAIM_POSTGRES = _CLAIM.format(table=TABLE, claimable=_CLAIMABLE + " FOR UPDATE OF j SKIP LOCKED", cols=_COLS)
+
+# Fenced transitions out of 'claimed': they apply only to the worker's own attempt.
+COMPLETE = f"""
+UPDATE {TABLE} SET status = 'completed', locked_by = NULL, locked_at = NULL,
+                   completed_at = :now, result = :result
+WHERE {_FENCE} RETURNING {_COLS}
+"""
+RETRY = f"""
+UPDATE {TABLE} SET status = 'pending', locked_by = NULL, locked_at = NULL,
+                   run_at = :run_at, last_error = :error
+WHERE {_FENCE} RETURNING {_COLS}
+"""
+FAIL = f"""
+UPDATE {TABLE} SET status = 'failed', locked_by = NULL, locked_at = NULL,
+                   completed_at = :now, last_error = :error
+WHERE {_FENCE} RETURNING {_COLS}
+"""
+# Cancelled at shutdown: the attempt is given back.
+RELEASE = f"""
+UPDATE {TABLE} SET status = 'pending', locked_by = NULL, locked_at = NULL,
+                   attempts = attempts - 1
+WHERE {_FENCE} RETURNING {_COLS}
+"""
+HEARTBEAT = f"UPDATE {TABLE} SET locked_at = :now WHERE {_FENCE}"
+
+MANUAL_RETRY = f"""
+UPDATE {TABLE} SET status = 'pending', attempts = 0, run_at = :now, completed_at = NULL,
+                   locked_by = NULL, locked_at = NULL
+WHERE id = :id AND status = 'failed' RETURNING {_COLS}
+"""
+
+# Stale locks: a dead worker's job goes back to pending without counting an attempt (the
+# claim already counted it), or to failed when that was its last attempt.
+RECLAIM = f"""
+UPDATE {TABLE} SET status = 'pending', locked_by = NULL, locked_at = NULL,
+                   last_error = 'lock of worker ' || locked_by || ' expired; job reclaimed'
+WHERE status = 'claimed' AND locked_at < :cutoff AND attempts < max_attempts
+RETURNING {_COLS}
+"""
+RECLAIM_EXHAUSTED = f"""
+UPDATE {TABLE} SET status = 'failed', locked_by = NULL, locked_at = NULL, completed_at = :now,
+                   last_error = 'lock of worker ' || locked_by || ' expired on the last attempt'
+WHERE status = 'claimed' AND locked_at < :cutoff AND attempts >= max_attempts
+RETURNING {_COLS}
+"""
+
+
+@cache
+def statement(sql: str) -> sa.TextClause:
+    """``sql`` as a typed text clause: times bound and read as UTC datetimes."""
+    clause = sa.text(sql)
+    binds = [sa.bindparam(p, type_=UTCDateTime) for p in _TIME_PARAMS if f":{p}" in sql]
+    if binds:
+        clause = clause.bindparams(*binds)
+    if "RETURNING" in sql or sql.lstrip().startswith("SELECT"):
+        return clause.columns(*(Job.__table__.c[c] for c in COLUMNS))  # type: ignore[return-value]
+    return clause
+
+
+def claim_sql(dialect: str) -> str:
+    return CLAIM_POSTGRES if dialect == "postgresql" else CLAIM_SQLITE

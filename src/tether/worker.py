@@ -1,0 +1,244 @@
+"""The worker: claim, run the handler, report the outcome; heartbeats, sweeps, shutdown."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from . import events
+from .context import JobContext, error_text
+from .errors import Cancelled, InvalidPayload, LostLease, PermanentError
+from .record import JobRecord
+from .retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from .queue import NewJob, Queue
+
+
+@dataclass
+class WorkerConfig:
+    """How a worker runs. Defaults follow the spec: 1 s poll, 5 min lock timeout."""
+
+    threads: int = 1
+    poll_interval: float = 1.0
+    lock_timeout: float = 300.0
+    heartbeat_interval: float | None = None  # default: lock_timeout / 4
+    sweep_interval: float | None = None  # default: min(60, lock_timeout / 2)
+    max_db_backoff: float = 30.0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    @property
+    def heartbeat_every(self) -> float:
+        return self.heartbeat_interval or self.lock_timeout / 4
+
+    @property
+    def sweep_every(self) -> float:
+        return self.sweep_interval or min(60.0, self.lock_timeout / 2)
+
+
+@dataclass(frozen=True, slots=True)
+class Returned:
+    """The handler returned normally."""
+
+    result: Any
+    children: list[NewJob]
+
+
+class Worker:
+    """Runs jobs from one queue. ``run()`` until a signal; ``run_until_idle()`` for scripts;
+    ``run_once(now)`` for tests that drive a single iteration at a fixed time."""
+
+    def __init__(self, queue: Queue, config: WorkerConfig | None = None, *, worker_id: str | None = None) -> None:
+        self.queue = queue
+        self.config = config or WorkerConfig()
+        self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self._stopping = threading.Event()
+        self._cancel = threading.Event()
+        self._running: dict[str, tuple[JobRecord, JobContext]] = {}
+        self._running_lock = threading.Lock()
+        self._idle = threading.Condition()
+        self._busy = 0
+        self._drained = False
+        self.processed = 0
+
+    # -- single steps ------------------------------------------------------------------------
+
+    def run_once(self, now: datetime | None = None) -> int:
+        """Claim at most one ready job (as of ``now``), run it, record its outcome. Returns the
+        number of jobs run (0 or 1)."""
+        jobs = self.queue.claim(self.id, now=now, limit=1)
+        for job in jobs:
+            self.execute(job)
+        return len(jobs)
+
+    def execute(self, job: JobRecord) -> None:
+        ctx = JobContext(job, self.queue, self._cancel)
+        with self._running_lock:
+            self._running[job.id] = (job, ctx)
+        start = time.perf_counter()
+        try:
+            outcome: Returned | BaseException
+            try:
+                job_type = self.queue.registry.get(job.type)
+                payload = job_type.prepare(self.queue.registry.parse(job.type, job.payload), self.queue.root)
+                result = job_type.run(payload, ctx)
+                outcome = Returned(result, ctx.children)
+            except Exception as e:  # a handler error never kills the worker
+                outcome = e
+            self._report_durably(job, outcome, time.perf_counter() - start)
+        finally:
+            with self._running_lock:
+                self._running.pop(job.id, None)
+            self.processed += 1
+
+    def report(self, job: JobRecord, outcome: Returned | BaseException, duration: float) -> None:
+        """The one place a handler's outcome becomes a transition."""
+        q = self.queue
+        if isinstance(outcome, Returned):
+            q.complete(job, self.id, result=outcome.result, children=outcome.children, duration=duration)
+        elif isinstance(outcome, Cancelled):
+            q.release(job, self.id)
+        elif isinstance(outcome, (PermanentError, InvalidPayload)):
+            q.fail(job, self.id, error=error_text(outcome), duration=duration)
+        elif job.attempts >= job.max_attempts:
+            q.fail(job, self.id, error=error_text(outcome), duration=duration)
+        else:
+            run_at = q.clock.now() + self.config.retry.delay(job.attempts)
+            q.retry(job, self.id, error=error_text(outcome), run_at=run_at, duration=duration)
+
+    def _report_durably(self, job: JobRecord, outcome: Returned | BaseException, duration: float) -> None:
+        # The handler's effect has happened: keep trying to record it while the database is
+        # down (the heartbeat keeps the lock meanwhile). If we give up at shutdown, the lock
+        # goes stale and the job re-runs; handlers are idempotent.
+        backoff = 0.0
+        while True:
+            try:
+                self.report(job, outcome, duration)
+                return
+            except LostLease:
+                return  # logged as lost_lease; the new owner's outcome stands
+            except sa.exc.SQLAlchemyError as e:
+                backoff = self._next_backoff(backoff)
+                events.emit("db_error", worker=self.id, job_id=job.id, error=type(e.orig or e).__name__, retry_in=backoff)
+                if self._stopping.wait(backoff) and self._cancel.is_set():
+                    return
+
+    def heartbeat_once(self, now: datetime | None = None) -> list[str]:
+        """Renew the locks of the jobs this worker is running; flag any it has lost."""
+        with self._running_lock:
+            running = list(self._running.values())
+        lost = self.queue.heartbeat(self.id, [job for job, _ in running], now=now)
+        for job, ctx in running:
+            if job.id in lost:
+                ctx.lease_lost.set()
+                events.emit("lost_lease", job_id=job.id, type=job.type, attempt=job.attempts, worker=self.id)
+        return lost
+
+    def sweep_once(self, now: datetime | None = None) -> list[JobRecord]:
+        return self.queue.reclaim_stale(self.config.lock_timeout, now=now)
+
+    # -- loops -------------------------------------------------------------------------------
+
+    def run_until_idle(self) -> int:
+        """Sweep stale locks, then run jobs until none is ready; returns how many ran."""
+        self.sweep_once()
+        return self._run(until_idle=True)
+
+    def run(self, *, install_signals: bool = True) -> int:
+        """Run until stopped (SIGINT/SIGTERM when ``install_signals``); returns jobs run."""
+        if install_signals and threading.current_thread() is threading.main_thread():
+            self._install_signals()
+        return self._run(until_idle=False)
+
+    def stop(self, *, cancel: bool = False) -> None:
+        """Stop claiming; running jobs finish. With ``cancel``, they stop at their next
+        checkpoint and give their attempt back."""
+        self._stopping.set()
+        if cancel:
+            self._cancel.set()
+        self.queue.wakeup.notify()
+        with self._idle:
+            self._idle.notify_all()
+
+    def _install_signals(self) -> None:
+        def handle(signum: int, _frame: Any) -> None:
+            first = not self._stopping.is_set()
+            events.emit("shutdown", worker=self.id, signal=signal.Signals(signum).name,
+                        mode="finish current job" if first else "cancel at next checkpoint")
+            self.stop(cancel=not first)
+
+        signal.signal(signal.SIGINT, handle)
+        signal.signal(signal.SIGTERM, handle)
+
+    def _run(self, *, until_idle: bool) -> int:
+        start_count = self.processed
+        self._drained = False
+        events.emit("worker_started", worker=self.id, threads=self.config.threads, until_idle=until_idle)
+        threads = [
+            threading.Thread(target=self._loop, args=(until_idle,), name=f"tether-worker-{i}", daemon=True)
+            for i in range(self.config.threads)
+        ]
+        for t in threads:
+            t.start()
+        next_beat = time.monotonic() + self.config.heartbeat_every
+        next_sweep = time.monotonic() + self.config.sweep_every
+        while any(t.is_alive() for t in threads):
+            threads[0].join(timeout=min(0.2, self.config.heartbeat_every))
+            now = time.monotonic()
+            try:
+                if now >= next_beat:
+                    self.heartbeat_once()
+                    next_beat = now + self.config.heartbeat_every
+                if now >= next_sweep and not until_idle:
+                    self.sweep_once()
+                    next_sweep = now + self.config.sweep_every
+            except sa.exc.SQLAlchemyError as e:
+                events.emit("db_error", worker=self.id, error=type(e.orig or e).__name__)
+        events.emit("worker_stopped", worker=self.id, processed=self.processed - start_count)
+        return self.processed - start_count
+
+    def _loop(self, until_idle: bool) -> None:
+        backoff = 0.0
+        while not self._stopping.is_set():
+            seen = self.queue.wakeup.generation()
+            with self._idle:
+                if self._drained:
+                    return
+                self._busy += 1
+            try:
+                ran = self.run_once()
+                backoff = 0.0
+            except sa.exc.SQLAlchemyError as e:
+                backoff = self._next_backoff(backoff)
+                events.emit("db_error", worker=self.id, error=type(e.orig or e).__name__, retry_in=backoff)
+                ran = -1
+            finally:
+                with self._idle:
+                    self._busy -= 1
+                    self._idle.notify_all()
+            if ran > 0:
+                continue
+            if ran < 0:
+                self._stopping.wait(backoff)
+            elif until_idle:
+                with self._idle:
+                    # Idle only when no other thread is running a job that could unblock one.
+                    if self._busy == 0:
+                        self._drained = True
+                        self._idle.notify_all()
+                        return
+                    self._idle.wait_for(lambda: self._busy == 0 or self._drained or self._stopping.is_set())
+            else:
+                self.queue.wakeup.wait(seen, self.config.poll_interval)
+
+    def _next_backoff(self, current: float) -> float:
+        return min(self.config.max_db_backoff, max(self.config.poll_interval, current * 2))
