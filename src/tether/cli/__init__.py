@@ -1,0 +1,39 @@
+"""The command line: a thin layer over the coordinator, one module per command."""
+
+from __future__ import annotations
+
+import sys
+
+import sqlalchemy as sa
+import typer
+
+from ..errors import TetherError
+from . import enqueue, worker  # noqa: F401  (registers the commands)
+from .app import app, err
+
+
+def main() -> None:
+    """Console entry point: errors become one clear line and a non-zero exit, not a traceback."""
+    try:
+        app(standalone_mode=False)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        err.print("aborted")
+        sys.exit(130)
+    except (TetherError, sa.exc.SQLAlchemyError, OSError) as e:
+        err.print(f"tether: error: {e}", markup=False, soft_wrap=True)
+        sys.exit(1)
+    except typer.BadParameter as e:  # click exceptions
+        e.show()
+        sys.exit(e.exit_code)
+    except Exception as e:  # click usage errors and the like
+        import click
+
+        if isinstance(e, click.ClickException):
+            e.show()
+            sys.exit(e.exit_code)
+        raise
+
+
+__all__ = ["app", "main"]

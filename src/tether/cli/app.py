@@ -1,0 +1,65 @@
+"""The typer app, its global options, and how every command opens the ledger and prints."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import orjson
+import typer
+from rich.console import Console
+
+from ..coordinator import Coordinator
+
+app = typer.Typer(
+    name="tether",
+    help="Durable jobs for JSON-file data stores: enqueue, run, reconcile, inspect.\n\n"
+    "Example: tether --db sqlite:///tether.db --root ./data worker --until-idle",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+@dataclass
+class Settings:
+    db: str | None = None
+    root: str | None = None
+    imports: tuple[str, ...] = ()
+
+
+settings = Settings()
+
+
+@app.callback()
+def _global(
+    db: Optional[str] = typer.Option(None, "--db", envvar="TETHER_DB", help="SQLAlchemy URL of the ledger (default sqlite:///tether.db in the working directory)."),
+    root: Optional[str] = typer.Option(None, "--root", envvar="TETHER_ROOT", help="The data root all payload paths are relative to (default: the working directory)."),
+    imports: list[str] = typer.Option([], "--import", "-i", envvar="TETHER_IMPORT", help="Python module that registers your own job types (repeatable)."),
+) -> None:
+    settings.db, settings.root, settings.imports = db, root, tuple(imports)
+
+
+def open_coordinator(**kwargs: Any) -> Coordinator:
+    """The ledger named by --db/--root, with the job types of every --import module."""
+    import importlib
+
+    from ..jobtypes import default_registry
+
+    registry = default_registry()
+    for module in settings.imports:
+        mod = importlib.import_module(module)
+        register = getattr(mod, "register", None)
+        if register is None:
+            raise typer.BadParameter(f"module {module!r} has no register(registry) function", param_hint="--import")
+        register(registry)
+    return Coordinator.open(settings.db, root=settings.root, registry=registry, **kwargs)
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2, default=str).decode() + "\n")
+    sys.stdout.flush()

@@ -1,0 +1,85 @@
+"""Shared fixtures: a coordinator on each backend, a fake clock, a data root.
+
+PostgreSQL tests need the server on 127.0.0.1:5432 (trust auth); .ci/run starts it. When it
+cannot be reached they fail, never skip (set TETHER_TEST_PG=0 to leave that backend out locally).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from tether import Coordinator, FakeClock
+from tether.jobtypes import Registry, default_registry
+
+PG_ADMIN_URL = os.environ.get("TETHER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+BACKENDS = ["sqlite"] + ([] if os.environ.get("TETHER_TEST_PG") == "0" else ["postgres"])
+
+
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[str]:
+    """A scratch PostgreSQL database for this test session; dropped at the end."""
+    name = f"tether_test_{secrets.token_hex(4)}"
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    except sa.exc.OperationalError as e:
+        pytest.fail(f"PostgreSQL at {PG_ADMIN_URL} is unreachable ({e.orig}); start it (see .ci/run)")
+    url = sa.make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    yield url
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    admin.dispose()
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The ledger URL on each backend, empty at the start of the test."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'ledger' / 'tether.db'}"
+        return
+    url = request.getfixturevalue("pg_database")
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP TABLE IF EXISTS tether_jobs")
+    engine.dispose()
+    yield url
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    path = tmp_path / "data"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def make_coordinator(db_url: str, root: Path, clock: FakeClock) -> Iterator[Callable[..., Coordinator]]:
+    """Build coordinators on the test's ledger; all are closed at the end."""
+    opened: list[Coordinator] = []
+
+    def make(registry: Registry | None = None, **kwargs) -> Coordinator:
+        kwargs.setdefault("clock", clock)
+        c = Coordinator.open(db_url, root=root, registry=registry or default_registry(), **kwargs)
+        opened.append(c)
+        return c
+
+    yield make
+    for c in opened:
+        c.close()
+
+
+@pytest.fixture
+def coordinator(make_coordinator: Callable[..., Coordinator]) -> Coordinator:
+    return make_coordinator()
