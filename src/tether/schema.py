@@ -36,7 +36,7 @@ class UTCDateTime(sa.TypeDecorator):
     def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
         if value is None:
             return None
-        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
 
 
 class TetherModel(SQLModel, registry=registry()):

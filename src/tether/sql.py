@@ -52,8 +52,16 @@ RETURNING {cols}
 """
 CLAIM_SQLITE = _CLAIM.format(table=TABLE, claimable=_CLAIMABLE, cols=_COLS)
 # PostgreSQL: concurrent claimers skip rows another transaction is claiming instead of queueing
-# behind its row locks. SQLite has one writer at a time, so it needs (and has) no such clause.
-CLAIM_POSTGRES = _CLAIM.format(table=TABLE, claimable=_CLAIMABLE + " FOR UPDATE OF j SKIP LOCKED", cols=_COLS)
+# behind its row locks (SQLite has one writer at a time and needs no such clause). The candidates
+# sit in a CTE because PostgreSQL may re-run an ``IN (... LIMIT n)`` subquery per outer row,
+# claiming more than n jobs; a locking CTE is evaluated exactly once.
+CLAIM_POSTGRES = f"""
+WITH next AS ({_CLAIMABLE} FOR UPDATE OF j SKIP LOCKED)
+UPDATE {TABLE} AS t SET status = 'claimed', locked_by = :worker, locked_at = :now,
+                        claimed_at = :now, attempts = t.attempts + 1
+FROM next WHERE t.id = next.id
+RETURNING {", ".join("t." + c for c in COLUMNS)}
+"""
 
 # Fenced transitions out of 'claimed': they apply only to the worker's own attempt.
 COMPLETE = f"""

@@ -1,0 +1,411 @@
+"""Every edge of the lifecycle, on SQLite and PostgreSQL (the `db_url` fixture is parametrised)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+
+import orjson
+import pytest
+import sqlalchemy as sa
+
+from tether import (
+    CreateFile,
+    DuplicateActiveJob,
+    InvalidTransition,
+    JobNotFound,
+    JobStatus,
+    LostLease,
+)
+from tether.errors import Cancelled
+from tether.worker import Returned
+from jobkit import Block, BlockType, Note, NoteType, Spawn, SpawnType, registry_with
+
+
+@pytest.fixture
+def notes():
+    return NoteType()
+
+
+@pytest.fixture
+def c(make_coordinator, notes):
+    return make_coordinator(registry_with(notes, BlockType(), SpawnType()))
+
+
+def events_named(caplog, name):
+    return [orjson.loads(r.getMessage()) for r in caplog.records
+            if r.name == "tether.events" and orjson.loads(r.getMessage())["event"] == name]
+
+
+def test_enqueue_records_a_pending_job_with_defaults(c, clock):
+    job = c.enqueue(Note(name="a")).job
+    stored = c.get(job.id)
+    assert stored.status is JobStatus.PENDING
+    assert (stored.attempts, stored.max_attempts, stored.priority) == (0, 3, 0)
+    assert stored.created_at == clock.now() == stored.run_at
+    assert stored.locked_by is None and stored.payload_data == {"name": "a", "fail_times": 0, "permanent": False}
+
+
+def test_claim_sets_owner_lock_time_and_counts_the_attempt(c, clock):
+    c.enqueue(Note(name="a"))
+    [job] = c.queue.claim("w1")
+    assert job.status is JobStatus.CLAIMED
+    assert (job.locked_by, job.locked_at, job.claimed_at, job.attempts) == ("w1", clock.now(), clock.now(), 1)
+    assert c.queue.claim("w2") == []
+
+
+def test_claim_takes_highest_priority_first_then_oldest(c, clock):
+    ids = {}
+    for name, prio in [("low-old", 0), ("high", 5), ("low-new", 0), ("mid", 1)]:
+        ids[name] = c.enqueue(Note(name=name), priority=prio).id
+        clock.advance(1)
+    order = [c.queue.claim("w")[0].id for _ in range(4)]
+    assert order == [ids["high"], ids["mid"], ids["low-old"], ids["low-new"]]
+
+
+def test_claim_skips_jobs_whose_run_at_is_in_the_future(c, clock):
+    later = c.enqueue(Note(name="later"), delay=60).id
+    assert c.queue.claim("w") == []
+    clock.advance(61)
+    assert [j.id for j in c.queue.claim("w")] == [later]
+
+
+def test_concurrent_claimers_never_get_the_same_job(c):
+    c.enqueue_many([Note(name=str(i)) for i in range(40)])
+    got: list[str] = []
+    lock = threading.Lock()
+
+    def claimer(n):
+        while jobs := c.queue.claim(f"w{n}"):
+            with lock:
+                got.extend(j.id for j in jobs)
+
+    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 40 == len(set(got))
+
+
+def test_completed_job_keeps_the_handler_result(c):
+    job_id = c.enqueue(Note(name="a")).id
+    assert c.worker().run_once() == 1
+    done = c.get(job_id)
+    assert done.status is JobStatus.COMPLETED and done.result_data == {"name": "a"}
+    assert done.completed_at is not None and done.locked_by is None
+
+
+def test_retryable_error_returns_the_job_to_pending_with_backoff(c, clock):
+    job_id = c.enqueue(Note(name="a", fail_times=1)).id
+    w = c.worker()
+    w.run_once()
+    job = c.get(job_id)
+    assert job.status is JobStatus.PENDING and job.attempts == 1 and job.locked_by is None
+    assert "RuntimeError: a failed on run 1" in job.last_error
+    delay = (job.run_at - clock.now()).total_seconds()
+    full = w.config.retry.base
+    assert full / 2 <= delay <= full
+    assert w.run_once() == 0  # not before run_at
+    clock.advance(delay)
+    assert w.run_once() == 1
+    assert c.get(job_id).status is JobStatus.COMPLETED
+
+
+def test_backoff_grows_exponentially_with_jitter_and_a_cap():
+    from tether import RetryPolicy
+    import random
+
+    policy = RetryPolicy(base=2, cap=30, rng=random.Random(7))
+    for attempt, full in [(1, 2), (2, 4), (3, 8), (4, 16), (5, 30), (9, 30)]:
+        d = policy.delay(attempt).total_seconds()
+        assert full / 2 <= d <= full
+
+
+def test_exhausted_attempts_fail_the_job(c, clock):
+    job_id = c.enqueue(Note(name="a", fail_times=5), max_attempts=2).id
+    w = c.worker()
+    w.run_once()
+    clock.advance(3600)
+    w.run_once()
+    job = c.get(job_id)
+    assert job.status is JobStatus.FAILED and job.attempts == 2
+    assert "failed on run 2" in job.last_error and job.completed_at == clock.now()
+
+
+def test_permanent_error_fails_at_once(c, notes):
+    job_id = c.enqueue(Note(name="a", fail_times=1, permanent=True), max_attempts=5).id
+    c.worker().run_once()
+    job = c.get(job_id)
+    assert job.status is JobStatus.FAILED and job.attempts == 1
+    assert job.last_error == "PermanentError: a can never work"
+
+
+def test_payload_invalid_at_run_time_fails_without_retry(c, root, tmp_path):
+    (root / "link").mkdir()
+    job_id = c.enqueue(CreateFile(path="link/x.json", content=1), max_attempts=5).id
+    # After enqueue, the directory is swapped for a symlink that leads out of the data root.
+    (root / "link").rmdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (root / "link").symlink_to(outside)
+    c.worker().run_once()
+    job = c.get(job_id)
+    assert job.status is JobStatus.FAILED and job.attempts == 1
+    assert "outside the data root" in job.last_error
+    assert list(outside.iterdir()) == []
+
+
+def test_a_late_worker_cannot_complete_a_reclaimed_job(c, clock, caplog):
+    caplog.set_level(logging.INFO, logger="tether.events")
+    job_id = c.enqueue(Note(name="a")).id
+    [first] = c.queue.claim("w1")
+    clock.advance(c.lock_timeout + 1)
+    assert [j.id for j in c.reclaim_stale()] == [job_id]
+    [second] = c.queue.claim("w2")
+    assert second.attempts == 2
+    with pytest.raises(LostLease, match="no longer held by worker w1"):
+        c.queue.complete(first, "w1", result={"late": True})
+    with pytest.raises(LostLease):
+        c.queue.fail(first, "w1", error="late")
+    current = c.get(job_id)
+    assert (current.status, current.locked_by, current.result) == (JobStatus.CLAIMED, "w2", None)
+    assert events_named(caplog, "lost_lease")[0]["worker"] == "w1"
+    c.queue.complete(second, "w2", result={"late": False})
+    assert c.get(job_id).result_data == {"late": False}
+
+
+def test_same_worker_cannot_report_an_older_attempt(c, clock):
+    c.enqueue(Note(name="a"))
+    [first] = c.queue.claim("w1")
+    clock.advance(c.lock_timeout + 1)
+    c.reclaim_stale()
+    [again] = c.queue.claim("w1")
+    with pytest.raises(LostLease):
+        c.queue.complete(first, "w1")
+    c.queue.complete(again, "w1")
+
+
+def test_stale_reclaim_does_not_count_an_attempt(c, clock):
+    job_id = c.enqueue(Note(name="a")).id
+    c.queue.claim("w1")
+    clock.advance(c.lock_timeout - 1)
+    assert c.reclaim_stale() == []
+    clock.advance(2)
+    [back] = c.reclaim_stale()
+    assert back.status is JobStatus.PENDING and back.attempts == 1 and back.locked_by is None
+    assert "lock of worker w1 expired" in back.last_error
+    assert c.queue.claim("w2")[0].attempts == 2
+    assert c.get(job_id).status is JobStatus.CLAIMED
+
+
+def test_stale_reclaim_on_the_last_attempt_fails_the_job(c, clock):
+    job_id = c.enqueue(Note(name="a"), max_attempts=1).id
+    c.queue.claim("w1")
+    clock.advance(c.lock_timeout + 1)
+    [dead] = c.reclaim_stale()
+    assert dead.id == job_id and dead.status is JobStatus.FAILED
+    assert "expired on the last attempt" in dead.last_error
+
+
+def test_heartbeat_keeps_a_slow_job_from_being_reclaimed(make_coordinator, clock):
+    blocker = BlockType()
+    c = make_coordinator(registry_with(blocker))
+    job_id = c.enqueue(Block(name="slow")).id
+    w = c.worker()
+    runner = threading.Thread(target=w.run_once)
+    runner.start()
+    assert blocker.started.wait(10)
+    for _ in range(4):  # 4 x 4 min: far past the 5 min timeout, renewed each time
+        clock.advance(minutes=4)
+        assert w.heartbeat_once() == []
+        assert c.reclaim_stale() == []
+    blocker.release.set()
+    runner.join(10)
+    assert c.get(job_id).status is JobStatus.COMPLETED
+
+
+def test_cancel_at_checkpoint_releases_the_job_and_gives_the_attempt_back(make_coordinator):
+    blocker = BlockType()
+    c = make_coordinator(registry_with(blocker))
+    job_id = c.enqueue(Block(name="long")).id
+    w = c.worker()
+    runner = threading.Thread(target=w.run_once)
+    runner.start()
+    assert blocker.started.wait(10)
+    w.stop(cancel=True)
+    runner.join(10)
+    job = c.get(job_id)
+    assert job.status is JobStatus.PENDING and job.attempts == 0 and job.locked_by is None
+
+
+def test_report_maps_each_outcome_to_its_transition(c):
+    w = c.worker()
+    outcomes = [
+        (Returned({"ok": 1}, []), JobStatus.COMPLETED, 1),
+        (Cancelled("stop"), JobStatus.PENDING, 0),
+        (RuntimeError("boom"), JobStatus.PENDING, 1),
+    ]
+    for outcome, status, attempts in outcomes:
+        c.enqueue(Note(name=str(status)))
+        [job] = c.queue.claim(w.id)
+        w.report(job, outcome, 0.0)
+        after = c.get(job.id)
+        assert (after.status, after.attempts) == (status, attempts)
+        if status is JobStatus.PENDING:
+            c.queue.transition  # noqa: B018 - leave it; next claim is a different job
+            with c.engine.begin() as conn:
+                conn.execute(sa.text("DELETE FROM tether_jobs WHERE id = :id"), {"id": job.id})
+
+
+def test_manual_retry_resets_attempts_of_a_failed_job(c):
+    job_id = c.enqueue(Note(name="a", fail_times=1, permanent=True)).id
+    c.worker().run_once()
+    again = c.retry(job_id)
+    assert again.status is JobStatus.PENDING and again.attempts == 0 and again.completed_at is None
+    c.worker().run_once()
+    assert c.get(job_id).status is JobStatus.COMPLETED
+
+
+def test_manual_retry_is_refused_for_jobs_that_are_not_failed(c):
+    job_id = c.enqueue(Note(name="a")).id
+    with pytest.raises(InvalidTransition, match="is pending; it cannot become pending"):
+        c.retry(job_id)
+    with pytest.raises(JobNotFound, match="no job with id 'nope'"):
+        c.retry("nope")
+
+
+def test_manual_retry_is_refused_while_another_job_holds_the_key(c):
+    failed = c.enqueue(Note(name="a", fail_times=1, permanent=True), key="k").id
+    c.worker().run_once()
+    active = c.enqueue(Note(name="b"), key="k").id
+    with pytest.raises(DuplicateActiveJob, match=f"job {active} is already active"):
+        c.retry(failed)
+    assert c.get(failed).status is JobStatus.FAILED
+
+
+def test_enqueue_with_an_active_key_returns_the_existing_job(c):
+    first = c.enqueue(Note(name="a"), key="k")
+    second = c.enqueue(Note(name="b"), key="k")
+    assert (second.id, second.duplicate, first.duplicate) == (first.id, True, False)
+    c.run_until_idle()
+    third = c.enqueue(Note(name="c"), key="k")
+    assert not third.duplicate and third.id != first.id
+
+
+def test_racing_enqueues_with_one_key_insert_one_job(c):
+    results = []
+    barrier = threading.Barrier(4)
+
+    def enqueue():
+        barrier.wait()
+        results.append(c.enqueue(Note(name="x"), key="same"))
+
+    threads = [threading.Thread(target=enqueue) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({r.id for r in results}) == 1
+    assert sum(not r.duplicate for r in results) == 1
+
+
+def test_jobs_enqueued_together_commit_together(c):
+    with c.transaction() as tx:
+        tx.enqueue(Note(name="a"))
+        tx.enqueue(Note(name="b"), priority=2)
+    assert [c.get(r.id).status for r in tx.results] == [JobStatus.PENDING] * 2
+    with pytest.raises(RuntimeError):
+        with c.transaction() as tx2:
+            tx2.enqueue(Note(name="c"))
+            raise RuntimeError("caller gave up")
+    assert tx2.results == []
+    assert c.run_until_idle() == 2
+
+
+def test_enqueue_in_the_applications_session_commits_with_its_rows(c):
+    from sqlalchemy.orm import Session
+
+    with Session(c.engine) as session:
+        kept = c.enqueue(Note(name="kept"), session=session).id
+        session.commit()
+    with Session(c.engine) as session:
+        dropped = c.enqueue(Note(name="dropped"), session=session).id
+        session.rollback()
+    assert c.get(kept).status is JobStatus.PENDING
+    with pytest.raises(JobNotFound):
+        c.get(dropped)
+
+
+def test_follow_up_jobs_commit_with_the_parent_completion(c):
+    parent = c.enqueue(Spawn(children=["x", "y"])).id
+    c.worker().run_once()
+    with c.engine.connect() as conn:
+        kids = conn.execute(sa.text("SELECT type, parent_id FROM tether_jobs WHERE parent_id = :p"), {"p": parent}).all()
+    assert sorted(kids) == [("create_file", parent)] * 2
+    assert c.run_until_idle() == 2
+
+
+def test_a_parent_that_fails_leaves_no_children(c):
+    parent = c.enqueue(Spawn(children=["x"], fail=True)).id
+    c.worker().run_once()
+    assert c.get(parent).status is JobStatus.FAILED
+    with c.engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM tether_jobs")).scalar() == 1
+
+
+def test_every_transition_writes_one_event(c, clock, caplog):
+    caplog.set_level(logging.INFO, logger="tether.events")
+    job_id = c.enqueue(Note(name="a", fail_times=1)).id
+    w = c.worker()
+    w.run_once()
+    clock.advance(3600)
+    w.run_once()
+    names = [orjson.loads(r.getMessage())["event"] for r in caplog.records if r.name == "tether.events"]
+    assert names == ["queued", "claimed", "retrying", "claimed", "completed"]
+    completed = events_named(caplog, "completed")[0]
+    assert completed["job_id"] == job_id and completed["attempt"] == 2 and completed["worker"] == w.id
+    assert "duration_ms" in completed and "payload" not in completed
+
+
+def test_jobs_on_one_target_apply_in_enqueue_order_across_a_retry(make_coordinator, root, clock):
+    notes = NoteType()
+    c = make_coordinator(registry_with(notes))
+    c.enqueue(Note(name="old", target="file:x", fail_times=1))
+    c.enqueue(Note(name="new", target="file:x"))
+    c.enqueue(Note(name="other", target="file:y"))
+    w = c.worker(threads=2)
+    w.run_until_idle()  # old fails once and waits for its backoff; new must wait behind it
+    assert [n for n, _ in notes.runs] == ["old", "other"]
+    clock.advance(3600)
+    c.run_until_idle(threads=2)
+    assert [n for n, _ in notes.runs] == ["old", "other", "old", "new"]
+
+
+def test_older_write_retried_still_lands_before_the_newer_one(make_coordinator, root, clock):
+    c = make_coordinator()
+    # The older write fails once: the target path is a directory for a moment.
+    (root / "doc.json").mkdir()
+    c.enqueue(CreateFile(path="doc.json", content={"v": 1}, overwrite=True))
+    c.enqueue(CreateFile(path="doc.json", content={"v": 2}, overwrite=True))
+    c.run_until_idle(threads=4)
+    (root / "doc.json").rmdir()
+    clock.advance(3600)
+    c.run_until_idle(threads=4)
+    assert orjson.loads((root / "doc.json").read_bytes()) == {"v": 2}
+
+
+def test_jobs_on_different_targets_are_claimed_together(c):
+    c.enqueue(Note(name="a", target="t1"))
+    c.enqueue(Note(name="b", target="t1"))
+    c.enqueue(Note(name="c", target="t2"))
+    claimed = c.queue.claim("w", limit=10)
+    assert sorted(j.payload_data["name"] for j in claimed) == ["a", "c"]
+
+
+def test_a_failed_job_no_longer_holds_back_its_target(c):
+    c.enqueue(Note(name="a", target="t", fail_times=1, permanent=True))
+    later = c.enqueue(Note(name="b", target="t")).id
+    c.worker().run_once()
+    assert [j.id for j in c.queue.claim("w")] == [later]
