@@ -41,20 +41,22 @@ def enqueue(
     """
     if (payload is None) == (jsonl is None):
         raise typer.BadParameter("give exactly one of --payload or --jsonl")
+    options = dict(priority=priority, key=key, max_attempts=max_attempts, delay=delay)
     with open_coordinator() as coordinator:
+        registry, queue = coordinator.registry, coordinator.queue
         if payload is not None:
-            payloads = [coordinator.registry.parse(job_type, _load_payload(job_type, payload))]
+            jobs = [queue.build(registry.parse(job_type, _load_payload(job_type, payload)), **options)]
         else:
             stream = sys.stdin if jsonl == "-" else open(jsonl, encoding="utf-8")
             with stream:
-                lines = [line for line in stream if line.strip()]
-            payloads = []
-            for n, line in enumerate(lines, 1):
+                lines = [(n, line) for n, line in enumerate(stream, 1) if line.strip()]
+            jobs = []
+            for n, line in lines:
                 try:
-                    payloads.append(coordinator.registry.parse(job_type, _load_payload(job_type, line)))
+                    jobs.append(queue.build(registry.parse(job_type, _load_payload(job_type, line)), **options))
                 except InvalidPayload as e:
                     raise InvalidPayload(job_type, [f"line {n}: {p}" for p in e.problems]) from e
-        results = coordinator.enqueue_many(payloads, priority=priority, key=key, max_attempts=max_attempts, delay=delay)
+        results = queue.enqueue_all(jobs)
     if as_json:
         records = [{**r.job.to_dict(), "duplicate": r.duplicate} for r in results]
         print_json(records[0] if payload is not None else records)

@@ -1,0 +1,84 @@
+"""Every hot statement uses an index: no table scan, no temp B-tree sort (SQLite plans)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+import sqlalchemy as sa
+
+from tether import Coordinator, sql
+from tether.jobtypes import default_registry
+
+NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+PARAMS = {
+    "id": "x", "type": "create_file", "payload": "{}", "priority": 0, "max_attempts": 3,
+    "created_at": NOW, "run_at": NOW, "idempotency_key": "k", "ordering_key": "file:a",
+    "parent_id": None, "worker": "w", "attempt": 1, "now": NOW, "limit": 10, "cutoff": NOW,
+    "result": None, "error": "e",
+}
+
+HOT = {
+    "insert": (sql.INSERT, None),
+    "active_by_key": (sql.ACTIVE_BY_KEY, "ux_tether_jobs_active_key"),
+    "get": (sql.GET, "sqlite_autoindex_tether_jobs_1"),
+    "claim": (sql.CLAIM_SQLITE, "ix_tether_jobs_claim"),
+    "complete": (sql.COMPLETE, "sqlite_autoindex_tether_jobs_1"),
+    "retry": (sql.RETRY, "sqlite_autoindex_tether_jobs_1"),
+    "fail": (sql.FAIL, "sqlite_autoindex_tether_jobs_1"),
+    "release": (sql.RELEASE, "sqlite_autoindex_tether_jobs_1"),
+    "heartbeat": (sql.HEARTBEAT, "sqlite_autoindex_tether_jobs_1"),
+    "manual_retry": (sql.MANUAL_RETRY, "sqlite_autoindex_tether_jobs_1"),
+    "reclaim": (sql.RECLAIM, "ix_tether_jobs_claimed_lock"),
+    "reclaim_exhausted": (sql.RECLAIM_EXHAUSTED, "ix_tether_jobs_claimed_lock"),
+}
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    path = tmp_path_factory.mktemp("plans")
+    c = Coordinator.open(f"sqlite:///{path / 'plans.db'}", root=path / "data", registry=default_registry())
+    # Enough rows in every status for the planner's statistics to matter.
+    with c.engine.begin() as conn:
+        for i in range(2000):
+            status = ["pending", "claimed", "completed", "failed"][i % 4]
+            conn.execute(sql.statement(sql.INSERT), {**PARAMS, "id": f"{i:026d}", "idempotency_key": f"k{i}" if i % 3 else None,
+                                                     "ordering_key": f"file:{i % 50}"})
+            conn.execute(sa.text("UPDATE tether_jobs SET status = :s WHERE id = :id"), {"s": status, "id": f"{i:026d}"})
+        conn.exec_driver_sql("ANALYZE")
+    yield c.engine
+    c.close()
+
+
+def plan(engine: sa.Engine, statement: str) -> list[str]:
+    compiled = sql.statement(statement).compile(dialect=engine.dialect)
+    names = compiled.positiontup
+    with engine.connect() as conn:
+        raw = conn.connection.driver_connection
+        params = [PARAMS[n] if not isinstance(PARAMS[n], datetime) else PARAMS[n].isoformat(" ") for n in names]
+        return [row[3] for row in raw.execute("EXPLAIN QUERY PLAN " + str(compiled), params)]
+
+
+@pytest.mark.parametrize("name", sorted(HOT))
+def test_hot_statement_neither_scans_nor_sorts(engine, name):
+    statement, index = HOT[name]
+    steps = plan(engine, statement)
+    scans = [s for s in steps if s.startswith("SCAN") and "CONSTANT ROW" not in s]
+    assert not scans, f"{name} scans: {steps}"
+    assert not [s for s in steps if "TEMP B-TREE" in s], f"{name} sorts: {steps}"
+    if index:
+        assert any(index in s for s in steps), f"{name} does not use {index}: {steps}"
+
+
+def test_claim_checks_older_jobs_on_the_target_through_the_active_target_index(engine):
+    steps = plan(engine, sql.CLAIM_SQLITE)
+    assert any("ix_tether_jobs_active_target" in s for s in steps), steps
+
+
+def test_claim_index_matches_the_claim_order():
+    from tether.schema import Job
+
+    [index] = [i for i in Job.__table__.indexes if i.name == "ix_tether_jobs_claim"]
+    ddl = str(sa.schema.CreateIndex(index).compile(dialect=sa.dialects.sqlite.dialect()))
+    assert "(status, priority DESC, created_at, id)" in ddl
+    assert "ORDER BY j.priority DESC, j.created_at, j.id" in sql.CLAIM_SQLITE
