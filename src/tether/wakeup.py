@@ -1,8 +1,22 @@
-"""Waking idle workers the moment a job is enqueued, instead of at the next poll."""
+"""Waking idle workers the moment a job is enqueued, instead of at the next poll.
+
+In one process a condition variable is enough (``Wakeup``). On PostgreSQL, workers on other
+machines are woken with ``LISTEN/NOTIFY`` (``PgWakeup``). Either way a wake-up is only a hint:
+the worker's poll interval stays the fallback, so a lost notification delays a job by at most
+one poll and never loses it.
+"""
 
 from __future__ import annotations
 
+import secrets
 import threading
+import weakref
+
+import sqlalchemy as sa
+
+from . import events
+
+DEFAULT_CHANNEL = "tether_jobs"
 
 
 class Wakeup:
@@ -13,6 +27,9 @@ class Wakeup:
         self._generation = 0
 
     def notify(self) -> None:
+        self._bump()
+
+    def _bump(self) -> None:
         with self._cond:
             self._generation += 1
             self._cond.notify_all()
@@ -25,3 +42,135 @@ class Wakeup:
         """Wait up to ``timeout`` s for a notify after generation ``seen``; True if one came."""
         with self._cond:
             return self._cond.wait_for(lambda: self._generation != seen, timeout)
+
+    def close(self) -> None:
+        """Release what the wake-up holds (nothing for the in-process one)."""
+
+
+class PgWakeup(Wakeup):
+    """``Wakeup`` across processes and machines through PostgreSQL ``LISTEN/NOTIFY``.
+
+    ``notify()`` wakes this process's waiters and sends ``NOTIFY channel`` on a pooled
+    connection (called after the enqueue committed, so listeners never wake before the job is
+    visible). The first ``wait()`` starts a daemon thread that holds its own connection,
+    ``LISTEN``s, and bumps the generation on every notification from another ``PgWakeup``; it
+    reconnects with backoff when the connection drops, and wakes waiters after each reconnect
+    because notifications sent meanwhile are gone. Processes that only enqueue never listen.
+    """
+
+    def __init__(
+        self,
+        engine: sa.Engine,
+        channel: str = DEFAULT_CHANNEL,
+        *,
+        listen: bool = True,
+        max_backoff: float = 30.0,
+    ) -> None:
+        super().__init__()
+        if not channel.replace("_", "").isalnum():
+            raise ValueError(f"channel must be letters, digits and underscores, got {channel!r}")
+        self.engine = engine
+        self.channel = channel
+        self.max_backoff = max_backoff
+        # Our own NOTIFYs come back to our listener; the token lets it skip them (the local
+        # waiters were already woken by notify()).
+        self.token = secrets.token_hex(8)
+        self._listen = listen
+        self._started = False
+        self._start_lock = threading.Lock()
+        self._stop = threading.Event()
+        self.listening = threading.Event()
+        """Set while the listener holds a connection with ``LISTEN`` active (tests wait on it)."""
+        self._thread: threading.Thread | None = None
+
+    def notify(self) -> None:
+        self._bump()
+        try:
+            with self.engine.connect() as conn:
+                conn.execute(sa.text("SELECT pg_notify(:channel, :token)"), {"channel": self.channel, "token": self.token})
+                conn.commit()
+        except sa.exc.SQLAlchemyError as e:
+            # The job is committed; remote workers will find it at their next poll.
+            events.emit("notify_failed", channel=self.channel, error=type(getattr(e, "orig", None) or e).__name__)
+
+    def wait(self, seen: int, timeout: float) -> bool:
+        self.start()
+        return super().wait(seen, timeout)
+
+    def start(self) -> None:
+        """Start the listener thread (idempotent; a no-op with ``listen=False``)."""
+        if not self._listen or self._started:
+            return
+        with self._start_lock:
+            if self._started:
+                return
+            self._started = True
+            conninfo = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+            # The thread holds only a weak reference, so a wake-up nobody closed still ends
+            # once it is garbage.
+            self._thread = threading.Thread(
+                target=_listen_loop,
+                args=(weakref.ref(self), conninfo, self.channel, self.token, self._stop, self.listening, self.max_backoff),
+                name=f"tether-listen-{self.channel}",
+                daemon=True,
+            )
+            self._thread.start()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the listener and close its connection."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+
+# How long one wait for notifications lasts before the listener checks whether to stop.
+_TICK = 0.5
+
+
+def _listen_loop(
+    ref: weakref.ref[PgWakeup],
+    conninfo: str,
+    channel: str,
+    token: str,
+    stop: threading.Event,
+    listening: threading.Event,
+    max_backoff: float,
+) -> None:
+    import psycopg
+
+    backoff = 0.0
+    while not stop.is_set() and ref() is not None:
+        try:
+            with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
+                conn.execute(f"LISTEN {channel}")
+                listening.set()
+                backoff = 0.0
+                _bump(ref)  # anything sent while we were not listening is lost: poll now
+                while not stop.is_set():
+                    for note in conn.notifies(timeout=_TICK):
+                        if note.payload != token and not _bump(ref):
+                            return
+                    if ref() is None:
+                        return
+        except psycopg.Error as e:
+            listening.clear()
+            backoff = min(max_backoff, max(0.1, backoff * 2))
+            events.emit("listen_error", channel=channel, error=type(e).__name__, retry_in=backoff)
+            stop.wait(backoff)
+        finally:
+            listening.clear()
+
+
+def _bump(ref: weakref.ref[PgWakeup]) -> bool:
+    wakeup = ref()
+    if wakeup is None:
+        return False
+    wakeup._bump()
+    return True
+
+
+def wakeup_for(engine: sa.Engine, channel: str = DEFAULT_CHANNEL) -> Wakeup:
+    """The wake-up that fits the database: LISTEN/NOTIFY on PostgreSQL, in-process otherwise."""
+    if engine.dialect.name == "postgresql":
+        return PgWakeup(engine, channel)
+    return Wakeup()
