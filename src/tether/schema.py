@@ -105,6 +105,8 @@ sa.Index(
 )
 # Reconcile and "what ran lately" walk finished jobs by completion time.
 sa.Index("ix_tether_jobs_finished", _t.c.status, _t.c.completed_at)
+# Reconcile streams every job by target in enqueue order, so each path's latest job ends its group.
+sa.Index("ix_tether_jobs_target", _t.c.ordering_key, _t.c.id)
 sa.Index("ix_tether_jobs_parent", _t.c.parent_id, sqlite_where=sa.text("parent_id IS NOT NULL"),
          postgresql_where=sa.text("parent_id IS NOT NULL"))
 
