@@ -69,6 +69,7 @@ class Worker:
         self._busy = 0
         self._drained = False
         self.processed = 0
+        self.empty_polls = 0  # claims that found nothing ready
 
     # -- single steps ------------------------------------------------------------------------
 
@@ -229,7 +230,9 @@ class Worker:
                 continue
             if ran < 0:
                 self._stopping.wait(backoff)
-            elif until_idle:
+                continue
+            self.empty_polls += 1
+            if until_idle:
                 with self._idle:
                     # Idle only when no other thread is running a job that could unblock one.
                     if self._busy == 0:

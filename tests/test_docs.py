@@ -1,0 +1,21 @@
+"""The lifecycle diagram in docs/ matches the transition table in code."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tether.status import TRANSITIONS, JobStatus
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "lifecycle.md"
+
+
+def test_lifecycle_diagram_lists_exactly_the_transitions_in_code():
+    edges = set(re.findall(r"^\s+(\w+) --> (\w+) : (\w+)$", DOC.read_text(), re.M))
+    in_code = {(a.value, b.value, name) for name, (a, b) in TRANSITIONS.items()}
+    assert edges == in_code
+
+
+def test_every_status_is_documented():
+    text = DOC.read_text()
+    assert all(f"`{s.value}`" in text or f" {s.value} " in text for s in JobStatus)

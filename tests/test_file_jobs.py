@@ -1,0 +1,174 @@
+"""create_file / delete_file semantics and the one atomic-write path."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tether import CreateFile, DeleteFile, JobStatus, fs
+from tether.jobtypes import render
+
+
+def data_files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and ".tether" not in p.parts)
+
+
+def test_create_file_writes_exactly_the_rendered_bytes(coordinator, root):
+    payload = CreateFile(path="models/a.json", content={"b": [1, 2], "a": "é"})
+    job_id = coordinator.enqueue(payload).id
+    coordinator.run_until_idle()
+    data = (root / "models/a.json").read_bytes()
+    assert data == render(payload) == orjson.dumps({"b": [1, 2], "a": "é"}, option=orjson.OPT_INDENT_2) + b"\n"
+    assert coordinator.get(job_id).result_data == {"bytes": len(data), "sha256": fs.sha256(data), "written": True}
+    assert data_files(root) == ["models/a.json"]
+
+
+def test_text_is_written_as_utf8_verbatim(coordinator, root):
+    coordinator.enqueue(CreateFile(path="notes.txt", text="line\nzwei ü"))
+    coordinator.run_until_idle()
+    assert (root / "notes.txt").read_bytes() == "line\nzwei ü".encode()
+
+
+def test_rerun_with_the_same_bytes_already_present_succeeds_without_writing(coordinator, root):
+    payload = CreateFile(path="a.json", content=[1])
+    (root / "a.json").write_bytes(render(payload))
+    before = os.stat(root / "a.json").st_ino
+    job_id = coordinator.enqueue(payload).id
+    coordinator.run_until_idle()
+    assert coordinator.get(job_id).result_data["written"] is False
+    assert os.stat(root / "a.json").st_ino == before
+
+
+def test_without_overwrite_different_content_fails_permanently(coordinator, root):
+    (root / "a.json").write_text("theirs")
+    job_id = coordinator.enqueue(CreateFile(path="a.json", content=1), max_attempts=5).id
+    coordinator.run_until_idle()
+    job = coordinator.get(job_id)
+    assert job.status is JobStatus.FAILED and job.attempts == 1
+    assert "a.json exists with different content and overwrite is false" in job.last_error
+    assert (root / "a.json").read_text() == "theirs"
+
+
+def test_overwrite_replaces_the_file(coordinator, root):
+    (root / "a.json").write_text("old")
+    coordinator.enqueue(CreateFile(path="a.json", content=2, overwrite=True))
+    coordinator.run_until_idle()
+    assert (root / "a.json").read_bytes() == b"2\n"
+
+
+def test_delete_of_a_missing_file_is_success_unless_required(coordinator, root):
+    ok = coordinator.enqueue(DeleteFile(path="gone.json")).id
+    strict = coordinator.enqueue(DeleteFile(path="gone2.json", require_exists=True), max_attempts=4).id
+    coordinator.run_until_idle()
+    assert coordinator.get(ok).result_data == {"deleted": False}
+    job = coordinator.get(strict)
+    assert job.status is JobStatus.FAILED and "does not exist and require_exists is true" in job.last_error
+
+
+def test_delete_removes_the_file(coordinator, root):
+    (root / "d").mkdir()
+    (root / "d/x.json").write_text("x")
+    coordinator.enqueue(DeleteFile(path="d/x.json", require_exists=True))
+    coordinator.run_until_idle()
+    assert not (root / "d/x.json").exists()
+
+
+def test_create_then_delete_on_one_path_apply_in_order(coordinator, root):
+    coordinator.enqueue(CreateFile(path="a.json", content=1))
+    coordinator.enqueue(DeleteFile(path="a.json", require_exists=True))
+    coordinator.run_until_idle(threads=3)
+    assert not (root / "a.json").exists()
+
+
+class FailOnce:
+    """A filesystem operation that raises once, then behaves."""
+
+    def __init__(self, real, exc: Exception) -> None:
+        self.real, self.exc, self.calls = real, exc, 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        if self.calls == 1:
+            raise self.exc
+        return self.real(*args, **kwargs)
+
+
+@pytest.mark.parametrize("op", ["fsync", "replace", "write"])
+def test_a_failed_write_leaves_the_old_file_and_no_temp(monkeypatch, root, op):
+    target = root / "a.json"
+    target.write_bytes(b"old")
+    monkeypatch.setattr(os, op, FailOnce(getattr(os, op), OSError(5, "injected I/O error")))
+    with pytest.raises(OSError, match="injected"):
+        fs.atomic_write(target, b"new contents")
+    assert target.read_bytes() == b"old"
+    assert sorted(p.name for p in root.iterdir()) == ["a.json"]
+
+
+def test_a_failed_write_is_retried_by_the_job(coordinator, root, clock, monkeypatch):
+    job_id = coordinator.enqueue(CreateFile(path="a.json", content={"v": 1})).id
+    monkeypatch.setattr(os, "replace", FailOnce(os.replace, OSError(28, "No space left on device")))
+    coordinator.run_until_idle()
+    job = coordinator.get(job_id)
+    assert job.status is JobStatus.PENDING and "No space left on device" in job.last_error
+    assert data_files(root) == []
+    clock.advance(3600)
+    coordinator.run_until_idle()
+    assert coordinator.get(job_id).status is JobStatus.COMPLETED
+    assert orjson.loads((root / "a.json").read_bytes()) == {"v": 1}
+
+
+def test_leftover_temp_files_of_the_path_are_removed_by_its_next_write(coordinator, root):
+    (root / ".a.json.0badf00d.tether-tmp").write_bytes(b"half a fi")
+    (root / ".other.json.0badf00d.tether-tmp").write_bytes(b"not ours to touch")
+    coordinator.enqueue(CreateFile(path="a.json", content=1))
+    coordinator.run_until_idle()
+    assert sorted(p.name for p in root.iterdir() if p.name != ".tether") == [".other.json.0badf00d.tether-tmp", "a.json"]
+
+
+def test_readers_never_see_a_torn_file(root):
+    target = root / "a.json"
+    bodies = [bytes([65 + i]) * 200_000 for i in range(4)]
+    fs.atomic_write(target, bodies[0])
+    stop = threading.Event()
+    torn: list[int] = []
+
+    def reader():
+        while not stop.is_set():
+            data = target.read_bytes()
+            if data not in bodies:
+                torn.append(len(data))
+
+    t = threading.Thread(target=reader)
+    t.start()
+    for i in range(40):
+        fs.atomic_write(target, bodies[i % 4])
+    stop.set()
+    t.join()
+    assert torn == []
+
+
+def test_path_lock_serialises_holders_of_one_path(root):
+    inside, overlap = [], []
+    lock = threading.Lock()
+
+    def hold():
+        for _ in range(20):
+            with fs.path_lock(root, "a.json"):
+                with lock:
+                    inside.append(1)
+                    if len(inside) > 1:
+                        overlap.append(1)
+                with lock:
+                    inside.pop()
+
+    threads = [threading.Thread(target=hold) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert overlap == []
+    assert all(p.suffix == ".lock" for p in (root / ".tether/locks").iterdir())

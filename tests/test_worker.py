@@ -1,0 +1,124 @@
+"""The worker loop: threads, wake-ups, database-error backoff, and SQLite set-up."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import sqlalchemy as sa
+
+from tether import Coordinator, JobStatus, SystemClock
+from tether.worker import Worker
+from jobkit import Note, NoteType, registry_with
+
+
+def test_threads_drain_every_job_exactly_once(make_coordinator):
+    notes = NoteType()
+    c = make_coordinator(registry_with(notes))
+    c.enqueue_many([Note(name=str(i)) for i in range(200)])
+    assert c.run_until_idle(threads=4) == 200
+    assert sorted(notes.seen) == sorted(str(i) for i in range(200))
+    assert set(notes.seen.values()) == {1}
+
+
+def test_an_enqueue_in_the_same_process_wakes_an_idle_worker_at_once(make_coordinator):
+    notes = NoteType()
+    c = make_coordinator(registry_with(notes), clock=SystemClock())
+    w = c.worker(poll_interval=30)
+    runner = threading.Thread(target=w.run, kwargs={"install_signals": False})
+    runner.start()
+    try:
+        deadline = time.monotonic() + 10
+        while w.empty_polls == 0:  # the worker has looked once and gone idle
+            assert time.monotonic() < deadline
+        started = time.monotonic()
+        job_id = c.enqueue(Note(name="now")).id
+        while c.get(job_id).status is not JobStatus.COMPLETED:
+            assert time.monotonic() - started < 5, "worker did not wake up"
+        assert time.monotonic() - started < 5  # far below the 30 s poll
+    finally:
+        w.stop()
+        runner.join(10)
+    assert not runner.is_alive()
+
+
+def test_database_errors_back_off_exponentially_up_to_the_cap(coordinator, monkeypatch):
+    w = coordinator.worker(poll_interval=1, max_db_backoff=30)
+    seq = []
+    b = 0.0
+    for _ in range(7):
+        b = w._next_backoff(b)
+        seq.append(b)
+    assert seq == [1, 2, 4, 8, 16, 30, 30]
+
+
+def test_the_loop_survives_database_errors_and_recovers(make_coordinator, monkeypatch):
+    notes = NoteType()
+    c = make_coordinator(registry_with(notes))
+    c.enqueue(Note(name="a"))
+    real_claim = c.queue.claim
+    failures = {"left": 2}
+
+    def flaky_claim(*args, **kwargs):
+        if failures["left"]:
+            failures["left"] -= 1
+            raise sa.exc.OperationalError("claim", {}, Exception("database is locked"))
+        return real_claim(*args, **kwargs)
+
+    monkeypatch.setattr(c.queue, "claim", flaky_claim)
+    w = c.worker(poll_interval=0.01, max_db_backoff=0.02)
+    w.run_until_idle()
+    assert failures["left"] == 0 and notes.seen == {"a": 1}
+
+
+def test_an_outcome_is_recorded_once_the_database_returns(make_coordinator, monkeypatch):
+    notes = NoteType()
+    c = make_coordinator(registry_with(notes))
+    job_id = c.enqueue(Note(name="a")).id
+    real = c.queue.complete
+    calls = {"n": 0}
+
+    def flaky(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise sa.exc.OperationalError("complete", {}, Exception("disk I/O error"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(c.queue, "complete", flaky)
+    w = c.worker(poll_interval=0.01)
+    assert w.run_once() == 1
+    assert calls["n"] == 2 and notes.seen == {"a": 1}
+    assert c.get(job_id).status is JobStatus.COMPLETED
+
+
+def test_sqlite_connections_use_wal_full_sync_and_a_busy_timeout(tmp_path):
+    with Coordinator.open(f"sqlite:///{tmp_path / 'a.db'}", root=tmp_path) as c:
+        with c.engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+            assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2  # FULL
+            assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30000
+    with Coordinator.open(f"sqlite:///{tmp_path / 'b.db'}", root=tmp_path, durability="normal") as c:
+        with c.engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
+
+
+def test_sqlite_write_transactions_begin_immediate(tmp_path):
+    with Coordinator.open(f"sqlite:///{tmp_path / 'a.db'}", root=tmp_path) as c:
+        statements = []
+        sa.event.listen(c.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+        c.queue.claim("w")
+        with c.engine.connect().execution_options(tether_read_only=True) as conn:
+            conn.execute(sa.text("SELECT 1"))
+        # exec_driver_sql in the begin hook goes through the cursor too
+    assert "BEGIN IMMEDIATE" in statements and "BEGIN" in statements
+
+
+def test_a_worker_id_names_host_and_process(coordinator):
+    import os
+    import socket
+
+    w = coordinator.worker()
+    host, pid, _ = w.id.split(":")
+    assert (host, int(pid)) == (socket.gethostname(), os.getpid())
+    assert isinstance(w, Worker)
