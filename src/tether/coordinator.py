@@ -105,8 +105,8 @@ class Coordinator:
         batch.results = self.queue.enqueue_all(batch.jobs)
 
     def _in_session(self, session: Session, jobs: list[NewJob]) -> list[InsertResult]:
-        conn = session.connection()
-        results = [self.queue.insert(conn, job) for job in jobs]
+        with self.queue.backend.write(session.connection()) as cur:
+            results = [self.queue.insert(cur, job) for job in jobs]
         sa.event.listen(session, "after_commit", lambda _s: self.queue.committed(results), once=True)
         return results
 
@@ -132,6 +132,19 @@ class Coordinator:
 
     def reclaim_stale(self, *, now: datetime | None = None) -> list[JobRecord]:
         return self.queue.reclaim_stale(self.lock_timeout, now=now)
+
+    def startup_check(self, **options: Any) -> Any:
+        """Run before workers start: reclaim stale locks (so their paths show as in flight, not
+        drift), reconcile the ledger with the data root, log the result and return the
+        ``reconcile.Report`` (``report.exit_code``: 0 in sync, 2 drift, 1 could not check).
+        Keyword arguments go to ``reconcile.reconcile`` (``content``, ``untracked``)."""
+        from . import events
+        from .reconcile import reconcile
+
+        reclaimed = self.reclaim_stale()
+        report = reconcile(self, **options)
+        events.emit("startup_check", reclaimed=len(reclaimed), **report.summary())
+        return report
 
     def close(self) -> None:
         self.engine.dispose()

@@ -1,8 +1,13 @@
-"""What a job type is: a payload model, a handler, the target it acts on, and (later) a probe."""
+"""What a job type is: a payload model, a handler, the target it acts on, and a probe."""
 
 from __future__ import annotations
 
+import errno
+import hashlib
+import os
+import stat
 from abc import ABC, abstractmethod
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
@@ -41,6 +46,8 @@ class JobType(ABC, Generic[P]):
 
     name: ClassVar[str]
     payload_model: ClassVar[type[Payload]]
+    probe: ClassVar[Probe | None] = None
+    """How the reconciler checks this type's effect; None for types it cannot check."""
 
     def prepare(self, payload: P, root: Path) -> P:
         """Checks the model cannot make alone (paths against the data root); returns the payload
@@ -73,3 +80,159 @@ def checked_path(job_type: str, field: str, root: Path, rel: str) -> str:
 def file_target(rel: str) -> str:
     """The ordering key of a data file: every job touching one path shares it."""
     return f"file:{rel}"
+
+
+# -- reconcile probes ----------------------------------------------------------------------------
+
+IN_SYNC = "in_sync"
+MISSING = "missing"
+MODIFIED = "modified"
+UNEXPECTED = "unexpected"
+UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """What a probe found for one target. Sizes in bytes, hashes sha256 hex; a hash is given only
+    when it was cheap or needed (never file contents)."""
+
+    status: str
+    expected_size: int | None = None
+    expected_sha256: str | None = None
+    actual_size: int | None = None
+    actual_sha256: str | None = None
+    detail: str | None = None
+
+
+SYNCED = Check(IN_SYNC)
+
+
+class Probe(ABC):
+    """How the reconciler checks that the effect of a job's latest completed run still holds.
+    It lives with the job type (files now, AWS later); the reconciler iterates over them."""
+
+    @abstractmethod
+    def check(self, payload: str, root: Path, *, content: bool) -> Check:
+        """Compare the world with the effect of a completed job whose stored payload (JSON text)
+        is ``payload``. With ``content`` false, only existence is checked. Never raises for an
+        unreadable target: that is ``unknown``, never ``missing``."""
+
+
+# Absent: no such entry, or a parent is not a directory (so the file cannot exist).
+_ABSENT = (errno.ENOENT, errno.ENOTDIR)
+_CHUNK = 1 << 20
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+_noatime = getattr(os, "O_NOATIME", 0)
+
+
+def open_data_file(path: str) -> int:
+    """Open a data file to check it: read-only, never through a final symlink, never blocking on
+    a FIFO, and without touching its access time where the OS allows (O_NOATIME needs ownership)."""
+    global _noatime
+    if _noatime:
+        try:
+            return os.open(path, _OPEN_FLAGS | _noatime)
+        except PermissionError as e:
+            if e.errno != errno.EPERM:
+                raise
+            _noatime = 0
+    return os.open(path, _OPEN_FLAGS)
+
+
+def lstat_data_file(path: str) -> os.stat_result:
+    return os.lstat(path)
+
+
+def check_file(root: Path, rel: str, expected: bytes | None, *, present: bool, content: bool) -> Check:
+    """Check one data file: it must hold exactly ``expected`` (``present``; with ``content`` false
+    only its existence is checked and ``expected`` may be None) or be absent. Size first, bytes
+    only when the sizes agree."""
+    if rel.startswith("/") or "\x00" in rel or ".." in rel.split("/"):
+        return Check(UNKNOWN, detail="the ledger names a path outside the data root")
+    path = os.path.join(root, rel)
+    if not present or not content:
+        try:
+            st = lstat_data_file(path)
+        except OSError as e:
+            if e.errno in _ABSENT:
+                return SYNCED if not present else _with_expected(Check(MISSING), expected)
+            return Check(UNKNOWN, detail=_reason(e))
+        kind = _kind(st.st_mode)
+        if not present:
+            return Check(UNEXPECTED, actual_size=st.st_size if kind is None else None, detail=kind)
+        if stat.S_ISDIR(st.st_mode):
+            return Check(MODIFIED, detail=kind)
+        return SYNCED
+    assert expected is not None
+    try:
+        fd = open_data_file(path)
+    except OSError as e:
+        if e.errno in _ABSENT:
+            return _with_expected(Check(MISSING), expected)
+        if e.errno == errno.ELOOP:
+            return _with_expected(Check(MODIFIED, detail="is a symbolic link"), expected)
+        return Check(UNKNOWN, detail=_reason(e))
+    try:
+        st = os.fstat(fd)
+        kind = _kind(st.st_mode)
+        if kind is not None:
+            return _with_expected(Check(MODIFIED, detail=kind), expected)
+        if st.st_size != len(expected):
+            return _with_expected(Check(MODIFIED, actual_size=st.st_size), expected)
+        actual = _differs(fd, expected)
+    except OSError as e:
+        return Check(UNKNOWN, detail=_reason(e))
+    finally:
+        os.close(fd)
+    if actual is None:
+        return SYNCED
+    return _with_expected(Check(MODIFIED, actual_size=actual[0], actual_sha256=actual[1]), expected)
+
+
+def _differs(fd: int, expected: bytes) -> tuple[int, str] | None:
+    """None when the open file holds exactly ``expected``; else its (size, sha256). The common
+    case is one read and one comparison: no hashing."""
+    view = memoryview(expected)
+    pos = 0
+    while True:
+        chunk = os.read(fd, min(_CHUNK, len(expected) - pos + 1))
+        if not chunk:
+            if pos == len(expected):
+                return None
+            break
+        if view[pos : pos + len(chunk)] != chunk:
+            break
+        pos += len(chunk)
+    # Different bytes: hash what the file holds, from the start, for the report.
+    os.lseek(fd, 0, os.SEEK_SET)
+    digest, size = hashlib.sha256(), 0
+    while chunk := os.read(fd, _CHUNK):
+        digest.update(chunk)
+        size += len(chunk)
+    return size, digest.hexdigest()
+
+
+def payload_path(payload: str) -> str:
+    """The ``path`` field of a stored file-job payload, without validating the whole model."""
+    return orjson.loads(payload)["path"]
+
+
+def _with_expected(check: Check, expected: bytes | None) -> Check:
+    if expected is None:
+        return check
+    return replace(check, expected_size=len(expected), expected_sha256=fs.sha256(expected))
+
+
+def _kind(mode: int) -> str | None:
+    """None for a regular file, else what the entry is instead."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "is a directory"
+    if stat.S_ISLNK(mode):
+        return "is a symbolic link"
+    return "is not a regular file"
+
+
+def _reason(e: OSError) -> str:
+    return e.strerror or type(e).__name__

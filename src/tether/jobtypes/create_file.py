@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -10,7 +11,7 @@ from pydantic import JsonValue, model_validator
 
 from .. import fs
 from ..errors import PermanentError
-from .base import JobType, Payload, checked_path, file_target
+from .base import IN_SYNC, Check, JobType, Payload, Probe, check_file, checked_path, file_target, payload_path
 
 if TYPE_CHECKING:
     from ..context import JobContext
@@ -42,9 +43,24 @@ def render(payload: CreateFile) -> bytes:
     return orjson.dumps(payload.content, option=orjson.OPT_INDENT_2) + b"\n"
 
 
+class CreateFileProbe(Probe):
+    """The file exists and holds exactly the bytes the job wrote (``render``)."""
+
+    def check(self, payload: str, root: Path, *, content: bool) -> Check:
+        if content:
+            model = CreateFile.model_validate_json(payload)
+            return check_file(root, model.path, render(model), present=True, content=True)
+        found = check_file(root, payload_path(payload), None, present=True, content=False)
+        if found.status == IN_SYNC:
+            return found
+        data = render(CreateFile.model_validate_json(payload))
+        return replace(found, expected_size=len(data), expected_sha256=fs.sha256(data))
+
+
 class CreateFileType(JobType[CreateFile]):
     name = "create_file"
     payload_model = CreateFile
+    probe = CreateFileProbe()
 
     def prepare(self, payload: CreateFile, root: Path) -> CreateFile:
         path = checked_path(self.name, "path", root, payload.path)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import fs
 from ..errors import PermanentError
-from .base import JobType, Payload, checked_path, file_target
+from .base import Check, JobType, Payload, Probe, check_file, checked_path, file_target, payload_path
 
 if TYPE_CHECKING:
     from ..context import JobContext
@@ -22,9 +22,17 @@ class DeleteFile(Payload):
     require_exists: bool = False
 
 
+class DeleteFileProbe(Probe):
+    """The file is absent."""
+
+    def check(self, payload: str, root: Path, *, content: bool) -> Check:
+        return check_file(root, payload_path(payload), None, present=False, content=content)
+
+
 class DeleteFileType(JobType[DeleteFile]):
     name = "delete_file"
     payload_model = DeleteFile
+    probe = DeleteFileProbe()
 
     def prepare(self, payload: DeleteFile, root: Path) -> DeleteFile:
         path = checked_path(self.name, "path", root, payload.path)
