@@ -1,0 +1,396 @@
+"""The end-to-end demo (``make demo``), and the small sample application it drives.
+
+The sample application keeps a requirements tracker as JSON files (``sample_data/data``):
+people, projects, and requirements (each a ``requirement.json`` plus a companion ``README.md``).
+Its data-model code goes through ``JsonStore`` and two job types of its own, showing both ways
+to keep one logical operation one job (spec §7.3):
+
+- ``save_requirement``: one job, one handler, writes the model and its companion file;
+- ``archive_project``: a parent job whose handler enqueues one ``save_requirement`` child per
+  requirement; the children commit with the parent's completion, so they exist iff it completed.
+
+``tether --import tether.demo worker`` runs these job types outside the demo.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import orjson
+import sqlalchemy as sa
+from pydantic import BaseModel, Field
+
+from . import fs
+from .context import JobContext
+from .coordinator import Coordinator
+from .errors import RetryableError, TetherError
+from .jobtypes import CreateFile, JobType, Payload, Registry, default_registry, render
+from .jobtypes.base import checked_path, file_target
+from .retry import RetryPolicy
+from .schema import Job
+from .store import JsonStore
+
+# -- the sample application's models ---------------------------------------------------------
+
+Handle = str
+
+
+class Person(BaseModel):
+    handle: str = Field(pattern=r"^[a-z][a-z0-9-]*$")
+    name: str = Field(min_length=1)
+    email: str = Field(pattern=r"^[^@\s]+@[^@\s]+\.[a-z]+$")
+    role: Literal["engineer", "product", "operations", "design"]
+
+
+class Project(BaseModel):
+    slug: str = Field(pattern=r"^[a-z][a-z0-9-]*$")
+    name: str
+    owner: Handle
+    status: Literal["active", "archived"] = "active"
+
+
+class Requirement(BaseModel):
+    id: str = Field(pattern=r"^REQ-\d{3}$")
+    project: str
+    title: str = Field(min_length=3)
+    text: str
+    priority: Literal["must", "should", "could"]
+    status: Literal["open", "done", "archived"] = "open"
+    owner: Handle
+    tags: list[str] = []
+
+
+def person_path(handle: str) -> str:
+    return f"people/{handle}.json"
+
+
+def project_path(slug: str) -> str:
+    return f"projects/{slug}.json"
+
+
+def requirement_path(req_id: str) -> str:
+    return f"requirements/{req_id}/requirement.json"
+
+
+def json_bytes(model: BaseModel) -> bytes:
+    """A model as the sample store keeps it: exactly what ``store.save`` writes."""
+    return render(CreateFile(path="x.json", content=model.model_dump(mode="json"), overwrite=True))
+
+
+def requirement_files(req: Requirement) -> dict[str, bytes]:
+    """A requirement and its companion file: both derive from the model alone, so re-running
+    the job that writes them is idempotent."""
+    tags = ", ".join(req.tags) or "-"
+    readme = (
+        f"# {req.id}: {req.title}\n\n"
+        f"- project: {req.project}\n- priority: {req.priority}\n- status: {req.status}\n"
+        f"- owner: @{req.owner}\n- tags: {tags}\n\n{req.text}\n"
+    )
+    return {requirement_path(req.id): json_bytes(req), f"requirements/{req.id}/README.md": readme.encode()}
+
+
+def write_file(ctx: JobContext, rel: str, data: bytes) -> bool:
+    """The one way the sample handlers write: per-path lock, atomic write, skip if unchanged."""
+    with fs.path_lock(ctx.root, rel):
+        target = fs.resolve(ctx.root, rel)
+        fs.remove_stale_temps(target)
+        try:
+            if target.read_bytes() == data:
+                return False  # a re-run after the write landed but the completion did not commit
+        except FileNotFoundError:
+            pass
+        ctx.checkpoint()
+        fs.atomic_write(target, data)
+        return True
+
+
+# -- one logical operation, one job ------------------------------------------------------------
+
+
+class SaveRequirement(Payload):
+    """Write a requirement and its companion README.md (one job for both files)."""
+
+    job_type: ClassVar[str] = "save_requirement"
+    requirement: Requirement
+
+
+class SaveRequirementType(JobType[SaveRequirement]):
+    name = "save_requirement"
+    payload_model = SaveRequirement
+
+    def prepare(self, payload: SaveRequirement, root: Path) -> SaveRequirement:
+        for rel in requirement_files(payload.requirement):
+            checked_path(self.name, "requirement.id", root, rel)
+        return payload
+
+    def ordering_key(self, payload: SaveRequirement) -> str:
+        # Shared with create_file/delete_file jobs on the model file: all apply in enqueue order.
+        return file_target(requirement_path(payload.requirement.id))
+
+    def run(self, payload: SaveRequirement, ctx: JobContext) -> dict[str, Any]:
+        files = requirement_files(payload.requirement)
+        written = sum(write_file(ctx, rel, data) for rel, data in files.items())
+        return {"files": len(files), "written": written}
+
+
+class ArchiveProject(Payload):
+    """Mark a project archived, then archive each of its requirements as a child job."""
+
+    job_type: ClassVar[str] = "archive_project"
+    slug: str = Field(pattern=r"^[a-z][a-z0-9-]*$")
+
+
+class ArchiveProjectType(JobType[ArchiveProject]):
+    name = "archive_project"
+    payload_model = ArchiveProject
+
+    def ordering_key(self, payload: ArchiveProject) -> str:
+        return file_target(project_path(payload.slug))
+
+    def run(self, payload: ArchiveProject, ctx: JobContext) -> dict[str, Any]:
+        project = Project.model_validate(orjson.loads(fs.resolve(ctx.root, project_path(payload.slug)).read_bytes()))
+        write_file(ctx, project_path(project.slug), json_bytes(project.model_copy(update={"status": "archived"})))
+        children = 0
+        for req in sorted(requirements_on_disk(ctx.root), key=lambda r: r.id):
+            if req.project == project.slug and req.status != "archived":
+                # Committed in the transaction that completes this job, not before.
+                ctx.enqueue(SaveRequirement(requirement=req.model_copy(update={"status": "archived"})))
+                children += 1
+        return {"children": children}
+
+
+def requirements_on_disk(root: Path) -> list[Requirement]:
+    return [Requirement.model_validate(orjson.loads(p.read_bytes()))
+            for p in (Path(root) / "requirements").glob("REQ-*/requirement.json")]
+
+
+class PublishReport(Payload):
+    """Render a project's status report to ``reports/<slug>.md``."""
+
+    job_type: ClassVar[str] = "publish_report"
+    slug: str = Field(pattern=r"^[a-z][a-z0-9-]*$")
+
+
+class PublishReportType(JobType[PublishReport]):
+    """Publishing twice while a publish is still queued is one job (the idempotency key). With
+    ``fail_first_attempt``, the first attempt raises as if the reports share were unreachable."""
+
+    name = "publish_report"
+    payload_model = PublishReport
+
+    def __init__(self, *, fail_first_attempt: bool = False) -> None:
+        self.fail_first_attempt = fail_first_attempt
+
+    def idempotency_key(self, payload: PublishReport) -> str:
+        return f"report:{payload.slug}"
+
+    def ordering_key(self, payload: PublishReport) -> str:
+        return file_target(f"reports/{payload.slug}.md")
+
+    def run(self, payload: PublishReport, ctx: JobContext) -> dict[str, Any]:
+        if self.fail_first_attempt and ctx.job.attempts == 1:
+            raise RetryableError("simulated outage: the reports share is not reachable yet")
+        reqs = sorted((r for r in requirements_on_disk(ctx.root) if r.project == payload.slug), key=lambda r: r.id)
+        lines = [f"# Report: {payload.slug}\n\n"] + [f"- {r.id} [{r.status}] {r.title}\n" for r in reqs]
+        write_file(ctx, f"reports/{payload.slug}.md", "".join(lines).encode())
+        return {"requirements": len(reqs)}
+
+
+def register(registry: Registry, *, flaky: bool = False) -> Registry:
+    """Add the sample application's job types (``tether --import tether.demo``)."""
+    registry.register(SaveRequirementType())
+    registry.register(ArchiveProjectType())
+    registry.register(PublishReportType(fail_first_attempt=flaky))
+    return registry
+
+
+# -- the demo ---------------------------------------------------------------------------------
+
+MARKER = ".tether-demo"  # only a directory holding this file is ever wiped
+DEFAULT_SAMPLE = Path(__file__).resolve().parents[2] / "sample_data"
+FAST_RETRY = RetryPolicy(base=0.2, cap=1.0)  # so the demo's retry waits a fraction of a second
+
+
+class Demo:
+    def __init__(self, workdir: Path, sample: Path, out: Any = print) -> None:
+        self.workdir, self.sample, self.say = workdir, sample, out
+        self.root = workdir / "data"
+        self.db_url = f"sqlite:///{workdir / 'tether.db'}"
+
+    def prepare(self) -> None:
+        """Wipe the scratch directory (only one the demo made) and copy the sample store in."""
+        work, sample = self.workdir.resolve(), self.sample.resolve()
+        if not (sample / "data").is_dir():
+            raise TetherError(f"no sample data store at {sample / 'data'}; run the demo from a clone of tether")
+        if work == sample or sample in work.parents or work in sample.parents:
+            raise TetherError(f"the scratch directory {work} must be outside {sample}")
+        if work.exists():
+            if any(work.iterdir()) and not (work / MARKER).exists():
+                raise TetherError(f"{work} exists and was not made by the demo; refusing to wipe it")
+            shutil.rmtree(work)
+        work.mkdir(parents=True)
+        (work / MARKER).write_text("scratch directory of `make demo`; wiped on every run\n")
+        shutil.copytree(sample / "data", self.root)
+
+    def run(self) -> int:
+        started = time.monotonic()
+        self.prepare()
+        files = sum(1 for p in self.root.rglob("*") if p.is_file())
+        rel = os.path.relpath(self.workdir)
+        self.say(f"tether demo: scratch directory {rel}/ (wiped first)")
+        self.say(f"  data root  {rel}/data   ({files} files copied from sample_data/data)")
+        self.say(f"  ledger     sqlite:///{rel}/tether.db   (embedded SQLite, WAL, synchronous=FULL)\n")
+        registry = register(default_registry(), flaky=True)
+        with Coordinator.open(self.db_url, root=self.root, registry=registry) as c:
+            store = JsonStore(c, retry=FAST_RETRY)
+            self.operations(c, store)
+            self.drain(c)
+            self.show_jobs(c)
+            self.check_files(store)
+        code = self.observe(rel)
+        self.say(f"\ndone in {time.monotonic() - started:.1f} s; explore with: "
+                 f"tether --db sqlite:///{rel}/tether.db --root {rel}/data --import tether.demo ...")
+        return code
+
+    def operations(self, c: Coordinator, store: JsonStore) -> None:
+        say = self.say
+        say("1. The application's operations, through the data-model API (each call returns once")
+        say("   its job is durably committed; wait=True also runs it before returning)")
+        alan = Person(handle="alan", name="Alan Turing", email="alan@example.org", role="engineer")
+        r = store.save(person_path("alan"), alan, wait=True)
+        say(f"   save    {person_path('alan'):<34} create, wait=True   job {short(r.id)} {r.job.status.value}")
+        ada = store.load(person_path("ada"), Person)
+        r = store.save(person_path("ada"), ada.model_copy(update={"email": "ada@lovelace.example"}))
+        say(f"   save    {person_path('ada'):<34} overwrite           job {short(r.id)} queued")
+        r = store.delete(person_path("ken"))
+        say(f"   delete  {person_path('ken'):<34} delete              job {short(r.id)} queued")
+        bad = Person.model_construct(handle="bob", name="Bob", email="not-an-email", role="intern")
+        try:
+            store.save(person_path("bob"), bad)
+        except TetherError as e:
+            say(f"   save    {person_path('bob'):<34} REFUSED: {e}")
+        req = Requirement(id="REQ-025", project="ingest", title="Extraction output is valid JSON",
+                          text="Every extraction result is validated against its schema before it is stored.",
+                          priority="must", owner="ada", tags=["extraction", "validation"])
+        r = c.enqueue(SaveRequirement(requirement=req))
+        say(f"   save_requirement REQ-025 (requirement.json + README.md, one job)     job {short(r.id)} queued")
+        done = store.load(requirement_path("REQ-003"), Requirement).model_copy(update={"status": "done"})
+        r = c.enqueue(SaveRequirement(requirement=done))
+        say(f"   save_requirement REQ-003 status -> done (overwrites both files)      job {short(r.id)} queued")
+        r = c.enqueue(ArchiveProject(slug="portal"))
+        say(f"   archive_project  portal (parent: enqueues a child per requirement)   job {short(r.id)} queued")
+        for _ in range(2):  # the user clicks "publish" twice
+            r = c.enqueue(PublishReport(slug="billing"))
+            verdict = "DEDUPLICATED (same key, still active)" if r.duplicate else "queued"
+            say(f"   publish_report   billing (key report:billing)                       job {short(r.id)} {verdict}")
+
+    def drain(self, c: Coordinator) -> None:
+        """Run the worker until no job is active, waiting out retry backoffs (poll, bounded)."""
+        started, ran, deadline = time.monotonic(), 0, time.monotonic() + 30
+        while True:
+            ran += c.run_until_idle(retry=FAST_RETRY)
+            if active_jobs(c) == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        self.say(f"\n2. Worker until idle: ran {ran} attempts in {time.monotonic() - started:.2f} s\n")
+
+    def show_jobs(self, c: Coordinator) -> None:
+        cols = [Job.id, Job.type, Job.ordering_key, Job.status, Job.attempts, Job.parent_id, Job.last_error]
+        with c.engine.connect() as conn:
+            rows = conn.execute(sa.select(*cols).order_by(Job.created_at, Job.id)).all()
+        self.say(f"   {'job':<8}{'type':<18}{'target':<42}{'status':<11}attempts")
+        for row in rows:
+            target = (row.ordering_key or "").removeprefix("file:")
+            note = f"  child of {short(row.parent_id)}" if row.parent_id else ""
+            if row.attempts > 1 and row.last_error:
+                note += f"  (attempt 1: {row.last_error.splitlines()[0].split(': ', 1)[-1]})"
+            self.say(f"   {short(row.id):<8}{row.type:<18}{target:<42}{row.status:<11}{row.attempts}{note}")
+
+    def check_files(self, store: JsonStore) -> None:
+        ada = store.load(person_path("ada"), Person)
+        archived = [r.id for r in requirements_on_disk(self.root) if r.project == "portal" and r.status == "archived"]
+        self.say("\n3. The data store afterwards (read back from disk with store.load)")
+        self.say(f"   people/ada.json email      {ada.email}")
+        self.say(f"   people/ken.json exists     {store.exists(person_path('ken'))}")
+        self.say(f"   people/bob.json exists     {store.exists(person_path('bob'))}  (refused, never queued)")
+        self.say(f"   REQ-025 files              {sorted(p.name for p in (self.root / 'requirements/REQ-025').iterdir())}")
+        self.say(f"   REQ-003 status             {store.load(requirement_path('REQ-003'), Requirement).status}")
+        self.say(f"   portal requirements        {len(archived)} archived; projects/portal.json status "
+                 f"{store.load(project_path('portal'), Project).status}")
+        self.say(f"   reports/billing.md         {store.exists('reports/billing.md')}")
+
+    def observe(self, rel: str) -> int:
+        """``tether status`` and ``tether reconcile`` (before and after damaging a file by hand),
+        through the real CLI, once those commands exist."""
+        commands = cli_commands()
+        base = ["--db", f"sqlite:///{rel}/tether.db", "--root", f"{rel}/data", "--import", "tether.demo"]
+        if "status" in commands and module_exists("tether.observe"):
+            self.say("\n4. Operator view")
+            self.cli(base + ["status"])
+        else:
+            self.say("\n4. [hook] `tether status` is not in this build yet (issue 4); skipped")
+        if "reconcile" not in commands or not module_exists("tether.reconcile"):
+            self.say("5. [hook] `tether reconcile` is not in this build yet (issue 3); skipped")
+            return 0
+        self.say("\n5. Reconcile: does the disk agree with the ledger?")
+        first = self.cli(base + ["reconcile"])
+        damaged = self.root / person_path("alan")
+        damaged.write_text(damaged.read_text().replace("Alan Turing", "A. M. Turing"))
+        self.say(f"\n6. Damage {rel}/data/{person_path('alan')} by hand (an editor, a stray script), then reconcile again")
+        second = self.cli(base + ["reconcile"])
+        ok = first == 0 and second == 2
+        self.say(f"\n   reconcile exit codes: {first} (in sync), then {second} (drift found)"
+                 + ("" if ok else "   UNEXPECTED: expected 0 then 2"))
+        return 0 if ok else 1
+
+    def cli(self, args: list[str]) -> int:
+        shown = " ".join(a for a in args if a not in ("--import", "tether.demo") or True)
+        self.say(f"   $ tether {shown}")
+        proc = subprocess.run([sys.executable, "-m", "tether", *args], capture_output=True, text=True,
+                              env={**os.environ, "COLUMNS": "120", "NO_COLOR": "1"})
+        for line in (proc.stdout + proc.stderr).rstrip().splitlines():
+            self.say(f"     {line}")
+        return proc.returncode
+
+
+def short(job_id: str | None) -> str:
+    return (job_id or "")[-6:]
+
+
+def active_jobs(c: Coordinator) -> int:
+    with c.engine.connect() as conn:
+        return conn.execute(sa.select(sa.func.count()).where(Job.status.in_(["pending", "claimed"]))).scalar_one()
+
+
+def module_exists(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
+
+
+def cli_commands() -> set[str]:
+    from .cli import app
+
+    return {cmd.name or cmd.callback.__name__.replace("_", "-") for cmd in app.registered_commands}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tether.demo", description=__doc__.split("\n")[0])
+    parser.add_argument("--dir", default="demo-run", help="scratch directory, wiped first (default ./demo-run)")
+    parser.add_argument("--sample-data", default=str(DEFAULT_SAMPLE), help="the sample store to copy")
+    args = parser.parse_args(argv)
+    try:
+        return Demo(Path(args.dir), Path(args.sample_data)).run()
+    except TetherError as e:
+        print(f"demo: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
