@@ -1,0 +1,443 @@
+"""The operator's questions (spec §8) as functions returning data; the CLI only renders them.
+
+Every function takes a ``Coordinator`` or a bare ``Engine`` (``source``) and reads in one
+read-only transaction, so a busy worker never waits behind an observer. Each query walks an
+index, never the whole table, except where a docstring says so (see benchmarks/status.py).
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Union
+
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+from ulid import ULID
+
+from .clock import SystemClock
+from .engine import READ_ONLY, create_engine
+from .errors import DatabaseUnavailable, JobNotFound
+from .record import JobRecord
+from .schema import TABLE, Job
+from .status import JobStatus
+
+if TYPE_CHECKING:
+    from .coordinator import Coordinator
+
+Source = Union["Coordinator", sa.Engine]
+
+DEFAULT_LOCK_TIMEOUT = 300.0
+"""Seconds after which a claimed job without a heartbeat counts as stuck (the worker's default)."""
+
+t = Job.__table__
+_COLUMNS = [t.c[name] for name in t.c.keys()]
+
+
+class NoLedger(DatabaseUnavailable):
+    """The database named does not exist or holds no tether ledger; nothing was created."""
+
+
+# -- opening -------------------------------------------------------------------------------------
+
+
+def open_ledger(db_url: str | None = None) -> sa.Engine:
+    """An engine on an existing ledger, for reading: unlike ``Coordinator.open`` it never creates
+    a database file or the table, so a mistyped path is an error instead of a new empty ledger."""
+    from .coordinator import DEFAULT_DB
+
+    db_url = db_url or os.environ.get("TETHER_DB") or DEFAULT_DB
+    try:
+        url = make_url(db_url)
+    except sa.exc.ArgumentError:
+        url = None
+    if url is not None and url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        path = Path(url.database).expanduser().absolute()
+        if not path.is_file():
+            raise NoLedger(f"no ledger at {path} (the file does not exist; check --db or TETHER_DB)")
+    engine = create_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            present = sa.inspect(conn).has_table(TABLE)
+    except sa.exc.OperationalError as e:
+        engine.dispose()
+        raise DatabaseUnavailable(f"cannot open the database at {engine.url!r}: {e.orig}") from e
+    if not present:
+        engine.dispose()
+        raise NoLedger(f"no ledger at {engine.url!r} (the database has no {TABLE} table)")
+    return engine
+
+
+def _engine(source: Source) -> sa.Engine:
+    return source if isinstance(source, sa.Engine) else source.engine
+
+
+def _now(source: Source, now: datetime | None) -> datetime:
+    if now is not None:
+        return now
+    clock = getattr(source, "clock", None) or SystemClock()
+    return clock.now()
+
+
+def _lock_timeout(source: Source, lock_timeout: float | None) -> float:
+    if lock_timeout is not None:
+        return lock_timeout
+    return getattr(source, "lock_timeout", DEFAULT_LOCK_TIMEOUT)
+
+
+@contextmanager
+def reading(source: Source) -> Iterator[sa.Connection]:
+    """One read-only transaction (deferred on SQLite: it never takes the write lock)."""
+    try:
+        with _engine(source).connect().execution_options(**READ_ONLY) as conn, conn.begin():
+            yield conn
+    except sa.exc.OperationalError as e:
+        raise DatabaseUnavailable(f"could not read the ledger: {e.orig}") from e
+
+
+def _records(conn: sa.Connection, query: sa.Select) -> list[JobRecord]:
+    return [JobRecord.from_row(r) for r in conn.execute(query)]
+
+
+def _select_jobs() -> sa.Select:
+    return sa.select(*_COLUMNS)
+
+
+def _status_str(status: JobStatus | str) -> str:
+    return JobStatus(status).value
+
+
+# -- what is outstanding? ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TypeBacklog:
+    type: str
+    pending: int = 0
+    claimed: int = 0
+
+    @property
+    def outstanding(self) -> int:
+        return self.pending + self.claimed
+
+
+@dataclass(frozen=True)
+class Stats:
+    """The ledger at one instant: outstanding work by type, failures, stuck locks."""
+
+    now: datetime
+    lock_timeout: float
+    by_type: list[TypeBacklog]
+    failed: int
+    stuck: int
+    oldest_pending_at: datetime | None
+
+    @property
+    def pending(self) -> int:
+        return sum(b.pending for b in self.by_type)
+
+    @property
+    def claimed(self) -> int:
+        return sum(b.claimed for b in self.by_type)
+
+    @property
+    def outstanding(self) -> int:
+        return self.pending + self.claimed
+
+    @property
+    def oldest_pending_age(self) -> float | None:
+        """Seconds since the oldest pending job was enqueued (delayed jobs included)."""
+        if self.oldest_pending_at is None:
+            return None
+        return max(0.0, (self.now - self.oldest_pending_at).total_seconds())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "now": self.now.isoformat(),
+            "lock_timeout": self.lock_timeout,
+            "pending": self.pending,
+            "claimed": self.claimed,
+            "outstanding": self.outstanding,
+            "failed": self.failed,
+            "stuck": self.stuck,
+            "oldest_pending_at": self.oldest_pending_at.isoformat() if self.oldest_pending_at else None,
+            "oldest_pending_age": self.oldest_pending_age,
+            "by_type": [{**asdict(b), "outstanding": b.outstanding} for b in self.by_type],
+        }
+
+
+def stats(source: Source, *, lock_timeout: float | None = None, now: datetime | None = None) -> Stats:
+    """Outstanding (pending, claimed) jobs by type, failed and stuck counts, oldest pending job."""
+    now = _now(source, now)
+    lock_timeout = _lock_timeout(source, lock_timeout)
+    cutoff = now - timedelta(seconds=lock_timeout)
+    active = (JobStatus.PENDING.value, JobStatus.CLAIMED.value)
+    with reading(source) as conn:
+        backlog: dict[str, dict[str, int]] = {}
+        rows = conn.execute(
+            sa.select(t.c.type, t.c.status, sa.func.count())
+            .where(t.c.status.in_(active))
+            .group_by(t.c.type, t.c.status)
+        )
+        for job_type, status, n in rows:
+            backlog.setdefault(job_type, {})[status] = n
+        failed = conn.execute(sa.select(sa.func.count()).where(t.c.status == JobStatus.FAILED.value)).scalar_one()
+        stuck = conn.execute(
+            sa.select(sa.func.count()).where(t.c.status == JobStatus.CLAIMED.value, t.c.locked_at < cutoff)
+        ).scalar_one()
+        oldest = conn.execute(
+            sa.select(sa.func.min(t.c.created_at)).where(t.c.status == JobStatus.PENDING.value)
+        ).scalar_one()
+    by_type = [TypeBacklog(k, v.get("pending", 0), v.get("claimed", 0)) for k, v in sorted(backlog.items())]
+    return Stats(now, lock_timeout, by_type, failed, stuck, oldest)
+
+
+# -- what failed, what is stuck? -----------------------------------------------------------------
+
+
+def failed(
+    source: Source, *, job_type: str | None = None, since: datetime | None = None, limit: int | None = 50
+) -> list[JobRecord]:
+    """Failed jobs, most recently failed first (``completed_at`` is when they failed)."""
+    with reading(source) as conn:
+        return _finished(conn, (JobStatus.FAILED,), job_type, since, None, limit)
+
+
+@dataclass(frozen=True)
+class Stuck:
+    """Claimed jobs whose lock is older than the timeout: their worker is dead or hung."""
+
+    now: datetime
+    lock_timeout: float
+    jobs: list[JobRecord]
+
+    def held_for(self, job: JobRecord) -> float:
+        return (self.now - job.locked_at).total_seconds() if job.locked_at else 0.0
+
+
+def stuck(
+    source: Source, *, lock_timeout: float | None = None, now: datetime | None = None, limit: int | None = 100
+) -> Stuck:
+    """Claimed jobs whose lock (renewed by heartbeats) is older than ``lock_timeout`` seconds,
+    longest-held first. The stale-lock sweep of any running worker will reclaim them."""
+    now = _now(source, now)
+    lock_timeout = _lock_timeout(source, lock_timeout)
+    cutoff = now - timedelta(seconds=lock_timeout)
+    query = (
+        _select_jobs()
+        .where(t.c.status == JobStatus.CLAIMED.value, t.c.locked_at < cutoff)
+        .order_by(t.c.locked_at)
+        .limit(limit)
+    )
+    with reading(source) as conn:
+        return Stuck(now, lock_timeout, _records(conn, query))
+
+
+# -- how long do jobs take? ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Durations:
+    """claimed_at -> completed_at of completed jobs of one type, in seconds (to the ms). ``claimed_at`` is
+    the start of the last attempt, so retries' earlier attempts are not counted."""
+
+    type: str
+    count: int
+    p50: float
+    p95: float
+    p99: float
+    max: float
+    mean: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _seconds_between(dialect: str, start: Any, end: Any) -> Any:
+    # SQLite keeps times as text; PostgreSQL as timestamptz. The subtraction happens in SQL so
+    # a million rows are not parsed into datetimes in Python.
+    if dialect == "sqlite":
+        return (sa.func.julianday(end) - sa.func.julianday(start)) * 86400.0
+    return sa.extract("epoch", end - start)
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    """Nearest-rank percentile of an ascending list (q in 0..100)."""
+    if not ordered:
+        raise ValueError("percentile of no values")
+    rank = max(1, -(-len(ordered) * q // 100))  # ceil(n * q / 100), at least 1
+    return ordered[int(rank) - 1]
+
+
+def durations(
+    source: Source, *, since: datetime | timedelta = timedelta(hours=24), job_type: str | None = None,
+    now: datetime | None = None,
+) -> list[Durations]:
+    """Per type: count, p50, p95, p99, max and mean run time of jobs completed since ``since``
+    (a time, or a window back from now). Walks ``ix_tether_jobs_finished`` for the window only."""
+    if isinstance(since, timedelta):
+        since = _now(source, now) - since
+    engine = _engine(source)
+    seconds = _seconds_between(engine.dialect.name, t.c.claimed_at, t.c.completed_at)
+    query = sa.select(t.c.type, seconds).where(
+        t.c.status == JobStatus.COMPLETED.value, t.c.completed_at >= since, t.c.claimed_at.is_not(None)
+    )
+    if job_type is not None:
+        query = query.where(t.c.type == job_type)
+    by_type: dict[str, list[float]] = {}
+    with reading(source) as conn:
+        for name, value in conn.execute(query.execution_options(yield_per=10_000)):
+            # Millisecond resolution: julianday() arithmetic is only good to ~50 µs.
+            by_type.setdefault(name, []).append(max(0.0, round(float(value), 3)))
+    out = []
+    for name in sorted(by_type):
+        values = sorted(by_type[name])
+        out.append(Durations(
+            name, len(values), percentile(values, 50), percentile(values, 95), percentile(values, 99),
+            values[-1], sum(values) / len(values),
+        ))
+    return out
+
+
+# -- are there duplicates? -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DuplicateGroup:
+    """One type + idempotency key used by more than one job (at most one of them active)."""
+
+    type: str
+    idempotency_key: str
+    jobs: list[JobRecord] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "idempotency_key": self.idempotency_key,
+            "count": len(self.jobs),
+            "jobs": [{"id": j.id, "status": j.status.value, "created_at": j.created_at.isoformat(),
+                      "completed_at": j.completed_at.isoformat() if j.completed_at else None} for j in self.jobs],
+        }
+
+
+def duplicates(source: Source, *, job_type: str | None = None, limit: int | None = 50) -> list[DuplicateGroup]:
+    """Keys used by more than one job, most jobs first. The unique index only forbids two
+    *active* jobs with one key, so these are re-runs after completion or failure. Groups by
+    (type, idempotency_key): without an index on those columns this reads the whole table."""
+    keyed = t.c.idempotency_key.is_not(None)
+    groups = (
+        sa.select(t.c.type, t.c.idempotency_key, sa.func.count().label("n"))
+        .where(keyed)
+        .group_by(t.c.type, t.c.idempotency_key)
+        .having(sa.func.count() > 1)
+        .order_by(sa.desc("n"), t.c.type, t.c.idempotency_key)
+        .limit(limit)
+    )
+    if job_type is not None:
+        groups = groups.where(t.c.type == job_type)
+    with reading(source) as conn:
+        found = [(r.type, r.idempotency_key) for r in conn.execute(groups)]
+        out = []
+        for name, key in found:
+            members = _records(conn, _select_jobs().where(t.c.type == name, t.c.idempotency_key == key).order_by(t.c.id))
+            out.append(DuplicateGroup(name, key, members))
+    return out
+
+
+# -- what ran lately? listing and one job --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Recent:
+    """Jobs that finished (completed or failed) in ``[since, until]``, newest first."""
+
+    since: datetime
+    until: datetime
+    completed: int
+    failed: int
+    jobs: list[JobRecord]
+
+
+def recent(
+    source: Source, *, since: datetime | timedelta = timedelta(hours=1), job_type: str | None = None,
+    limit: int | None = 100, now: datetime | None = None,
+) -> Recent:
+    """What finished in the window: counts by outcome and the newest ``limit`` jobs."""
+    until = _now(source, now)
+    if isinstance(since, timedelta):
+        since = until - since
+    counts: dict[str, int] = {}
+    query = sa.select(t.c.status, sa.func.count()).where(
+        t.c.status.in_((JobStatus.COMPLETED.value, JobStatus.FAILED.value)),
+        t.c.completed_at >= since, t.c.completed_at <= until,
+    ).group_by(t.c.status)
+    if job_type is not None:
+        query = query.where(t.c.type == job_type)
+    with reading(source) as conn:
+        counts = dict(conn.execute(query).all())  # type: ignore[arg-type]
+        listed = _finished(conn, (JobStatus.COMPLETED, JobStatus.FAILED), job_type, since, until, limit)
+    return Recent(since, until, counts.get("completed", 0), counts.get("failed", 0), listed)
+
+
+def _finished(conn: sa.Connection, statuses: tuple[JobStatus, ...], job_type: str | None,
+              since: datetime | None, until: datetime | None, limit: int | None) -> list[JobRecord]:
+    query = _select_jobs().where(t.c.status.in_([s.value for s in statuses]))
+    if since is not None:
+        query = query.where(t.c.completed_at >= since)
+    if until is not None:
+        query = query.where(t.c.completed_at <= until)
+    if job_type is not None:
+        query = query.where(t.c.type == job_type)
+    return _records(conn, query.order_by(t.c.completed_at.desc(), t.c.id.desc()).limit(limit))
+
+
+def _id_floor(when: datetime) -> str:
+    """The smallest ULID of ``when``'s millisecond: ids are time-ordered, so ``id >= floor`` is a
+    primary-key range for "created since"."""
+    return str(ULID.from_int((int(ULID.from_datetime(when)) >> 80) << 80))
+
+
+def jobs(
+    source: Source, *, status: JobStatus | str | None = None, job_type: str | None = None,
+    since: datetime | None = None, limit: int | None = 50,
+) -> list[JobRecord]:
+    """Jobs matching the filters. With ``status`` completed/failed, newest finished first;
+    otherwise newest enqueued first (``since`` filters on enqueue time)."""
+    status = _status_str(status) if status is not None else None
+    with reading(source) as conn:
+        if status in ("completed", "failed") and since is None:
+            return _finished(conn, (JobStatus(status),), job_type, None, None, limit)
+        query = _select_jobs()
+        if status is not None:
+            query = query.where(t.c.status == status)
+        if job_type is not None:
+            query = query.where(t.c.type == job_type)
+        if since is not None:
+            query = query.where(t.c.id >= _id_floor(since), t.c.created_at >= since)
+        return _records(conn, query.order_by(t.c.id.desc()).limit(limit))
+
+
+def show(source: Source, job_id: str) -> JobRecord:
+    """Everything about one job; raises JobNotFound."""
+    with reading(source) as conn:
+        row = conn.execute(_select_jobs().where(t.c.id == job_id)).first()
+    if row is None:
+        raise JobNotFound(job_id)
+    return JobRecord.from_row(row)
+
+
+def children(source: Source, job_id: str, *, limit: int = 20) -> list[JobRecord]:
+    """Jobs a job's handler enqueued (via ``ix_tether_jobs_parent``)."""
+    with reading(source) as conn:
+        return _records(conn, _select_jobs().where(t.c.parent_id == job_id).order_by(t.c.id).limit(limit))
+
+
+def counts(source: Source) -> dict[tuple[str, str], int]:
+    """Jobs by (status, type) over the whole ledger. Counts every row: covered by an index on
+    (status, type) if there is one, otherwise a full scan (used by metrics, not by status)."""
+    with reading(source) as conn:
+        rows = conn.execute(sa.select(t.c.status, t.c.type, sa.func.count()).group_by(t.c.status, t.c.type))
+        return {(status, name): n for status, name, n in rows}

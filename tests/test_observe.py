@@ -1,0 +1,249 @@
+"""The operator's questions answered from a ledger built by real jobs (SQLite and PostgreSQL).
+
+``build_ledger`` is shared with tests/test_cli.py: it runs real jobs through a coordinator and
+a fake clock, leaving completed, failed (permanent and exhausted), retried, duplicate-key,
+stuck and pending jobs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Callable, ClassVar
+
+import pytest
+import sqlalchemy as sa
+
+from tether import Coordinator, FakeClock, JobContext, JobStatus, PermanentError
+from tether import health, metrics, observe, retention
+from tether.errors import ConfigError, JobNotFound
+from tether.jobtypes import CreateFile, JobType, Payload, default_registry
+
+LOCK_TIMEOUT = 300.0
+
+
+class Work(Payload):
+    job_type: ClassVar[str] = "work"
+    name: str
+    target: str | None = None
+    seconds: float = 0.0
+    fail_times: int = 0
+    permanent: bool = False
+
+
+class WorkType(JobType[Work]):
+    """Takes ``seconds`` of (fake) time; fails its first ``fail_times`` runs."""
+
+    name = "work"
+    payload_model = Work
+
+    def __init__(self) -> None:
+        self.runs: dict[str, int] = {}
+
+    def ordering_key(self, payload: Work) -> str | None:
+        return payload.target
+
+    def run(self, payload: Work, ctx: JobContext) -> dict[str, Any]:
+        self.runs[payload.name] = n = self.runs.get(payload.name, 0) + 1
+        if payload.seconds:
+            ctx.clock.advance(payload.seconds)  # type: ignore[attr-defined]
+        if n <= payload.fail_times:
+            if payload.permanent:
+                raise PermanentError(f"{payload.name} can never work\nsecond line of detail")
+            raise RuntimeError(f"{payload.name} broke on run {n}")
+        return {"name": payload.name, "run": n}
+
+
+@dataclass
+class Ledger:
+    coordinator: Coordinator
+    clock: FakeClock
+    ids: dict[str, str] = field(default_factory=dict)
+
+
+def build_ledger(make: Callable[..., Coordinator], clock: FakeClock) -> Ledger:
+    """Completed 11 (work 1..5 s, 3 files, 2 with key 'nightly', 1 retried), failed 2 (one
+    permanent, one out of attempts), stuck 1 (claimed by w-dead, lock 400 s old), pending 3."""
+    registry = default_registry()
+    registry.register(WorkType())
+    c = make(registry=registry, lock_timeout=LOCK_TIMEOUT)
+    led = Ledger(c, clock)
+    ids = led.ids
+    # Out of attempts: fails, waits out its backoff, fails again.
+    ids["flaky"] = c.enqueue(Work(name="flaky", fail_times=5), max_attempts=2).id
+    c.run_until_idle()
+    clock.advance(3600)
+    c.run_until_idle()
+    for i in range(1, 6):
+        ids[f"w{i}"] = c.enqueue(Work(name=f"w{i}", seconds=float(i))).id
+    for name in ("a", "b", "c"):
+        ids[f"file_{name}"] = c.enqueue(CreateFile(path=f"notes/{name}.json", content={"n": name})).id
+    c.run_until_idle()
+    ids["nightly1"] = c.enqueue(Work(name="nightly-1", seconds=2), key="nightly").id
+    c.run_until_idle()
+    ids["nightly2"] = c.enqueue(Work(name="nightly-2", seconds=2), key="nightly").id
+    c.run_until_idle()
+    ids["bad"] = c.enqueue(Work(name="bad", fail_times=1, permanent=True)).id
+    ids["comeback"] = c.enqueue(Work(name="comeback", fail_times=1, permanent=True)).id
+    c.run_until_idle()
+    c.retry(ids["comeback"])
+    c.run_until_idle()
+    ids["hang"] = c.enqueue(Work(name="hang")).id
+    [claimed] = c.queue.claim("w-dead")
+    assert claimed.id == ids["hang"]
+    clock.advance(LOCK_TIMEOUT + 100)
+    for i in range(3):
+        ids[f"later{i}"] = c.enqueue(Work(name=f"later{i}"), delay=60).id
+    return led
+
+
+@pytest.fixture
+def ledger(make_coordinator: Callable[..., Coordinator], clock: FakeClock) -> Ledger:
+    return build_ledger(make_coordinator, clock)
+
+
+def test_stats_counts_outstanding_by_type_failed_stuck_and_oldest_pending(ledger: Ledger) -> None:
+    s = observe.stats(ledger.coordinator)
+    assert [(b.type, b.pending, b.claimed) for b in s.by_type] == [("work", 3, 1)]
+    assert (s.pending, s.claimed, s.outstanding, s.failed, s.stuck) == (3, 1, 4, 2, 1)
+    assert s.oldest_pending_age == 0.0  # the later jobs were enqueued at the final instant
+    ledger.clock.advance(90)
+    assert observe.stats(ledger.coordinator).oldest_pending_age == 90.0
+
+
+def test_a_job_is_stuck_only_once_its_lock_is_older_than_the_timeout(ledger: Ledger) -> None:
+    assert observe.stats(ledger.coordinator, lock_timeout=401).stuck == 0
+    found = observe.stuck(ledger.coordinator)
+    assert [j.id for j in found.jobs] == [ledger.ids["hang"]]
+    assert found.jobs[0].locked_by == "w-dead"
+    assert found.held_for(found.jobs[0]) == 400.0
+
+
+def test_failed_lists_permanent_and_exhausted_failures_with_their_errors(ledger: Ledger) -> None:
+    jobs = observe.failed(ledger.coordinator)
+    assert [j.id for j in jobs] == [ledger.ids["bad"], ledger.ids["flaky"]]  # latest failure first
+    bad, flaky = jobs
+    assert bad.last_error == "PermanentError: bad can never work\nsecond line of detail"
+    assert (flaky.attempts, flaky.max_attempts) == (2, 2)
+    assert "flaky broke on run 2" in flaky.last_error
+    assert observe.failed(ledger.coordinator, job_type="create_file") == []
+    assert observe.failed(ledger.coordinator, since=ledger.clock.now() - timedelta(seconds=1)) == []
+
+
+def test_durations_are_percentiles_of_claim_to_completion_per_type(ledger: Ledger) -> None:
+    by_type = {d.type: d for d in observe.durations(ledger.coordinator, since=timedelta(hours=1))}
+    assert set(by_type) == {"create_file", "work"}
+    work = by_type["work"]
+    # w1..w5 took 1..5 s, nightly 2+2 s, comeback 0 s (its second, successful attempt).
+    assert work.count == 8
+    assert (work.p50, work.p95, work.p99, work.max) == (2.0, 5.0, 5.0, 5.0)
+    assert by_type["create_file"].count == 3 and by_type["create_file"].max == 0.0
+    assert observe.durations(ledger.coordinator, since=timedelta(seconds=10)) == []
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert [observe.percentile(values, q) for q in (50, 95, 99, 100)] == [50.0, 95.0, 99.0, 100.0]
+    assert observe.percentile([7.0], 99) == 7.0
+
+
+def test_duplicates_groups_jobs_sharing_type_and_key(ledger: Ledger) -> None:
+    [group] = observe.duplicates(ledger.coordinator)
+    assert (group.type, group.idempotency_key) == ("work", "nightly")
+    assert [j.id for j in group.jobs] == [ledger.ids["nightly1"], ledger.ids["nightly2"]]
+    assert group.to_dict()["count"] == 2
+    assert observe.duplicates(ledger.coordinator, job_type="create_file") == []
+
+
+def test_recent_counts_and_lists_what_finished_in_the_window(ledger: Ledger) -> None:
+    r = observe.recent(ledger.coordinator, since=timedelta(hours=1))
+    assert (r.completed, r.failed) == (11, 2)
+    assert len(r.jobs) == 13 and r.jobs[0].id == ledger.ids["comeback"]
+    assert observe.recent(ledger.coordinator, since=timedelta(minutes=1)).jobs == []
+    assert len(observe.recent(ledger.coordinator, since=timedelta(hours=1), limit=2).jobs) == 2
+
+
+def test_jobs_filters_by_status_type_and_enqueue_time(ledger: Ledger) -> None:
+    c = ledger.coordinator
+    assert [j.id for j in observe.jobs(c, status="pending")] == [ledger.ids[f"later{i}"] for i in (2, 1, 0)]
+    assert {j.id for j in observe.jobs(c, status=JobStatus.CLAIMED)} == {ledger.ids["hang"]}
+    assert len(observe.jobs(c, job_type="create_file")) == 3
+    assert len(observe.jobs(c, limit=None)) == 17
+    recent = observe.jobs(c, since=ledger.clock.now() - timedelta(seconds=1))
+    assert {j.id for j in recent} == {ledger.ids[f"later{i}"] for i in range(3)}
+
+
+def test_show_reads_one_job_and_names_a_missing_id(ledger: Ledger) -> None:
+    job = observe.show(ledger.coordinator, ledger.ids["file_a"])
+    assert job.status is JobStatus.COMPLETED and job.result_data["written"] is True
+    with pytest.raises(JobNotFound, match="no job with id 'nope'"):
+        observe.show(ledger.coordinator, "nope")
+
+
+def test_health_verdict_follows_stuck_failed_and_backlog_thresholds(ledger: Ledger) -> None:
+    h = health.health(ledger.coordinator)
+    assert h.verdict is health.Verdict.ERROR and h.verdict.exit_code == 2
+    assert [c.verdict.label for c in h.checks] == ["ok", "error", "warning"]
+    ok_backlog = health.Thresholds(backlog_limit=100)
+    s = observe.stats(ledger.coordinator, lock_timeout=10_000)  # nothing stuck
+    assert health.assess(s, ok_backlog).verdict is health.Verdict.WARNING  # 2 failed
+    assert health.assess(s, health.Thresholds(backlog_limit=5)).verdict is health.Verdict.WARNING  # 4 >= 80% of 5
+    assert health.assess(s, health.Thresholds(backlog_limit=4)).verdict is health.Verdict.ERROR  # 4 >= 4
+
+
+def test_empty_ledger_is_ok_and_thresholds_are_validated(coordinator: Coordinator) -> None:
+    h = health.health(coordinator)
+    assert h.verdict is health.Verdict.OK and h.reasons == []
+    assert h.to_dict()["thresholds"] == {"backlog_limit": 100, "backlog_warn": 80, "stuck_error": 1, "failed_warn": 1}
+    with pytest.raises(ConfigError, match="backlog limit must be at least 1"):
+        health.Thresholds(backlog_limit=0)
+
+
+def test_metrics_expose_jobs_by_status_and_type_and_durations(ledger: Ledger) -> None:
+    text = metrics.exposition(ledger.coordinator).decode()
+    lines = set(text.splitlines())
+    assert 'tether_jobs{status="completed",type="work"} 8.0' in lines
+    assert 'tether_jobs{status="failed",type="create_file"} 0.0' in lines
+    assert 'tether_jobs{status="claimed",type="work"} 1.0' in lines
+    assert "tether_jobs_stuck 1.0" in lines and "tether_jobs_failed 2.0" in lines
+    assert "tether_health 2.0" in lines
+    assert 'tether_job_duration_seconds{quantile="0.95",type="work"} 5.0' in lines
+    assert 'tether_job_duration_seconds_count{type="work"} 8.0' in lines
+    assert "# TYPE tether_job_duration_seconds summary" in lines
+
+
+def test_purge_deletes_old_finished_jobs_but_keeps_the_latest_per_target(
+    make_coordinator: Callable[..., Coordinator], clock: FakeClock
+) -> None:
+    registry = default_registry()
+    registry.register(WorkType())
+    c = make_coordinator(registry=registry)
+    old = [c.enqueue(CreateFile(path="a.json", content={"v": v}, overwrite=True)).id for v in range(3)]
+    untargeted = c.enqueue(Work(name="x")).id
+    failed = c.enqueue(Work(name="y", fail_times=1, permanent=True)).id
+    c.run_until_idle()
+    clock.advance(days=8)
+    fresh = c.enqueue(Work(name="z")).id
+    c.run_until_idle()
+    plan = retention.purge(c, older_than=timedelta(days=7), dry_run=True)
+    assert plan.by_status_type == {("completed", "create_file"): 2, ("completed", "work"): 1}
+    assert {j.id for j in observe.jobs(c, limit=None)} >= set(old)  # a dry run deletes nothing
+    done = retention.purge(c, older_than=timedelta(days=7), batch_size=1)
+    assert done.total == 3
+    left = {j.id for j in observe.jobs(c, limit=None)}
+    assert left == {old[-1], failed, fresh}  # latest write of a.json kept; failed needs --failed
+    assert untargeted not in left
+    assert retention.purge(c, older_than=timedelta(days=7), statuses=["failed"]).total == 1
+    with pytest.raises(ConfigError, match="finished jobs only"):
+        retention.purge(c, older_than=timedelta(days=7), statuses=["pending"])
+
+
+def test_reads_never_create_a_ledger(tmp_path) -> None:  # noqa: ANN001
+    missing = tmp_path / "nowhere" / "tether.db"
+    with pytest.raises(observe.NoLedger, match=f"no ledger at {missing}"):
+        observe.open_ledger(f"sqlite:///{missing}")
+    assert not missing.exists()
+    empty = tmp_path / "empty.db"
+    sa.create_engine(f"sqlite:///{empty}").connect().close()
+    with pytest.raises(observe.NoLedger, match="has no tether_jobs table"):
+        observe.open_ledger(f"sqlite:///{empty}")
