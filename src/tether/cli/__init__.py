@@ -9,6 +9,7 @@ import typer
 
 from ..errors import TetherError
 from . import enqueue, worker  # noqa: F401  (registers the commands)
+from . import reconcile  # noqa: F401  (registers the command)
 from .app import app, err
 
 

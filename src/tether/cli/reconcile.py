@@ -1,0 +1,136 @@
+"""``tether reconcile``: does the data root hold what the ledger says was done?
+
+Exit status as Terraform's ``-detailed-exitcode``: 0 in sync, 2 drift found, 1 could not check.
+Any failure (a bad flag, an unreachable database, a crash) exits 1, never 2.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable, Optional
+
+import typer
+from rich.table import Table
+
+from .. import events
+from ..reconcile import DRIFT, STATUSES, Report, count_targeted_jobs, reconcile as run_reconcile
+from .app import app, err, open_coordinator, out, print_json, settings
+
+
+@app.command()
+def reconcile(
+    as_json: bool = typer.Option(False, "--json", help="Print the whole report as JSON."),
+    exists_only: bool = typer.Option(False, "--exists-only", help="Only check that files exist or are absent (no file is read): fast, but misses changed bytes."),
+    untracked: bool = typer.Option(False, "--untracked", help="Also report files under the root that no job ever named."),
+    startup: bool = typer.Option(False, "--startup", help="Reclaim stale locks first (Coordinator.startup_check): what to run before workers start. Without it the check writes nothing."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print events (drift.detected, reconcile.finished: JSON lines on stderr)."),
+    db: Optional[str] = typer.Option(None, "--db", help="Ledger URL (same as the global --db / TETHER_DB)."),
+    root: Optional[str] = typer.Option(None, "--root", help="Data root (same as the global --root / TETHER_ROOT)."),
+) -> None:
+    """Compare the ledger with the data root and report drift; never repairs anything.
+
+    For each path the expectation is the effect of the latest completed create_file/delete_file
+    job; paths with a pending or claimed job are not checked. Exit 0 in sync, 2 drift, 1 could
+    not check.
+
+    Example: tether --db sqlite:///ledger/tether.db --root ./data reconcile --json
+    """
+    try:
+        if db is not None:
+            settings.db = db
+        if root is not None:
+            settings.root = root
+        if not quiet:
+            events.log_to_stderr()
+        with open_coordinator() as coordinator:
+            options: dict[str, Any] = {"content": not exists_only, "untracked": untracked}
+            with _progress(coordinator, enabled=not as_json and err.is_terminal) as progress:
+                options["progress"] = progress
+                report = coordinator.startup_check(**options) if startup else run_reconcile(coordinator, **options)
+        if as_json:
+            print_json(report.to_dict())
+        else:
+            _print(report)
+    except KeyboardInterrupt:
+        err.print("tether reconcile: interrupted; nothing was checked to the end")
+        sys.exit(130)
+    except Exception as e:  # a crash must never read as drift (exit 2)
+        err.print(f"tether reconcile: could not check: {type(e).__name__}: {e}", markup=False, soft_wrap=True)
+        sys.exit(1)
+    # sys.exit, not typer.Exit: the console entry runs typer without standalone mode, where an
+    # Exit code is returned to it rather than raised.
+    sys.exit(report.exit_code)
+
+
+class _progress:
+    """A rich progress bar on stderr for long checks; a no-op when not on a terminal."""
+
+    def __init__(self, coordinator: Any, *, enabled: bool) -> None:
+        self.coordinator, self.enabled, self.bar = coordinator, enabled, None
+
+    def __enter__(self) -> Callable[[int], None] | None:
+        if not self.enabled:
+            return None
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        total = count_targeted_jobs(self.coordinator)
+        self.bar = Progress(TextColumn("reconciling jobs"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            console=err, transient=True)
+        self.bar.start()
+        task = self.bar.add_task("reconcile", total=total)
+        bar = self.bar
+        return lambda done: bar.update(task, completed=done)
+
+    def __exit__(self, *_: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _print(report: Report) -> None:
+    counts = ", ".join(f"{report.counts[s]} {s}" for s in STATUSES if report.counts[s] or s == "in_sync")
+    newest = report.newest_job_id or "none"
+    mode = "content" if report.content else "existence only"
+    out.print(f"checked {report.checked} path(s) at {report.checked_at.isoformat()} ({mode}; newest job {newest}): {counts}")
+    if report.findings:
+        table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+        for column in ("status", "path", "job", "expected", "actual"):
+            wrap = column in ("path", "actual")
+            table.add_column(column, overflow="fold" if wrap else "ellipsis", no_wrap=not wrap, ratio=1 if wrap else None)
+        for f in report.findings:
+            style = "red" if f.status in DRIFT else "yellow" if f.status == "unknown" else None
+            actual = _bytes(f.actual_size, f.actual_sha256)
+            if f.detail and f.status in ("unknown", "modified", "not_checked"):
+                actual = f.detail if actual == "-" else f"{actual} ({f.detail})"
+            table.add_row(f.status, f.path, f.job_id or "-", _bytes(f.expected_size, f.expected_sha256), actual,
+                          style=style)
+        out.print(table)
+    verdict = {0: "in sync", 1: "could not check every path", 2: f"drift found ({report.drift})"}[report.exit_code]
+    out.print(verdict)
+
+
+def _bytes(size: int | None, sha256: str | None) -> str:
+    if size is None and sha256 is None:
+        return "-"
+    parts = [f"{size} B" if size is not None else "", sha256[:8] if sha256 else ""]
+    return " ".join(p for p in parts if p)
+
+
+def check_main(argv: list[str] | None = None) -> None:
+    """Entry of ``reconcile/check``: ``tether reconcile`` in which every failure, a usage error
+    included, exits 1 (click's usage errors exit 2, which here would read as drift)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        rv = app(["reconcile", *args], prog_name="reconcile/check", standalone_mode=False)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except typer.TyperException as e:  # usage errors (typer's own click)
+        show = getattr(e, "show", None)
+        if show is not None:
+            show()
+        else:
+            err.print(f"reconcile/check: {e}", markup=False)
+        sys.exit(1)
+    except Exception as e:
+        err.print(f"reconcile/check: could not check: {type(e).__name__}: {e}", markup=False, soft_wrap=True)
+        sys.exit(1)
+    sys.exit(rv if isinstance(rv, int) else 0)
