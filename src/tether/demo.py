@@ -20,9 +20,11 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from dataclasses import replace
+from typing import Any, Callable, ClassVar, Literal
 
 import orjson
 import sqlalchemy as sa
@@ -33,7 +35,7 @@ from .context import JobContext
 from .coordinator import Coordinator
 from .errors import RetryableError, TetherError
 from .jobtypes import CreateFile, JobType, Payload, Registry, default_registry, render
-from .jobtypes.base import checked_path, file_target
+from .jobtypes.base import IN_SYNC, SYNCED, Check, Probe, check_file, checked_path, file_target
 from .retry import RetryPolicy
 from .schema import Job
 from .store import JsonStore
@@ -80,6 +82,10 @@ def requirement_path(req_id: str) -> str:
     return f"requirements/{req_id}/requirement.json"
 
 
+def report_path(slug: str) -> str:
+    return f"reports/{slug}.md"
+
+
 def json_bytes(model: BaseModel) -> bytes:
     """A model as the sample store keeps it: exactly what ``store.save`` writes."""
     return render(CreateFile(path="x.json", content=model.model_dump(mode="json"), overwrite=True))
@@ -122,9 +128,32 @@ class SaveRequirement(Payload):
     requirement: Requirement
 
 
+class RequirementProbe(Probe):
+    """The reconciler's check of a save_requirement: both files hold exactly what it wrote."""
+
+    def check(self, payload: str, root: Path, *, content: bool) -> Check:
+        req = SaveRequirement.model_validate_json(payload).requirement
+        for rel, data in requirement_files(req).items():
+            found = check_file(root, rel, data, present=True, content=content)
+            if found.status != IN_SYNC:
+                return replace(found, detail=f"{rel} {found.detail or found.status}")
+        return SYNCED
+
+
+class ExistsProbe(Probe):
+    """For effects computed from the disk at run time: only the file's existence is checkable."""
+
+    def __init__(self, model: type[Payload], path: Callable[[Any], str]) -> None:
+        self.model, self.path = model, path
+
+    def check(self, payload: str, root: Path, *, content: bool) -> Check:
+        return check_file(root, self.path(self.model.model_validate_json(payload)), None, present=True, content=False)
+
+
 class SaveRequirementType(JobType[SaveRequirement]):
     name = "save_requirement"
     payload_model = SaveRequirement
+    probe = RequirementProbe()
 
     def prepare(self, payload: SaveRequirement, root: Path) -> SaveRequirement:
         for rel in requirement_files(payload.requirement):
@@ -151,6 +180,7 @@ class ArchiveProject(Payload):
 class ArchiveProjectType(JobType[ArchiveProject]):
     name = "archive_project"
     payload_model = ArchiveProject
+    probe = ExistsProbe(ArchiveProject, lambda p: project_path(p.slug))
 
     def ordering_key(self, payload: ArchiveProject) -> str:
         return file_target(project_path(payload.slug))
@@ -185,6 +215,7 @@ class PublishReportType(JobType[PublishReport]):
 
     name = "publish_report"
     payload_model = PublishReport
+    probe = ExistsProbe(PublishReport, lambda p: report_path(p.slug))
 
     def __init__(self, *, fail_first_attempt: bool = False) -> None:
         self.fail_first_attempt = fail_first_attempt
@@ -193,14 +224,14 @@ class PublishReportType(JobType[PublishReport]):
         return f"report:{payload.slug}"
 
     def ordering_key(self, payload: PublishReport) -> str:
-        return file_target(f"reports/{payload.slug}.md")
+        return file_target(report_path(payload.slug))
 
     def run(self, payload: PublishReport, ctx: JobContext) -> dict[str, Any]:
         if self.fail_first_attempt and ctx.job.attempts == 1:
             raise RetryableError("simulated outage: the reports share is not reachable yet")
         reqs = sorted((r for r in requirements_on_disk(ctx.root) if r.project == payload.slug), key=lambda r: r.id)
         lines = [f"# Report: {payload.slug}\n\n"] + [f"- {r.id} [{r.status}] {r.title}\n" for r in reqs]
-        write_file(ctx, f"reports/{payload.slug}.md", "".join(lines).encode())
+        write_file(ctx, report_path(payload.slug), "".join(lines).encode())
         return {"requirements": len(reqs)}
 
 
@@ -255,7 +286,7 @@ class Demo:
             self.drain(c)
             self.show_jobs(c)
             self.check_files(store)
-        code = self.observe(rel)
+            code = self.observe(c, rel)
         self.say(f"\ndone in {time.monotonic() - started:.1f} s; explore with: "
                  f"tether --db sqlite:///{rel}/tether.db --root {rel}/data --import tether.demo ...")
         return code
@@ -276,7 +307,8 @@ class Demo:
         try:
             store.save(person_path("bob"), bad)
         except TetherError as e:
-            say(f"   save    {person_path('bob'):<34} REFUSED: {e}")
+            say(f"   save    {person_path('bob'):<34} REFUSED ({type(e).__name__}), no job recorded:")
+            say(textwrap.fill(str(e), 100, initial_indent=" " * 11, subsequent_indent=" " * 11))
         req = Requirement(id="REQ-025", project="ingest", title="Extraction output is valid JSON",
                           text="Every extraction result is validated against its schema before it is stored.",
                           priority="must", owner="ada", tags=["extraction", "validation"])
@@ -300,7 +332,8 @@ class Demo:
             if active_jobs(c) == 0 or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
-        self.say(f"\n2. Worker until idle: ran {ran} attempts in {time.monotonic() - started:.2f} s\n")
+        self.say(f"\n2. Worker until idle: {ran} attempt(s) in {time.monotonic() - started:.2f} s "
+                 "(a failed attempt is retried after a backoff)\n")
 
     def show_jobs(self, c: Coordinator) -> None:
         cols = [Job.id, Job.type, Job.ordering_key, Job.status, Job.attempts, Job.parent_id, Job.last_error]
@@ -313,6 +346,9 @@ class Demo:
             if row.attempts > 1 and row.last_error:
                 note += f"  (attempt 1: {row.last_error.splitlines()[0].split(': ', 1)[-1]})"
             self.say(f"   {short(row.id):<8}{row.type:<18}{target:<42}{row.status:<11}{row.attempts}{note}")
+        by_status = ", ".join(f"{sum(r.status == s for r in rows)} {s}" for s in ("completed", "failed", "pending"))
+        self.say(f"   {len(rows)} jobs ({by_status}), {sum(r.attempts for r in rows)} attempts; "
+                 f"{sum(1 for r in rows if r.parent_id)} enqueued by a parent job")
 
     def check_files(self, store: JsonStore) -> None:
         ada = store.load(person_path("ada"), Person)
@@ -327,35 +363,46 @@ class Demo:
                  f"{store.load(project_path('portal'), Project).status}")
         self.say(f"   reports/billing.md         {store.exists('reports/billing.md')}")
 
-    def observe(self, rel: str) -> int:
-        """``tether status`` and ``tether reconcile`` (before and after damaging a file by hand),
-        through the real CLI, once those commands exist."""
-        commands = cli_commands()
-        base = ["--db", f"sqlite:///{rel}/tether.db", "--root", f"{rel}/data", "--import", "tether.demo"]
-        if "status" in commands and module_exists("tether.observe"):
+    def observe(self, c: Coordinator, rel: str) -> int:
+        """``tether status`` (through the real CLI, once it exists), then the reconciler before and
+        after a file is damaged by hand."""
+        if "status" in cli_commands():
             self.say("\n4. Operator view")
-            self.cli(base + ["status"])
+            self.cli(["--db", f"sqlite:///{rel}/tether.db", "--root", f"{rel}/data", "status"])
         else:
             self.say("\n4. [hook] `tether status` is not in this build yet (issue 4); skipped")
-        if "reconcile" not in commands or not module_exists("tether.reconcile"):
-            self.say("5. [hook] `tether reconcile` is not in this build yet (issue 3); skipped")
+        if not module_exists("tether.reconcile"):
+            self.say("5. [hook] the reconciler is not in this build yet (issue 3); skipped")
             return 0
-        self.say("\n5. Reconcile: does the disk agree with the ledger?")
-        first = self.cli(base + ["reconcile"])
+        from .reconcile import reconcile
+
+        self.say("\n5. Reconcile: does the disk agree with the ledger? (tether.reconcile.reconcile)")
+        first = self.report(reconcile(c))
         damaged = self.root / person_path("alan")
         damaged.write_text(damaged.read_text().replace("Alan Turing", "A. M. Turing"))
-        self.say(f"\n6. Damage {rel}/data/{person_path('alan')} by hand (an editor, a stray script), then reconcile again")
-        second = self.cli(base + ["reconcile"])
+        (self.root / "requirements/REQ-025/README.md").unlink()
+        self.say(f"\n6. Damage two files by hand (an editor, a stray script), then reconcile again:")
+        self.say(f"   edit {rel}/data/{person_path('alan')}; delete {rel}/data/requirements/REQ-025/README.md")
+        second = self.report(reconcile(c))
         ok = first == 0 and second == 2
-        self.say(f"\n   reconcile exit codes: {first} (in sync), then {second} (drift found)"
+        self.say(f"\n   exit codes (as `tether reconcile` would return): {first} in sync, then {second} drift"
                  + ("" if ok else "   UNEXPECTED: expected 0 then 2"))
         return 0 if ok else 1
 
+    def report(self, report: Any) -> int:
+        counts = ", ".join(f"{n} {k}" for k, n in report.counts.items() if n)
+        self.say(f"   {report.checked} target(s) checked: {counts or 'nothing'} -> exit {report.exit_code}")
+        for f in report.findings:
+            if f.status != "not_checked":
+                size = f" ({f.expected_size} bytes expected, {f.actual_size} found)" if f.actual_size is not None else ""
+                self.say(f"   {f.status.upper():<10} {f.path}  by job {short(f.job_id)} {f.job_type}{size}"
+                         + (f": {f.detail}" if f.detail else ""))
+        return report.exit_code
+
     def cli(self, args: list[str]) -> int:
-        shown = " ".join(a for a in args if a not in ("--import", "tether.demo") or True)
-        self.say(f"   $ tether {shown}")
+        self.say(f"   $ tether {' '.join(args)}")
         proc = subprocess.run([sys.executable, "-m", "tether", *args], capture_output=True, text=True,
-                              env={**os.environ, "COLUMNS": "120", "NO_COLOR": "1"})
+                              env={**os.environ, "COLUMNS": "110", "NO_COLOR": "1"})
         for line in (proc.stdout + proc.stderr).rstrip().splitlines():
             self.say(f"     {line}")
         return proc.returncode

@@ -1,0 +1,80 @@
+"""`make demo` end to end: it runs from any working directory, leaves sample_data untouched, and
+the data store and the ledger end as sample_data/README.md says."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+import sqlalchemy as sa
+
+from tether import TetherError
+from tether.demo import DEFAULT_SAMPLE, MARKER, Demo
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_demo_runs_end_to_end_from_a_fresh_directory(tmp_path):
+    sample_before = tree_digest(REPO / "sample_data")
+    proc = subprocess.run([sys.executable, "-m", "tether.demo"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "REFUSED (InvalidModel), no job recorded" in out
+    assert "DEDUPLICATED" in out
+    assert "(attempt 1: simulated outage" in out
+    assert "UNEXPECTED" not in out
+    if "[hook]" not in out.split("5.")[-1]:
+        assert "exit codes (as `tether reconcile` would return): 0 in sync, then 2 drift" in out
+        assert "MODIFIED   people/alan.json" in out
+
+    data = tmp_path / "demo-run" / "data"
+    assert orjson.loads((data / "people/alan.json").read_bytes())["email"] == "alan@example.org"
+    assert orjson.loads((data / "people/ada.json").read_bytes())["email"] == "ada@lovelace.example"
+    assert not (data / "people/ken.json").exists()
+    assert not (data / "people/bob.json").exists()
+    assert sorted(p.name for p in (data / "requirements/REQ-025").iterdir()) == ["requirement.json"]  # README.md was damaged
+    assert orjson.loads((data / "projects/portal.json").read_bytes())["status"] == "archived"
+    portal = [orjson.loads(p.read_bytes()) for p in data.glob("requirements/*/requirement.json")]
+    assert sorted(r["status"] for r in portal if r["project"] == "portal") == ["archived"] * 8
+    assert (data / "reports/billing.md").read_text().startswith("# Report: billing")
+
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'demo-run' / 'tether.db'}")
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT type, status, attempts, parent_id FROM tether_jobs")).all()
+    engine.dispose()
+    assert {r.status for r in rows} == {"completed"}
+    assert len(rows) == 15 and sum(1 for r in rows if r.parent_id) == 8
+    assert [r.attempts for r in rows if r.type == "publish_report"] == [2]  # one job despite two enqueues
+    assert tree_digest(REPO / "sample_data") == sample_before
+
+
+def test_demo_wipes_its_own_scratch_directory_on_every_run(tmp_path):
+    lines: list[str] = []
+    work = tmp_path / "scratch"
+    Demo(work, DEFAULT_SAMPLE, lines.append).prepare()
+    (work / "data" / "stray.json").write_text("{}")
+    Demo(work, DEFAULT_SAMPLE, lines.append).prepare()
+    assert (work / MARKER).exists()
+    assert not (work / "data" / "stray.json").exists()
+    assert tree_digest(work / "data") == tree_digest(DEFAULT_SAMPLE / "data")
+
+
+def test_demo_refuses_to_wipe_a_directory_it_did_not_make(tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "precious.txt").write_text("keep me")
+    with pytest.raises(TetherError, match="was not made by the demo"):
+        Demo(mine, DEFAULT_SAMPLE).prepare()
+    assert (mine / "precious.txt").read_text() == "keep me"
+    with pytest.raises(TetherError, match="must be outside"):
+        Demo(DEFAULT_SAMPLE / "run", DEFAULT_SAMPLE).prepare()
