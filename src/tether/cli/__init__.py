@@ -10,6 +10,17 @@ import typer
 from ..errors import TetherError
 from . import enqueue, worker  # noqa: F401  (registers the commands)
 from . import reconcile  # noqa: F401  (registers the command)
+from . import status  # noqa: F401
+from . import failed  # noqa: F401
+from . import stuck  # noqa: F401
+from . import durations  # noqa: F401
+from . import duplicates  # noqa: F401
+from . import recent  # noqa: F401
+from . import jobs  # noqa: F401
+from . import show  # noqa: F401
+from . import retry  # noqa: F401
+from . import purge  # noqa: F401
+from . import metrics  # noqa: F401
 from .app import app, err
 
 

@@ -1,0 +1,39 @@
+"""``tether failed``: what failed and why."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from .. import observe
+from ..clock import SystemClock
+from .app import app, print_json
+from .output import JSON_OPTION, LIMIT_HELP, first_line, job_dicts, ledger, limit_value, parse_duration, table, when
+
+
+@app.command()
+def failed(
+    job_type: Optional[str] = typer.Option(None, "--type", "-t", help="Only jobs of this type."),
+    since: Optional[str] = typer.Option(None, "--since", help="Only jobs that failed within this window, e.g. 1h, 7d."),
+    limit: int = typer.Option(50, "--limit", "-n", help=LIMIT_HELP),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """What failed and why: type, id, attempts, when, first line of the last error.
+
+    Latest first. The whole error: `tether show ID`. Retry: `tether retry ID` or
+    `tether retry --failed`.
+
+    Example: tether failed --type create_file --since 24h
+    """
+    window = parse_duration(since, "--since") if since else None
+    n = limit_value(limit)
+    with ledger() as engine:
+        start = SystemClock().now() - window if window else None
+        jobs = observe.failed(engine, job_type=job_type, since=start, limit=n)
+    if as_json:
+        print_json({"jobs": job_dicts(jobs)})
+        return
+    table("Failed jobs", ["type", "id", "attempts", "failed at (UTC)", "last error"],
+          [(j.type, j.id, f"{j.attempts}/{j.max_attempts}", when(j.completed_at), first_line(j.last_error))
+           for j in jobs], empty="no failed jobs")

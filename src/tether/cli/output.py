@@ -1,0 +1,105 @@
+"""What every read command shares: opening the ledger read-only, --json, tables, durations."""
+
+from __future__ import annotations
+
+import re
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any, Iterable, Iterator, Sequence
+
+import sqlalchemy as sa
+import typer
+from rich.table import Table
+
+from ..errors import ConfigError
+from ..observe import open_ledger
+from ..record import JobRecord
+from .app import out, settings
+
+JSON_OPTION = typer.Option(False, "--json", help="Print JSON (schema: docs/cli-json.md) instead of a table.")
+LIMIT_HELP = "Show at most this many jobs (0 for all)."
+
+
+class InvalidDuration(ConfigError):
+    """A duration option is not a number followed by a unit (s, m, h, d, w)."""
+
+
+_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str, option: str) -> timedelta:
+    """``90s``, ``15m``, ``1h30m``, ``7d``, ``2w`` -> timedelta; anything else: InvalidDuration."""
+    value = text.strip().lower()
+    if not value or _PART.sub("", value):
+        raise InvalidDuration(
+            f"{option}: {text!r} is not a duration; use a number and a unit, e.g. 90s, 15m, 1h30m, 7d"
+        )
+    return timedelta(seconds=sum(float(n) * _UNITS[u] for n, u in _PART.findall(value)))
+
+
+def limit_value(limit: int) -> int | None:
+    if limit < 0:
+        raise ConfigError(f"--limit must be 0 (all) or more, not {limit}")
+    return limit or None
+
+
+@contextmanager
+def ledger() -> Iterator[sa.Engine]:
+    """The ledger named by --db / TETHER_DB, opened for reading; never creates one."""
+    engine = open_ledger(settings.db)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]], *, empty: str = "none") -> None:
+    """A rich table; or, with no rows, one line saying so."""
+    rows = list(rows)
+    if not rows:
+        out.print(f"{title}: {empty}" if title else empty)
+        return
+    tab = Table(title=title, title_justify="left", header_style="bold")
+    for i, col in enumerate(columns):
+        numeric = all(isinstance(row[i], int) for row in rows)
+        tab.add_column(col, overflow="fold", justify="right" if numeric else "left")
+    for row in rows:
+        tab.add_row(*("" if v is None else str(v) for v in row))
+    out.print(tab)
+
+
+def when(value: datetime | None) -> str:
+    """A time as operators read it: UTC, to the second."""
+    return "" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def age(seconds: float | None) -> str:
+    """``95`` -> ``1m35s``; ``None`` -> ``-``."""
+    if seconds is None:
+        return "-"
+    s = int(round(seconds))
+    if s < 60:
+        return f"{seconds:.3g}s" if seconds < 10 else f"{s}s"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            major, rest = divmod(s, size)
+            minor_unit, minor_size = {"d": ("h", 3600), "h": ("m", 60), "m": ("s", 1)}[unit]
+            return f"{major}{unit}{rest // minor_size}{minor_unit}" if rest // minor_size else f"{major}{unit}"
+    return f"{s}s"
+
+
+def seconds(value: float) -> str:
+    """A duration in seconds for the durations table: ms below one second."""
+    return f"{value * 1000:.1f}ms" if value < 1 else f"{value:.2f}s"
+
+
+def first_line(text: str | None, width: int = 100) -> str:
+    if not text:
+        return ""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def job_dicts(jobs: Iterable[JobRecord]) -> list[dict[str, Any]]:
+    return [j.to_dict() for j in jobs]

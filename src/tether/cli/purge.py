@@ -1,0 +1,41 @@
+"""``tether purge``: retention for finished jobs."""
+
+from __future__ import annotations
+
+import typer
+
+from ..errors import ConfigError
+from ..retention import purge as purge_jobs
+from ..status import JobStatus
+from .app import app, out, print_json
+from .output import ledger, parse_duration, table, when
+
+
+@app.command()
+def purge(
+    older_than: str = typer.Option(..., "--older-than", help="Delete jobs that finished longer ago than this, e.g. 7d, 12h."),
+    completed: bool = typer.Option(False, "--completed", help="Delete completed jobs (the latest per file/target is kept)."),
+    failed: bool = typer.Option(False, "--failed", help="Delete failed jobs."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only print what would be deleted."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (schema: docs/cli-json.md)."),
+) -> None:
+    """Delete completed (and/or failed) jobs that finished before a cutoff.
+
+    Pending and claimed jobs are never touched; the latest completed job of each target (file
+    path) is kept whatever its age, so reconcile can still prove that file.
+
+    Example: tether purge --completed --older-than 7d --dry-run
+    """
+    statuses = [s for s, on in ((JobStatus.COMPLETED, completed), (JobStatus.FAILED, failed)) if on]
+    if not statuses:
+        raise ConfigError("say what to purge: --completed and/or --failed")
+    window = parse_duration(older_than, "--older-than")
+    with ledger() as engine:
+        result = purge_jobs(engine, older_than=window, statuses=statuses, dry_run=dry_run)
+    if as_json:
+        print_json(result.to_dict())
+        return
+    verb = "would delete" if dry_run else "deleted"
+    out.print(f"{verb} {result.total} job(s) that finished before {when(result.cutoff)} UTC", markup=False)
+    table(None, ["status", "type", "jobs"], [(st, ty, n) for (st, ty), n in sorted(result.by_status_type.items())],
+          empty="nothing to purge")

@@ -1,0 +1,52 @@
+"""``tether retry``: put failed jobs back to pending (explicit operator action)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from .. import observe
+from ..errors import ConfigError, TetherError
+from .app import app, err, open_coordinator, out, print_json
+from .output import ledger, table
+
+
+@app.command()
+def retry(
+    job_ids: Optional[list[str]] = typer.Argument(None, metavar="[ID]...", help="Ids of failed jobs to retry."),
+    all_failed: bool = typer.Option(False, "--failed", help="Retry every failed job (with --type: of that type)."),
+    job_type: Optional[str] = typer.Option(None, "--type", "-t", help="With --failed: only jobs of this type."),
+    as_json: bool = typer.Option(False, "--json", help="Print what was retried as JSON (schema: docs/cli-json.md)."),
+) -> None:
+    """Put failed jobs back to pending, attempts reset (by id, or all with --failed).
+
+    Only failed jobs can be retried, and never while another active job holds the same key.
+    Exits 1 if any job could not be retried (the others still are).
+
+    Example: tether retry --failed --type create_file
+    """
+    if bool(job_ids) == all_failed:
+        raise ConfigError("give job ids or --failed (not both, not neither)")
+    if job_type and not all_failed:
+        raise ConfigError("--type only applies with --failed")
+    with ledger() as engine:  # a missing ledger is an error here, never created
+        ids = job_ids or [j.id for j in observe.failed(engine, job_type=job_type, limit=None)]
+    retried, errors = [], []
+    with open_coordinator() as coordinator:
+        for job_id in ids:
+            try:
+                retried.append(coordinator.retry(job_id))
+            except TetherError as e:
+                errors.append({"id": job_id, "error": str(e)})
+    if as_json:
+        print_json({"retried": [j.to_dict() for j in retried], "errors": errors})
+    else:
+        table(None, ["retried", "type", "status"], [(j.id, j.type, j.status.value) for j in retried],
+              empty="no jobs retried")
+        for e in errors:
+            err.print(f"tether: error: {e['error']}", markup=False, soft_wrap=True)
+        if retried:
+            out.print(f"{len(retried)} job(s) back to pending; run a worker to process them")
+    if errors:
+        raise SystemExit(1)

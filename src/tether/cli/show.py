@@ -1,0 +1,50 @@
+"""``tether show``: everything about one job."""
+
+from __future__ import annotations
+
+import orjson
+import typer
+from rich.table import Table
+
+from .. import observe
+from .app import app, out, print_json
+from .output import ledger, when
+
+
+@app.command()
+def show(
+    job_id: str = typer.Argument(..., metavar="ID", help="The job id (a ULID, as printed by enqueue or jobs)."),
+    payload: bool = typer.Option(False, "--payload", help="Also print the payload (it may hold file contents or prompts)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the job record as JSON (schema: docs/cli-json.md)."),
+) -> None:
+    """Everything about one job: every column, the whole last error, result, children.
+
+    Example: tether show 01JD3X9Q8ZK2M4N5P6R7S8T9V0 --payload
+    """
+    with ledger() as engine:
+        job = observe.show(engine, job_id)
+        kids = observe.children(engine, job_id)
+    if as_json:
+        print_json({**job.to_dict(include_payload=payload), "children": [k.id for k in kids]})
+        return
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column(overflow="fold")
+    times = {"locked_at", "created_at", "claimed_at", "completed_at", "run_at"}
+    for name, value in job.to_dict().items():
+        if name in ("last_error", "result"):
+            continue
+        if name in times and value:
+            value = when(getattr(job, name)) + " UTC"
+        grid.add_row(name, "" if value is None else str(value))
+    grid.add_row("children", " ".join(k.id for k in kids) or "")
+    out.print(grid)
+    if job.result is not None:
+        out.print("[bold]result[/]")
+        out.print(orjson.dumps(job.result_data, option=orjson.OPT_INDENT_2).decode(), markup=False, highlight=False)
+    if job.last_error:
+        out.print("[bold]last error[/]")
+        out.print(job.last_error, markup=False, highlight=False)
+    if payload:
+        out.print("[bold]payload[/]")
+        out.print(orjson.dumps(job.payload_data, option=orjson.OPT_INDENT_2).decode(), markup=False, highlight=False)

@@ -1,0 +1,38 @@
+"""``tether stuck``: claimed jobs whose lock has gone stale."""
+
+from __future__ import annotations
+
+import typer
+
+from .. import observe
+from .app import app, print_json
+from .output import JSON_OPTION, LIMIT_HELP, age, ledger, limit_value, table, when
+
+
+@app.command()
+def stuck(
+    lock_timeout: float = typer.Option(300.0, "--lock-timeout", help="Seconds after which a claimed job's lock is stale."),
+    limit: int = typer.Option(100, "--limit", "-n", help=LIMIT_HELP),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Claimed jobs whose lock is older than the lock timeout: who holds them, since when.
+
+    A live worker renews its locks by heartbeat, so these belong to dead or hung workers;
+    the stale-lock sweep of any running worker reclaims them.
+
+    Example: tether stuck --lock-timeout 120
+    """
+    n = limit_value(limit)
+    with ledger() as engine:
+        found = observe.stuck(engine, lock_timeout=lock_timeout, limit=n)
+    if as_json:
+        print_json({
+            "now": found.now.isoformat(),
+            "lock_timeout": found.lock_timeout,
+            "jobs": [{**j.to_dict(), "held_for": found.held_for(j)} for j in found.jobs],
+        })
+        return
+    table(f"Stuck jobs (lock older than {lock_timeout:g}s)",
+          ["type", "id", "worker", "locked since (UTC)", "held for", "attempt"],
+          [(j.type, j.id, j.locked_by, when(j.locked_at), age(found.held_for(j)), f"{j.attempts}/{j.max_attempts}")
+           for j in found.jobs], empty="no stuck jobs")
