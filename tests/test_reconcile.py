@@ -1,0 +1,291 @@
+"""The drift suite: a store built by real jobs, each kind of drift injected by hand, and exactly the
+expected statuses reported (on SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+import sqlalchemy as sa
+
+from tether import Coordinator, CreateFile, DeleteFile, JobContext, JobType, Payload
+from tether.jobtypes import base, default_registry, render
+from tether.jobtypes.base import Check, Probe
+from tether.reconcile import reconcile
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def tree_digest(root: Path) -> str:
+    """Every entry under root (tether's own included): path, kind, bytes."""
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in sorted(os.walk(root)):
+        dirnames.sort()
+        for name in sorted(filenames):
+            p = Path(dirpath) / name
+            h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes() + b"\0")
+        h.update(dirpath.encode())
+    return h.hexdigest()
+
+
+def table_dump(c: Coordinator) -> list[tuple[Any, ...]]:
+    with c.engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(sa.text("SELECT * FROM tether_jobs ORDER BY id"))]
+
+
+def statuses(report) -> dict[str, str]:
+    return {f.path: f.status for f in report.findings}
+
+
+def body(n: int) -> dict[str, Any]:
+    return {"n": n, "name": f"item {n}"}
+
+
+@pytest.fixture
+def unreadable(monkeypatch: pytest.MonkeyPatch):
+    """Make named files fail to open/stat with an error. Tests run as root here, where chmod 000
+    does not stop a read, so the failure is injected at the probe's one open/stat function."""
+    failing: dict[str, int] = {}
+    real_open, real_lstat = base.open_data_file, base.lstat_data_file
+
+    def fail_if_named(path: str) -> None:
+        for name, code in failing.items():
+            if path.endswith("/" + name):
+                raise OSError(code, os.strerror(code), path) if code != errno.EACCES else PermissionError(code, os.strerror(code), path)
+
+    def fake_open(path: str) -> int:
+        fail_if_named(path)
+        return real_open(path)
+
+    def fake_lstat(path: str) -> os.stat_result:
+        fail_if_named(path)
+        return real_lstat(path)
+
+    monkeypatch.setattr(base, "open_data_file", fake_open)
+    monkeypatch.setattr(base, "lstat_data_file", fake_lstat)
+    return failing
+
+
+@pytest.fixture
+def store(coordinator: Coordinator, root: Path) -> dict[str, str]:
+    """A store built by real jobs; returns the job id behind each path's expectation."""
+    ids: dict[str, str] = {}
+    for name in "abcdefghij":
+        ids[name] = coordinator.enqueue(CreateFile(path=f"docs/{name}.json", content=body(ord(name)))).id
+    coordinator.run_until_idle()
+    # d and g: created, then deleted by a job.
+    ids["d"] = coordinator.enqueue(DeleteFile(path="docs/d.json")).id
+    ids["g"] = coordinator.enqueue(DeleteFile(path="docs/g.json")).id
+    # i and j: written twice; the second write is the expectation.
+    ids["i"] = coordinator.enqueue(CreateFile(path="docs/i.json", content=body(1000), overwrite=True)).id
+    ids["j"] = coordinator.enqueue(CreateFile(path="docs/j.json", content=body(2000), overwrite=True)).id
+    assert coordinator.run_until_idle() == 4
+    assert reconcile(coordinator).findings == []
+    return ids
+
+
+def test_a_store_built_by_real_jobs_is_in_sync(coordinator: Coordinator, store: dict[str, str]) -> None:
+    report = reconcile(coordinator)
+    assert report.counts["in_sync"] == 10 and report.drift == 0 and report.exit_code == 0
+    assert report.newest_job_id == max(store.values())
+
+
+def test_each_injected_drift_is_reported_with_exactly_its_status(
+    coordinator: Coordinator, store: dict[str, str], root: Path, unreadable: dict[str, int]
+) -> None:
+    docs = root / "docs"
+    expected_a = render(CreateFile(path="docs/a.json", content=body(ord("a"))))
+    (docs / "a.json").unlink()                                            # deleted file
+    b = (docs / "b.json").read_bytes()
+    (docs / "b.json").write_bytes(b + b" ")                               # one byte more
+    c_before = (docs / "c.json").read_bytes()
+    c = bytearray(c_before)
+    c[5] ^= 0x01                                                          # same size, other bytes
+    (docs / "c.json").write_bytes(bytes(c))
+    (docs / "d.json").write_text("{}")                                    # deleted file recreated
+    (docs / ".e.json.0123abcd.tether-tmp").write_bytes(b"half a wri")     # interrupted write
+    unreadable["f.json"] = errno.EACCES                                   # permission denied
+    old_j = render(CreateFile(path="docs/j.json", content=body(ord("j"))))
+    (docs / "j.json").write_bytes(old_j)                                  # first of two writes back
+    # h: a job still pending on the path, and the disk already differs: in flight, not drift.
+    pending = coordinator.enqueue(CreateFile(path="docs/h.json", content=body(7), overwrite=True), delay=3600).id
+    (docs / "h.json").unlink()
+    (docs / ".h.json.89abcdef.tether-tmp").write_bytes(b"x")              # a live write's temp file
+
+    report = reconcile(coordinator)
+
+    assert statuses(report) == {
+        "docs/a.json": "missing",
+        "docs/b.json": "modified",
+        "docs/c.json": "modified",
+        "docs/d.json": "unexpected",
+        "docs/.e.json.0123abcd.tether-tmp": "leftover_temp",
+        "docs/f.json": "unknown",
+        "docs/h.json": "not_checked",
+        "docs/j.json": "modified",
+    }
+    assert report.counts == {"in_sync": 3, "missing": 1, "modified": 3, "unexpected": 1, "leftover_temp": 1,
+                             "untracked": 0, "not_checked": 1, "unknown": 1}  # e, g, i in sync
+    assert report.exit_code == 2 and report.drift == 6
+    found = {f.path: f for f in report.findings}
+    a = found["docs/a.json"]
+    assert (a.job_id, a.expected_size, a.expected_sha256, a.actual_size) == (store["a"], len(expected_a), sha(expected_a), None)
+    # Sizes differ: decided without reading, so no actual hash.
+    assert found["docs/b.json"].actual_size == len(b) + 1 and found["docs/b.json"].actual_sha256 is None
+    # Same size: the bytes were read, and the report says what is there instead.
+    assert found["docs/c.json"].actual_size == len(c) and found["docs/c.json"].actual_sha256 == sha(bytes(c))
+    assert found["docs/c.json"].expected_sha256 == sha(c_before) and found["docs/c.json"].job_id == store["c"]
+    assert found["docs/d.json"].job_id == store["d"] and found["docs/d.json"].actual_size == 2
+    assert found["docs/f.json"].detail == "Permission denied" and found["docs/f.json"].job_id == store["f"]
+    assert found["docs/h.json"].job_id == pending
+    j = found["docs/j.json"]
+    new_j = render(CreateFile(path="docs/j.json", content=body(2000)))
+    assert j.job_id == store["j"] and j.expected_sha256 == sha(new_j) and j.actual_size == len(old_j)
+
+
+def test_existence_only_mode_reads_no_file_and_sees_only_presence(
+    coordinator: Coordinator, store: dict[str, str], root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    docs = root / "docs"
+    (docs / "a.json").unlink()
+    (docs / "c.json").write_bytes(b"changed bytes")
+    (docs / "d.json").write_text("{}")
+
+    def no_reads(path: str) -> int:
+        raise AssertionError(f"existence-only check opened {path}")
+
+    monkeypatch.setattr(base, "open_data_file", no_reads)
+    report = reconcile(coordinator, content=False)
+    assert statuses(report) == {"docs/a.json": "missing", "docs/d.json": "unexpected"}
+    assert report.findings[0].expected_size is not None  # the record still says what was expected
+
+
+def test_a_read_error_is_unknown_never_missing(
+    coordinator: Coordinator, store: dict[str, str], unreadable: dict[str, int]
+) -> None:
+    unreadable.update({"a.json": errno.EIO, "b.json": errno.EACCES, "d.json": errno.EIO})
+    for content in (True, False):
+        report = reconcile(coordinator, content=content)
+        assert statuses(report) == {"docs/a.json": "unknown", "docs/b.json": "unknown", "docs/d.json": "unknown"}
+        assert report.exit_code == 1, "could not check is not drift"
+
+
+def test_untracked_files_are_reported_only_on_request_and_tethers_own_files_never(
+    coordinator: Coordinator, store: dict[str, str], root: Path
+) -> None:
+    (root / "notes").mkdir()
+    (root / "notes" / "hand-made.txt").write_text("by hand")
+    (root / ".tether" / "stray").parent.mkdir(exist_ok=True)
+    (root / ".tether" / "stray").write_text("tether's own")
+    assert list((root / ".tether" / "locks").iterdir()), "the jobs left their path locks"
+    assert reconcile(coordinator).findings == []
+    report = reconcile(coordinator, untracked=True)
+    assert statuses(report) == {"notes/hand-made.txt": "untracked"}
+    assert report.exit_code == 2
+    # A path only a failed or deleted job named is known to the ledger, so not untracked.
+    assert "docs/g.json" not in statuses(report)
+
+
+def test_reconcile_writes_nothing_and_answers_the_same_twice(
+    coordinator: Coordinator, store: dict[str, str], root: Path
+) -> None:
+    (root / "docs" / "a.json").unlink()
+    (root / "docs" / "d.json").write_text("{}")
+    (root / "stray.txt").write_text("x")
+    coordinator.enqueue(CreateFile(path="docs/h.json", content=1, overwrite=True), delay=60)
+    tree, table = tree_digest(root), table_dump(coordinator)
+    first = reconcile(coordinator, untracked=True)
+    second = reconcile(coordinator, untracked=True)
+    reconcile(coordinator, content=False)
+    assert first.findings == second.findings and first.counts == second.counts
+    assert tree_digest(root) == tree and table_dump(coordinator) == table
+
+
+def test_batches_that_split_one_paths_jobs_give_the_same_answer(
+    coordinator: Coordinator, store: dict[str, str], root: Path
+) -> None:
+    for n in range(5):  # one path with many jobs, so a small batch ends inside its group
+        coordinator.enqueue(CreateFile(path="docs/many.json", content=body(n), overwrite=True))
+    coordinator.run_until_idle()
+    coordinator.enqueue(DeleteFile(path="docs/many.json"))
+    coordinator.run_until_idle()
+    (root / "docs" / "many.json").write_text("back")
+    (root / "docs" / "i.json").unlink()
+    whole = reconcile(coordinator)
+    assert statuses(whole) == {"docs/many.json": "unexpected", "docs/i.json": "missing"}
+    jobs = len(table_dump(coordinator))
+    for size in (1, 2, 3, 7):
+        seen: list[int] = []
+        split = reconcile(coordinator, batch_size=size, progress=seen.append)
+        assert (split.findings, split.counts, split.newest_job_id) == (whole.findings, whole.counts, whole.newest_job_id)
+        # progress: jobs read so far, once per batch
+        assert seen == sorted(seen) and seen[-1] == jobs and len(seen) == jobs // size + 1
+
+
+def test_startup_check_reclaims_stale_locks_then_reports_their_paths_in_flight(
+    coordinator: Coordinator, store: dict[str, str], root: Path, clock
+) -> None:
+    job = coordinator.enqueue(CreateFile(path="docs/b.json", content=body(5), overwrite=True)).id
+    assert [j.id for j in coordinator.queue.claim("dead-worker")] == [job]  # ... and the worker died
+    (root / "docs" / "b.json").write_text("the dead worker's half")
+    clock.advance(seconds=coordinator.lock_timeout + 1)
+    report = coordinator.startup_check()
+    assert coordinator.get(job).status.value == "pending"
+    assert statuses(report) == {"docs/b.json": "not_checked"}
+    assert report.exit_code == 0
+
+
+class Widget(Payload):
+    job_type: ClassVar[str] = "widget"
+    name: str
+
+
+class WidgetProbe(Probe):
+    def check(self, payload: str, root: Path, *, content: bool) -> Check:
+        return Check("missing", detail=f"no widget (content={content})")
+
+
+class WidgetType(JobType[Widget]):
+    name = "widget"
+    payload_model = Widget
+    probe = WidgetProbe()
+
+    def ordering_key(self, payload: Widget) -> str:
+        return f"widget:{payload.name}"
+
+    def run(self, payload: Widget, ctx: JobContext) -> None:
+        return None
+
+
+class GadgetType(WidgetType):
+    name = "gadget"
+    probe = None
+
+
+class Gadget(Widget):
+    job_type: ClassVar[str] = "gadget"
+
+
+GadgetType.payload_model = Gadget
+
+
+def test_each_job_type_is_checked_by_its_own_probe_and_types_without_one_are_skipped(
+    make_coordinator, root: Path
+) -> None:
+    registry = default_registry()
+    registry.register(WidgetType())
+    registry.register(GadgetType())
+    c = make_coordinator(registry=registry)
+    c.enqueue(Widget(name="w1"))
+    c.enqueue(Gadget(name="g1"))
+    c.enqueue(CreateFile(path="x.json", content=1))
+    c.run_until_idle()
+    report = reconcile(c, content=False)
+    assert statuses(report) == {"w1": "missing"}
+    assert report.findings[0].detail == "no widget (content=False)" and report.counts["in_sync"] == 1
