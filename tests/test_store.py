@@ -248,6 +248,20 @@ def test_rerun_of_the_one_job_is_idempotent(app, root):
     assert {rel: (root / rel).stat().st_mtime_ns for rel in requirement_files(req)} == stamp
 
 
+def test_reconciler_checks_the_model_and_its_companion_file(app, root):
+    from tether.reconcile import reconcile
+
+    req = requirement("REQ-004")
+    app.enqueue(SaveRequirement(requirement=req))
+    app.run_until_idle()
+    assert reconcile(app).exit_code == 0
+    (root / "requirements/REQ-004/README.md").write_text("edited by hand")
+    report = reconcile(app)
+    assert report.exit_code == 2
+    [finding] = [f for f in report.findings if f.status == "modified"]
+    assert finding.job_type == "save_requirement" and "README.md" in finding.detail
+
+
 def seed_project(app, slug: str, reqs: list[Requirement]) -> None:
     store = JsonStore(app)
     store.save(project_path(slug), Project(slug=slug, name=slug.title(), owner="ada"))
