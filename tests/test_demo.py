@@ -83,3 +83,12 @@ def test_demo_refuses_to_wipe_a_directory_it_did_not_make(tmp_path):
     assert (mine / "precious.txt").read_text() == "keep me"
     with pytest.raises(TetherError, match="must be outside"):
         Demo(DEFAULT_SAMPLE / "run", DEFAULT_SAMPLE).prepare()
+
+
+def test_outbox_example_keeps_the_row_and_the_job_together(tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO / "examples" / "outbox.py"), "--dir", str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "rows in orders: ['o-1001']; jobs in tether_jobs: ['orders/o-1001.json']" in proc.stdout
+    assert (tmp_path / "run" / "data" / "orders" / "o-1001.json").exists()
+    assert not (tmp_path / "run" / "data" / "orders" / "o-1002.json").exists()
