@@ -1,0 +1,127 @@
+"""Job types and fault hooks for the real-process tests (tests/test_processes.py).
+
+Worker subprocesses load this with ``tether --import tests.proc_jobtypes worker ...`` (with the
+repository on PYTHONPATH); the test process loads it by file path to enqueue the same types.
+
+Job types added by ``register``:
+- ``append_id``: appends ``<job id> <pid>`` as one line to ``log`` with O_APPEND, so the test can
+  count how many times each job's effect was applied.
+- ``slow``: touches ``started``, then waits until ``release`` exists, calling
+  ``ctx.checkpoint()`` every few milliseconds (the shape of a cancellable long job).
+
+Fault hooks, switched on per worker process by environment variables (the test process, and any
+worker started without them, get the plain behaviour):
+- ``TETHER_TEST_HANG_BEFORE_RENAME=<marker>``: ``fs.atomic_write`` writes and fsyncs its temp
+  file as usual, then, instead of renaming it, writes the temp path to ``<marker>`` and blocks
+  forever, so the test can SIGKILL the worker in the middle of the atomic write.
+- ``TETHER_TEST_KILL_AFTER_WRITE=<marker>``: ``create_file`` runs the real handler (the rename
+  has happened) and then, if ``<marker>`` exists, deletes it and SIGKILLs its own process before
+  the completion can commit. Deleting the marker first makes this happen once only.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from tether import fs
+from tether.errors import PermanentError
+from tether.jobtypes import JobType, Payload, Registry
+from tether.jobtypes.create_file import CreateFile, CreateFileType
+
+if TYPE_CHECKING:
+    from tether.context import JobContext
+
+HANG_ENV = "TETHER_TEST_HANG_BEFORE_RENAME"
+KILL_ENV = "TETHER_TEST_KILL_AFTER_WRITE"
+SLOW_JOB_DEADLINE = 60.0  # a slow job never outlives a broken test by more than this
+
+
+class AppendId(Payload):
+    job_type: ClassVar[str] = "append_id"
+
+    log: str  # absolute path of the effect log (outside the data root)
+
+
+class AppendIdType(JobType[AppendId]):
+    name = "append_id"
+    payload_model = AppendId
+
+    def run(self, payload: AppendId, ctx: JobContext) -> dict[str, Any]:
+        # One write(2) of a short line with O_APPEND: lines from concurrent processes never mix.
+        fd = os.open(payload.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{ctx.job.id} {os.getpid()}\n".encode())
+        finally:
+            os.close(fd)
+        return {"pid": os.getpid()}
+
+
+class Slow(Payload):
+    job_type: ClassVar[str] = "slow"
+
+    started: str  # absolute path touched when the handler starts
+    release: str  # absolute path whose existence lets the handler return
+
+
+class SlowType(JobType[Slow]):
+    name = "slow"
+    payload_model = Slow
+
+    def run(self, payload: Slow, ctx: JobContext) -> dict[str, Any]:
+        Path(payload.started).touch()
+        deadline = time.monotonic() + SLOW_JOB_DEADLINE
+        checks = 0
+        while not os.path.exists(payload.release):
+            ctx.checkpoint()
+            checks += 1
+            if time.monotonic() > deadline:
+                raise PermanentError("slow test job was never released")
+            time.sleep(0.005)
+        return {"checkpoints": checks}
+
+
+class KillAfterWriteType(CreateFileType):
+    """The real create_file handler, then SIGKILL of this process once (see the module doc)."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def run(self, payload: CreateFile, ctx: JobContext) -> dict[str, Any]:
+        result = super().run(payload, ctx)
+        try:
+            os.unlink(self.marker)
+        except FileNotFoundError:
+            return result
+        os.kill(os.getpid(), signal.SIGKILL)
+        raise AssertionError("unreachable: the process was killed")
+
+
+class _HangOnReplace:
+    """Stands in for the ``os`` module inside tether.fs: everything passes through except
+    ``replace``, which reports the temp path and never returns."""
+
+    def __init__(self, marker: str) -> None:
+        self._marker = marker
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+    def replace(self, src: Any, dst: Any) -> None:
+        tmp = Path(self._marker + ".part")
+        tmp.write_text(os.fspath(src))
+        os.rename(tmp, self._marker)  # the marker appears complete or not at all
+        threading.Event().wait()
+
+
+def register(registry: Registry) -> None:
+    registry.register(AppendIdType())
+    registry.register(SlowType())
+    if marker := os.environ.get(KILL_ENV):
+        registry.register(KillAfterWriteType(marker))
+    if marker := os.environ.get(HANG_ENV):
+        fs.os = _HangOnReplace(marker)  # type: ignore[attr-defined]
