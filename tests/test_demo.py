@@ -92,3 +92,13 @@ def test_outbox_example_keeps_the_row_and_the_job_together(tmp_path):
     assert "rows in orders: ['o-1001']; jobs in tether_jobs: ['orders/o-1001.json']" in proc.stdout
     assert (tmp_path / "run" / "data" / "orders" / "o-1001.json").exists()
     assert not (tmp_path / "run" / "data" / "orders" / "o-1002.json").exists()
+
+
+def test_readme_first_example_runs_as_written(tmp_path, monkeypatch, capsys):
+    readme = (REPO / "README.md").read_text()
+    code = re.search(r"```python\n(.*?)```", readme, re.S).group(1)
+    assert "JsonStore" in code and len(code.strip().splitlines()) <= 12
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+    assert "handle='ada' email='ada@example.org'" in capsys.readouterr().out
+    assert (tmp_path / "data" / "people" / "ada.json").exists() and (tmp_path / "tether.db").exists()
