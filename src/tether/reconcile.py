@@ -47,11 +47,15 @@ WHERE (ordering_key, id) > (:after_key, :after_id) AND status IN ('pending', 'cl
 ORDER BY ordering_key, id
 LIMIT :limit
 """)
-# Asked again after the disk was read, for targets that disagreed.
+# Asked again after the disk was read, for targets that disagreed: the latest completed job and
+# whether one is active now, per target.
 RECHECK = sa.text("""
-SELECT (SELECT max(id) FROM tether_jobs WHERE ordering_key = :key AND status = 'completed'),
-       EXISTS (SELECT 1 FROM tether_jobs WHERE ordering_key = :key AND status IN ('pending', 'claimed'))
-""")
+SELECT ordering_key,
+       max(CASE WHEN status = 'completed' THEN id END),
+       max(CASE WHEN status IN ('pending', 'claimed') THEN 1 ELSE 0 END)
+FROM tether_jobs WHERE ordering_key IN :keys
+GROUP BY ordering_key
+""").bindparams(sa.bindparam("keys", expanding=True))
 ACTIVE_ON = sa.text("""
 SELECT 1 FROM tether_jobs WHERE ordering_key = :key AND status IN ('pending', 'claimed') LIMIT 1
 """)
@@ -178,13 +182,18 @@ class _Reconciler:
         self.batch_size = batch_size
         self.progress = progress
         self.probes = {name: registry.get(name).probe for name in registry.names()}
+        self.suspects: list[tuple[str, Finding]] = []
         self.report: Report
 
     def run(self, now: datetime) -> Report:
         self.report = Report(checked_at=now, content=self.content, untracked=self.untracked)
         for target in self._targets():
             self._check(target)
+            if len(self.suspects) >= 500:
+                self._recheck()
+        self._recheck()
         self._walk()
+        self.report.findings.sort(key=lambda f: f.path)
         return self.report
 
     # -- the ledger ------------------------------------------------------------------------
@@ -241,16 +250,27 @@ class _Reconciler:
         if check.status == IN_SYNC:
             self.report.counts[IN_SYNC] += 1
             return
+        finding = Finding(path, check.status, target.latest_id, target.latest_type, check.expected_size,
+                          check.expected_sha256, check.actual_size, check.actual_sha256, check.detail)
         if check.status in DRIFT:
-            # The disk was read after the ledger: if a job has touched the target since, what we
-            # saw may be its effect. Only a target the ledger still agrees on is drift.
-            [(latest, active)] = self._read(RECHECK, {"key": target.key})
-            if active or latest != target.latest_id:
-                self._found(Finding(path, NOT_CHECKED, target.latest_id, target.latest_type,
-                                    detail="a job touched this path during the check"))
-                return
-        self._found(Finding(path, check.status, target.latest_id, target.latest_type, check.expected_size,
-                            check.expected_sha256, check.actual_size, check.actual_sha256, check.detail))
+            self.suspects.append((target.key, finding))
+        else:
+            self._found(finding)
+
+    def _recheck(self) -> None:
+        """The disk was read after the ledger: if a job has touched a target since, what we saw may
+        be its effect. Only a target on which the ledger still agrees is drift."""
+        if not self.suspects:
+            return
+        now = {key: (latest, active) for key, latest, active in
+               self._read(RECHECK, {"keys": [key for key, _ in self.suspects]})}
+        for key, finding in self.suspects:
+            latest, active = now.get(key, (None, 0))
+            if active or latest != finding.job_id:
+                finding = Finding(finding.path, NOT_CHECKED, finding.job_id, finding.job_type,
+                                  detail="a job touched this path during the check")
+            self._found(finding)
+        self.suspects = []
 
     def _found(self, finding: Finding) -> None:
         self.report.counts[finding.status] += 1
