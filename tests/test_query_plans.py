@@ -42,7 +42,7 @@ def engine(tmp_path_factory):
     with c.engine.begin() as conn:
         for i in range(2000):
             status = ["pending", "claimed", "completed", "failed"][i % 4]
-            conn.execute(sql.statement(sql.INSERT), {**PARAMS, "id": f"{i:026d}", "idempotency_key": f"k{i}" if i % 3 else None,
+            conn.execute(sa.text(sql.INSERT), {**PARAMS, "id": f"{i:026d}", "idempotency_key": f"k{i}" if i % 3 else None,
                                                      "ordering_key": f"file:{i % 50}"})
             conn.execute(sa.text("UPDATE tether_jobs SET status = :s WHERE id = :id"), {"s": status, "id": f"{i:026d}"})
         conn.exec_driver_sql("ANALYZE")
@@ -51,12 +51,12 @@ def engine(tmp_path_factory):
 
 
 def plan(engine: sa.Engine, statement: str) -> list[str]:
-    compiled = sql.statement(statement).compile(dialect=engine.dialect)
-    names = compiled.positiontup
+    from tether.backend import Backend
+
+    params = Backend.for_engine(engine).bind(PARAMS)
     with engine.connect() as conn:
         raw = conn.connection.driver_connection
-        params = [PARAMS[n] if not isinstance(PARAMS[n], datetime) else PARAMS[n].isoformat(" ") for n in names]
-        return [row[3] for row in raw.execute("EXPLAIN QUERY PLAN " + str(compiled), params)]
+        return [row[3] for row in raw.execute("EXPLAIN QUERY PLAN " + statement, params)]
 
 
 @pytest.mark.parametrize("name", sorted(HOT))

@@ -105,13 +105,16 @@ def test_sqlite_connections_use_wal_full_sync_and_a_busy_timeout(tmp_path):
 
 def test_sqlite_write_transactions_begin_immediate(tmp_path):
     with Coordinator.open(f"sqlite:///{tmp_path / 'a.db'}", root=tmp_path) as c:
-        statements = []
-        sa.event.listen(c.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
-        c.queue.claim("w")
+        statements: list[str] = []
+        c.engine.dispose()
+        sa.event.listen(c.engine, "connect", lambda dbapi, _rec: dbapi.set_trace_callback(statements.append))
+        c.queue.claim("w")  # the hot path, on the driver connection
+        with c.engine.begin() as conn:  # SQLAlchemy writes
+            conn.execute(sa.text("SELECT 1"))
         with c.engine.connect().execution_options(tether_read_only=True) as conn:
             conn.execute(sa.text("SELECT 1"))
-        # exec_driver_sql in the begin hook goes through the cursor too
-    assert "BEGIN IMMEDIATE" in statements and "BEGIN" in statements
+    begins = [s for s in statements if s.startswith("BEGIN")]
+    assert begins == ["BEGIN IMMEDIATE", "BEGIN IMMEDIATE", "BEGIN"]
 
 
 def test_a_worker_id_names_host_and_process(coordinator):

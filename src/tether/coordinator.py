@@ -105,8 +105,8 @@ class Coordinator:
         batch.results = self.queue.enqueue_all(batch.jobs)
 
     def _in_session(self, session: Session, jobs: list[NewJob]) -> list[InsertResult]:
-        conn = session.connection()
-        results = [self.queue.insert(conn, job) for job in jobs]
+        with self.queue.backend.write(session.connection()) as cur:
+            results = [self.queue.insert(cur, job) for job in jobs]
         sa.event.listen(session, "after_commit", lambda _s: self.queue.committed(results), once=True)
         return results
 

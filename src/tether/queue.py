@@ -11,6 +11,7 @@ import orjson
 import sqlalchemy as sa
 
 from . import events, sql
+from .backend import Backend
 from .clock import Clock
 from .errors import DatabaseUnavailable, DuplicateActiveJob, InvalidPayload, InvalidTransition, JobNotFound, LostLease
 from .ids import new_id
@@ -52,6 +53,7 @@ class Queue:
         self.registry = registry
         self.root = root
         self.wakeup = wakeup
+        self.backend = Backend.for_engine(engine)
         self._claim_sql = sql.claim_sql(engine.dialect.name)
 
     # -- enqueue ---------------------------------------------------------------------------
@@ -99,25 +101,25 @@ class Queue:
             }
         )
 
-    def insert(self, conn: sa.Connection, job: NewJob) -> InsertResult:
+    def insert(self, cur: Any, job: NewJob) -> InsertResult:
         """Insert inside the caller's transaction; an active job with the same key is returned."""
         while True:
-            row = conn.execute(sql.statement(sql.INSERT), job.params).first()
-            if row is not None:
-                return InsertResult(JobRecord.from_row(row))
-            existing = conn.execute(
-                sql.statement(sql.ACTIVE_BY_KEY),
+            inserted = cur.record(sql.INSERT, job.params)
+            if inserted is not None:
+                return InsertResult(inserted)
+            existing = cur.record(
+                sql.ACTIVE_BY_KEY,
                 {"type": job.params["type"], "idempotency_key": job.params["idempotency_key"]},
-            ).first()
+            )
             if existing is not None:
-                return InsertResult(JobRecord.from_row(existing), duplicate=True)
+                return InsertResult(existing, duplicate=True)
             # PostgreSQL only: the conflicting job finished between the two statements.
 
     def enqueue_all(self, jobs: Sequence[NewJob]) -> list[InsertResult]:
         """Insert ``jobs`` in one transaction; returns after the commit is durable."""
         try:
-            with self.engine.begin() as conn:
-                results = [self.insert(conn, job) for job in jobs]
+            with self.backend.write() as cur:
+                results = [self.insert(cur, job) for job in jobs]
         except sa.exc.OperationalError as e:
             raise DatabaseUnavailable(f"could not record the job(s), nothing was enqueued: {e.orig}") from e
         self.committed(results)
@@ -141,9 +143,9 @@ class Queue:
     def claim(self, worker: str, *, now: datetime | None = None, limit: int = 1) -> list[JobRecord]:
         """Atomically take up to ``limit`` ready jobs: highest priority first, then oldest."""
         now = now or self.clock.now()
-        with self.engine.begin() as conn:
-            rows = conn.execute(sql.statement(self._claim_sql), {"worker": worker, "now": now, "limit": limit}).all()
-        jobs = sorted((JobRecord.from_row(r) for r in rows), key=lambda j: (-j.priority, j.created_at, j.id))
+        with self.backend.write() as cur:
+            rows = cur.records(self._claim_sql, {"worker": worker, "now": now, "limit": limit})
+        jobs = sorted(rows, key=lambda j: (-j.priority, j.created_at, j.id))
         for job in jobs:
             events.emit("claimed", job_id=job.id, type=job.type, attempt=job.attempts, worker=worker)
         return jobs
@@ -152,7 +154,7 @@ class Queue:
 
     def transition(
         self,
-        conn: sa.Connection,
+        cur: Any,
         edge: str,
         job_id: str,
         *,
@@ -168,11 +170,9 @@ class Queue:
             if worker is None or attempt is None:
                 raise ValueError(f"{edge} is fenced: worker and attempt are required")
             params.update(worker=worker, attempt=attempt)
-        row = conn.execute(sql.statement(_EDGE_SQL[edge]), params).first()
-        if row is None:
-            return None
-        job = JobRecord.from_row(row)
-        assert job.status is to_status, (edge, from_status, job.status)
+        job = cur.record(_EDGE_SQL[edge], params)
+        if job is not None:
+            assert job.status is to_status, (edge, from_status, job.status)
         return job
 
     def complete(
@@ -182,12 +182,11 @@ class Queue:
         """Mark ``job`` completed and insert its follow-up jobs in the same transaction."""
         now = self.clock.now()
         encoded = None if result is None else orjson.dumps(result).decode()
-        with self.engine.begin() as conn:
-            done = self.transition(conn, "complete", job.id, worker=worker, attempt=job.attempts, now=now, result=encoded)
+        with self.backend.write() as cur:
+            done = self.transition(cur, "complete", job.id, worker=worker, attempt=job.attempts, now=now, result=encoded)
             if done is None:
-                conn.rollback()
-                raise self._lost(job, worker)
-            inserted = [self.insert(conn, child) for child in children]
+                raise self._lost(job, worker)  # rolls back: no children without a completion
+            inserted = [self.insert(cur, child) for child in children]
         self._event("complete", done, worker, duration=duration)
         self.committed(inserted)
         return done, inserted
@@ -202,8 +201,8 @@ class Queue:
         return self._single(job, worker, "release")
 
     def _single(self, job: JobRecord, worker: str, edge: str, *, duration: float | None = None, **values: Any) -> JobRecord:
-        with self.engine.begin() as conn:
-            moved = self.transition(conn, edge, job.id, worker=worker, attempt=job.attempts, **values)
+        with self.backend.write() as cur:
+            moved = self.transition(cur, edge, job.id, worker=worker, attempt=job.attempts, **values)
         if moved is None:
             raise self._lost(job, worker)
         self._event(edge, moved, worker, duration=duration)
@@ -221,10 +220,9 @@ class Queue:
             return []
         now = now or self.clock.now()
         lost = []
-        with self.engine.begin() as conn:
+        with self.backend.write() as cur:
             for job in jobs:
-                res = conn.execute(sql.statement(sql.HEARTBEAT), {"id": job.id, "worker": worker, "attempt": job.attempts, "now": now})
-                if res.rowcount == 0:
+                if cur.execute(sql.HEARTBEAT, {"id": job.id, "worker": worker, "attempt": job.attempts, "now": now}) == 0:
                     lost.append(job.id)
         return lost
 
@@ -233,9 +231,9 @@ class Queue:
         attempt is not counted again), or to failed if that was their last attempt."""
         now = now or self.clock.now()
         cutoff = now - timedelta(seconds=lock_timeout)
-        with self.engine.begin() as conn:
-            back = [JobRecord.from_row(r) for r in conn.execute(sql.statement(sql.RECLAIM), {"cutoff": cutoff})]
-            dead = [JobRecord.from_row(r) for r in conn.execute(sql.statement(sql.RECLAIM_EXHAUSTED), {"cutoff": cutoff, "now": now})]
+        with self.backend.write() as cur:
+            back = cur.records(sql.RECLAIM, {"cutoff": cutoff})
+            dead = cur.records(sql.RECLAIM_EXHAUSTED, {"cutoff": cutoff, "now": now})
         for job in back:
             self._event("reclaim", job, None)
         for job in dead:
@@ -248,10 +246,10 @@ class Queue:
         """Operator action: a failed job goes back to pending with its attempts reset."""
         now = self.clock.now()
         try:
-            with self.engine.begin() as conn:
-                moved = self.transition(conn, "manual_retry", job_id, now=now)
+            with self.backend.write() as cur:
+                moved = self.transition(cur, "manual_retry", job_id, now=now)
                 if moved is None:
-                    current = self.get(job_id, conn=conn)
+                    current = self.get(job_id, cur=cur)
                     raise InvalidTransition(job_id, current.status.value, JobStatus.PENDING.value)
         except sa.exc.IntegrityError as e:
             job = self.get(job_id)
@@ -262,19 +260,18 @@ class Queue:
         return moved
 
     def _active_with_key(self, job: JobRecord) -> JobRecord | None:
-        with self.engine.connect() as conn:
-            row = conn.execute(sql.statement(sql.ACTIVE_BY_KEY), {"type": job.type, "idempotency_key": job.idempotency_key}).first()
-        return JobRecord.from_row(row) if row else None
+        with self.backend.read() as cur:
+            return cur.record(sql.ACTIVE_BY_KEY, {"type": job.type, "idempotency_key": job.idempotency_key})
 
-    def get(self, job_id: str, *, conn: sa.Connection | None = None) -> JobRecord:
-        if conn is None:
-            with self.engine.connect().execution_options(tether_read_only=True) as c:
-                row = c.execute(sql.statement(sql.GET), {"id": job_id}).first()
+    def get(self, job_id: str, *, cur: Any = None) -> JobRecord:
+        if cur is None:
+            with self.backend.read() as c:
+                job = c.record(sql.GET, {"id": job_id})
         else:
-            row = conn.execute(sql.statement(sql.GET), {"id": job_id}).first()
-        if row is None:
+            job = cur.record(sql.GET, {"id": job_id})
+        if job is None:
             raise JobNotFound(job_id)
-        return JobRecord.from_row(row)
+        return job
 
     def _event(self, edge: str, job: JobRecord, worker: str | None, *, duration: float | None = None) -> None:
         events.emit(

@@ -1,20 +1,15 @@
 """Every hot statement, named, in one place. Each runs unchanged on SQLite and PostgreSQL unless
-a comment says otherwise. The plans are checked in tests/test_query_plans.py."""
+a comment says otherwise (``:name`` placeholders; backend.py adapts them per driver). The SQLite
+plans are checked in tests/test_query_plans.py."""
 
 from __future__ import annotations
 
-from functools import cache
-
-import sqlalchemy as sa
-
-from .schema import TABLE, Job, UTCDateTime
+from .schema import TABLE, Job
 
 COLUMNS = tuple(Job.__table__.c.keys())
 _COLS = ", ".join(COLUMNS)
 _ACTIVE = "status IN ('pending', 'claimed')"
 _FENCE = "id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt"
-
-_TIME_PARAMS = ("now", "run_at", "created_at", "cutoff")
 
 INSERT = f"""
 INSERT INTO {TABLE} (id, type, payload, status, priority, attempts, max_attempts,
@@ -107,18 +102,6 @@ UPDATE {TABLE} SET status = 'failed', locked_by = NULL, locked_at = NULL, comple
 WHERE status = 'claimed' AND locked_at < :cutoff AND attempts >= max_attempts
 RETURNING {_COLS}
 """
-
-
-@cache
-def statement(sql: str) -> sa.TextClause:
-    """``sql`` as a typed text clause: times bound and read as UTC datetimes."""
-    clause = sa.text(sql)
-    binds = [sa.bindparam(p, type_=UTCDateTime) for p in _TIME_PARAMS if f":{p}" in sql]
-    if binds:
-        clause = clause.bindparams(*binds)
-    if "RETURNING" in sql or sql.lstrip().startswith("SELECT"):
-        return clause.columns(*(Job.__table__.c[c] for c in COLUMNS))  # type: ignore[return-value]
-    return clause
 
 
 def claim_sql(dialect: str) -> str:

@@ -1,0 +1,198 @@
+"""Running the hot statements on the driver connection itself.
+
+SQLAlchemy's statement execution costs ~25x a bare driver call (165 us vs 7 us per UPDATE,
+measured here), more than the fsync of a commit. The hot path (enqueue, claim, transitions,
+heartbeats, sweep) therefore runs the named SQL of ``sql.py`` on the pooled DBAPI connection;
+SQLAlchemy still owns the pool, the connect-time set-up and every read that is not hot.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from functools import cache
+from typing import Any, Iterator, Mapping
+
+import sqlalchemy as sa
+
+from .record import JobRecord
+from .status import JobStatus
+
+_NAMED = re.compile(r"(?<![:\w]):(\w+)")
+_UTC = timezone.utc
+_TIME_COLUMNS = (9, 10, 11, 12, 13)  # locked_at, created_at, claimed_at, completed_at, run_at
+
+
+class Backend:
+    """The driver-level access to one database; ``for_engine`` picks SQLite or PostgreSQL."""
+
+    name = "base"
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.engine = engine
+        self._dbapi_error = engine.dialect.loaded_dbapi.Error
+
+    @staticmethod
+    def for_engine(engine: sa.Engine) -> Backend:
+        return PostgresBackend(engine) if engine.dialect.name == "postgresql" else SQLiteBackend(engine)
+
+    # -- statements and values -----------------------------------------------------------------
+
+    def sql(self, statement: str) -> str:
+        return statement
+
+    def bind(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        return dict(params)
+
+    def record(self, row: tuple) -> JobRecord:
+        return JobRecord(*row[:3], JobStatus(row[3]), *row[4:])
+
+    # -- transactions --------------------------------------------------------------------------
+
+    @contextmanager
+    def write(self, conn: Any = None) -> Iterator[Any]:
+        """A cursor inside one write transaction, committed when the block ends. With ``conn``
+        (an application's SQLAlchemy connection), the caller's transaction is used instead."""
+        if conn is not None:
+            cur = conn.connection.driver_connection.cursor()
+            try:
+                yield _Cursor(self, cur)
+            except self._dbapi_error as e:
+                raise self._wrap(e) from e
+            finally:
+                cur.close()
+            return
+        raw = self.engine.raw_connection()
+        driver = raw.driver_connection
+        try:
+            cur = driver.cursor()
+            try:
+                self._begin(cur)
+                yield _Cursor(self, cur)
+                driver.commit() if self.name == "postgresql" else cur.execute("COMMIT")
+            except BaseException:
+                self._rollback(driver, cur)
+                raise
+            finally:
+                cur.close()
+        except self._dbapi_error as e:
+            raise self._wrap(e) from e
+        finally:
+            raw.close()
+
+    @contextmanager
+    def read(self) -> Iterator[Any]:
+        """A cursor for a single consistent read (no write lock taken)."""
+        raw = self.engine.raw_connection()
+        try:
+            cur = raw.driver_connection.cursor()
+            try:
+                yield _Cursor(self, cur)
+            finally:
+                cur.close()
+                self._end_read(raw.driver_connection)
+        except self._dbapi_error as e:
+            raise self._wrap(e) from e
+        finally:
+            raw.close()
+
+    def _begin(self, cur: Any) -> None:
+        pass
+
+    def _rollback(self, driver: Any, cur: Any) -> None:
+        try:
+            driver.rollback()
+        except self._dbapi_error:
+            pass
+
+    def _end_read(self, driver: Any) -> None:
+        pass
+
+    def _wrap(self, error: Exception) -> sa.exc.DBAPIError:
+        """Driver errors as SQLAlchemy's (IntegrityError, OperationalError...), as everywhere else."""
+        return sa.exc.DBAPIError.instance(None, None, error, self.engine.dialect.loaded_dbapi.Error)
+
+
+class SQLiteBackend(Backend):
+    name = "sqlite"
+
+    def bind(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        # The same fixed-width text SQLAlchemy's DateTime writes, so ``<`` is time order.
+        return {k: _sqlite_time(v) if isinstance(v, datetime) else v for k, v in params.items()}
+
+    def record(self, row: tuple) -> JobRecord:
+        values = list(row)
+        values[3] = JobStatus(values[3])
+        for i in _TIME_COLUMNS:
+            if values[i] is not None:
+                values[i] = datetime.fromisoformat(values[i]).replace(tzinfo=_UTC)
+        return JobRecord(*values)
+
+    def _begin(self, cur: Any) -> None:
+        # Take the write lock up front: a deferred transaction that upgrades later can fail with
+        # "database is locked" without waiting for the busy timeout.
+        cur.execute("BEGIN IMMEDIATE")
+
+    def _rollback(self, driver: sqlite3.Connection, cur: Any) -> None:
+        if driver.in_transaction:
+            try:
+                cur.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+
+
+class PostgresBackend(Backend):
+    name = "postgresql"
+
+    def sql(self, statement: str) -> str:
+        return _pyformat(statement)
+
+    def _end_read(self, driver: Any) -> None:
+        driver.rollback()
+
+
+@cache
+def _pyformat(statement: str) -> str:
+    """``:name`` placeholders as psycopg's ``%(name)s``."""
+    return _NAMED.sub(r"%(\1)s", statement.replace("%", "%%"))
+
+
+def _sqlite_time(value: datetime) -> str:
+    if value.tzinfo is None:
+        raise ValueError("tether stores timezone-aware UTC times only")
+    return value.astimezone(_UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
+
+
+class _Cursor:
+    """A driver cursor that speaks tether's named SQL and returns JobRecords."""
+
+    __slots__ = ("_backend", "_cur")
+
+    def __init__(self, backend: Backend, cur: Any) -> None:
+        self._backend = backend
+        self._cur = cur
+
+    def execute(self, statement: str, params: Mapping[str, Any] | None = None) -> int:
+        """Run a statement; returns the number of rows it changed."""
+        self._cur.execute(self._backend.sql(statement), self._backend.bind(params or {}))
+        return self._cur.rowcount
+
+    def executemany(self, statement: str, rows: list[Mapping[str, Any]]) -> None:
+        bind = self._backend.bind
+        self._cur.executemany(self._backend.sql(statement), [bind(r) for r in rows])
+
+    def records(self, statement: str, params: Mapping[str, Any] | None = None) -> list[JobRecord]:
+        self._cur.execute(self._backend.sql(statement), self._backend.bind(params or {}))
+        record = self._backend.record
+        return [record(row) for row in self._cur.fetchall()]
+
+    def record(self, statement: str, params: Mapping[str, Any] | None = None) -> JobRecord | None:
+        rows = self.records(statement, params)
+        return rows[0] if rows else None
+
+    def scalar(self, statement: str, params: Mapping[str, Any] | None = None) -> Any:
+        self._cur.execute(self._backend.sql(statement), self._backend.bind(params or {}))
+        row = self._cur.fetchone()
+        return None if row is None else row[0]
