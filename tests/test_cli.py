@@ -254,3 +254,26 @@ def test_bad_input_is_one_clear_line_and_a_nonzero_exit(ledger: Ledger, tether, 
         assert r.code == 1, command
         assert r.err.strip() == f"tether: error: no ledger at {missing} (the file does not exist; check --db or TETHER_DB)"
     assert not missing.parent.exists()
+
+
+def test_every_json_field_printed_is_documented(ledger: Ledger, tether) -> None:
+    doc = (Path(__file__).parent.parent / "docs" / "cli-json.md").read_text()
+    outputs = {
+        "status": tether("status", "--json").json(),
+        "failed": tether("failed", "--json").json(),
+        "stuck": tether("stuck", "--json").json(),
+        "durations": tether("durations", "--json").json(),
+        "duplicates": tether("duplicates", "--json").json(),
+        "recent": tether("recent", "--json").json(),
+        "jobs": tether("jobs", "--json").json(),
+        "show": tether("show", ledger.ids["nightly1"], "--json").json(),
+        "purge": tether("purge", "--completed", "--older-than", "1d", "--dry-run", "--json").json(),
+    }
+    for command, data in outputs.items():
+        assert f"## `tether {command}" in doc
+        fields = set(data)
+        for value in data.values():
+            if isinstance(value, list) and value and isinstance(value[0], dict):
+                fields |= set(value[0])
+        undocumented = [f for f in fields if f"`{f}`" not in doc and f'"{f}"' not in doc]
+        assert undocumented == [], (command, undocumented)

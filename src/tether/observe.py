@@ -326,25 +326,31 @@ class DuplicateGroup:
 def duplicates(source: Source, *, job_type: str | None = None, limit: int | None = 50) -> list[DuplicateGroup]:
     """Keys used by more than one job, most jobs first. The unique index only forbids two
     *active* jobs with one key, so these are re-runs after completion or failure. Groups by
-    (type, idempotency_key): without an index on those columns this reads the whole table."""
-    keyed = t.c.idempotency_key.is_not(None)
+    (type, idempotency_key): without an index on those columns this reads the whole table
+    (twice: once to find the keys, once for their jobs)."""
+    keyed = [t.c.idempotency_key.is_not(None)]
+    if job_type is not None:
+        keyed.append(t.c.type == job_type)
     groups = (
         sa.select(t.c.type, t.c.idempotency_key, sa.func.count().label("n"))
-        .where(keyed)
+        .where(*keyed)
         .group_by(t.c.type, t.c.idempotency_key)
         .having(sa.func.count() > 1)
         .order_by(sa.desc("n"), t.c.type, t.c.idempotency_key)
         .limit(limit)
     )
-    if job_type is not None:
-        groups = groups.where(t.c.type == job_type)
     with reading(source) as conn:
         found = [(r.type, r.idempotency_key) for r in conn.execute(groups)]
-        out = []
-        for name, key in found:
-            members = _records(conn, _select_jobs().where(t.c.type == name, t.c.idempotency_key == key).order_by(t.c.id))
-            out.append(DuplicateGroup(name, key, members))
-    return out
+        if not found:
+            return []
+        members = []
+        for i in range(0, len(found), 500):  # bounded IN lists (PostgreSQL caps bound parameters)
+            chunk = found[i:i + 500]
+            members += _records(conn, _select_jobs().where(*keyed, sa.tuple_(t.c.type, t.c.idempotency_key).in_(chunk)))
+    by_key: dict[tuple[str, str], list[JobRecord]] = {k: [] for k in found}
+    for job in sorted(members, key=lambda j: j.id):
+        by_key[(job.type, job.idempotency_key)].append(job)  # type: ignore[index]
+    return [DuplicateGroup(name, key, by_key[(name, key)]) for name, key in found]
 
 
 # -- what ran lately? listing and one job --------------------------------------------------------
