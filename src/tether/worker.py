@@ -149,8 +149,11 @@ class Worker:
 
     # -- loops -------------------------------------------------------------------------------
 
-    def run_until_idle(self) -> int:
-        """Sweep stale locks, then run jobs until none is ready; returns how many ran."""
+    def run_until_idle(self, *, install_signals: bool = True) -> int:
+        """Sweep stale locks, then run jobs until none is ready; returns how many ran. Signals
+        stop it as they stop ``run()``."""
+        if install_signals and threading.current_thread() is threading.main_thread():
+            self._install_signals()
         self.sweep_once()
         return self._run(until_idle=True)
 
