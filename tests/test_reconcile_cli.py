@@ -1,0 +1,112 @@
+"""``reconcile/check`` and ``tether reconcile`` as a new user runs them: from another directory,
+with flags or environment variables, exit 0 in sync / 2 drift / 1 could not check."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tether import Coordinator, CreateFile, DeleteFile
+
+REPO = Path(__file__).resolve().parents[1]
+CHECK = REPO / "reconcile" / "check"
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> dict[str, str]:
+    """A ledger and data root built by real jobs, and an unrelated working directory."""
+    db = f"sqlite:///{tmp_path / 'var' / 'tether.db'}"
+    root = tmp_path / "var" / "data"
+    with Coordinator.open(db, root=root) as c:
+        c.enqueue(CreateFile(path="people/ada.json", content={"name": "Ada"}))
+        c.enqueue(CreateFile(path="people/ken.json", content={"name": "Ken"}))
+        c.enqueue(CreateFile(path="old.json", content=1))
+        c.run_until_idle()
+        c.enqueue(DeleteFile(path="old.json"))
+        c.run_until_idle()
+    elsewhere = tmp_path / "somewhere" / "else"
+    elsewhere.mkdir(parents=True)
+    return {"db": db, "root": str(root), "cwd": str(elsewhere)}
+
+
+def run(args: list[str], cwd: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    return subprocess.run([str(CHECK), *args], cwd=cwd, env={**base, **(env or {})}, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_check_exits_0_when_in_sync_from_another_directory(site: dict[str, str]) -> None:
+    done = run(["--db", site["db"], "--root", site["root"]], site["cwd"])
+    assert done.returncode == 0, done.stderr
+    assert "in sync" in done.stdout and "3 in_sync" in done.stdout
+    assert not list(Path(site["cwd"]).iterdir()), "the check created nothing in the working directory"
+
+
+def test_check_exits_2_on_drift_and_names_the_path(site: dict[str, str]) -> None:
+    Path(site["root"], "people", "ada.json").unlink()
+    Path(site["root"], "old.json").write_text("back")
+    done = run(["--db", site["db"], "--root", site["root"], "--json"], site["cwd"])
+    assert done.returncode == 2, done.stderr
+    report = orjson.loads(done.stdout)
+    assert {(f["path"], f["status"]) for f in report["findings"]} == {("people/ada.json", "missing"), ("old.json", "unexpected")}
+    events = [orjson.loads(line) for line in done.stderr.splitlines()]
+    drift = [e for e in events if e["event"] == "drift.detected"]
+    assert {e["path"] for e in drift} == {"people/ada.json", "old.json"}
+    assert all("content" not in e and "Ada" not in str(e) for e in drift), "never file contents"
+
+
+def test_check_reads_the_database_and_root_from_the_environment(site: dict[str, str]) -> None:
+    env = {"TETHER_DB": site["db"], "TETHER_ROOT": site["root"]}
+    assert run(["--quiet"], site["cwd"], env).returncode == 0
+    Path(site["root"], "people", "ken.json").write_text('{"name": "Kenneth"}')
+    assert run(["--quiet"], site["cwd"], env).returncode == 2
+
+
+@pytest.mark.parametrize("case", ["unreachable database", "root is a file", "unknown flag", "no such python"])
+def test_check_exits_1_when_it_cannot_check_never_2(site: dict[str, str], tmp_path: Path, case: str) -> None:
+    args, env = ["--db", site["db"], "--root", site["root"]], {}
+    if case == "unreachable database":
+        args = ["--db", "postgresql://nobody@127.0.0.1:9/none", "--root", site["root"]]
+    elif case == "root is a file":
+        (tmp_path / "file").write_text("x")
+        args = ["--db", site["db"], "--root", str(tmp_path / "file")]
+    elif case == "unknown flag":
+        args.append("--no-such-flag")
+    else:
+        env = {"TETHER_PYTHON": str(tmp_path / "missing-python")}
+    done = run(args, site["cwd"], env)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert done.stderr.strip(), "says why"
+    assert "Traceback" not in done.stderr
+
+
+def invoke(args: list[str], env: dict[str, str]):
+    """``tether`` in this process (each subprocess pays ~3 s of imports on this machine)."""
+    from typer.testing import CliRunner
+
+    from tether.cli import app
+
+    return CliRunner().invoke(app, args, env=env, catch_exceptions=False)
+
+
+def test_tether_reconcile_prints_a_table_by_default_and_json_without_a_progress_bar(site: dict[str, str]) -> None:
+    env = {"TETHER_DB": site["db"], "TETHER_ROOT": site["root"]}
+    table = invoke(["reconcile", "--quiet"], env)
+    assert table.exit_code == 0 and table.stderr == ""
+    assert table.stdout.splitlines()[0].startswith("checked 3 path(s)")
+    as_json = invoke(["reconcile", "--json", "--quiet"], env)
+    assert as_json.exit_code == 0 and as_json.stderr == "", "no progress bar when not on a terminal"
+    report = orjson.loads(as_json.stdout)
+    assert report["exit_code"] == 0 and report["counts"]["in_sync"] == 3 and report["newest_job_id"]
+    Path(site["root"], "people", "ada.json").unlink()
+    assert invoke(["reconcile", "--quiet"], env).exit_code == 2
+
+
+def test_tether_reconcile_crash_exits_1_not_2(site: dict[str, str]) -> None:
+    env = {"TETHER_DB": site["db"], "TETHER_ROOT": site["root"], "TETHER_IMPORT": "no_such_module_here"}
+    done = invoke(["reconcile"], env)
+    assert done.exit_code == 1 and "could not check" in done.stderr and "Traceback" not in done.stderr
