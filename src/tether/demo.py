@@ -41,9 +41,6 @@ from .store import JsonStore
 
 # -- the sample application's models ---------------------------------------------------------
 
-Handle = str
-
-
 class Person(BaseModel):
     handle: str = Field(pattern=r"^[a-z][a-z0-9-]*$")
     name: str = Field(min_length=1)
@@ -54,7 +51,7 @@ class Person(BaseModel):
 class Project(BaseModel):
     slug: str = Field(pattern=r"^[a-z][a-z0-9-]*$")
     name: str
-    owner: Handle
+    owner: str
     status: Literal["active", "archived"] = "active"
 
 
@@ -65,7 +62,7 @@ class Requirement(BaseModel):
     text: str
     priority: Literal["must", "should", "could"]
     status: Literal["open", "done", "archived"] = "open"
-    owner: Handle
+    owner: str
     tags: list[str] = []
 
 
@@ -286,8 +283,11 @@ class Demo:
             self.show_jobs(c)
             self.check_files(store)
         code = self.observe(rel)
-        self.say(f"\ndone in {time.monotonic() - started:.1f} s; explore with: "
-                 f"tether --db sqlite:///{rel}/tether.db --root {rel}/data --import tether.demo ...")
+        exe = Path(sys.executable).parent / "tether"
+        tether = os.path.relpath(exe) if exe.exists() else "tether"
+        self.say(f"\ndone in {time.monotonic() - started:.1f} s. Explore the ledger, e.g.:\n"
+                 f"   {tether} --db sqlite:///{rel}/tether.db --root {rel}/data --import tether.demo jobs"
+                 "   (or: show ID, recent, reconcile --json)")
         return code
 
     def operations(self, c: Coordinator, store: JsonStore) -> None:
