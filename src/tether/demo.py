@@ -185,6 +185,9 @@ class ArchiveProjectType(JobType[ArchiveProject]):
         project = Project.model_validate(orjson.loads(fs.resolve(ctx.root, project_path(payload.slug)).read_bytes()))
         write_file(ctx, project_path(project.slug), json_bytes(project.model_copy(update={"status": "archived"})))
         children = 0
+        # Reads the requirements as they are on disk now. A save of one of them still queued
+        # (another target, so not ordered before this job) would be overwritten by the archived
+        # copy of its old content: archive after such saves completed (the demo has none queued).
         for req in sorted(requirements_on_disk(ctx.root), key=lambda r: r.id):
             if req.project == project.slug and req.status != "archived":
                 # Committed in the transaction that completes this job, not before.
