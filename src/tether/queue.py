@@ -40,6 +40,22 @@ _EDGE_EVENT = {
 
 
 @dataclass(frozen=True, slots=True)
+class Decision:
+    """What to record for one finished attempt: a fenced edge out of ``claimed`` and its values."""
+
+    job: JobRecord
+    edge: str  # complete | retry | fail | release
+    values: dict[str, Any]
+    children: Sequence[NewJob] = ()
+    duration: float | None = None
+
+    @classmethod
+    def complete(cls, job: JobRecord, result: Any, children: Sequence[NewJob] = (), duration: float | None = None) -> Decision:
+        encoded = None if result is None else orjson.dumps(result).decode()
+        return cls(job, "complete", {"result": encoded}, children, duration)
+
+
+@dataclass(frozen=True, slots=True)
 class NewJob:
     """A validated job ready to insert (built before any transaction opens)."""
 
@@ -175,44 +191,56 @@ class Queue:
             assert job.status is to_status, (edge, from_status, job.status)
         return job
 
-    def complete(
-        self, job: JobRecord, worker: str, *, result: Any = None, children: Sequence[NewJob] = (),
-        duration: float | None = None,
-    ) -> tuple[JobRecord, list[InsertResult]]:
-        """Mark ``job`` completed and insert its follow-up jobs in the same transaction."""
+    def finish(self, worker: str, decisions: Sequence[Decision]) -> list[JobRecord | None]:
+        """Record the outcomes of several of ``worker``'s jobs in one transaction (a group
+        commit). Each is fenced on its own: where the lease was lost the entry is None, a
+        ``lost_lease`` event is logged, and the others still apply. Follow-up jobs are inserted
+        only for jobs that completed."""
         now = self.clock.now()
-        encoded = None if result is None else orjson.dumps(result).decode()
+        moved: list[JobRecord | None] = []
+        inserted: list[InsertResult] = []
         with self.backend.write() as cur:
-            done = self.transition(cur, "complete", job.id, worker=worker, attempt=job.attempts, now=now, result=encoded)
-            if done is None:
-                raise self._lost(job, worker)  # rolls back: no children without a completion
-            inserted = [self.insert(cur, child) for child in children]
-        self._event("complete", done, worker, duration=duration)
+            for d in decisions:
+                values = dict(d.values)
+                if d.edge in ("complete", "fail"):
+                    values["now"] = now
+                job = self.transition(cur, d.edge, d.job.id, worker=worker, attempt=d.job.attempts, **values)
+                moved.append(job)
+                if job is not None and d.children:
+                    inserted.extend(self.insert(cur, child) for child in d.children)
+        requeued = False
+        for d, job in zip(decisions, moved):
+            if job is None:
+                self._lost(d.job, worker)
+                continue
+            self._event(d.edge, job, worker, duration=d.duration)
+            requeued = requeued or d.edge in ("retry", "release")
         self.committed(inserted)
-        return done, inserted
-
-    def retry(self, job: JobRecord, worker: str, *, error: str, run_at: datetime, duration: float | None = None) -> JobRecord:
-        return self._single(job, worker, "retry", error=error, run_at=run_at, duration=duration)
-
-    def fail(self, job: JobRecord, worker: str, *, error: str, duration: float | None = None) -> JobRecord:
-        return self._single(job, worker, "fail", error=error, now=self.clock.now(), duration=duration)
-
-    def release(self, job: JobRecord, worker: str) -> JobRecord:
-        return self._single(job, worker, "release")
-
-    def _single(self, job: JobRecord, worker: str, edge: str, *, duration: float | None = None, **values: Any) -> JobRecord:
-        with self.backend.write() as cur:
-            moved = self.transition(cur, edge, job.id, worker=worker, attempt=job.attempts, **values)
-        if moved is None:
-            raise self._lost(job, worker)
-        self._event(edge, moved, worker, duration=duration)
-        if edge in ("retry", "release"):
+        if requeued:
             self.wakeup.notify()
         return moved
 
-    def _lost(self, job: JobRecord, worker: str) -> LostLease:
+    def complete(self, job: JobRecord, worker: str, *, result: Any = None, children: Sequence[NewJob] = ()) -> JobRecord:
+        """Mark ``job`` completed (with its follow-up jobs); LostLease if it is no longer ours."""
+        return self._one(worker, Decision.complete(job, result, children))
+
+    def retry(self, job: JobRecord, worker: str, *, error: str, run_at: datetime) -> JobRecord:
+        return self._one(worker, Decision(job, "retry", {"error": error, "run_at": run_at}))
+
+    def fail(self, job: JobRecord, worker: str, *, error: str) -> JobRecord:
+        return self._one(worker, Decision(job, "fail", {"error": error}))
+
+    def release(self, job: JobRecord, worker: str) -> JobRecord:
+        return self._one(worker, Decision(job, "release", {}))
+
+    def _one(self, worker: str, decision: Decision) -> JobRecord:
+        [moved] = self.finish(worker, [decision])
+        if moved is None:
+            raise LostLease(decision.job.id, worker, decision.job.attempts)
+        return moved
+
+    def _lost(self, job: JobRecord, worker: str) -> None:
         events.emit("lost_lease", job_id=job.id, type=job.type, attempt=job.attempts, worker=worker)
-        return LostLease(job.id, worker, job.attempts)
 
     def heartbeat(self, worker: str, jobs: Sequence[JobRecord], *, now: datetime | None = None) -> list[str]:
         """Renew the locks of running ``jobs``; returns the ids this worker no longer holds."""

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from . import events
 from .context import JobContext, error_text
 from .errors import Cancelled, InvalidPayload, LostLease, PermanentError
+from .queue import Decision
 from .record import JobRecord
 from .retry import RetryPolicy
 
@@ -34,6 +35,9 @@ class WorkerConfig:
     heartbeat_interval: float | None = None  # default: lock_timeout / 4
     sweep_interval: float | None = None  # default: min(60, lock_timeout / 2)
     max_db_backoff: float = 30.0
+    batch: int = 32  # jobs claimed per transaction while jobs are fast
+    flush_after: float = 0.05  # longest a finished job waits for its group commit (s)
+    slow_job: float = 0.01  # mean job time (s) above which the worker claims one at a time
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 
     @property
@@ -70,66 +74,91 @@ class Worker:
         self._drained = False
         self.processed = 0
         self.empty_polls = 0  # claims that found nothing ready
+        self._slow = False
 
     # -- single steps ------------------------------------------------------------------------
 
     def run_once(self, now: datetime | None = None) -> int:
-        """Claim at most one ready job (as of ``now``), run it, record its outcome. Returns the
-        number of jobs run (0 or 1)."""
-        jobs = self.queue.claim(self.id, now=now, limit=1)
-        for job in jobs:
-            self.execute(job)
-        return len(jobs)
-
-    def execute(self, job: JobRecord) -> None:
-        ctx = JobContext(job, self.queue, self._cancel)
+        """One tick: claim ready jobs (as of ``now``; up to ``batch``, or one while jobs are
+        slow), run them in order, record their outcomes in group commits. Returns jobs run."""
+        limit = 1 if self._slow else self.config.batch
+        jobs = self.queue.claim(self.id, now=now, limit=limit)
+        if not jobs:
+            return 0
+        contexts = [JobContext(job, self.queue, self._cancel) for job in jobs]
         with self._running_lock:
-            self._running[job.id] = (job, ctx)
+            for job, ctx in zip(jobs, contexts):
+                self._running[job.id] = (job, ctx)
+        pending: list[Decision] = []
+        flush_at = 0.0
+        ran = 0
+        started = time.perf_counter()
+        try:
+            for job, ctx in zip(jobs, contexts):
+                if self._stopping.is_set() and ran:
+                    # Shutting down: the jobs not yet started go back untouched.
+                    pending.append(Decision(job, "release", {}))
+                    continue
+                outcome, duration = self._run_handler(job, ctx)
+                pending.append(self.decide(job, outcome, duration))
+                ran += 1
+                now_t = time.perf_counter()
+                if len(pending) == 1:
+                    flush_at = now_t + self.config.flush_after
+                if now_t >= flush_at:
+                    self._record(pending)
+                    pending = []
+        finally:
+            if pending:
+                self._record(pending)
+            with self._running_lock:
+                for job in jobs:
+                    self._running.pop(job.id, None)
+            self.processed += ran
+        self._slow = ran > 0 and (time.perf_counter() - started) / ran > self.config.slow_job
+        return ran
+
+    def _run_handler(self, job: JobRecord, ctx: JobContext) -> tuple[Returned | Exception, float]:
         start = time.perf_counter()
         try:
-            outcome: Returned | BaseException
-            try:
-                job_type = self.queue.registry.get(job.type)
-                payload = job_type.prepare(self.queue.registry.parse(job.type, job.payload), self.queue.root)
-                result = job_type.run(payload, ctx)
-                outcome = Returned(result, ctx.children)
-            except Exception as e:  # a handler error never kills the worker
-                outcome = e
-            self._report_durably(job, outcome, time.perf_counter() - start)
-        finally:
-            with self._running_lock:
-                self._running.pop(job.id, None)
-            self.processed += 1
+            job_type = self.queue.registry.get(job.type)
+            payload = job_type.prepare(self.queue.registry.parse(job.type, job.payload), self.queue.root)
+            outcome: Returned | Exception = Returned(job_type.run(payload, ctx), ctx.children)
+        except Exception as e:  # a handler error never kills the worker
+            outcome = e
+        return outcome, time.perf_counter() - start
+
+    def decide(self, job: JobRecord, outcome: Returned | BaseException, duration: float) -> Decision:
+        """The one place a handler's outcome becomes a transition."""
+        if isinstance(outcome, Returned):
+            return Decision.complete(job, outcome.result, outcome.children, duration)
+        if isinstance(outcome, Cancelled):
+            return Decision(job, "release", {}, duration=duration)
+        error = error_text(outcome)
+        if isinstance(outcome, (PermanentError, InvalidPayload)) or job.attempts >= job.max_attempts:
+            return Decision(job, "fail", {"error": error}, duration=duration)
+        run_at = self.queue.clock.now() + self.config.retry.delay(job.attempts)
+        return Decision(job, "retry", {"error": error, "run_at": run_at}, duration=duration)
 
     def report(self, job: JobRecord, outcome: Returned | BaseException, duration: float) -> None:
-        """The one place a handler's outcome becomes a transition."""
-        q = self.queue
-        if isinstance(outcome, Returned):
-            q.complete(job, self.id, result=outcome.result, children=outcome.children, duration=duration)
-        elif isinstance(outcome, Cancelled):
-            q.release(job, self.id)
-        elif isinstance(outcome, (PermanentError, InvalidPayload)):
-            q.fail(job, self.id, error=error_text(outcome), duration=duration)
-        elif job.attempts >= job.max_attempts:
-            q.fail(job, self.id, error=error_text(outcome), duration=duration)
-        else:
-            run_at = q.clock.now() + self.config.retry.delay(job.attempts)
-            q.retry(job, self.id, error=error_text(outcome), run_at=run_at, duration=duration)
+        """Record one outcome now; LostLease if the job is no longer this worker's."""
+        [moved] = self.queue.finish(self.id, [self.decide(job, outcome, duration)])
+        if moved is None:
+            raise LostLease(job.id, self.id, job.attempts)
 
-    def _report_durably(self, job: JobRecord, outcome: Returned | BaseException, duration: float) -> None:
-        # The handler's effect has happened: keep trying to record it while the database is
-        # down (the heartbeat keeps the lock meanwhile). If we give up at shutdown, the lock
-        # goes stale and the job re-runs; handlers are idempotent.
+    def _record(self, decisions: list[Decision]) -> None:
+        # The handlers' effects have happened: keep trying to record them while the database
+        # is down (the heartbeat keeps the locks meanwhile). If we give up at a hard shutdown,
+        # the locks go stale and the jobs re-run; handlers are idempotent.
         backoff = 0.0
         while True:
             try:
-                self.report(job, outcome, duration)
+                self.queue.finish(self.id, decisions)
                 return
-            except LostLease:
-                return  # logged as lost_lease; the new owner's outcome stands
             except sa.exc.SQLAlchemyError as e:
                 backoff = self._next_backoff(backoff)
-                events.emit("db_error", worker=self.id, job_id=job.id, error=type(e.orig or e).__name__, retry_in=backoff)
+                events.emit("db_error", worker=self.id, error=type(e.orig or e).__name__, retry_in=backoff,
+                            jobs=len(decisions))
                 if self._stopping.wait(backoff) and self._cancel.is_set():
                     return
 
