@@ -125,3 +125,36 @@ def test_a_worker_id_names_host_and_process(coordinator):
     host, pid, _ = w.id.split(":")
     assert (host, int(pid)) == (socket.gethostname(), os.getpid())
     assert isinstance(w, Worker)
+
+
+def test_an_idle_worker_wakes_when_another_process_commits(tmp_path):
+    import subprocess
+    import sys
+
+    notes = NoteType()
+    db = tmp_path / "l.db"
+    with Coordinator.open(f"sqlite:///{db}", root=tmp_path / "data", registry=registry_with(notes)) as c:
+        w = c.worker(poll_interval=60)
+        runner = threading.Thread(target=w.run, kwargs={"install_signals": False})
+        runner.start()
+        try:
+            deadline = time.monotonic() + 10
+            while w.empty_polls == 0:
+                assert time.monotonic() < deadline
+            # Another process enqueues; this process's in-memory wake-up knows nothing of it.
+            code = (
+                "import sys; sys.path.insert(0, 'tests');"
+                "from tether import Coordinator; from jobkit import Note, NoteType, registry_with;"
+                f"c = Coordinator.open('sqlite:///{db}', root='{tmp_path / 'data'}', registry=registry_with(NoteType()));"
+                "print(c.enqueue(Note(name='remote')).id)"
+            )
+            job_id = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                                    cwd=str(__import__('pathlib').Path(__file__).parent.parent)).stdout.strip()
+            started = time.monotonic()
+            while c.get(job_id).status is not JobStatus.COMPLETED:
+                assert time.monotonic() - started < 10, "the WAL watch did not wake the worker"
+            assert time.monotonic() - started < 10  # the poll interval is 60 s
+        finally:
+            w.stop()
+            runner.join(10)
+    assert notes.seen == {"remote": 1}

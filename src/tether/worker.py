@@ -20,6 +20,7 @@ from .errors import Cancelled, InvalidPayload, LostLease, PermanentError
 from .queue import Decision
 from .record import JobRecord
 from .retry import RetryPolicy
+from .walwatch import WalWatcher
 
 if TYPE_CHECKING:
     from .queue import NewJob, Queue
@@ -222,6 +223,9 @@ class Worker:
         ]
         for t in threads:
             t.start()
+        watcher = None
+        if not until_idle and self.queue.backend.name == "sqlite":
+            watcher = WalWatcher(self.queue.engine.url.database, self.queue.wakeup).start()
         next_beat = time.monotonic() + self.config.heartbeat_every
         next_sweep = time.monotonic() + self.config.sweep_every
         while any(t.is_alive() for t in threads):
@@ -236,6 +240,8 @@ class Worker:
                     next_sweep = now + self.config.sweep_every
             except sa.exc.SQLAlchemyError as e:
                 events.emit("db_error", worker=self.id, error=type(e.orig or e).__name__)
+        if watcher is not None:
+            watcher.stop()
         events.emit("worker_stopped", worker=self.id, processed=self.processed - start_count)
         return self.processed - start_count
 
