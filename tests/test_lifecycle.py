@@ -409,3 +409,10 @@ def test_a_failed_job_no_longer_holds_back_its_target(c):
     later = c.enqueue(Note(name="b", target="t")).id
     c.worker().run_once()
     assert [j.id for j in c.queue.claim("w")] == [later]
+
+
+def test_bulk_enqueue_returns_exactly_the_rows_it_stored(c):
+    results = c.enqueue_many([Note(name="a"), Note(name="b")], priority=3)
+    keyed = c.enqueue_many([Note(name="c"), Note(name="d")], key="same")
+    assert [c.get(r.id) for r in results] == [r.job for r in results]
+    assert [r.duplicate for r in keyed] == [False, True] and keyed[0].id == keyed[1].id

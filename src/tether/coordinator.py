@@ -106,7 +106,7 @@ class Coordinator:
 
     def _in_session(self, session: Session, jobs: list[NewJob]) -> list[InsertResult]:
         with self.queue.backend.write(session.connection()) as cur:
-            results = [self.queue.insert(cur, job) for job in jobs]
+            results = self.queue.insert_all(cur, jobs)
         sa.event.listen(session, "after_commit", lambda _s: self.queue.committed(results), once=True)
         return results
 

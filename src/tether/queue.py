@@ -61,6 +61,13 @@ class NewJob:
 
     params: dict[str, Any]
 
+    def record(self) -> JobRecord:
+        """The row as inserted."""
+        p = self.params
+        return JobRecord(p["id"], p["type"], p["payload"], JobStatus.PENDING, p["priority"], 0, p["max_attempts"],
+                         None, None, None, p["created_at"], None, None, p["run_at"], p["idempotency_key"],
+                         p["ordering_key"], p["parent_id"], None)
+
 
 class Queue:
     def __init__(self, engine: sa.Engine, *, clock: Clock, registry: Registry, root: Path, wakeup: Wakeup) -> None:
@@ -131,11 +138,20 @@ class Queue:
                 return InsertResult(existing, duplicate=True)
             # PostgreSQL only: the conflicting job finished between the two statements.
 
+    def insert_all(self, cur: Any, jobs: Sequence[NewJob]) -> list[InsertResult]:
+        """Insert many in the caller's transaction; unkeyed jobs in one executemany."""
+        unkeyed = [job.params for job in jobs if job.params["idempotency_key"] is None]
+        if len(unkeyed) > 1:
+            cur.executemany(sql.INSERT_UNKEYED, unkeyed)
+            return [InsertResult(job.record()) if job.params["idempotency_key"] is None else self.insert(cur, job)
+                    for job in jobs]
+        return [self.insert(cur, job) for job in jobs]
+
     def enqueue_all(self, jobs: Sequence[NewJob]) -> list[InsertResult]:
         """Insert ``jobs`` in one transaction; returns after the commit is durable."""
         try:
             with self.backend.write() as cur:
-                results = [self.insert(cur, job) for job in jobs]
+                results = self.insert_all(cur, jobs)
         except sa.exc.OperationalError as e:
             raise DatabaseUnavailable(f"could not record the job(s), nothing was enqueued: {e.orig}") from e
         self.committed(results)
@@ -207,7 +223,7 @@ class Queue:
                 job = self.transition(cur, d.edge, d.job.id, worker=worker, attempt=d.job.attempts, **values)
                 moved.append(job)
                 if job is not None and d.children:
-                    inserted.extend(self.insert(cur, child) for child in d.children)
+                    inserted.extend(self.insert_all(cur, d.children))
         requeued = False
         for d, job in zip(decisions, moved):
             if job is None:

@@ -20,6 +20,15 @@ ON CONFLICT (type, idempotency_key) WHERE {_ACTIVE} DO NOTHING
 RETURNING {_COLS}
 """
 
+# Jobs without an idempotency key cannot conflict: inserted in one executemany, no RETURNING
+# (the caller already knows every value).
+INSERT_UNKEYED = f"""
+INSERT INTO {TABLE} (id, type, payload, status, priority, attempts, max_attempts,
+                     created_at, run_at, idempotency_key, ordering_key, parent_id)
+VALUES (:id, :type, :payload, 'pending', :priority, 0, :max_attempts,
+        :created_at, :run_at, :idempotency_key, :ordering_key, :parent_id)
+"""
+
 ACTIVE_BY_KEY = f"""
 SELECT {_COLS} FROM {TABLE}
 WHERE type = :type AND idempotency_key = :idempotency_key AND {_ACTIVE}
