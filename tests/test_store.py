@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from pydantic import BaseModel, Field as PydanticField
 from sqlmodel import Field, Session, SQLModel
 
-from tether import CreateFile, InvalidPayload, JobContext, JobStatus, JobType, Payload, PermanentError, RetryPolicy, UnsafePath
+from tether import CreateFile, InvalidPayload, JobContext, JobStatus, JobType, Payload, PermanentError, RetryPolicy, TetherError, UnsafePath
 from tether.demo import (
     ArchiveProject,
     Project,
@@ -210,7 +210,7 @@ def test_outbox_failure_between_row_and_commit_keeps_neither(invoices):
 
 
 def test_wait_cannot_be_combined_with_a_session(invoices):
-    with Session(invoices.engine) as s, pytest.raises(Exception, match="session"):
+    with Session(invoices.engine) as s, pytest.raises(TetherError, match="session"):
         JsonStore(invoices).save("a.json", {"a": 1}, session=s, wait=True)
 
 
