@@ -311,7 +311,6 @@ def test_second_signal_cancels_the_job_at_its_checkpoint_and_gives_the_attempt_b
 # Known bug, reported on issue 2: Worker.run()/run_until_idle() replace the process's SIGINT and
 # SIGTERM handlers and never restore them. strict: once fixed this XPASSes and fails, so the mark
 # must be removed.
-@pytest.mark.xfail(strict=True, reason="bug: the worker's signal handlers outlive run_until_idle()")
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
 def test_after_run_until_idle_returns_a_signal_stops_the_application_again(
     tmp_path: Path, ledger: str, root: Path, signum: signal.Signals

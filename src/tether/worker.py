@@ -8,9 +8,10 @@ import signal
 import socket
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 import sqlalchemy as sa
 
@@ -182,16 +183,14 @@ class Worker:
     def run_until_idle(self, *, install_signals: bool = True) -> int:
         """Sweep stale locks, then run jobs until none is ready; returns how many ran. Signals
         stop it as they stop ``run()``."""
-        if install_signals and threading.current_thread() is threading.main_thread():
-            self._install_signals()
-        self.sweep_once()
-        return self._run(until_idle=True)
+        with self._signals(install_signals):
+            self.sweep_once()
+            return self._run(until_idle=True)
 
     def run(self, *, install_signals: bool = True) -> int:
         """Run until stopped (SIGINT/SIGTERM when ``install_signals``); returns jobs run."""
-        if install_signals and threading.current_thread() is threading.main_thread():
-            self._install_signals()
-        return self._run(until_idle=False)
+        with self._signals(install_signals):
+            return self._run(until_idle=False)
 
     def stop(self, *, cancel: bool = False) -> None:
         """Stop claiming; running jobs finish. With ``cancel``, they stop at their next
@@ -203,15 +202,26 @@ class Worker:
         with self._idle:
             self._idle.notify_all()
 
-    def _install_signals(self) -> None:
+    @contextmanager
+    def _signals(self, install: bool) -> Iterator[None]:
+        """SIGINT/SIGTERM stop this worker while it runs; the application's own handlers are
+        put back afterwards."""
+        if not install or threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
         def handle(signum: int, _frame: Any) -> None:
             first = not self._stopping.is_set()
             events.emit("shutdown", worker=self.id, signal=signal.Signals(signum).name,
                         mode="finish current job" if first else "cancel at next checkpoint")
             self.stop(cancel=not first)
 
-        signal.signal(signal.SIGINT, handle)
-        signal.signal(signal.SIGTERM, handle)
+        previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     def _run(self, *, until_idle: bool) -> int:
         start_count = self.processed

@@ -8,28 +8,20 @@ import sqlalchemy as sa
 import typer
 
 from ..errors import TetherError
-from . import enqueue, worker  # noqa: F401  (registers the commands)
-from . import reconcile  # noqa: F401  (registers the command)
-from . import status  # noqa: F401
-from . import failed  # noqa: F401
-from . import stuck  # noqa: F401
-from . import durations  # noqa: F401
-from . import duplicates  # noqa: F401
-from . import recent  # noqa: F401
-from . import jobs  # noqa: F401
-from . import show  # noqa: F401
-from . import retry  # noqa: F401
-from . import purge  # noqa: F401
-from . import metrics  # noqa: F401
+# Importing a command module registers its command.
+from . import (  # noqa: F401
+    duplicates, durations, enqueue, failed, jobs, metrics, purge, recent, reconcile, retry, show, status,
+    stuck, worker,
+)
 from .app import app, err
 
 
 def main() -> None:
     """Console entry point: errors become one clear line and a non-zero exit, not a traceback."""
     try:
-        app(standalone_mode=False)
-    except typer.Exit as e:
-        sys.exit(e.exit_code)
+        # Without standalone mode, click returns (not raises) the exit code of typer.Exit and
+        # of Ctrl-C (130).
+        code = app(standalone_mode=False)
     except typer.Abort:
         err.print("aborted")
         sys.exit(130)
@@ -46,6 +38,8 @@ def main() -> None:
             e.show()
             sys.exit(e.exit_code)
         raise
+    if isinstance(code, int) and code:
+        sys.exit(code)
 
 
 __all__ = ["app", "main"]
