@@ -116,6 +116,36 @@ def test_own_notify_wakes_local_waiters_without_a_round_trip(engines) -> None:
     assert wakeup.wait(seen, 0.0)
 
 
+class _TextCursor:
+    """The cursor contract notify_in needs (``execute(sql, params)`` with ``:name`` binds),
+    over a SQLAlchemy connection."""
+
+    def __init__(self, conn: sa.Connection) -> None:
+        self.conn = conn
+
+    def execute(self, statement: str, params: dict) -> None:
+        self.conn.execute(sa.text(statement), params)
+
+
+def test_notify_in_a_transaction_is_delivered_only_if_it_commits(engines, pg_url: str) -> None:
+    import psycopg
+
+    engine = engines()
+    rolled_back, committed = PgWakeup(engine, listen=False), PgWakeup(engine, listen=False)
+    dsn = sa.make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute(f"LISTEN {DEFAULT_CHANNEL}")
+        with engine.connect() as conn:
+            with conn.begin() as tx:
+                rolled_back.notify_in(_TextCursor(conn))
+                tx.rollback()
+            with conn.begin():
+                committed.notify_in(_TextCursor(conn))
+        # Had the rolled-back NOTIFY leaked, it would arrive first (it was sent first).
+        received = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
+    assert received == [committed.token]
+
+
 def test_listener_reconnects_after_its_connection_is_killed(engines) -> None:
     admin = engines()
     listener, sender = PgWakeup(engines(), max_backoff=0.5), PgWakeup(engines())

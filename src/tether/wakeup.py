@@ -11,6 +11,7 @@ from __future__ import annotations
 import secrets
 import threading
 import weakref
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -27,7 +28,17 @@ class Wakeup:
         self._generation = 0
 
     def notify(self) -> None:
+        """Wake waiters after a commit that made jobs ready (in every process, where possible)."""
         self._bump()
+
+    def wake_local(self) -> None:
+        """Wake this process's waiters only (shutdown, a file watcher): no message is sent."""
+        self._bump()
+
+    def notify_in(self, cur: Any) -> None:
+        """Queue the cross-process wake-up inside the caller's write transaction (``cur`` is the
+        cursor of ``Backend.write()``); it is delivered when, and only if, that transaction
+        commits. Nothing to do in-process: call ``wake_local`` after the commit."""
 
     def _bump(self) -> None:
         with self._cond:
@@ -86,12 +97,17 @@ class PgWakeup(Wakeup):
     def notify(self) -> None:
         self._bump()
         try:
-            with self.engine.connect() as conn:
-                conn.execute(sa.text("SELECT pg_notify(:channel, :token)"), {"channel": self.channel, "token": self.token})
-                conn.commit()
+            # Autocommit: one statement, no BEGIN/COMMIT round trips.
+            with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                conn.execute(_NOTIFY, {"channel": self.channel, "token": self.token})
         except sa.exc.SQLAlchemyError as e:
             # The job is committed; remote workers will find it at their next poll.
             events.emit("notify_failed", channel=self.channel, error=type(getattr(e, "orig", None) or e).__name__)
+
+    def notify_in(self, cur: Any) -> None:
+        # NOTIFY is transactional: listeners hear it at the commit, with no extra connection,
+        # round trip or commit (notify() after the commit costs one of each).
+        cur.execute(NOTIFY_SQL, {"channel": self.channel, "token": self.token})
 
     def wait(self, seen: int, timeout: float) -> bool:
         self.start()
@@ -122,6 +138,9 @@ class PgWakeup(Wakeup):
         if self._thread is not None:
             self._thread.join(timeout)
 
+
+NOTIFY_SQL = "SELECT pg_notify(:channel, :token)"
+_NOTIFY = sa.text(NOTIFY_SQL)
 
 # How long one wait for notifications lasts before the listener checks whether to stop.
 _TICK = 0.5
