@@ -247,7 +247,7 @@ class Widget(Payload):
 
 
 class WidgetProbe(Probe):
-    def check(self, payload: str, root: Path, *, content: bool) -> Check:
+    def check(self, target: str, payload: str, root: Path, *, content: bool) -> Check:
         return Check("missing", detail=f"no widget (content={content})")
 
 
@@ -289,3 +289,16 @@ def test_each_job_type_is_checked_by_its_own_probe_and_types_without_one_are_ski
     report = reconcile(c, content=False)
     assert statuses(report) == {"w1": "missing"}
     assert report.findings[0].detail == "no widget (content=False)" and report.counts["in_sync"] == 1
+
+
+def test_a_directory_or_symlink_where_a_file_was_written_is_modified(
+    coordinator: Coordinator, store: dict[str, str], root: Path
+) -> None:
+    (root / "docs" / "a.json").unlink()
+    (root / "docs" / "a.json").mkdir()
+    (root / "docs" / "b.json").unlink()
+    (root / "docs" / "b.json").symlink_to(root / "docs" / "c.json")
+    report = reconcile(coordinator)
+    assert {(f.path, f.status, f.detail) for f in report.findings} == {
+        ("docs/a.json", "modified", "is a directory"), ("docs/b.json", "modified", "is a symbolic link")}
+    assert statuses(reconcile(coordinator, content=False)) == {"docs/a.json": "modified"}

@@ -10,6 +10,7 @@ import threading
 import time
 from datetime import timedelta
 from pathlib import Path
+from unittest.mock import ANY
 
 import orjson
 import pytest
@@ -20,7 +21,7 @@ from tether.cli.reconcile import check_main
 from tether.ids import new_id
 from tether.jobtypes import create_file, render
 from tether.jobtypes.base import file_target
-from tether.reconcile import ACTIVE_ON, COUNT_TARGETED, KNOWN_TARGETS, PAGE, RECHECK, reconcile
+from tether.reconcile import ACTIVE_ON, COUNT_TARGETED, KNOWN_TARGETS, PAGE, PAYLOADS, RECHECK, reconcile
 from tether.schema import Job
 
 
@@ -141,15 +142,15 @@ def test_a_job_that_lands_between_the_ledger_read_and_the_disk_read_is_in_flight
     c.enqueue(CreateFile(path="b.json", content=2))
     c.run_until_idle()
     probe = create_file.CreateFileProbe
-    real_check = probe.check
+    real_check_many = probe.check_many
 
-    def check_after_a_delete_lands(self, payload, root, *, content):
-        if orjson.loads(payload)["path"] == "a.json":
+    def check_after_a_delete_lands(self, items, root, *, content):
+        if ("file:a.json", ANY) in items:
             c.enqueue(DeleteFile(path="a.json"))
             assert c.run_until_idle() == 1
-        return real_check(self, payload, root, content=content)
+        return real_check_many(self, items, root, content=content)
 
-    monkeypatch.setattr(probe, "check", check_after_a_delete_lands)
+    monkeypatch.setattr(probe, "check_many", check_after_a_delete_lands)
     report = reconcile(c)
     assert {f.path: f.status for f in report.findings} == {"a.json": "not_checked"}
     assert report.drift == 0
@@ -168,7 +169,7 @@ def test_memory_holds_one_path_at_a_time(sqlite_coordinator: Coordinator) -> Non
 
 
 PARAMS = {"after_key": "file:m/1.json", "after_id": "0" * 26, "limit": 500, "key": "file:m/1.json",
-          "keys": ["file:m/1.json", "file:m/2.json"]}
+          "keys": ["file:m/1.json", "file:m/2.json"], "ids": ["0" * 26, "1" * 26]}
 
 
 def to_qmark(sql: str) -> tuple[str, list]:
@@ -187,7 +188,8 @@ def to_qmark(sql: str) -> tuple[str, list]:
 
 
 @pytest.mark.parametrize("name, statement, index", [
-    ("page", PAGE, "ix_tether_jobs_target"),
+    ("page", PAGE, "COVERING INDEX ix_tether_jobs_target"),  # the stream never reads the table
+    ("payloads", PAYLOADS, "sqlite_autoindex_tether_jobs_1"),
     ("recheck", RECHECK, "ix_tether_jobs_target"),
     ("active_on", ACTIVE_ON, "ix_tether_jobs_active_target"),
     ("known_targets", KNOWN_TARGETS, "ix_tether_jobs_target"),

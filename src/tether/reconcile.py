@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import sqlalchemy as sa
 
 from . import events, fs
 from .engine import READ_ONLY
-from .jobtypes.base import IN_SYNC, MISSING, MODIFIED, UNEXPECTED, UNKNOWN, Check, file_target
+from .jobtypes.base import IN_SYNC, MISSING, MODIFIED, SYNCED, UNEXPECTED, UNKNOWN, Check, Probe, file_target
 
 if TYPE_CHECKING:
     from .coordinator import Coordinator
@@ -40,13 +41,18 @@ DRIFT = frozenset({MISSING, MODIFIED, UNEXPECTED, LEFTOVER_TEMP, UNTRACKED})
 
 BATCH = 2000
 
+_Target = tuple[str, "str | None", "str | None", "str | None"]
+
 # Every job with a target, in target order and, within one target, in enqueue order.
 PAGE = sa.text("""
-SELECT id, type, status, ordering_key, payload FROM tether_jobs
+SELECT id, type, status, ordering_key FROM tether_jobs
 WHERE (ordering_key, id) > (:after_key, :after_id) AND status IN ('pending', 'claimed', 'completed')
 ORDER BY ordering_key, id
 LIMIT :limit
 """)
+# Payloads of the latest completed jobs, for the probes that need them (read by primary key).
+PAYLOADS = sa.text("SELECT id, payload FROM tether_jobs WHERE id IN :ids").bindparams(
+    sa.bindparam("ids", expanding=True))
 # Asked again after the disk was read, for targets that disagreed: the latest completed job and
 # whether one is active now, per target.
 RECHECK = sa.text("""
@@ -133,18 +139,6 @@ class Report:
         }
 
 
-@dataclass(slots=True)
-class _Target:
-    """One target's jobs as they stream by: only the latest completed one is kept."""
-
-    key: str
-    latest_id: str | None = None
-    latest_type: str | None = None
-    latest_payload: str | None = None
-    active_id: str | None = None
-    probed: bool = False
-
-
 def reconcile(
     coordinator: Coordinator,
     *,
@@ -187,12 +181,19 @@ class _Reconciler:
 
     def run(self, now: datetime) -> Report:
         self.report = Report(checked_at=now, content=self.content, untracked=self.untracked)
-        for target in self._targets():
-            self._check(target)
-            if len(self.suspects) >= 500:
-                self._recheck()
-        self._recheck()
-        self._walk()
+        with ThreadPoolExecutor(1, thread_name_prefix="tether-reconcile-walk") as pool:
+            # Listing the tree for temp files overlaps the ledger pass (both mostly wait on the
+            # kernel). It holds only the temp files found; untracked files are listed later, in
+            # batches, so that list never grows with the tree.
+            temps = pool.submit(lambda: list(_entries(self.root, only_temps=True))) if not self.untracked else None
+            for ready, read in self._pages():
+                self._check_all(ready)
+                if len(self.suspects) >= 500:
+                    self._recheck()
+                if self.progress is not None:
+                    self.progress(read)
+            self._recheck()
+            self._walk(temps.result() if temps is not None else _entries(self.root, only_temps=False))
         self.report.findings.sort(key=lambda f: f.path)
         return self.report
 
@@ -202,60 +203,101 @@ class _Reconciler:
         """One short read-only transaction: a long check never holds a snapshot open (which on
         SQLite would stop WAL checkpoints for its whole duration)."""
         with self.engine.connect().execution_options(**READ_ONLY) as conn:
-            return list(conn.execute(statement, params))
+            return conn.execute(statement, params).fetchall()
 
-    def _targets(self) -> Iterator[_Target]:
-        """Each target with its latest completed job and whether a job on it is active."""
-        after_key, after_id, read = "", "", 0
-        current: _Target | None = None
+    def _pages(self) -> Iterator[tuple[list[_Target], int]]:
+        """Per batch of jobs, the probed targets whose jobs have all been read, as (key, latest
+        completed id, its type, an active job's id), and the jobs read so far. One target is
+        carried between batches: its jobs arrive together, oldest first. The stream reads only
+        the target index, never the table."""
+        probed_types = frozenset(name for name, probe in self.probes.items() if probe is not None)
+        after_key, after_id, read, newest = "", "", 0, ""
+        key: str | None = None
+        latest_id = latest_type = active_id = None
+        probed = False
         while True:
             rows = self._read(PAGE, {"after_key": after_key, "after_id": after_id, "limit": self.batch_size})
-            for job_id, job_type, status, key, payload in rows:
-                if current is None or key != current.key:
-                    if current is not None and current.probed:
-                        yield current
-                    current = _Target(key)
-                if job_type in self.probes and self.probes[job_type] is not None:
-                    current.probed = True
+            ready: list[_Target] = []
+            for job_id, job_type, status, row_key in rows:
+                if row_key != key:
+                    if probed:
+                        ready.append((key, latest_id, latest_type, active_id))  # type: ignore[arg-type]
+                    key, latest_id, latest_type, active_id, probed = row_key, None, None, None, False
+                if job_type in probed_types:
+                    probed = True
                 if status == "completed":
-                    current.latest_id, current.latest_type, current.latest_payload = job_id, job_type, payload
-                elif current.active_id is None:
-                    current.active_id = job_id
-                if self.report.newest_job_id is None or job_id > self.report.newest_job_id:
-                    self.report.newest_job_id = job_id
+                    latest_id, latest_type = job_id, job_type
+                elif active_id is None:
+                    active_id = job_id
+                if job_id > newest:
+                    newest = job_id
             read += len(rows)
-            if self.progress is not None:
-                self.progress(read)
+            self.report.newest_job_id = newest or None
             if len(rows) < self.batch_size:
-                break
+                if probed:
+                    ready.append((key, latest_id, latest_type, active_id))  # type: ignore[arg-type]
+                yield ready, read
+                return
+            yield ready, read
             after_key, after_id = rows[-1][3], rows[-1][0]
-        if current is not None and current.probed:
-            yield current
 
-    def _check(self, target: _Target) -> None:
-        path = _display(target.key)
-        if target.active_id is not None:
-            self._found(Finding(path, NOT_CHECKED, target.active_id, detail="a job on this path is pending or claimed"))
-            return
-        probe = self.probes.get(target.latest_type or "")
-        if target.latest_id is None or probe is None:
-            self._found(Finding(path, NOT_CHECKED, target.latest_id, target.latest_type,
-                                detail=f"the latest job's type {target.latest_type!r} has no probe"))
-            return
-        assert target.latest_payload is not None
+    def _payloads(self, ids: list[str]) -> dict[str, str]:
+        return dict(self._read(PAYLOADS, {"ids": ids})) if ids else {}
+
+    def _check_all(self, ready: list[_Target]) -> None:
+        """Ask each type's probe about its targets, a batch at a time."""
+        by_type: dict[str, tuple[list[str], list[str]]] = {}
+        for key, latest_id, latest_type, active_id in ready:
+            if active_id is not None:
+                self._found(Finding(_display(key), NOT_CHECKED, active_id, detail="a job on this path is pending or claimed"))
+            elif latest_id is None or latest_type is None or self.probes.get(latest_type) is None:
+                self._found(Finding(_display(key), NOT_CHECKED, latest_id, latest_type,
+                                    detail=f"the latest job's type {latest_type!r} has no probe"))
+            else:
+                keys, ids = by_type.setdefault(latest_type, ([], []))
+                keys.append(key)
+                ids.append(latest_id)
+        for job_type, (keys, ids) in by_type.items():
+            probe = self.probes[job_type]
+            assert probe is not None
+            with_payload = probe.wants_payload(content=self.content)
+            payloads = self._payloads(ids) if with_payload else {}
+            items = [(k, payloads.get(i)) for k, i in zip(keys, ids)]
+            checks = self._ask(probe, items)
+            if not with_payload:
+                # The report says what was expected: ask again, with payloads, about the few
+                # targets that disagree.
+                again = [n for n, c in enumerate(checks) if c is not SYNCED and c.status != IN_SYNC]
+                if again:
+                    payloads = self._payloads([ids[n] for n in again])
+                    for n, check in zip(again, self._ask(probe, [(keys[n], payloads.get(ids[n])) for n in again])):
+                        checks[n] = check
+            in_sync = 0
+            for key, job_id, check in zip(keys, ids, checks):
+                if check is SYNCED or check.status == IN_SYNC:
+                    in_sync += 1
+                    continue
+                finding = Finding(_display(key), check.status, job_id, job_type, check.expected_size,
+                                  check.expected_sha256, check.actual_size, check.actual_sha256, check.detail)
+                if check.status in DRIFT:
+                    self.suspects.append((key, finding))
+                else:
+                    self._found(finding)
+            self.report.counts[IN_SYNC] += in_sync
+
+    def _ask(self, probe: Probe, items: list[tuple[str, str | None]]) -> list[Check]:
         try:
-            check = probe.check(target.latest_payload, self.root, content=self.content)
+            return probe.check_many(items, self.root, content=self.content)  # type: ignore[arg-type]
+        except Exception:  # one bad payload: ask one at a time so only it is unknown
+            return [self._check_one(probe, target, payload) for target, payload in items]
+
+    def _check_one(self, probe: Probe, target: str, payload: str | None) -> Check:
+        if payload is None and probe.wants_payload(content=self.content):
+            return Check(UNKNOWN, detail="the job's row was removed during the check")
+        try:
+            return probe.check(target, payload, self.root, content=self.content)  # type: ignore[arg-type]
         except Exception as e:  # a probe bug or a payload it cannot read: this target is unknown
-            check = Check(UNKNOWN, detail=f"probe failed: {type(e).__name__}")
-        if check.status == IN_SYNC:
-            self.report.counts[IN_SYNC] += 1
-            return
-        finding = Finding(path, check.status, target.latest_id, target.latest_type, check.expected_size,
-                          check.expected_sha256, check.actual_size, check.actual_sha256, check.detail)
-        if check.status in DRIFT:
-            self.suspects.append((target.key, finding))
-        else:
-            self._found(finding)
+            return Check(UNKNOWN, detail=f"probe failed: {type(e).__name__}")
 
     def _recheck(self) -> None:
         """The disk was read after the ledger: if a job has touched a target since, what we saw may
@@ -282,11 +324,11 @@ class _Reconciler:
 
     # -- the data root ---------------------------------------------------------------------
 
-    def _walk(self) -> None:
+    def _walk(self, entries: Iterable[tuple[str, os.DirEntry[str] | None]]) -> None:
         """Leftover temp files, and (on request) files no job ever named. Never enters ``.tether/``
         or follows a symlinked directory."""
         pending: list[tuple[str, int | None]] = []
-        for rel, entry in _entries(self.root):
+        for rel, entry in entries:
             if entry is None:
                 self._found(Finding(rel, UNKNOWN, detail="directory could not be listed"))
             elif rel.endswith(fs.TEMP_SUFFIX):
@@ -332,9 +374,10 @@ class _Reconciler:
                 self._found(Finding(rel, UNTRACKED, actual_size=size, detail="no job ever named this file"))
 
 
-def _entries(root: Path) -> Iterator[tuple[str, os.DirEntry[str] | None]]:
-    """(relative path, entry) of every non-directory entry under ``root``, skipping ``.tether/``;
-    (directory, None) for a directory that could not be listed."""
+def _entries(root: Path, *, only_temps: bool) -> Iterator[tuple[str, os.DirEntry[str] | None]]:
+    """(relative path, entry) of every non-directory entry under ``root`` (only temp files with
+    ``only_temps``), skipping ``.tether/``; (directory, None) for one that could not be listed."""
+    suffix = fs.TEMP_SUFFIX
     stack = [""]
     while stack:
         prefix = stack.pop()
@@ -347,16 +390,18 @@ def _entries(root: Path) -> Iterator[tuple[str, os.DirEntry[str] | None]]:
             continue
         with entries:
             for entry in entries:
-                rel = f"{prefix}{entry.name}"
+                if only_temps and entry.name.endswith(suffix):
+                    yield f"{prefix}{entry.name}", entry
+                    continue
                 try:
                     is_dir = entry.is_dir(follow_symlinks=False)
                 except OSError:
                     is_dir = False
                 if is_dir:
-                    if rel != fs.INTERNAL_DIR:
-                        stack.append(rel + "/")
-                    continue
-                yield rel, entry
+                    if prefix or entry.name != fs.INTERNAL_DIR:
+                        stack.append(f"{prefix}{entry.name}/")
+                elif not only_temps:
+                    yield f"{prefix}{entry.name}", entry
 
 
 def _size(entry: os.DirEntry[str]) -> int | None:

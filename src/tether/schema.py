@@ -105,8 +105,10 @@ sa.Index(
 )
 # Reconcile and "what ran lately" walk finished jobs by completion time.
 sa.Index("ix_tether_jobs_finished", _t.c.status, _t.c.completed_at)
-# Reconcile streams every job by target in enqueue order, so each path's latest job ends its group.
-sa.Index("ix_tether_jobs_target", _t.c.ordering_key, _t.c.id)
+# Reconcile streams every job by target in enqueue order, so each path's latest job ends its group;
+# status and type are in it so that stream never touches the table (payloads are read by id, and
+# only for the probes that need them).
+sa.Index("ix_tether_jobs_target", _t.c.ordering_key, _t.c.id, _t.c.status, _t.c.type)
 sa.Index("ix_tether_jobs_parent", _t.c.parent_id, sqlite_where=sa.text("parent_id IS NOT NULL"),
          postgresql_where=sa.text("parent_id IS NOT NULL"))
 

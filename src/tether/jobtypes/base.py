@@ -9,7 +9,7 @@ import stat
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Sequence, TypeVar
 
 import orjson
 from pydantic import BaseModel, ConfigDict
@@ -112,10 +112,22 @@ class Probe(ABC):
     It lives with the job type (files now, AWS later); the reconciler iterates over them."""
 
     @abstractmethod
-    def check(self, payload: str, root: Path, *, content: bool) -> Check:
-        """Compare the world with the effect of a completed job whose stored payload (JSON text)
-        is ``payload``. With ``content`` false, only existence is checked. Never raises for an
-        unreadable target: that is ``unknown``, never ``missing``."""
+    def check(self, target: str, payload: str, root: Path, *, content: bool) -> Check:
+        """Compare the world with the effect of a completed job on ``target`` (its ordering key,
+        as the job type's ``ordering_key`` made it) whose stored payload is ``payload`` (JSON
+        text). With ``content`` false, only existence is checked. Never raises for an unreadable
+        target: that is ``unknown``, never ``missing``."""
+
+    def wants_payload(self, *, content: bool) -> bool:
+        """Whether ``check`` needs the payload (the reconciler then reads it; otherwise it passes
+        None and never touches the job's row)."""
+        return True
+
+    def check_many(self, items: Sequence[tuple[str, str]], root: Path, *, content: bool) -> list[Check]:
+        """``check`` for several ``(target, payload)`` pairs, answers in the same order. The
+        reconciler calls this once per batch of targets of this type; a probe overrides it to
+        batch the world's side too (one tight loop of stats, one AWS describe for many ids)."""
+        return [self.check(target, payload, root, content=content) for target, payload in items]
 
 
 # Absent: no such entry, or a parent is not a directory (so the file cannot exist).
@@ -139,31 +151,54 @@ def open_data_file(path: str) -> int:
     return os.open(path, _OPEN_FLAGS)
 
 
-def lstat_data_file(path: str) -> os.stat_result:
-    return os.lstat(path)
+# Module attributes, so a test can swap in a fake that fails (tests run as root, where a
+# chmod 000 file is still readable).
+lstat_data_file = os.lstat
+_S_IFMT, _S_IFDIR = 0o170000, 0o040000
 
 
-def check_file(root: Path, rel: str, expected: bytes | None, *, present: bool, content: bool) -> Check:
-    """Check one data file: it must hold exactly ``expected`` (``present``; with ``content`` false
-    only its existence is checked and ``expected`` may be None) or be absent. Size first, bytes
-    only when the sizes agree."""
-    if rel.startswith("/") or "\x00" in rel or ".." in rel.split("/"):
-        return Check(UNKNOWN, detail="the ledger names a path outside the data root")
-    path = os.path.join(root, rel)
-    if not present or not content:
+_OUTSIDE = Check(UNKNOWN, detail="the ledger names a path outside the data root")
+_MISSING = Check(MISSING)
+
+
+def _outside(rel: str) -> bool:
+    return rel.startswith("/") or "\x00" in rel or (".." in rel and ".." in rel.split("/"))
+
+
+def files_exist(root: Path, rels: Sequence[str], *, present: bool) -> list[Check]:
+    """Existence of data files, one ``lstat`` each and nothing read: each must exist (``present``;
+    anything but a directory counts) or be absent. A ``missing`` answer carries no expectation;
+    the caller adds it."""
+    prefix = f"{os.fspath(root)}/"
+    lstat = lstat_data_file
+    out: list[Check] = []
+    append = out.append
+    for rel in rels:
+        if rel.startswith("/") or "\x00" in rel or (".." in rel and ".." in rel.split("/")):  # _outside, inlined
+            append(_OUTSIDE)
+            continue
         try:
-            st = lstat_data_file(path)
+            st = lstat(prefix + rel)
         except OSError as e:
             if e.errno in _ABSENT:
-                return SYNCED if not present else _with_expected(Check(MISSING), expected)
-            return Check(UNKNOWN, detail=_reason(e))
-        kind = _kind(st.st_mode)
-        if not present:
-            return Check(UNEXPECTED, actual_size=st.st_size if kind is None else None, detail=kind)
-        if stat.S_ISDIR(st.st_mode):
-            return Check(MODIFIED, detail=kind)
-        return SYNCED
-    assert expected is not None
+                append(_MISSING if present else SYNCED)
+            else:
+                append(Check(UNKNOWN, detail=_reason(e)))
+            continue
+        if present:
+            append(SYNCED if st.st_mode & _S_IFMT != _S_IFDIR else Check(MODIFIED, detail="is a directory"))
+        else:
+            kind = _kind(st.st_mode)
+            append(Check(UNEXPECTED, actual_size=st.st_size if kind is None else None, detail=kind))
+    return out
+
+
+def check_file(root: Path, rel: str, expected: bytes) -> Check:
+    """Check that one data file holds exactly ``expected``: size first, bytes only when the sizes
+    agree, a hash only when the bytes differ."""
+    if _outside(rel):
+        return _OUTSIDE
+    path = f"{os.fspath(root)}/{rel}"
     try:
         fd = open_data_file(path)
     except OSError as e:
@@ -192,10 +227,13 @@ def check_file(root: Path, rel: str, expected: bytes | None, *, present: bool, c
 def _differs(fd: int, expected: bytes) -> tuple[int, str] | None:
     """None when the open file holds exactly ``expected``; else its (size, sha256). The common
     case is one read and one comparison: no hashing."""
+    first = os.read(fd, min(_CHUNK, len(expected) + 1))
+    if first == expected:  # asked for one byte more than expected: a short read is the end
+        return None
     view = memoryview(expected)
     pos = 0
+    chunk = first
     while True:
-        chunk = os.read(fd, min(_CHUNK, len(expected) - pos + 1))
         if not chunk:
             if pos == len(expected):
                 return None
@@ -203,6 +241,7 @@ def _differs(fd: int, expected: bytes) -> tuple[int, str] | None:
         if view[pos : pos + len(chunk)] != chunk:
             break
         pos += len(chunk)
+        chunk = os.read(fd, min(_CHUNK, len(expected) - pos + 1))
     # Different bytes: hash what the file holds, from the start, for the report.
     os.lseek(fd, 0, os.SEEK_SET)
     digest, size = hashlib.sha256(), 0
@@ -212,9 +251,11 @@ def _differs(fd: int, expected: bytes) -> tuple[int, str] | None:
     return size, digest.hexdigest()
 
 
-def payload_path(payload: str) -> str:
-    """The ``path`` field of a stored file-job payload, without validating the whole model."""
-    return orjson.loads(payload)["path"]
+def file_paths(items: Sequence[tuple[str, str]]) -> list[str]:
+    """The data paths of file jobs' ``(target, payload)`` pairs: from the ordering key
+    (``file_target``) when there is one, else the payload's ``path`` (no need to validate the
+    whole model for it)."""
+    return [t[5:] if t.startswith("file:") else orjson.loads(p)["path"] for t, p in items]
 
 
 def _with_expected(check: Check, expected: bytes | None) -> Check:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 import orjson
 from pydantic import JsonValue, model_validator
 
 from .. import fs
 from ..errors import PermanentError
-from .base import IN_SYNC, Check, JobType, Payload, Probe, check_file, checked_path, file_target, payload_path
+from .base import IN_SYNC, Check, JobType, Payload, Probe, check_file, checked_path, file_paths, file_target, files_exist
 
 if TYPE_CHECKING:
     from ..context import JobContext
@@ -46,15 +46,30 @@ def render(payload: CreateFile) -> bytes:
 class CreateFileProbe(Probe):
     """The file exists and holds exactly the bytes the job wrote (``render``)."""
 
-    def check(self, payload: str, root: Path, *, content: bool) -> Check:
+    def check(self, target: str, payload: str, root: Path, *, content: bool) -> Check:
+        return self.check_many([(target, payload)], root, content=content)[0]
+
+    def wants_payload(self, *, content: bool) -> bool:
+        return content  # existence only: the path is in the target (``file:<path>``)
+
+    def check_many(self, items: Sequence[tuple[str, str]], root: Path, *, content: bool) -> list[Check]:
         if content:
-            model = CreateFile.model_validate_json(payload)
-            return check_file(root, model.path, render(model), present=True, content=True)
-        found = check_file(root, payload_path(payload), None, present=True, content=False)
-        if found.status == IN_SYNC:
-            return found
-        data = render(CreateFile.model_validate_json(payload))
-        return replace(found, expected_size=len(data), expected_sha256=fs.sha256(data))
+            out = []
+            for _, payload in items:
+                model = CreateFile.model_validate_json(payload)
+                out.append(check_file(root, model.path, render(model)))
+            return out
+        found = files_exist(root, file_paths(items), present=True)
+        return [c if c.status == IN_SYNC else _expecting(c, p) for c, (_, p) in zip(found, items)]
+
+
+def _expecting(check: Check, payload: str | None) -> Check:
+    """Existence only read no file: say what was expected, for the report (when the payload
+    is at hand; the reconciler adds it otherwise)."""
+    if payload is None:
+        return check
+    data = render(CreateFile.model_validate_json(payload))
+    return replace(check, expected_size=len(data), expected_sha256=fs.sha256(data))
 
 
 class CreateFileType(JobType[CreateFile]):

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 from .. import fs
 from ..errors import PermanentError
-from .base import Check, JobType, Payload, Probe, check_file, checked_path, file_target, payload_path
+from .base import Check, JobType, Payload, Probe, checked_path, file_paths, file_target, files_exist
 
 if TYPE_CHECKING:
     from ..context import JobContext
@@ -23,10 +23,16 @@ class DeleteFile(Payload):
 
 
 class DeleteFileProbe(Probe):
-    """The file is absent."""
+    """The file is absent (an existence check in either mode: nothing to read)."""
 
-    def check(self, payload: str, root: Path, *, content: bool) -> Check:
-        return check_file(root, payload_path(payload), None, present=False, content=content)
+    def check(self, target: str, payload: str, root: Path, *, content: bool) -> Check:
+        return self.check_many([(target, payload)], root, content=content)[0]
+
+    def wants_payload(self, *, content: bool) -> bool:
+        return False  # the path is in the target (``file:<path>``)
+
+    def check_many(self, items: Sequence[tuple[str, str]], root: Path, *, content: bool) -> list[Check]:
+        return files_exist(root, file_paths(items), present=False)
 
 
 class DeleteFileType(JobType[DeleteFile]):
