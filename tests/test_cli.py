@@ -129,6 +129,7 @@ def test_status_exit_codes_follow_the_monitoring_plugin_convention(
     assert not (tmp_path / "missing.db").exists()
     r = tether("status", "--json", db_url="postgresql://nobody@127.0.0.1:1/none")
     assert r.code == 3 and r.json()["verdict"] == "unknown"
+    assert r.json()["error"].startswith("cannot open the database at") and "\n" not in r.json()["error"]
 
 
 def test_status_is_a_warning_when_only_failed_jobs_remain(make_coordinator, tether) -> None:  # noqa: ANN001
@@ -217,7 +218,8 @@ def test_retry_by_id_and_all_failed_of_a_type(ledger: Ledger, tether) -> None:
     assert r.code == 0 and ledger.ids["bad"] in r.out and "1 job(s) back to pending" in r.out
     assert ledger.coordinator.get(ledger.ids["bad"]).attempts == 0
     again = tether("retry", ledger.ids["bad"])  # now pending: not retryable
-    assert again.code == 1 and f"job {ledger.ids['bad']} is pending; it cannot become pending" in again.err
+    assert again.code == 1 and again.out == ""
+    assert again.err.strip() == f"tether: error: job {ledger.ids['bad']} is pending; it cannot become pending"
     data = tether("retry", "--failed", "--type", "work", "--json").json()
     assert [j["id"] for j in data["retried"]] == [ledger.ids["flaky"]] and data["errors"] == []
     assert tether("failed", "--json").json()["jobs"] == []

@@ -64,7 +64,8 @@ def open_ledger(db_url: str | None = None) -> sa.Engine:
             present = sa.inspect(conn).has_table(TABLE)
     except sa.exc.OperationalError as e:
         engine.dispose()
-        raise DatabaseUnavailable(f"cannot open the database at {engine.url!r}: {e.orig}") from e
+        reason = " ".join(str(e.orig).split())  # drivers' messages span lines; ours are one
+        raise DatabaseUnavailable(f"cannot open the database at {engine.url!r}: {reason}") from e
     if not present:
         engine.dispose()
         raise NoLedger(f"no ledger at {engine.url!r} (the database has no {TABLE} table)")
@@ -95,7 +96,7 @@ def reading(source: Source) -> Iterator[sa.Connection]:
         with _engine(source).connect().execution_options(**READ_ONLY) as conn, conn.begin():
             yield conn
     except sa.exc.OperationalError as e:
-        raise DatabaseUnavailable(f"could not read the ledger: {e.orig}") from e
+        raise DatabaseUnavailable(f"could not read the ledger: {' '.join(str(e.orig).split())}") from e
 
 
 def _records(conn: sa.Connection, query: sa.Select) -> list[JobRecord]:
@@ -343,10 +344,11 @@ def duplicates(source: Source, *, job_type: str | None = None, limit: int | None
         found = [(r.type, r.idempotency_key) for r in conn.execute(groups)]
         if not found:
             return []
-        members = []
-        for i in range(0, len(found), 500):  # bounded IN lists (PostgreSQL caps bound parameters)
-            chunk = found[i:i + 500]
-            members += _records(conn, _select_jobs().where(*keyed, sa.tuple_(t.c.type, t.c.idempotency_key).in_(chunk)))
+        # A join on the same grouped query: each key's jobs are one index seek when an index
+        # on (type, idempotency_key) exists.
+        g = groups.subquery()
+        members = _records(conn, _select_jobs().join(
+            g, sa.and_(t.c.type == g.c.type, t.c.idempotency_key == g.c.idempotency_key)))
     by_key: dict[tuple[str, str], list[JobRecord]] = {k: [] for k in found}
     for job in sorted(members, key=lambda j: j.id):
         by_key[(job.type, job.idempotency_key)].append(job)  # type: ignore[index]

@@ -39,6 +39,8 @@ def jobs(
     if as_json:
         print_json({"jobs": job_dicts(found)})
         return
-    table(None, ["id", "type", "status", "attempts", "priority", "created (UTC)", "finished (UTC)", "worker", "last error"],
+    table(None, ["id", "type", "status", "attempts", "priority", "created (UTC)", "runs at (UTC)", "finished (UTC)",
+                 "worker", "last error"],
           [(j.id, j.type, j.status.value, f"{j.attempts}/{j.max_attempts}", j.priority, when(j.created_at),
-            when(j.completed_at), j.locked_by, first_line(j.last_error, 50)) for j in found], empty="no jobs match")
+            when(j.run_at) if j.status is JobStatus.PENDING else "", when(j.completed_at), j.locked_by,
+            first_line(j.last_error, 50)) for j in found], empty="no jobs match")

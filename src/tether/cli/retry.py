@@ -42,8 +42,9 @@ def retry(
     if as_json:
         print_json({"retried": [j.to_dict() for j in retried], "errors": errors})
     else:
-        table(None, ["retried", "type", "status"], [(j.id, j.type, j.status.value) for j in retried],
-              empty="no jobs retried")
+        if retried or not errors:
+            table(None, ["retried", "type", "status"], [(j.id, j.type, j.status.value) for j in retried],
+                  empty="no failed jobs to retry")
         for e in errors:
             err.print(f"tether: error: {e['error']}", markup=False, soft_wrap=True)
         if retried:

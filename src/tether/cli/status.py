@@ -35,10 +35,11 @@ def status(
             h = assess(stats(engine, lock_timeout=lock_timeout), thresholds)
     except (TetherError, sa.exc.SQLAlchemyError, OSError) as e:
         # Could not tell: never let an unreadable ledger look healthy (exit 3, not 0 or 1).
+        reason = " ".join(str(e).split())
         if as_json:
-            print_json({"verdict": Verdict.UNKNOWN.label, "exit_code": 3, "error": str(e)})
+            print_json({"verdict": Verdict.UNKNOWN.label, "exit_code": 3, "error": reason})
         else:
-            err.print(f"tether: UNKNOWN: {e}", markup=False, soft_wrap=True)
+            err.print(f"tether: UNKNOWN: {reason}", markup=False, soft_wrap=True)
         raise SystemExit(Verdict.UNKNOWN.exit_code) from None
     if as_json:
         print_json(h.to_dict())
@@ -60,5 +61,5 @@ def _render(h: Health) -> None:
     table("Outstanding by type", ["type", "pending", "claimed", "outstanding"],
           [(b.type, b.pending, b.claimed, b.outstanding) for b in s.by_type], empty="no outstanding jobs")
     table("Checks", ["check", "value", "verdict", "threshold"],
-          [(c.name, f"{c.value:g}", c.verdict.label, c.rule) for c in h.checks])
+          [(c.name, int(c.value), c.verdict.label, c.rule) for c in h.checks])
     out.print(f"as of {when(s.now)} UTC; oldest pending enqueued {when(s.oldest_pending_at) or '-'}", markup=False)
