@@ -15,6 +15,7 @@ import sqlalchemy as sa
 
 from tether import TetherError
 from tether.demo import DEFAULT_SAMPLE, MARKER, Demo
+from tether.jobtypes import default_registry
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -102,3 +103,16 @@ def test_readme_first_example_runs_as_written(tmp_path, monkeypatch, capsys):
     exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
     assert "handle='ada' email='ada@example.org'" in capsys.readouterr().out
     assert (tmp_path / "data" / "people" / "ada.json").exists() and (tmp_path / "tether.db").exists()
+
+
+def test_readme_job_type_example_runs_as_written(tmp_path, monkeypatch):
+    readme = (REPO / "README.md").read_text()
+    [code] = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "JobType[" in b]
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {"__name__": "readme"}
+    exec(compile(code, "README.md", "exec"), namespace)
+    assert (tmp_path / "data" / "stamps" / "a.txt").read_text() == "hello"
+    registry = default_registry()
+    namespace["register"](registry)
+    assert "stamp" in registry.names()
+    namespace["c"].close()
