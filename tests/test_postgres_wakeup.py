@@ -179,6 +179,22 @@ def test_close_stops_the_listener_and_releases_its_connection(engines) -> None:
     wait_until(lambda: not listener_pids(admin), 5, "the LISTEN backend to go away")
 
 
+def test_listener_of_a_wakeup_nobody_closed_ends_when_the_wakeup_is_garbage(engines) -> None:
+    import gc
+
+    admin = engines()
+    listener = PgWakeup(engines())
+    listener.start()
+    assert listener.listening.wait(10)
+    thread = listener._thread
+    del listener
+    gc.collect()
+    assert thread is not None
+    thread.join(5)
+    assert not thread.is_alive()
+    wait_until(lambda: not listener_pids(admin), 5, "the LISTEN backend to go away")
+
+
 def test_notify_with_the_database_down_wakes_local_waiters_and_does_not_raise(tmp_path: Path) -> None:
     # Nothing listens on port 1: NOTIFY fails, the (already committed) enqueue must not.
     engine = create_engine("postgresql+psycopg://postgres@127.0.0.1:1/none")
