@@ -1,0 +1,205 @@
+"""The reconciler benchmark (issue 3): paths checked per second next to bare file-system loops,
+and peak memory for 100,000 vs 1,000,000 jobs.
+
+    .venv/bin/python benchmarks/reconcile.py [--jobs 100000] [--big 1000000] [--runs 3] [--dir DIR]
+
+(a) Throughput: a ledger of ``--jobs`` completed create_file jobs, one file each, in sync.
+    ``reconcile(content=False)`` (existence only) runs next to a bare loop of ``os.stat`` over the
+    same paths, and ``reconcile(content=True)`` (size, then bytes) next to a bare loop of
+    open + read + sha256. Runs are interleaved, the page cache is warm for both sides, every
+    figure is the median over ``--runs``. The reconciler's figure includes everything it does:
+    reading the ledger in batches, parsing payloads, rendering expected bytes.
+(b) Memory: peak RSS of a fresh process that reconciles (full content) a ledger of ``--jobs``
+    and one of ``--big`` jobs. Both ledgers are in sync and have the same mix (1 create_file in
+    10, the rest delete_file of absent paths), so findings stay empty and what is measured is
+    what the check holds per job read, not the size of a drift report. Reported: peak RSS and
+    peak minus the RSS after imports and opening the ledger (the reconciler's own share).
+
+Ledgers are built with bulk inserts of completed rows (a worker would take hours for 1,000,000);
+files go to ``--dir`` (default: a tmpfs under /dev/shm when there is one, since creating 100,000
+files on a shared disk dominates the run otherwise; reads are from the page cache either way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tether import Coordinator, CreateFile, DeleteFile
+from tether.ids import new_id
+from tether.jobtypes import render
+from tether.jobtypes.base import file_target
+from tether.reconcile import reconcile
+
+BATCH = 20_000
+
+
+def build_ledger(db: Path, root: Path, jobs: int, *, create_every: int = 1, files: bool = True) -> list[str]:
+    """``jobs`` completed jobs: every ``create_every``-th a create_file (its file written), the
+    others delete_file of a path that is absent. Returns the created files' absolute paths."""
+    c = Coordinator.open(f"sqlite:///{db}", root=root, durability="normal")
+    now = c.clock.now()
+    stamp = now.replace(tzinfo=None).isoformat(" ")
+    created: list[str] = []
+    raw = c.engine.raw_connection()
+    try:
+        cur = raw.cursor()
+        rows = []
+        for i in range(jobs):
+            path = f"d{i % 1000:03d}/{i:07d}.json"
+            if i % create_every == 0:
+                payload = CreateFile(path=path, content={"id": i, "name": f"item {i}", "tags": ["a", "b"]})
+                if files:
+                    target = root / path
+                    target.parent.mkdir(exist_ok=True)
+                    target.write_bytes(render(payload))
+                    created.append(str(target))
+            else:
+                payload = DeleteFile(path=path)
+            rows.append((new_id(now), payload.job_type, payload.to_json().decode(), stamp, stamp, stamp, stamp,
+                         file_target(path)))
+            if len(rows) == BATCH or i == jobs - 1:
+                cur.execute("BEGIN")
+                cur.executemany(
+                    "INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,"
+                    " created_at, run_at, claimed_at, completed_at, ordering_key)"
+                    " VALUES (?, ?, ?, 'completed', 0, 1, 3, ?, ?, ?, ?, ?)", rows)
+                cur.execute("COMMIT")
+                rows = []
+        cur.execute("ANALYZE")
+    finally:
+        raw.close()
+        c.close()
+    return created
+
+
+def bare_stat(paths: list[str]) -> None:
+    for p in paths:
+        os.stat(p)
+
+
+def bare_read_hash(paths: list[str]) -> None:
+    for p in paths:
+        with open(p, "rb") as f:
+            hashlib.sha256(f.read()).hexdigest()
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def throughput(work: Path, jobs: int, runs: int) -> dict:
+    db, root = work / "throughput.db", work / "data"
+    started = time.perf_counter()
+    paths = build_ledger(db, root, jobs)
+    print(f"built {jobs:,} completed create_file jobs and files in {time.perf_counter() - started:.1f}s", flush=True)
+    c = Coordinator.open(f"sqlite:///{db}", root=root)
+    try:
+        bare_stat(paths), bare_read_hash(paths)  # warm the page cache for both sides
+        for content in (False, True):
+            report = reconcile(c, content=content)
+            assert report.counts["in_sync"] == jobs and not report.findings, report.summary()
+        samples: dict[str, list[float]] = {k: [] for k in ("stat", "exists", "read_hash", "content")}
+        for run in range(runs):
+            pairs = [("stat", lambda: bare_stat(paths)), ("exists", lambda: reconcile(c, content=False)),
+                     ("read_hash", lambda: bare_read_hash(paths)), ("content", lambda: reconcile(c, content=True))]
+            if run % 2:  # alternate which side goes first
+                pairs = [pairs[1], pairs[0], pairs[3], pairs[2]]
+            for name, fn in pairs:
+                samples[name].append(jobs / timed(fn))
+    finally:
+        c.close()
+    rates = {k: statistics.median(v) for k, v in samples.items()}
+    return {"jobs": jobs, "runs": runs, "paths_per_s": rates, "samples": samples,
+            "exists_vs_stat": rates["exists"] / rates["stat"], "content_vs_read_hash": rates["content"] / rates["read_hash"]}
+
+
+def rss_child(db: str, root: str) -> None:
+    """Run in a fresh process: print baseline and peak RSS (KiB) around one full check."""
+    c = Coordinator.open(f"sqlite:///{db}", root=root)
+    reconcile(c, content=False, batch_size=10)  # imports and first connections, on a tiny read
+    base = _current_rss_kib()
+    started = time.perf_counter()
+    report = reconcile(c, content=True)
+    elapsed = time.perf_counter() - started
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"baseline_kib": base, "peak_kib": peak, "seconds": elapsed, "in_sync": report.counts["in_sync"],
+                      "findings": len(report.findings)}))
+
+
+def _current_rss_kib() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def memory(work: Path, small: int, big: int) -> dict:
+    out = {}
+    for jobs in (small, big):
+        db, root = work / f"rss-{jobs}.db", work / f"rss-{jobs}"
+        started = time.perf_counter()
+        build_ledger(db, root, jobs, create_every=10)
+        print(f"built {jobs:,} jobs (1 create in 10) in {time.perf_counter() - started:.1f}s", flush=True)
+        done = subprocess.run([sys.executable, __file__, "--rss-child", str(db), str(root)],
+                              capture_output=True, text=True, check=True)
+        out[jobs] = json.loads(done.stdout.strip().splitlines()[-1])
+        assert out[jobs]["findings"] == 0 and out[jobs]["in_sync"] == jobs, out[jobs]
+        shutil.rmtree(root, ignore_errors=True)
+        db.unlink()
+    s, b = out[small], out[big]
+    return {"small": small, "big": big, "results": out, "peak_ratio": b["peak_kib"] / s["peak_kib"],
+            "own_ratio": (b["peak_kib"] - b["baseline_kib"]) / max(1, s["peak_kib"] - s["baseline_kib"])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=100_000)
+    parser.add_argument("--big", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument("--rss-child", nargs=2, metavar=("DB", "ROOT"))
+    args = parser.parse_args()
+    if args.rss_child:
+        rss_child(*args.rss_child)
+        return
+    base = args.dir or (Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else Path(tempfile.gettempdir()))
+    work = Path(tempfile.mkdtemp(prefix="tether-bench-reconcile-", dir=base))
+    try:
+        t = throughput(work, args.jobs, args.runs)
+        shutil.rmtree(work / "data", ignore_errors=True)
+        r = t["paths_per_s"]
+        print(f"\n(a) paths checked per second, {t['jobs']:,} completed jobs, median of {t['runs']} runs")
+        print(f"    existence only : reconcile {r['exists']:>10,.0f}/s   bare os.stat      {r['stat']:>10,.0f}/s"
+              f"   ratio {t['exists_vs_stat']:.0%}")
+        print(f"    full content   : reconcile {r['content']:>10,.0f}/s   bare read+sha256  {r['read_hash']:>10,.0f}/s"
+              f"   ratio {t['content_vs_read_hash']:.0%}")
+        print("    samples: " + json.dumps({k: [round(x) for x in v] for k, v in t["samples"].items()}))
+        if not args.skip_memory:
+            m = memory(work, args.jobs, args.big)
+            print(f"\n(b) peak RSS of a full-content check (fresh process each)")
+            for jobs, res in m["results"].items():
+                print(f"    {jobs:>9,} jobs: peak {res['peak_kib'] / 1024:7.1f} MiB, baseline {res['baseline_kib'] / 1024:6.1f} MiB,"
+                      f" reconcile's own {(res['peak_kib'] - res['baseline_kib']) / 1024:6.1f} MiB, {res['seconds']:.1f}s"
+                      f" ({jobs / res['seconds']:,.0f} jobs/s)")
+            print(f"    ratio {m['big']:,} / {m['small']:,}: peak {m['peak_ratio']:.2f}x, own share {m['own_ratio']:.2f}x")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
