@@ -21,6 +21,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Literal
 
@@ -33,7 +34,7 @@ from .context import JobContext
 from .coordinator import Coordinator
 from .errors import RetryableError, TetherError
 from .jobtypes import CreateFile, JobType, Payload, Registry, default_registry, render
-from .jobtypes.base import IN_SYNC, MISSING, MODIFIED, UNKNOWN, Check, Probe, checked_path, file_target
+from .jobtypes.base import IN_SYNC, SYNCED, Check, Probe, check_file, checked_path, file_target, files_exist
 from .retry import RetryPolicy
 from .schema import Job
 from .store import JsonStore
@@ -123,43 +124,16 @@ class SaveRequirement(Payload):
     requirement: Requirement
 
 
-def probe_args(args: tuple[Any, ...]) -> tuple[str, Path]:
-    """(payload, root) from ``Probe.check``'s positional arguments: ``(payload, root)``, or
-    ``(target, payload, root)`` since probes are also given their target."""
-    return args[-2], args[-1]
-
-
-def check_file(root: Path, rel: str, expected: bytes | None) -> Check:
-    """One data file against the bytes a job wrote (``expected`` None: existence only). Sample
-    models are small, so the file is simply read."""
-    try:
-        data = fs.resolve(root, rel).read_bytes()
-    except fs.PathRejected as e:
-        return Check(UNKNOWN, detail=f"{rel} {e}")
-    except (FileNotFoundError, NotADirectoryError):
-        return Check(MISSING, detail=f"{rel} missing",
-                     expected_size=None if expected is None else len(expected))
-    except IsADirectoryError:
-        return Check(MODIFIED, detail=f"{rel} is a directory")
-    except OSError as e:
-        return Check(UNKNOWN, detail=f"{rel}: {e.strerror}")
-    if expected is None or data == expected:
-        return Check(IN_SYNC)
-    return Check(MODIFIED, expected_size=len(expected), expected_sha256=fs.sha256(expected),
-                 actual_size=len(data), actual_sha256=fs.sha256(data), detail=f"{rel} differs")
-
-
 class RequirementProbe(Probe):
     """The reconciler's check of a save_requirement: both files hold exactly what it wrote."""
 
-    def check(self, *args: Any, content: bool) -> Check:
-        payload, root = probe_args(args)
+    def check(self, target: str, payload: str, root: Path, *, content: bool) -> Check:
         req = SaveRequirement.model_validate_json(payload).requirement
         for rel, data in requirement_files(req).items():
-            found = check_file(root, rel, data if content else None)
-            if found.status != IN_SYNC:
-                return found
-        return Check(IN_SYNC)
+            found = check_file(root, rel, data) if content else files_exist(root, [rel], present=True)[0]
+            if found.status != IN_SYNC:  # name the file: the target is requirement.json alone
+                return replace(found, detail=f"{rel}: {found.detail or found.status}")
+        return SYNCED
 
 
 class ExistsProbe(Probe):
@@ -168,9 +142,8 @@ class ExistsProbe(Probe):
     def __init__(self, model: type[Payload], path: Callable[[Any], str]) -> None:
         self.model, self.path = model, path
 
-    def check(self, *args: Any, content: bool) -> Check:
-        payload, root = probe_args(args)
-        return check_file(root, self.path(self.model.model_validate_json(payload)), None)
+    def check(self, target: str, payload: str, root: Path, *, content: bool) -> Check:
+        return files_exist(root, [self.path(self.model.model_validate_json(payload))], present=True)[0]
 
 
 class SaveRequirementType(JobType[SaveRequirement]):
