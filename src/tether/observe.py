@@ -7,104 +7,29 @@ index, never the whole table, except where a docstring says so (see benchmarks/s
 
 from __future__ import annotations
 
-import os
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Union
+from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import make_url
 from ulid import ULID
 
-from .clock import SystemClock
-from .engine import READ_ONLY, create_engine
-from .errors import DatabaseUnavailable, JobNotFound
+from .errors import JobNotFound
+from .readonly import (  # noqa: F401  (open_ledger, NoLedger, Source: part of this API)
+    DEFAULT_LOCK_TIMEOUT,
+    NoLedger,
+    Source,
+    engine_of,
+    lock_timeout_of,
+    now_of,
+    open_ledger,
+    reading,
+    records,
+    select_jobs,
+    t,
+)
 from .record import JobRecord
-from .schema import TABLE, Job
 from .status import JobStatus
-
-if TYPE_CHECKING:
-    from .coordinator import Coordinator
-
-Source = Union["Coordinator", sa.Engine]
-
-DEFAULT_LOCK_TIMEOUT = 300.0
-"""Seconds after which a claimed job without a heartbeat counts as stuck (the worker's default)."""
-
-t = Job.__table__
-_COLUMNS = [t.c[name] for name in t.c.keys()]
-
-
-class NoLedger(DatabaseUnavailable):
-    """The database named does not exist or holds no tether ledger; nothing was created."""
-
-
-# -- opening -------------------------------------------------------------------------------------
-
-
-def open_ledger(db_url: str | None = None) -> sa.Engine:
-    """An engine on an existing ledger, for reading: unlike ``Coordinator.open`` it never creates
-    a database file or the table, so a mistyped path is an error instead of a new empty ledger."""
-    from .coordinator import DEFAULT_DB
-
-    db_url = db_url or os.environ.get("TETHER_DB") or DEFAULT_DB
-    try:
-        url = make_url(db_url)
-    except sa.exc.ArgumentError:
-        url = None
-    if url is not None and url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-        path = Path(url.database).expanduser().absolute()
-        if not path.is_file():
-            raise NoLedger(f"no ledger at {path} (the file does not exist; check --db or TETHER_DB)")
-    engine = create_engine(db_url)
-    try:
-        with engine.connect() as conn:
-            present = sa.inspect(conn).has_table(TABLE)
-    except sa.exc.OperationalError as e:
-        engine.dispose()
-        reason = " ".join(str(e.orig).split())  # drivers' messages span lines; ours are one
-        raise DatabaseUnavailable(f"cannot open the database at {engine.url!r}: {reason}") from e
-    if not present:
-        engine.dispose()
-        raise NoLedger(f"no ledger at {engine.url!r} (the database has no {TABLE} table)")
-    return engine
-
-
-def _engine(source: Source) -> sa.Engine:
-    return source if isinstance(source, sa.Engine) else source.engine
-
-
-def _now(source: Source, now: datetime | None) -> datetime:
-    if now is not None:
-        return now
-    clock = getattr(source, "clock", None) or SystemClock()
-    return clock.now()
-
-
-def _lock_timeout(source: Source, lock_timeout: float | None) -> float:
-    if lock_timeout is not None:
-        return lock_timeout
-    return getattr(source, "lock_timeout", DEFAULT_LOCK_TIMEOUT)
-
-
-@contextmanager
-def reading(source: Source) -> Iterator[sa.Connection]:
-    """One read-only transaction (deferred on SQLite: it never takes the write lock)."""
-    try:
-        with _engine(source).connect().execution_options(**READ_ONLY) as conn, conn.begin():
-            yield conn
-    except sa.exc.OperationalError as e:
-        raise DatabaseUnavailable(f"could not read the ledger: {' '.join(str(e.orig).split())}") from e
-
-
-def _records(conn: sa.Connection, query: sa.Select) -> list[JobRecord]:
-    return [JobRecord.from_row(r) for r in conn.execute(query)]
-
-
-def _select_jobs() -> sa.Select:
-    return sa.select(*_COLUMNS)
 
 
 def _status_str(status: JobStatus | str) -> str:
@@ -172,8 +97,8 @@ class Stats:
 
 def stats(source: Source, *, lock_timeout: float | None = None, now: datetime | None = None) -> Stats:
     """Outstanding (pending, claimed) jobs by type, failed and stuck counts, oldest pending job."""
-    now = _now(source, now)
-    lock_timeout = _lock_timeout(source, lock_timeout)
+    now = now_of(source, now)
+    lock_timeout = lock_timeout_of(source, lock_timeout)
     cutoff = now - timedelta(seconds=lock_timeout)
     active = (JobStatus.PENDING.value, JobStatus.CLAIMED.value)
     with reading(source) as conn:
@@ -224,17 +149,17 @@ def stuck(
 ) -> Stuck:
     """Claimed jobs whose lock (renewed by heartbeats) is older than ``lock_timeout`` seconds,
     longest-held first. The stale-lock sweep of any running worker will reclaim them."""
-    now = _now(source, now)
-    lock_timeout = _lock_timeout(source, lock_timeout)
+    now = now_of(source, now)
+    lock_timeout = lock_timeout_of(source, lock_timeout)
     cutoff = now - timedelta(seconds=lock_timeout)
     query = (
-        _select_jobs()
+        select_jobs()
         .where(t.c.status == JobStatus.CLAIMED.value, t.c.locked_at < cutoff)
         .order_by(t.c.locked_at)
         .limit(limit)
     )
     with reading(source) as conn:
-        return Stuck(now, lock_timeout, _records(conn, query))
+        return Stuck(now, lock_timeout, records(conn, query))
 
 
 # -- how long do jobs take? ----------------------------------------------------------------------
@@ -242,8 +167,10 @@ def stuck(
 
 @dataclass(frozen=True)
 class Durations:
-    """claimed_at -> completed_at of completed jobs of one type, in seconds (to the ms). ``claimed_at`` is
-    the start of the last attempt, so retries' earlier attempts are not counted."""
+    """claimed_at -> completed_at of completed jobs of one type, in seconds (to the ms): how long
+    a worker held the job's last attempt. A worker that claims a batch stamps one claimed_at on
+    all of it and commits outcomes in groups, so this includes the wait behind the batch's
+    earlier jobs; the handler's own run time is ``duration_ms`` in the ``completed`` event."""
 
     type: str
     count: int
@@ -280,8 +207,8 @@ def durations(
     """Per type: count, p50, p95, p99, max and mean run time of jobs completed since ``since``
     (a time, or a window back from now). Walks ``ix_tether_jobs_finished`` for the window only."""
     if isinstance(since, timedelta):
-        since = _now(source, now) - since
-    engine = _engine(source)
+        since = now_of(source, now) - since
+    engine = engine_of(source)
     seconds = _seconds_between(engine.dialect.name, t.c.claimed_at, t.c.completed_at)
     query = sa.select(t.c.type, seconds).where(
         t.c.status == JobStatus.COMPLETED.value, t.c.completed_at >= since, t.c.claimed_at.is_not(None)
@@ -347,7 +274,7 @@ def duplicates(source: Source, *, job_type: str | None = None, limit: int | None
         # A join on the same grouped query: each key's jobs are one index seek when an index
         # on (type, idempotency_key) exists.
         g = groups.subquery()
-        members = _records(conn, _select_jobs().join(
+        members = records(conn, select_jobs().join(
             g, sa.and_(t.c.type == g.c.type, t.c.idempotency_key == g.c.idempotency_key)))
     by_key: dict[tuple[str, str], list[JobRecord]] = {k: [] for k in found}
     for job in sorted(members, key=lambda j: j.id):
@@ -374,7 +301,7 @@ def recent(
     limit: int | None = 100, now: datetime | None = None,
 ) -> Recent:
     """What finished in the window: counts by outcome and the newest ``limit`` jobs."""
-    until = _now(source, now)
+    until = now_of(source, now)
     if isinstance(since, timedelta):
         since = until - since
     counts: dict[str, int] = {}
@@ -392,14 +319,14 @@ def recent(
 
 def _finished(conn: sa.Connection, statuses: tuple[JobStatus, ...], job_type: str | None,
               since: datetime | None, until: datetime | None, limit: int | None) -> list[JobRecord]:
-    query = _select_jobs().where(t.c.status.in_([s.value for s in statuses]))
+    query = select_jobs().where(t.c.status.in_([s.value for s in statuses]))
     if since is not None:
         query = query.where(t.c.completed_at >= since)
     if until is not None:
         query = query.where(t.c.completed_at <= until)
     if job_type is not None:
         query = query.where(t.c.type == job_type)
-    return _records(conn, query.order_by(t.c.completed_at.desc(), t.c.id.desc()).limit(limit))
+    return records(conn, query.order_by(t.c.completed_at.desc(), t.c.id.desc()).limit(limit))
 
 
 def _id_floor(when: datetime) -> str:
@@ -418,20 +345,24 @@ def jobs(
     with reading(source) as conn:
         if status in ("completed", "failed") and since is None:
             return _finished(conn, (JobStatus(status),), job_type, None, None, limit)
-        query = _select_jobs()
+        query = select_jobs()
         if status is not None:
             query = query.where(t.c.status == status)
         if job_type is not None:
             query = query.where(t.c.type == job_type)
         if since is not None:
             query = query.where(t.c.id >= _id_floor(since), t.c.created_at >= since)
-        return _records(conn, query.order_by(t.c.id.desc()).limit(limit))
+        if status is not None:
+            # Through the status-led claim index, then a sort bounded by the backlog; ordering
+            # by id alone would walk the primary key through every finished job.
+            return records(conn, query.order_by(t.c.created_at.desc(), t.c.id.desc()).limit(limit))
+        return records(conn, query.order_by(t.c.id.desc()).limit(limit))
 
 
 def show(source: Source, job_id: str) -> JobRecord:
     """Everything about one job; raises JobNotFound."""
     with reading(source) as conn:
-        row = conn.execute(_select_jobs().where(t.c.id == job_id)).first()
+        row = conn.execute(select_jobs().where(t.c.id == job_id)).first()
     if row is None:
         raise JobNotFound(job_id)
     return JobRecord.from_row(row)
@@ -440,7 +371,7 @@ def show(source: Source, job_id: str) -> JobRecord:
 def children(source: Source, job_id: str, *, limit: int = 20) -> list[JobRecord]:
     """Jobs a job's handler enqueued (via ``ix_tether_jobs_parent``)."""
     with reading(source) as conn:
-        return _records(conn, _select_jobs().where(t.c.parent_id == job_id).order_by(t.c.id).limit(limit))
+        return records(conn, select_jobs().where(t.c.parent_id == job_id).order_by(t.c.id).limit(limit))
 
 
 def counts(source: Source) -> dict[tuple[str, str], int]:

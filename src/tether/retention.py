@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from . import events
 from .errors import ConfigError, DatabaseUnavailable
-from .observe import Source, _engine, _now, reading
+from .readonly import Source, engine_of, now_of, reading
 from .schema import Job
 from .status import JobStatus
 
@@ -77,7 +77,7 @@ def purge(
         raise ConfigError(f"purge deletes finished jobs only (completed, failed), not {', '.join(bad)}")
     if older_than < timedelta(0):
         raise ConfigError(f"--older-than must not be negative, got {older_than}")
-    cutoff = _now(source, now) - older_than
+    cutoff = now_of(source, now) - older_than
     where = _purgeable(chosen, cutoff)
     with reading(source) as conn:
         rows = conn.execute(sa.select(t.c.status, t.c.type, sa.func.count()).where(where).group_by(t.c.status, t.c.type))
@@ -86,7 +86,7 @@ def purge(
     if dry_run or not planned:
         return result
     deleted: dict[tuple[str, str], int] = {}
-    engine = _engine(source)
+    engine = engine_of(source)
     while True:
         batch = sa.select(t.c.id).where(where).limit(batch_size).scalar_subquery()
         try:

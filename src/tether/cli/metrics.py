@@ -7,7 +7,6 @@ import sys
 import typer
 
 from ..health import Thresholds
-from ..metrics import exposition
 from .app import app
 from .output import ledger, parse_duration
 
@@ -25,6 +24,8 @@ def metrics(
 
     Example: tether --db sqlite:///ledger/tether.db metrics --window 15m
     """
+    from ..metrics import exposition  # prometheus-client is loaded by this command only
+
     span = parse_duration(window, "--window")
     with ledger() as engine:
         text = exposition(engine, lock_timeout=lock_timeout, window=span,

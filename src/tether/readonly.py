@@ -1,0 +1,103 @@
+"""Read-only access to an existing ledger: open it without creating it, read in one transaction.
+
+Used by ``observe`` (the operator's questions) and ``retention``; ``source`` is a
+``Coordinator`` or a bare ``Engine``.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator, Union
+
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+from .clock import SystemClock
+from .engine import READ_ONLY, create_engine
+from .errors import DatabaseUnavailable
+from .record import JobRecord
+from .schema import TABLE, Job
+
+if TYPE_CHECKING:
+    from .coordinator import Coordinator
+
+Source = Union["Coordinator", sa.Engine]
+
+DEFAULT_LOCK_TIMEOUT = 300.0
+"""Seconds after which a claimed job without a heartbeat counts as stuck (the worker's default)."""
+
+t = Job.__table__
+COLUMNS = [t.c[name] for name in t.c.keys()]
+
+
+class NoLedger(DatabaseUnavailable):
+    """The database named does not exist or holds no tether ledger; nothing was created."""
+
+
+# -- opening -------------------------------------------------------------------------------------
+
+
+def open_ledger(db_url: str | None = None) -> sa.Engine:
+    """An engine on an existing ledger, for reading: unlike ``Coordinator.open`` it never creates
+    a database file or the table, so a mistyped path is an error instead of a new empty ledger."""
+    from .coordinator import DEFAULT_DB
+
+    db_url = db_url or os.environ.get("TETHER_DB") or DEFAULT_DB
+    try:
+        url = make_url(db_url)
+    except sa.exc.ArgumentError:
+        url = None
+    if url is not None and url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        path = Path(url.database).expanduser().absolute()
+        if not path.is_file():
+            raise NoLedger(f"no ledger at {path} (the file does not exist; check --db or TETHER_DB)")
+    engine = create_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            present = sa.inspect(conn).has_table(TABLE)
+    except sa.exc.OperationalError as e:
+        engine.dispose()
+        reason = " ".join(str(e.orig).split())  # drivers' messages span lines; ours are one
+        raise DatabaseUnavailable(f"cannot open the database at {engine.url!r}: {reason}") from e
+    if not present:
+        engine.dispose()
+        raise NoLedger(f"no ledger at {engine.url!r} (the database has no {TABLE} table)")
+    return engine
+
+
+def engine_of(source: Source) -> sa.Engine:
+    return source if isinstance(source, sa.Engine) else source.engine
+
+
+def now_of(source: Source, now: datetime | None) -> datetime:
+    if now is not None:
+        return now
+    clock = getattr(source, "clock", None) or SystemClock()
+    return clock.now()
+
+
+def lock_timeout_of(source: Source, lock_timeout: float | None) -> float:
+    if lock_timeout is not None:
+        return lock_timeout
+    return getattr(source, "lock_timeout", DEFAULT_LOCK_TIMEOUT)
+
+
+@contextmanager
+def reading(source: Source) -> Iterator[sa.Connection]:
+    """One read-only transaction (deferred on SQLite: it never takes the write lock)."""
+    try:
+        with engine_of(source).connect().execution_options(**READ_ONLY) as conn, conn.begin():
+            yield conn
+    except sa.exc.OperationalError as e:
+        raise DatabaseUnavailable(f"could not read the ledger: {' '.join(str(e.orig).split())}") from e
+
+
+def records(conn: sa.Connection, query: sa.Select) -> list[JobRecord]:
+    return [JobRecord.from_row(r) for r in conn.execute(query)]
+
+
+def select_jobs() -> sa.Select:
+    return sa.select(*COLUMNS)
