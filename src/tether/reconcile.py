@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
@@ -24,19 +23,14 @@ import sqlalchemy as sa
 
 from . import events, fs
 from .engine import READ_ONLY
-from .jobtypes.base import IN_SYNC, MISSING, MODIFIED, SYNCED, UNEXPECTED, UNKNOWN, Check, Probe, file_target
+from .drift import DRIFT, IN_SYNC, LEFTOVER_TEMP, NOT_CHECKED, STATUSES, UNKNOWN, UNTRACKED, Finding, Report
+from .jobtypes.base import SYNCED, Check, Probe, file_target
 
 if TYPE_CHECKING:
     from .coordinator import Coordinator
     from .jobtypes import Registry
 
-NOT_CHECKED = "not_checked"
-LEFTOVER_TEMP = "leftover_temp"
-UNTRACKED = "untracked"
-
-STATUSES = (IN_SYNC, MISSING, MODIFIED, UNEXPECTED, LEFTOVER_TEMP, UNTRACKED, NOT_CHECKED, UNKNOWN)
-DRIFT = frozenset({MISSING, MODIFIED, UNEXPECTED, LEFTOVER_TEMP, UNTRACKED})
-"""Statuses that are drift (exit 2). ``not_checked`` is in flight; ``unknown`` could not be read."""
+__all__ = ["DRIFT", "STATUSES", "Finding", "Report", "count_targeted_jobs", "reconcile"]
 
 BATCH = 2000
 
@@ -71,71 +65,6 @@ COUNT_TARGETED = sa.text("SELECT count(*) FROM tether_jobs WHERE ordering_key IS
 
 # ``.<name>.<8 hex>.tether-tmp``: fs.atomic_write's temp file for ``<name>`` in the same directory.
 _TEMP_NAME = re.compile(r"^\.(?P<target>.+)\.[0-9a-f]{8}" + re.escape(fs.TEMP_SUFFIX) + "$")
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One path that is not in sync: what the ledger expected (set by ``job_id``) and what is there."""
-
-    path: str
-    status: str
-    job_id: str | None = None
-    job_type: str | None = None
-    expected_size: int | None = None
-    expected_sha256: str | None = None
-    actual_size: int | None = None
-    actual_sha256: str | None = None
-    detail: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class Report:
-    """The answer of one check. ``exit_code`` is Terraform's ``-detailed-exitcode``: 0 in sync,
-    2 drift found, 1 could not check (here: some path could not be read, and no drift found)."""
-
-    checked_at: datetime
-    content: bool
-    untracked: bool
-    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STATUSES, 0))
-    findings: list[Finding] = field(default_factory=list)
-    newest_job_id: str | None = None
-    finished_at: datetime | None = None
-
-    @property
-    def drift(self) -> int:
-        return sum(self.counts[s] for s in DRIFT)
-
-    @property
-    def exit_code(self) -> int:
-        if self.drift:
-            return 2
-        return 1 if self.counts[UNKNOWN] else 0
-
-    @property
-    def checked(self) -> int:
-        """Targets and files looked at (every status)."""
-        return sum(self.counts.values())
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "checked_at": self.checked_at.isoformat(),
-            "newest_job_id": self.newest_job_id,
-            "mode": "content" if self.content else "exists",
-            "drift": self.drift,
-            "exit_code": self.exit_code,
-            "counts": dict(self.counts),
-        }
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            **self.summary(),
-            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
-            "untracked_checked": self.untracked,
-            "findings": [f.to_dict() for f in self.findings],
-        }
 
 
 def reconcile(

@@ -1,0 +1,86 @@
+"""What a reconcile check answers: the statuses, one finding per path not in sync, the report."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+from .jobtypes.base import IN_SYNC, MISSING, MODIFIED, UNEXPECTED, UNKNOWN
+
+NOT_CHECKED = "not_checked"
+LEFTOVER_TEMP = "leftover_temp"
+UNTRACKED = "untracked"
+
+STATUSES = (IN_SYNC, MISSING, MODIFIED, UNEXPECTED, LEFTOVER_TEMP, UNTRACKED, NOT_CHECKED, UNKNOWN)
+DRIFT = frozenset({MISSING, MODIFIED, UNEXPECTED, LEFTOVER_TEMP, UNTRACKED})
+"""Statuses that are drift (exit 2). ``not_checked`` is in flight; ``unknown`` could not be read."""
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One path that is not in sync: what the ledger expected (set by ``job_id``) and what is there."""
+
+    path: str
+    status: str
+    job_id: str | None = None
+    job_type: str | None = None
+    expected_size: int | None = None
+    expected_sha256: str | None = None
+    actual_size: int | None = None
+    actual_sha256: str | None = None
+    detail: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Report:
+    """The answer of one check. ``exit_code`` is Terraform's ``-detailed-exitcode``: 0 in sync,
+    2 drift found, 1 could not check (here: some path could not be read, and no drift found)."""
+
+    checked_at: datetime
+    content: bool
+    untracked: bool
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STATUSES, 0))
+    findings: list[Finding] = field(default_factory=list)
+    newest_job_id: str | None = None
+    finished_at: datetime | None = None
+
+    @property
+    def drift(self) -> int:
+        return sum(self.counts[s] for s in DRIFT)
+
+    @property
+    def exit_code(self) -> int:
+        if self.drift:
+            return 2
+        return 1 if self.counts[UNKNOWN] else 0
+
+    @property
+    def checked(self) -> int:
+        """Targets and files looked at (every status)."""
+        return sum(self.counts.values())
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "checked_at": self.checked_at.isoformat(),
+            "newest_job_id": self.newest_job_id,
+            "mode": "content" if self.content else "exists",
+            "drift": self.drift,
+            "exit_code": self.exit_code,
+            "counts": dict(self.counts),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self.summary(),
+            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
+            "untracked_checked": self.untracked,
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+
+__all__ = ["DRIFT", "IN_SYNC", "LEFTOVER_TEMP", "MISSING", "MODIFIED", "NOT_CHECKED", "STATUSES", "UNEXPECTED",
+           "UNKNOWN", "UNTRACKED", "Finding", "Report"]
