@@ -101,8 +101,9 @@ def test_reconciling_while_a_worker_runs_jobs_reports_no_false_drift(tmp_path: P
     c = Coordinator.open(f"sqlite:///{tmp_path / 'tether.db'}", root=tmp_path / "data", clock=SystemClock(),
                          durability="normal")
     try:
-        # Each path is created, rewritten, deleted and created again: every state changes under the check.
-        payloads = []
+        # Each p/ path is created, rewritten, deleted and created again: every state changes under
+        # the check; the q/ paths are written once, first, so some paths settle early.
+        payloads: list = [CreateFile(path=f"q/{n}.json", content=n) for n in range(10)]
         for round_ in range(4):
             for n in range(25):
                 path = f"p/{n}.json"
@@ -118,7 +119,7 @@ def test_reconciling_while_a_worker_runs_jobs_reports_no_false_drift(tmp_path: P
             while time.monotonic() < deadline:
                 reports.append(report := reconcile(c))
                 assert report.drift == 0 and report.counts["unknown"] == 0, report.findings
-                if report.counts["not_checked"] == 0 and report.counts["in_sync"] == 25:
+                if report.counts["not_checked"] == 0 and report.counts["in_sync"] == 35:
                     break
         finally:
             worker.stop()
@@ -127,7 +128,7 @@ def test_reconciling_while_a_worker_runs_jobs_reports_no_false_drift(tmp_path: P
         assert any(r.counts["not_checked"] and r.counts["in_sync"] for r in reports), \
             "no check overlapped the worker: the test proved nothing"
         final = reconcile(c)
-        assert final.counts["in_sync"] == 25 and final.findings == []
+        assert final.counts["in_sync"] == 35 and final.findings == []
     finally:
         c.close()
 
