@@ -46,21 +46,17 @@ class PurgeResult:
         }
 
 
-def _purgeable(statuses: tuple[JobStatus, ...], cutoff: datetime) -> sa.ColumnElement[bool]:
-    newer = t.alias("newer")
-    superseded = sa.exists().where(
-        newer.c.ordering_key == t.c.ordering_key,
-        newer.c.status == JobStatus.COMPLETED.value,
-        newer.c.id > t.c.id,
-    )
-    per_status = []
-    for status in statuses:
-        cond = t.c.status == status.value
-        if status is JobStatus.COMPLETED:
-            cond = sa.and_(cond, sa.or_(t.c.ordering_key.is_(None), superseded))
-        per_status.append(cond)
-    # completed_at is set by both finished edges; the (status, completed_at) index bounds the walk.
-    return sa.and_(sa.or_(*per_status), t.c.completed_at < cutoff)
+def _purgeable(status: JobStatus, cutoff: datetime) -> sa.ColumnElement[bool]:
+    cond = sa.and_(t.c.status == status.value, t.c.completed_at < cutoff)
+    if status is JobStatus.COMPLETED:
+        newer = t.alias("newer")
+        superseded = sa.exists().where(
+            newer.c.ordering_key == t.c.ordering_key,
+            newer.c.status == JobStatus.COMPLETED.value,
+            newer.c.id > t.c.id,
+        )
+        cond = sa.and_(cond, sa.or_(t.c.ordering_key.is_(None), superseded))
+    return cond
 
 
 def purge(
@@ -68,8 +64,9 @@ def purge(
     dry_run: bool = False, now: datetime | None = None, batch_size: int = 1000,
 ) -> PurgeResult:
     """Delete jobs with a status in ``statuses`` (completed and/or failed) that finished more
-    than ``older_than`` ago, in batches of ``batch_size`` so writers are never held up long."""
-    chosen = tuple(JobStatus(s) for s in statuses)
+    than ``older_than`` ago, in batches of ``batch_size`` so writers are never held up long.
+    With ``dry_run``, only count them by status and type."""
+    chosen = tuple(dict.fromkeys(JobStatus(s) for s in statuses))
     if not chosen:
         raise ConfigError("purge needs at least one status: completed and/or failed")
     bad = [s.value for s in chosen if s not in FINISHED]
@@ -78,26 +75,42 @@ def purge(
     if older_than < timedelta(0):
         raise ConfigError(f"--older-than must not be negative, got {older_than}")
     cutoff = now_of(source, now) - older_than
-    where = _purgeable(chosen, cutoff)
-    with reading(source) as conn:
-        rows = conn.execute(sa.select(t.c.status, t.c.type, sa.func.count()).where(where).group_by(t.c.status, t.c.type))
-        planned = {(st, ty): n for st, ty, n in rows}
-    result = PurgeResult(cutoff, chosen, dry_run, planned)
-    if dry_run or not planned:
-        return result
+    if dry_run:
+        planned: dict[tuple[str, str], int] = {}
+        with reading(source) as conn:
+            for status in chosen:
+                rows = conn.execute(sa.select(t.c.status, t.c.type, sa.func.count())
+                                    .where(_purgeable(status, cutoff)).group_by(t.c.status, t.c.type))
+                planned.update({(st, ty): n for st, ty, n in rows})
+        return PurgeResult(cutoff, chosen, True, planned)
     deleted: dict[tuple[str, str], int] = {}
-    engine = engine_of(source)
-    while True:
-        batch = sa.select(t.c.id).where(where).limit(batch_size).scalar_subquery()
-        try:
-            with engine.begin() as conn:
-                gone = conn.execute(sa.delete(t).where(t.c.id.in_(batch)).returning(t.c.status, t.c.type)).all()
-        except sa.exc.OperationalError as e:
-            raise DatabaseUnavailable(f"purge stopped after deleting {sum(deleted.values())} job(s): {e.orig}") from e
-        for st, ty in gone:
-            deleted[(st, ty)] = deleted.get((st, ty), 0) + 1
-        if len(gone) < batch_size:
-            break
+    try:
+        for status in chosen:
+            _delete_batches(engine_of(source), _purgeable(status, cutoff), batch_size, deleted)
+    except sa.exc.OperationalError as e:
+        raise DatabaseUnavailable(f"purge stopped after deleting {sum(deleted.values())} job(s): {e.orig}") from e
     events.emit("purged", count=sum(deleted.values()), cutoff=cutoff.isoformat(),
                 statuses=[s.value for s in chosen])
     return PurgeResult(cutoff, chosen, False, deleted)
+
+
+def _delete_batches(engine: sa.Engine, where: sa.ColumnElement[bool], batch_size: int,
+                    deleted: dict[tuple[str, str], int]) -> None:
+    # Walk the (status, completed_at) index forward from where the last batch ended: the kept
+    # rows (latest per target) are passed once, not re-read by every batch.
+    after: datetime | None = None
+    while True:
+        query = sa.select(t.c.id, t.c.completed_at).where(where)
+        if after is not None:
+            query = query.where(t.c.completed_at >= after)
+        with engine.begin() as conn:
+            rows = conn.execute(query.order_by(t.c.completed_at).limit(batch_size)).all()
+            if not rows:
+                return
+            gone = conn.execute(sa.delete(t).where(t.c.id.in_([r.id for r in rows]))
+                                .returning(t.c.status, t.c.type)).all()
+        for st, ty in gone:
+            deleted[(st, ty)] = deleted.get((st, ty), 0) + 1
+        if len(rows) < batch_size:
+            return
+        after = rows[-1].completed_at
