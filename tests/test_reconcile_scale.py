@@ -21,7 +21,7 @@ from tether.cli.reconcile import check_main
 from tether.ids import new_id
 from tether.jobtypes import create_file, render
 from tether.jobtypes.base import file_target
-from tether.reconcile import ACTIVE_ON, COUNT_TARGETED, KNOWN_TARGETS, PAGE, PAYLOADS, RECHECK, reconcile
+from tether.reconcile import ACTIVE_ON, COUNT_TARGETED, KNOWN_TARGETS, PAGE, PAGE_PAYLOADS, PAYLOADS, RECHECK, reconcile
 from tether.schema import Job
 
 
@@ -190,6 +190,7 @@ def to_qmark(sql: str) -> tuple[str, list]:
 
 @pytest.mark.parametrize("name, statement, index", [
     ("page", PAGE, "COVERING INDEX ix_tether_jobs_target"),  # the stream never reads the table
+    ("page_payloads", PAGE_PAYLOADS, "ix_tether_jobs_target"),
     ("payloads", PAYLOADS, "sqlite_autoindex_tether_jobs_1"),
     ("recheck", RECHECK, "ix_tether_jobs_target"),
     ("active_on", ACTIVE_ON, "ix_tether_jobs_active_target"),

@@ -34,7 +34,7 @@ __all__ = ["DRIFT", "STATUSES", "Finding", "Report", "count_targeted_jobs", "rec
 
 BATCH = 2000
 
-_Target = tuple[str, "str | None", "str | None", "str | None"]
+_Target = tuple[str, "str | None", "str | None", "str | None", "str | None"]
 
 # Every job with a target, in target order and, within one target, in enqueue order.
 PAGE = sa.text("""
@@ -43,7 +43,15 @@ WHERE (ordering_key, id) > (:after_key, :after_id) AND status IN ('pending', 'cl
 ORDER BY ordering_key, id
 LIMIT :limit
 """)
-# Payloads of the latest completed jobs, for the probes that need them (read by primary key).
+# The same with payloads, when a probe needs them in this mode: one row lookup per job, cheaper
+# than reading the latest ones by id afterwards.
+PAGE_PAYLOADS = sa.text("""
+SELECT id, type, status, ordering_key, payload FROM tether_jobs
+WHERE (ordering_key, id) > (:after_key, :after_id) AND status IN ('pending', 'claimed', 'completed')
+ORDER BY ordering_key, id
+LIMIT :limit
+""")
+# Payloads of the few latest completed jobs an existence check disagreed on (by primary key).
 PAYLOADS = sa.text("SELECT id, payload FROM tether_jobs WHERE id IN :ids").bindparams(
     sa.bindparam("ids", expanding=True))
 # Asked again after the disk was read, for targets that disagreed: the latest completed job and
@@ -132,26 +140,32 @@ class _Reconciler:
 
     def _pages(self) -> Iterator[tuple[list[_Target], int]]:
         """Per batch of jobs, the probed targets whose jobs have all been read, as (key, latest
-        completed id, its type, an active job's id), and the jobs read so far. One target is
-        carried between batches: its jobs arrive together, oldest first. The stream reads only
-        the target index, never the table."""
-        probed_types = frozenset(name for name, probe in self.probes.items() if probe is not None)
+        completed id, its type, an active job's id, the latest's payload or None), and the jobs
+        read so far. One target is carried between batches: its jobs arrive together, oldest
+        first. Without payloads the stream reads only the target index, never the table."""
+        probed = {name for name, probe in self.probes.items() if probe is not None}
+        wide = any(self.probes[name].wants_payload(content=self.content) for name in probed)  # type: ignore[union-attr]
+        page = PAGE_PAYLOADS if wide else PAGE
+        probed_types = frozenset(probed)
         after_key, after_id, read, newest = "", "", 0, ""
         key: str | None = None
-        latest_id = latest_type = active_id = None
-        probed = False
+        latest_id = latest_type = active_id = latest_payload = None
+        is_probed = False
         while True:
-            rows = self._read(PAGE, {"after_key": after_key, "after_id": after_id, "limit": self.batch_size})
+            rows = self._read(page, {"after_key": after_key, "after_id": after_id, "limit": self.batch_size})
             ready: list[_Target] = []
-            for job_id, job_type, status, row_key in rows:
+            for row in rows:
+                job_id, job_type, status, row_key = row[0], row[1], row[2], row[3]
                 if row_key != key:
-                    if probed:
-                        ready.append((key, latest_id, latest_type, active_id))  # type: ignore[arg-type]
-                    key, latest_id, latest_type, active_id, probed = row_key, None, None, None, False
+                    if is_probed:
+                        ready.append((key, latest_id, latest_type, active_id, latest_payload))  # type: ignore[arg-type]
+                    key, latest_id, latest_type, active_id, latest_payload, is_probed = row_key, None, None, None, None, False
                 if job_type in probed_types:
-                    probed = True
+                    is_probed = True
                 if status == "completed":
                     latest_id, latest_type = job_id, job_type
+                    if wide:
+                        latest_payload = row[4]
                 elif active_id is None:
                     active_id = job_id
                 if job_id > newest:
@@ -159,8 +173,8 @@ class _Reconciler:
             read += len(rows)
             self.report.newest_job_id = newest or None
             if len(rows) < self.batch_size:
-                if probed:
-                    ready.append((key, latest_id, latest_type, active_id))  # type: ignore[arg-type]
+                if is_probed:
+                    ready.append((key, latest_id, latest_type, active_id, latest_payload))  # type: ignore[arg-type]
                 yield ready, read
                 return
             yield ready, read
@@ -171,31 +185,30 @@ class _Reconciler:
 
     def _check_all(self, ready: list[_Target]) -> None:
         """Ask each type's probe about its targets, a batch at a time."""
-        by_type: dict[str, tuple[list[str], list[str]]] = {}
-        for key, latest_id, latest_type, active_id in ready:
+        by_type: dict[str, tuple[list[str], list[str], list[str | None]]] = {}
+        for key, latest_id, latest_type, active_id, payload in ready:
             if active_id is not None:
                 self._found(Finding(_display(key), NOT_CHECKED, active_id, detail="a job on this path is pending or claimed"))
             elif latest_id is None or latest_type is None or self.probes.get(latest_type) is None:
                 self._found(Finding(_display(key), NOT_CHECKED, latest_id, latest_type,
                                     detail=f"the latest job's type {latest_type!r} has no probe"))
             else:
-                keys, ids = by_type.setdefault(latest_type, ([], []))
+                keys, ids, payloads = by_type.setdefault(latest_type, ([], [], []))
                 keys.append(key)
                 ids.append(latest_id)
-        for job_type, (keys, ids) in by_type.items():
+                payloads.append(payload)
+        for job_type, (keys, ids, payloads) in by_type.items():
             probe = self.probes[job_type]
             assert probe is not None
             with_payload = probe.wants_payload(content=self.content)
-            payloads = self._payloads(ids) if with_payload else {}
-            items = [(k, payloads.get(i)) for k, i in zip(keys, ids)]
-            checks = self._ask(probe, items)
+            checks = self._ask(probe, list(zip(keys, payloads)))
             if not with_payload:
                 # The report says what was expected: ask again, with payloads, about the few
                 # targets that disagree.
                 again = [n for n, c in enumerate(checks) if c is not SYNCED and c.status != IN_SYNC]
                 if again:
-                    payloads = self._payloads([ids[n] for n in again])
-                    for n, check in zip(again, self._ask(probe, [(keys[n], payloads.get(ids[n])) for n in again])):
+                    found = self._payloads([ids[n] for n in again])
+                    for n, check in zip(again, self._ask(probe, [(keys[n], found.get(ids[n])) for n in again])):
                         checks[n] = check
             in_sync = 0
             for key, job_id, check in zip(keys, ids, checks):
