@@ -1,0 +1,103 @@
+"""Shared pieces of the benchmarks: scratch directories, the bare sqlite3 baseline, statistics."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import sqlite3
+import statistics
+import tempfile
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator, Sequence
+
+REPO = Path(__file__).resolve().parent.parent
+SCRATCH = REPO / ".bench"  # gitignored; on the same disk as the repo
+
+# SQLAlchemy's SQLite DATETIME storage format, so bare rows compare like tether's.
+_SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
+
+
+@contextmanager
+def scratch(base: Path, label: str) -> Iterator[Path]:
+    """A fresh directory under ``base`` for one measurement, removed afterwards."""
+    base.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=f"{label}-", dir=base))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def sqlite_now() -> str:
+    """Now, as tether stores times in SQLite (naive UTC text, fixed width)."""
+    return datetime.now(timezone.utc).strftime(_SQLITE_TIME)
+
+
+def sqlite_time(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(timezone.utc).strftime(_SQLITE_TIME)
+
+
+def bare_connect(path: Path) -> sqlite3.Connection:
+    """A plain sqlite3 connection set up like tether's: WAL, synchronous=FULL, autocommit mode
+    so the loop issues its own BEGIN IMMEDIATE / COMMIT."""
+    conn = sqlite3.connect(path, isolation_level=None, timeout=30.0, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA busy_timeout=30000")
+    mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+    sync = conn.execute("PRAGMA synchronous").fetchone()[0]
+    if mode != "wal" or sync != 2:
+        raise RuntimeError(f"bare connection is not WAL + FULL: journal_mode={mode}, synchronous={sync}")
+    return conn
+
+
+def fsync_dir(directory: str | os.PathLike[str]) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0..1) by linear interpolation between closest ranks."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("no samples")
+    pos = (len(ordered) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def machine() -> str:
+    """One line naming what the figures were measured on."""
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    fs = "?"
+    try:
+        best = ""
+        target = os.path.realpath(SCRATCH.parent)
+        for line in Path("/proc/mounts").read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 3 and (target == parts[1] or target.startswith(parts[1].rstrip("/") + "/")) and len(parts[1]) > len(best):
+                best, fs = parts[1], f"{parts[2]} on {parts[0]}"
+    except OSError:
+        pass
+    return (
+        f"{os.cpu_count()} cores ({cpu}), {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}, disk {fs}"
+    )
