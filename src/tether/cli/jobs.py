@@ -9,6 +9,7 @@ import typer
 from .. import observe
 from ..clock import SystemClock
 from ..errors import ConfigError
+from ..record import JobRecord
 from ..status import JobStatus
 from .app import app, print_json
 from .output import JSON_OPTION, LIMIT_HELP, first_line, job_dicts, ledger, limit_value, parse_duration, table, when
@@ -23,6 +24,9 @@ def jobs(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """List jobs with filters (status, type, since), newest first.
+
+    The "when" column is when a pending job may run, when a claimed job was claimed, or when a
+    finished job completed or failed. Priority and every other column: --json.
 
     With --status completed or failed they are ordered by finish time. Payloads are never
     shown here; see `tether show ID --payload`.
@@ -39,8 +43,15 @@ def jobs(
     if as_json:
         print_json({"jobs": job_dicts(found)})
         return
-    table(None, ["id", "type", "status", "attempts", "priority", "created (UTC)", "runs at (UTC)", "finished (UTC)",
-                 "worker", "last error"],
-          [(j.id, j.type, j.status.value, f"{j.attempts}/{j.max_attempts}", j.priority, when(j.created_at),
-            when(j.run_at) if j.status is JobStatus.PENDING else "", when(j.completed_at), j.locked_by,
-            first_line(j.last_error, 50)) for j in found], empty="no jobs match")
+    table(None, ["id", "type", "status", "attempts", "created (UTC)", "when (UTC)", "worker", "last error"],
+          [(j.id, j.type, j.status.value, f"{j.attempts}/{j.max_attempts}", when(j.created_at), _when(j),
+            j.locked_by, first_line(j.last_error, 60)) for j in found], empty="no jobs match")
+
+
+def _when(job: JobRecord) -> str:
+    """The time that matters for the job's status."""
+    if job.status is JobStatus.PENDING:
+        return f"runs {when(job.run_at)}"
+    if job.status is JobStatus.CLAIMED:
+        return f"claimed {when(job.claimed_at)}"
+    return f"{job.status.value} {when(job.completed_at)}"

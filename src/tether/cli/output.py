@@ -63,7 +63,9 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
     tab = Table(title=title, title_justify="left", header_style="bold")
     for i, col in enumerate(columns):
         numeric = all(isinstance(row[i], int) for row in rows)
-        tab.add_column(col, overflow="fold", justify="right" if numeric else "left")
+        # Ids and times stay whole (they are copied into the next command); prose folds.
+        whole = col in ("id", "retried", "type", "status", "attempts") or "(UTC)" in col
+        tab.add_column(col, overflow="fold", no_wrap=whole, justify="right" if numeric else "left")
     for row in rows:
         tab.add_row(*("" if v is None else str(v) for v in row))
     out.print(tab)
