@@ -50,4 +50,4 @@ def retry(
         if retried:
             out.print(f"{len(retried)} job(s) back to pending; run a worker to process them")
     if errors:
-        raise SystemExit(1)
+        raise typer.Exit(1)

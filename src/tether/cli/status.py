@@ -40,14 +40,12 @@ def status(
             print_json({"verdict": Verdict.UNKNOWN.label, "exit_code": 3, "error": reason})
         else:
             err.print(f"tether: UNKNOWN: {reason}", markup=False, soft_wrap=True)
-        raise SystemExit(Verdict.UNKNOWN.exit_code) from None
+        raise typer.Exit(Verdict.UNKNOWN.exit_code) from None
     if as_json:
         print_json(h.to_dict())
     else:
         _render(h)
-    # SystemExit, not typer.Exit: main() runs click with standalone_mode=False, which turns
-    # typer.Exit into a return value that would be dropped.
-    raise SystemExit(h.verdict.exit_code)
+    raise typer.Exit(h.verdict.exit_code)
 
 
 def _render(h: Health) -> None:
