@@ -60,8 +60,6 @@ def rows_read_from(plan: dict[str, Any], alias: str) -> float:
     return total
 
 
-@pytest.mark.xfail(strict=True, reason="claim in sql.py reads every active job per candidate; "
-                   "fix: AND (j.ordering_key IS NULL OR NOT EXISTS (...)) - remove this marker with it")
 def test_claiming_jobs_without_ordering_key_reads_no_other_active_job(pg_coordinator: Coordinator) -> None:
     pg_coordinator.enqueue_many([pg_jobtypes.PgNoop(n=i) for i in range(ACTIVE)])
     params = {"worker": "w", "now": datetime.now(timezone.utc), "limit": BATCH}
