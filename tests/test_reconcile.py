@@ -67,8 +67,15 @@ def unreadable(monkeypatch: pytest.MonkeyPatch):
         fail_if_named(path)
         return real_lstat(path)
 
+    def fake_list(path: str) -> dict[str, bool] | None:
+        if any(os.path.exists(os.path.join(path, name)) for name in failing):
+            return None  # as if the directory could not be listed: every file gets its own lstat
+        return real_list(path)
+
+    real_list = base.list_data_dir
     monkeypatch.setattr(base, "open_data_file", fake_open)
     monkeypatch.setattr(base, "lstat_data_file", fake_lstat)
+    monkeypatch.setattr(base, "list_data_dir", fake_list)
     return failing
 
 

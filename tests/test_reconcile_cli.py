@@ -110,3 +110,20 @@ def test_tether_reconcile_crash_exits_1_not_2(site: dict[str, str]) -> None:
     env = {"TETHER_DB": site["db"], "TETHER_ROOT": site["root"], "TETHER_IMPORT": "no_such_module_here"}
     done = invoke(["reconcile"], env)
     assert done.exit_code == 1 and "could not check" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_tether_reconcile_startup_reclaims_a_dead_workers_lock_and_reports_its_path_in_flight(site: dict[str, str]) -> None:
+    import sqlalchemy as sa
+
+    with Coordinator.open(site["db"], root=site["root"]) as c:
+        job = c.enqueue(CreateFile(path="people/ada.json", content={"name": "Ada L."}, overwrite=True)).id
+        assert [j.id for j in c.queue.claim("dead-worker")] == [job]
+        with c.engine.begin() as conn:  # its last heartbeat, long ago
+            conn.execute(sa.text("UPDATE tether_jobs SET locked_at = '2000-01-01 00:00:00.000000' WHERE id = :id"), {"id": job})
+    env = {"TETHER_DB": site["db"], "TETHER_ROOT": site["root"]}
+    done = invoke(["reconcile", "--startup", "--json", "--quiet"], env)
+    assert done.exit_code == 0, done.stdout
+    report = orjson.loads(done.stdout)
+    assert [(f["path"], f["status"], f["job_id"]) for f in report["findings"]] == [("people/ada.json", "not_checked", job)]
+    with Coordinator.open(site["db"], root=site["root"]) as c:
+        assert c.get(job).status.value == "pending"

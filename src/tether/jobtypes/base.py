@@ -165,32 +165,62 @@ def _outside(rel: str) -> bool:
     return rel.startswith("/") or "\x00" in rel or (".." in rel and ".." in rel.split("/"))
 
 
+# A directory holding at least this many of a batch's paths is listed once instead of one lstat
+# per path (one getdents for many stats); fewer, and a listing costs more than it saves.
+_LIST_AT = 8
+
+
+def list_data_dir(path: str) -> dict[str, bool] | None:
+    """Names in a directory -> whether each is a directory (from d_type, no stat); {} if the
+    directory does not exist, None if it cannot be listed (the caller falls back to lstat)."""
+    try:
+        with os.scandir(path) as entries:
+            return {e.name: e.is_dir(follow_symlinks=False) for e in entries}
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    except OSError:
+        return None
+
+
 def files_exist(root: Path, rels: Sequence[str], *, present: bool) -> list[Check]:
-    """Existence of data files, one ``lstat`` each and nothing read: each must exist (``present``;
-    anything but a directory counts) or be absent. A ``missing`` answer carries no expectation;
-    the caller adds it."""
+    """Existence of data files, nothing read: each must exist (``present``; anything but a
+    directory counts) or be absent. A directory with many of the paths is listed once; a listing
+    decides only the expected answer, anything else is looked at again with ``lstat``. A
+    ``missing`` answer carries no expectation; the caller adds it."""
     prefix = f"{os.fspath(root)}/"
-    lstat = lstat_data_file
-    out: list[Check] = []
-    append = out.append
-    for rel in rels:
+    out: list[Check | None] = [None] * len(rels)
+    by_dir: dict[str, list[int]] = {}
+    for n, rel in enumerate(rels):
         if rel.startswith("/") or "\x00" in rel or (".." in rel and ".." in rel.split("/")):  # _outside, inlined
-            append(_OUTSIDE)
-            continue
-        try:
-            st = lstat(prefix + rel)
-        except OSError as e:
-            if e.errno in _ABSENT:
-                append(_MISSING if present else SYNCED)
-            else:
-                append(Check(UNKNOWN, detail=_reason(e)))
-            continue
-        if present:
-            append(SYNCED if st.st_mode & _S_IFMT != _S_IFDIR else Check(MODIFIED, detail="is a directory"))
+            out[n] = _OUTSIDE
         else:
-            kind = _kind(st.st_mode)
-            append(Check(UNEXPECTED, actual_size=st.st_size if kind is None else None, detail=kind))
-    return out
+            by_dir.setdefault(rel.rpartition("/")[0], []).append(n)
+    for directory, indexes in by_dir.items():
+        listing = list_data_dir(prefix + directory if directory else prefix) if len(indexes) >= _LIST_AT else None
+        if listing is None:
+            for n in indexes:
+                out[n] = _exists(prefix + rels[n], present)
+            continue
+        for n in indexes:
+            is_dir = listing.get(rels[n].rpartition("/")[2])
+            if (is_dir is False) if present else (is_dir is None):
+                out[n] = SYNCED
+            else:
+                out[n] = _exists(prefix + rels[n], present)
+    return out  # type: ignore[return-value]
+
+
+def _exists(path: str, present: bool) -> Check:
+    try:
+        st = lstat_data_file(path)
+    except OSError as e:
+        if e.errno in _ABSENT:
+            return _MISSING if present else SYNCED
+        return Check(UNKNOWN, detail=_reason(e))
+    if present:
+        return SYNCED if st.st_mode & _S_IFMT != _S_IFDIR else Check(MODIFIED, detail="is a directory")
+    kind = _kind(st.st_mode)
+    return Check(UNEXPECTED, actual_size=st.st_size if kind is None else None, detail=kind)
 
 
 def check_file(root: Path, rel: str, expected: bytes) -> Check:
