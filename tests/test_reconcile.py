@@ -67,10 +67,10 @@ def unreadable(monkeypatch: pytest.MonkeyPatch):
         fail_if_named(path)
         return real_lstat(path)
 
-    def fake_list(path: str) -> dict[str, bool] | None:
-        if any(os.path.exists(os.path.join(path, name)) for name in failing):
+    def fake_list(path: str, wanted: set[str]) -> dict[str, bool] | None:
+        if wanted & set(failing):
             return None  # as if the directory could not be listed: every file gets its own lstat
-        return real_list(path)
+        return real_list(path, wanted)
 
     real_list = base.list_data_dir
     monkeypatch.setattr(base, "open_data_file", fake_open)
@@ -309,3 +309,24 @@ def test_a_directory_or_symlink_where_a_file_was_written_is_modified(
     assert {(f.path, f.status, f.detail) for f in report.findings} == {
         ("docs/a.json", "modified", "is a directory"), ("docs/b.json", "modified", "is a symbolic link")}
     assert statuses(reconcile(coordinator, content=False)) == {"docs/a.json": "modified"}
+
+
+def test_existence_checks_agree_whether_a_directory_is_listed_or_each_file_stat(
+    coordinator: Coordinator, store: dict[str, str], root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (root / "docs" / "a.json").unlink()
+    (root / "docs" / "d.json").write_text("{}")
+    (root / "docs" / "e.json").unlink()
+    (root / "docs" / "e.json").mkdir()
+    lists: list[str] = []
+    real_list = base.list_data_dir
+    monkeypatch.setattr(base, "list_data_dir", lambda path, wanted: lists.append(path) or real_list(path, wanted))
+    monkeypatch.setattr(base, "_BYTES_PER_WANTED", 10**6)  # list any directory with 8+ of the paths
+    listed = reconcile(coordinator, content=False)
+    assert lists == [str(root / "docs")]
+    monkeypatch.setattr(base, "_LIST_AT", 10**9)  # never list: one lstat per file
+    stat_each = reconcile(coordinator, content=False)
+    assert len(lists) == 1
+    assert statuses(listed) == statuses(stat_each) == {
+        "docs/a.json": "missing", "docs/d.json": "unexpected", "docs/e.json": "modified"}
+    assert listed.findings == stat_each.findings

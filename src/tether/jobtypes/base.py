@@ -166,16 +166,22 @@ def _outside(rel: str) -> bool:
 
 
 # A directory holding at least this many of a batch's paths is listed once instead of one lstat
-# per path (one getdents for many stats); fewer, and a listing costs more than it saves.
+# per path (one getdents for many stats); fewer, and a listing costs more than it saves. And only
+# when those paths are a good part of it (directory st_size is ~ 20-40 bytes per entry): a huge
+# flat directory would be read whole for every batch.
 _LIST_AT = 8
+_BYTES_PER_WANTED = 64
 
 
-def list_data_dir(path: str) -> dict[str, bool] | None:
-    """Names in a directory -> whether each is a directory (from d_type, no stat); {} if the
-    directory does not exist, None if it cannot be listed (the caller falls back to lstat)."""
+def list_data_dir(path: str, wanted: set[str]) -> dict[str, bool] | None:
+    """Of the ``wanted`` names in a directory, those present -> whether each is a directory (from
+    d_type, no stat); {} if the directory does not exist; None when listing it does not pay or
+    fails (the caller then uses lstat). Holds no more than ``wanted``."""
     try:
+        if len(wanted) * _BYTES_PER_WANTED < os.stat(path).st_size:
+            return None
         with os.scandir(path) as entries:
-            return {e.name: e.is_dir(follow_symlinks=False) for e in entries}
+            return {e.name: e.is_dir(follow_symlinks=False) for e in entries if e.name in wanted}
     except (FileNotFoundError, NotADirectoryError):
         return {}
     except OSError:
@@ -196,7 +202,10 @@ def files_exist(root: Path, rels: Sequence[str], *, present: bool) -> list[Check
         else:
             by_dir.setdefault(rel.rpartition("/")[0], []).append(n)
     for directory, indexes in by_dir.items():
-        listing = list_data_dir(prefix + directory if directory else prefix) if len(indexes) >= _LIST_AT else None
+        listing = None
+        if len(indexes) >= _LIST_AT:
+            wanted = {rels[n].rpartition("/")[2] for n in indexes}
+            listing = list_data_dir(prefix + directory if directory else prefix, wanted)
         if listing is None:
             for n in indexes:
                 out[n] = _exists(prefix + rels[n], present)
