@@ -416,3 +416,16 @@ def test_bulk_enqueue_returns_exactly_the_rows_it_stored(c):
     keyed = c.enqueue_many([Note(name="c"), Note(name="d")], key="same")
     assert [c.get(r.id) for r in results] == [r.job for r in results]
     assert [r.duplicate for r in keyed] == [False, True] and keyed[0].id == keyed[1].id
+
+
+def test_a_rolled_back_session_reports_no_jobs_on_its_next_commit(c, caplog):
+    from sqlalchemy.orm import Session
+
+    caplog.set_level(logging.INFO, logger="tether.events")
+    with Session(c.engine) as session:
+        c.enqueue(Note(name="dropped"), session=session)
+        session.rollback()
+        kept = c.enqueue(Note(name="kept"), session=session).id
+        session.commit()
+        session.commit()  # a later, unrelated commit reports nothing again
+    assert [e["job_id"] for e in events_named(caplog, "queued")] == [kept]

@@ -22,12 +22,13 @@ from .jobtypes import CreateFile, DeleteFile, JobType, Payload, Registry
 from .record import InsertResult, JobRecord
 from .retry import RetryPolicy
 from .status import JobStatus
+from .store import InvalidModel, JsonStore, ModelNotFound, NotApplied
 from .worker import Worker, WorkerConfig
 
 __all__ = [
     "Cancelled", "Clock", "ConfigError", "Coordinator", "CreateFile", "DatabaseUnavailable",
     "DeleteFile", "DuplicateActiveJob", "FakeClock", "InsertResult", "InvalidPayload",
-    "InvalidTransition", "JobContext", "JobNotFound", "JobRecord", "JobStatus", "JobType",
+    "InvalidModel", "InvalidTransition", "JobContext", "JsonStore", "ModelNotFound", "NotApplied", "JobNotFound", "JobRecord", "JobStatus", "JobType",
     "LostLease", "Payload", "PermanentError", "Registry", "RetryPolicy", "RetryableError",
     "SystemClock", "TetherError", "UnknownJobType", "UnsafePath", "Worker", "WorkerConfig",
 ]

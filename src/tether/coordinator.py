@@ -21,6 +21,8 @@ from .wakeup import Wakeup
 from .worker import Worker, WorkerConfig
 
 DEFAULT_DB = "sqlite:///tether.db"
+_SESSION_KEY = "tether.enqueued"
+_LISTENING = "tether.listening"
 
 
 class Coordinator:
@@ -41,12 +43,14 @@ class Coordinator:
         *,
         root: str | os.PathLike[str] | None = None,
         clock: Clock | None = None,
-        durability: Durability = "full",
+        durability: Durability | None = None,
         lock_timeout: float = 300.0,
         registry: Registry | None = None,
     ) -> Coordinator:
         """Open (creating if needed) the ledger at ``db_url`` (default ``$TETHER_DB`` or
-        ``sqlite:///tether.db``) for the data root ``root`` (default ``$TETHER_ROOT`` or ``.``)."""
+        ``sqlite:///tether.db``) for the data root ``root`` (default ``$TETHER_ROOT`` or ``.``).
+        ``durability`` (default ``$TETHER_DURABILITY`` or ``"full"``): ``"normal"`` trades the
+        last commits on power loss (never on a process crash) for speed, on SQLite."""
         db_url = db_url or os.environ.get("TETHER_DB") or DEFAULT_DB
         root_path = Path(root or os.environ.get("TETHER_ROOT") or ".").expanduser().absolute()
         if root_path.exists() and not root_path.is_dir():
@@ -55,7 +59,7 @@ class Coordinator:
             root_path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise ConfigError(f"cannot create the data root {root_path}: {e.strerror}") from e
-        engine = create_engine(db_url, durability=durability)
+        engine = create_engine(db_url, durability=durability or os.environ.get("TETHER_DURABILITY") or "full")  # type: ignore[arg-type]
         try:
             ensure_schema(engine)
         except DatabaseUnavailable:
@@ -107,8 +111,19 @@ class Coordinator:
     def _in_session(self, session: Session, jobs: list[NewJob]) -> list[InsertResult]:
         with self.queue.backend.write(session.connection()) as cur:
             results = self.queue.insert_all(cur, jobs)
-        sa.event.listen(session, "after_commit", lambda _s: self.queue.committed(results), once=True)
+        if not session.info.get(_LISTENING):
+            # Once per session: its commits report the jobs they made real, rollbacks forget them.
+            sa.event.listen(session, "after_commit", self._session_committed)
+            sa.event.listen(session, "after_rollback", self._session_rolled_back)
+            session.info[_LISTENING] = True
+        session.info.setdefault(_SESSION_KEY, []).extend(results)
         return results
+
+    def _session_committed(self, session: Session) -> None:
+        self.queue.committed(session.info.pop(_SESSION_KEY, []))
+
+    def _session_rolled_back(self, session: Session) -> None:
+        session.info.pop(_SESSION_KEY, None)  # those jobs never existed
 
     # -- running -----------------------------------------------------------------------------
 

@@ -20,18 +20,22 @@ def emit(event: str, **fields: Any) -> None:
         logger.info(orjson.dumps(fields, default=str).decode())
 
 
-class _Line(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        return record.getMessage()
+class _StderrLines(logging.Handler):
+    """Writes each event to the *current* ``sys.stderr`` (which test runners and CLIs swap)."""
+
+    _tether = True
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(record.getMessage() + "\n")
+        except Exception:  # a closed or broken stream must never break a job
+            self.handleError(record)
 
 
 def log_to_stderr(level: int = logging.INFO) -> None:
     """Print events as JSON lines on stderr (what ``tether worker`` does)."""
     if any(getattr(h, "_tether", False) for h in logger.handlers):
         return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_Line())
-    handler._tether = True  # type: ignore[attr-defined]
-    logger.addHandler(handler)
+    logger.addHandler(_StderrLines())
     logger.setLevel(level)
     logger.propagate = False

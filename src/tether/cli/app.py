@@ -21,8 +21,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+# Piped output keeps whole table rows (rich would wrap them at 80 columns).
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 200)
 
 
 @dataclass
@@ -30,6 +31,7 @@ class Settings:
     db: str | None = None
     root: str | None = None
     imports: tuple[str, ...] = ()
+    durability: str | None = None
 
 
 settings = Settings()
@@ -40,8 +42,10 @@ def _global(
     db: Optional[str] = typer.Option(None, "--db", envvar="TETHER_DB", help="SQLAlchemy URL of the ledger (default sqlite:///tether.db in the working directory)."),
     root: Optional[str] = typer.Option(None, "--root", envvar="TETHER_ROOT", help="The data root all payload paths are relative to (default: the working directory)."),
     imports: list[str] = typer.Option([], "--import", "-i", envvar="TETHER_IMPORT", help="Python module that registers your own job types (repeatable)."),
+    durability: Optional[str] = typer.Option(None, "--durability", envvar="TETHER_DURABILITY", help="SQLite commit durability: 'full' (default; survives power loss) or 'normal' (may lose the last commits on power loss)."),
 ) -> None:
     settings.db, settings.root, settings.imports = db, root, tuple(imports)
+    settings.durability = durability
 
 
 def open_coordinator(**kwargs: Any) -> Coordinator:
@@ -57,6 +61,7 @@ def open_coordinator(**kwargs: Any) -> Coordinator:
         if register is None:
             raise typer.BadParameter(f"module {module!r} has no register(registry) function", param_hint="--import")
         register(registry)
+    kwargs.setdefault("durability", settings.durability)
     return Coordinator.open(settings.db, root=settings.root, registry=registry, **kwargs)
 
 
