@@ -1,14 +1,13 @@
 """The PostgreSQL claim must not get slower with the number of active jobs when jobs have no
-ordering key (found by benchmarks/pg_drain.py: tether drained slower with 4 and 8 workers than
-with 1).
+ordering key (a regression found by benchmarks/pg_drain.py: tether drained slower with 4 and 8
+workers than with 1).
 
-The claim's ``NOT EXISTS (older active job with the same ordering_key)`` is planned, on a table
-whose statistics lag (every freshly filled queue), as an anti join that reads every active job
-once per candidate: 32 candidates x 2,000 active jobs = 64,000 rows per claim, ~30 ms. For a NULL
-ordering key the answer is known without looking (NULL = NULL is never true), so
-``AND (j.ordering_key IS NULL OR NOT EXISTS (...))`` in sql.py makes the subquery run only for
-keyed jobs, as a correlated probe of ix_tether_jobs_active_target (~1 ms per claim, and 2x / 9x
-the drain throughput with 1 / 4 workers in the report's A/B run).
+Before the fix, the claim's ``NOT EXISTS (older active job with the same ordering_key)`` was
+planned, on a table whose statistics lag (every freshly filled queue), as an anti join reading
+every active job once per candidate: 32 candidates x 2,000 active jobs = 64,000 rows per claim,
+~30 ms. For a NULL ordering key the answer is known without looking (NULL = NULL is never
+true), so ``AND (j.ordering_key IS NULL OR NOT EXISTS (...))`` in sql.py runs the probe only for
+keyed jobs, as a correlated probe of ix_tether_jobs_active_target (~1 ms per claim).
 """
 
 from __future__ import annotations
