@@ -121,11 +121,15 @@ def test_a_failed_write_is_retried_by_the_job(coordinator, root, clock, monkeypa
     assert orjson.loads((root / "a.json").read_bytes()) == {"v": 1}
 
 
-def test_leftover_temp_files_of_the_path_are_removed_by_its_next_write(coordinator, root):
+def test_a_retried_write_removes_the_temp_files_its_path_was_left_with(coordinator, root, clock):
+    job_id = coordinator.enqueue(CreateFile(path="a.json", content=1)).id
+    [job] = coordinator.queue.claim("dead-worker")
+    # That worker died mid-write, leaving a temp file; another path's temp is not ours to touch.
     (root / ".a.json.0badf00d.tether-tmp").write_bytes(b"half a fi")
-    (root / ".other.json.0badf00d.tether-tmp").write_bytes(b"not ours to touch")
-    coordinator.enqueue(CreateFile(path="a.json", content=1))
+    (root / ".other.json.0badf00d.tether-tmp").write_bytes(b"someone else's")
+    clock.advance(coordinator.lock_timeout + 1)
     coordinator.run_until_idle()
+    assert coordinator.get(job_id).attempts == 2
     assert sorted(p.name for p in root.iterdir() if p.name != ".tether") == [".other.json.0badf00d.tether-tmp", "a.json"]
 
 

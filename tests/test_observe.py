@@ -253,3 +253,17 @@ def test_reads_never_create_a_ledger(tmp_path) -> None:  # noqa: ANN001
     sa.create_engine(f"sqlite:///{empty}").connect().close()
     with pytest.raises(observe.NoLedger, match="has no tether_jobs table"):
         observe.open_ledger(f"sqlite:///{empty}")
+
+
+def test_the_coordinator_answers_the_operators_questions_from_python(coordinator, clock):
+    from tether import CreateFile
+
+    coordinator.enqueue(CreateFile(path="a.json", content=1))
+    coordinator.run_until_idle()
+    coordinator.enqueue(CreateFile(path="b.json", content=1))
+    assert coordinator.stats().pending == 1
+    from tether.health import Verdict
+
+    assert coordinator.health().verdict is Verdict.OK
+    clock.advance(days=8)
+    assert coordinator.purge(older_than=__import__("datetime").timedelta(days=7), dry_run=True) is not None

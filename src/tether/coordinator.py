@@ -161,6 +161,24 @@ class Coordinator:
         events.emit("startup_check", reclaimed=len(reclaimed), **report.summary())
         return report
 
+    def stats(self, **options: Any) -> Any:
+        """Outstanding, failed, stuck and oldest pending, by type (see ``tether.observe.stats``)."""
+        from . import observe
+
+        return observe.stats(self, **options)
+
+    def health(self, thresholds: Any = None) -> Any:
+        """The ok / warning / error verdict of ``tether status`` (see ``tether.health``)."""
+        from .health import health
+
+        return health(self, thresholds)
+
+    def purge(self, *, older_than: timedelta, statuses: Sequence[str] = ("completed",), dry_run: bool = False) -> Any:
+        """Delete finished jobs older than ``older_than`` (keeping what reconcile needs)."""
+        from .retention import purge
+
+        return purge(self, older_than=older_than, statuses=statuses, dry_run=dry_run)
+
     def close(self) -> None:
         self.engine.dispose()
 

@@ -11,6 +11,7 @@ import hashlib
 import os
 import secrets
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path, PurePosixPath
 from typing import Iterator
 
@@ -55,13 +56,19 @@ def resolve(root: Path, rel: str) -> Path:
     """The absolute path of ``rel`` under ``root``, refusing anything that escapes it (including
     through a symlink anywhere on the way). The file itself need not exist."""
     norm = normalize(rel)
-    real_root = os.path.realpath(root)
+    real_root = _real_root(os.fspath(root))
     target = os.path.realpath(os.path.join(real_root, norm))
     if target != real_root and not target.startswith(real_root + os.sep):
         raise PathRejected("resolves (through a symlink) outside the data root")
     if target == real_root:
         raise PathRejected("names the data root itself, not a file")
     return Path(target)
+
+
+@lru_cache(maxsize=64)
+def _real_root(root: str) -> str:
+    # The root is resolved once per process; paths under it are resolved on every call.
+    return os.path.realpath(root)
 
 
 def atomic_write(path: Path, data: bytes) -> None:

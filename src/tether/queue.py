@@ -48,11 +48,13 @@ class Decision:
     values: dict[str, Any]
     children: Sequence[NewJob] = ()
     duration: float | None = None
+    finished_at: datetime | None = None  # when the handler returned (not when the group committed)
 
     @classmethod
-    def complete(cls, job: JobRecord, result: Any, children: Sequence[NewJob] = (), duration: float | None = None) -> Decision:
+    def complete(cls, job: JobRecord, result: Any, children: Sequence[NewJob] = (), duration: float | None = None,
+                 finished_at: datetime | None = None) -> Decision:
         encoded = None if result is None else orjson.dumps(result).decode()
-        return cls(job, "complete", {"result": encoded}, children, duration)
+        return cls(job, "complete", {"result": encoded}, children, duration, finished_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +221,7 @@ class Queue:
             for d in decisions:
                 values = dict(d.values)
                 if d.edge in ("complete", "fail"):
-                    values["now"] = now
+                    values["now"] = d.finished_at or now
                 job = self.transition(cur, d.edge, d.job.id, worker=worker, attempt=d.job.attempts, **values)
                 moved.append(job)
                 if job is not None and d.children:

@@ -109,6 +109,9 @@ sa.Index("ix_tether_jobs_finished", _t.c.status, _t.c.completed_at)
 # status and type are in it so that stream never touches the table (payloads are read by id, and
 # only for the probes that need them).
 sa.Index("ix_tether_jobs_target", _t.c.ordering_key, _t.c.id, _t.c.status, _t.c.type)
+# "Which keys were used by more than one job?" (tether duplicates): only keyed jobs pay for it.
+_keyed = sa.text("idempotency_key IS NOT NULL")
+sa.Index("ix_tether_jobs_key", _t.c.type, _t.c.idempotency_key, sqlite_where=_keyed, postgresql_where=_keyed)
 sa.Index("ix_tether_jobs_parent", _t.c.parent_id, sqlite_where=sa.text("parent_id IS NOT NULL"),
          postgresql_where=sa.text("parent_id IS NOT NULL"))
 

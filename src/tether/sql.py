@@ -56,7 +56,12 @@ UPDATE {table} SET status = 'claimed', locked_by = :worker, locked_at = :now,
 WHERE status = 'pending' AND id IN ({claimable})
 RETURNING {cols}
 """
-CLAIM_SQLITE = _CLAIM.format(table=TABLE, claimable=_CLAIMABLE, cols=_COLS)
+# SQLite: the unary + on the outer guard keeps the planner from walking the claim index over
+# every pending row to re-check it; the chosen ids are then looked up by primary key, and the
+# claim costs the same at 20,000 pending jobs as at 20 (PostgreSQL has no unary + on text).
+CLAIM_SQLITE = _CLAIM.format(table=TABLE, claimable=_CLAIMABLE, cols=_COLS).replace(
+    "WHERE status = 'pending' AND id IN", "WHERE +status = 'pending' AND id IN"
+)
 # PostgreSQL: concurrent claimers skip rows another transaction is claiming instead of queueing
 # behind its row locks (SQLite has one writer at a time and needs no such clause). The candidates
 # sit in a CTE because PostgreSQL may re-run an ``IN (... LIMIT n)`` subquery per outer row,

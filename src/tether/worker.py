@@ -132,14 +132,15 @@ class Worker:
 
     def decide(self, job: JobRecord, outcome: Returned | BaseException, duration: float) -> Decision:
         """The one place a handler's outcome becomes a transition."""
+        now = self.queue.clock.now()
         if isinstance(outcome, Returned):
-            return Decision.complete(job, outcome.result, outcome.children, duration)
+            return Decision.complete(job, outcome.result, outcome.children, duration, finished_at=now)
         if isinstance(outcome, Cancelled):
             return Decision(job, "release", {}, duration=duration)
         error = error_text(outcome)
         if isinstance(outcome, (PermanentError, InvalidPayload)) or job.attempts >= job.max_attempts:
-            return Decision(job, "fail", {"error": error}, duration=duration)
-        run_at = self.queue.clock.now() + self.config.retry.delay(job.attempts)
+            return Decision(job, "fail", {"error": error}, duration=duration, finished_at=now)
+        run_at = now + self.config.retry.delay(job.attempts)
         return Decision(job, "retry", {"error": error, "run_at": run_at}, duration=duration)
 
     def report(self, job: JobRecord, outcome: Returned | BaseException, duration: float) -> None:

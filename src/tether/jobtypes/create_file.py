@@ -96,7 +96,10 @@ class CreateFileType(JobType[CreateFile]):
         digest = fs.sha256(data)
         with fs.path_lock(ctx.root, payload.path):
             target = fs.resolve(ctx.root, payload.path)
-            fs.remove_stale_temps(target)
+            if ctx.job.attempts > 1:
+                # An earlier attempt may have died mid-write; only a re-run can have left a
+                # temp file for this path, so first attempts skip the directory scan.
+                fs.remove_stale_temps(target)
             if _holds(target, data):
                 # A re-run after the write landed but its completion did not commit.
                 return {"bytes": len(data), "sha256": digest, "written": False}

@@ -50,7 +50,10 @@ class DeleteFileType(JobType[DeleteFile]):
     def run(self, payload: DeleteFile, ctx: JobContext) -> dict[str, Any]:
         with fs.path_lock(ctx.root, payload.path):
             target = fs.resolve(ctx.root, payload.path)
-            fs.remove_stale_temps(target)
+            if ctx.job.attempts > 1:
+                # An earlier attempt may have died mid-write; only a re-run can have left a
+                # temp file for this path, so first attempts skip the directory scan.
+                fs.remove_stale_temps(target)
             deleted = fs.delete(target)
         # On a later attempt the file may be gone because an earlier attempt deleted it and
         # crashed before its completion committed: only the first attempt can tell.
