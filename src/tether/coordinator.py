@@ -17,7 +17,7 @@ from .errors import ConfigError, DatabaseUnavailable
 from .jobtypes import JobType, Payload, Registry, default_registry
 from .queue import NewJob, Queue
 from .record import InsertResult, JobRecord
-from .wakeup import Wakeup
+from .wakeup import wakeup_for
 from .worker import Worker, WorkerConfig
 
 DEFAULT_DB = "sqlite:///tether.db"
@@ -34,7 +34,7 @@ class Coordinator:
         self.clock = clock
         self.registry = registry
         self.lock_timeout = lock_timeout
-        self.queue = Queue(engine, clock=clock, registry=registry, root=root, wakeup=Wakeup())
+        self.queue = Queue(engine, clock=clock, registry=registry, root=root, wakeup=wakeup_for(engine))
 
     @classmethod
     def open(
@@ -111,6 +111,7 @@ class Coordinator:
     def _in_session(self, session: Session, jobs: list[NewJob]) -> list[InsertResult]:
         with self.queue.backend.write(session.connection()) as cur:
             results = self.queue.insert_all(cur, jobs)
+            self.queue.wakeup.notify_in(cur)  # delivered only if the application commits
         if not session.info.get(_LISTENING):
             # Once per session: its commits report the jobs they made real, rollbacks forget them.
             sa.event.listen(session, "after_commit", self._session_committed)
@@ -180,6 +181,7 @@ class Coordinator:
         return purge(self, older_than=older_than, statuses=statuses, dry_run=dry_run)
 
     def close(self) -> None:
+        self.queue.wakeup.close()
         self.engine.dispose()
 
     def __enter__(self) -> Coordinator:

@@ -154,6 +154,8 @@ class Queue:
         try:
             with self.backend.write() as cur:
                 results = self.insert_all(cur, jobs)
+                if any(not r.duplicate for r in results):
+                    self.wakeup.notify_in(cur)
         except sa.exc.OperationalError as e:
             raise DatabaseUnavailable(f"could not record the job(s), nothing was enqueued: {e.orig}") from e
         self.committed(results)
@@ -170,7 +172,7 @@ class Queue:
             else:
                 events.emit("deduplicated", job_id=r.job.id, type=r.job.type)
         if any_new:
-            self.wakeup.notify()
+            self.wakeup.wake_local()  # other processes were notified by the commit itself
 
     # -- claim -----------------------------------------------------------------------------
 
@@ -226,6 +228,8 @@ class Queue:
                 moved.append(job)
                 if job is not None and d.children:
                     inserted.extend(self.insert_all(cur, d.children))
+            if inserted or any(d.edge in ("retry", "release") for d in decisions):
+                self.wakeup.notify_in(cur)
         requeued = False
         for d, job in zip(decisions, moved):
             if job is None:
@@ -235,7 +239,7 @@ class Queue:
             requeued = requeued or d.edge in ("retry", "release")
         self.committed(inserted)
         if requeued:
-            self.wakeup.notify()
+            self.wakeup.wake_local()
         return moved
 
     def complete(self, job: JobRecord, worker: str, *, result: Any = None, children: Sequence[NewJob] = ()) -> JobRecord:
@@ -280,12 +284,14 @@ class Queue:
         with self.backend.write() as cur:
             back = cur.records(sql.RECLAIM, {"cutoff": cutoff})
             dead = cur.records(sql.RECLAIM_EXHAUSTED, {"cutoff": cutoff, "now": now})
+            if back:
+                self.wakeup.notify_in(cur)
         for job in back:
             self._event("reclaim", job, None)
         for job in dead:
             self._event("reclaim_exhausted", job, None)
         if back:
-            self.wakeup.notify()
+            self.wakeup.wake_local()
         return back + dead
 
     def manual_retry(self, job_id: str) -> JobRecord:
@@ -297,12 +303,13 @@ class Queue:
                 if moved is None:
                     current = self.get(job_id, cur=cur)
                     raise InvalidTransition(job_id, current.status.value, JobStatus.PENDING.value)
+                self.wakeup.notify_in(cur)
         except sa.exc.IntegrityError as e:
             job = self.get(job_id)
             other = self._active_with_key(job)
             raise DuplicateActiveJob(job_id, other.id if other else "?", job.idempotency_key or "") from e
         self._event("manual_retry", moved, None)
-        self.wakeup.notify()
+        self.wakeup.wake_local()
         return moved
 
     def _active_with_key(self, job: JobRecord) -> JobRecord | None:

@@ -45,4 +45,4 @@ class WalWatcher:
             current = self._signature()
             if current != last:
                 last = current
-                self._wakeup.notify()
+                self._wakeup.wake_local()

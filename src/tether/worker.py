@@ -199,7 +199,7 @@ class Worker:
         self._stopping.set()
         if cancel:
             self._cancel.set()
-        self.queue.wakeup.notify()
+        self.queue.wakeup.wake_local()
         with self._idle:
             self._idle.notify_all()
 
