@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from .clock import Clock, SystemClock
-from .engine import Durability, create_engine, ensure_schema
+from .engine import Durability, create_engine, ensure_schema, schema_of
 from .errors import ConfigError, DatabaseUnavailable
 from .jobtypes import JobType, Payload, Registry, default_registry
 from .queue import NewJob, Queue
@@ -34,7 +34,7 @@ class Coordinator:
         self.clock = clock
         self.registry = registry
         self.lock_timeout = lock_timeout
-        self.queue = Queue(engine, clock=clock, registry=registry, root=root, wakeup=wakeup_for(engine))
+        self.queue = Queue(engine, clock=clock, registry=registry, root=root, wakeup=wakeup_for(engine, _channel(engine)))
 
     @classmethod
     def open(
@@ -46,11 +46,14 @@ class Coordinator:
         durability: Durability | None = None,
         lock_timeout: float = 300.0,
         registry: Registry | None = None,
+        schema: str | None = None,
     ) -> Coordinator:
         """Open (creating if needed) the ledger at ``db_url`` (default ``$TETHER_DB`` or
         ``sqlite:///tether.db``) for the data root ``root`` (default ``$TETHER_ROOT`` or ``.``).
         ``durability`` (default ``$TETHER_DURABILITY`` or ``"full"``): ``"normal"`` trades the
-        last commits on power loss (never on a process crash) for speed, on SQLite."""
+        last commits on power loss (never on a process crash) for speed, on SQLite. ``schema``
+        (default ``$TETHER_SCHEMA``; PostgreSQL only) keeps the ledger in its own schema of a
+        database shared with other applications."""
         db_url = db_url or os.environ.get("TETHER_DB") or DEFAULT_DB
         root_path = Path(root or os.environ.get("TETHER_ROOT") or ".").expanduser().absolute()
         if root_path.exists() and not root_path.is_dir():
@@ -59,7 +62,11 @@ class Coordinator:
             root_path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise ConfigError(f"cannot create the data root {root_path}: {e.strerror}") from e
-        engine = create_engine(db_url, durability=durability or os.environ.get("TETHER_DURABILITY") or "full")  # type: ignore[arg-type]
+        engine = create_engine(
+            db_url,
+            durability=durability or os.environ.get("TETHER_DURABILITY") or "full",  # type: ignore[arg-type]
+            schema=schema or os.environ.get("TETHER_SCHEMA") or None,
+        )
         try:
             ensure_schema(engine)
         except DatabaseUnavailable:
@@ -189,6 +196,11 @@ class Coordinator:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+def _channel(engine: sa.Engine) -> str:
+    schema = schema_of(engine)
+    return f"tether_jobs_{schema}" if schema else "tether_jobs"
 
 
 class Batch:

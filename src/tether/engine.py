@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import weakref
 from pathlib import Path
 from typing import Literal
 
@@ -22,8 +24,20 @@ READ_ONLY = {"tether_read_only": True}
 behind a writer (WAL readers see the last commit)."""
 
 
-def create_engine(url: str, *, durability: Durability = "full", busy_timeout: float = 30.0) -> sa.Engine:
-    """An engine for ``url``; SQLite files (and their directory) are created when missing."""
+_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_schemas: weakref.WeakKeyDictionary[sa.Engine, str | None] = weakref.WeakKeyDictionary()
+
+
+def schema_of(engine: sa.Engine) -> str | None:
+    """The PostgreSQL schema an engine's ledger lives in (None: the default search path)."""
+    return _schemas.get(engine)
+
+
+def create_engine(
+    url: str, *, durability: Durability = "full", busy_timeout: float = 30.0, schema: str | None = None
+) -> sa.Engine:
+    """An engine for ``url``; SQLite files (and their directory) are created when missing.
+    ``schema`` (PostgreSQL) keeps the ledger in its own schema of a shared database."""
     if durability not in ("full", "normal"):
         raise ConfigError(f"durability must be 'full' or 'normal', not {durability!r}")
     try:
@@ -31,11 +45,24 @@ def create_engine(url: str, *, durability: Durability = "full", busy_timeout: fl
     except sa.exc.ArgumentError as e:
         raise ConfigError(f"not a database URL: {url!r} (expected e.g. sqlite:///tether.db)") from e
     if parsed.get_backend_name() == "sqlite":
+        if schema is not None:
+            raise ConfigError("schema applies to PostgreSQL only: a SQLite ledger is its own file, use another file")
         return _sqlite_engine(parsed, durability, busy_timeout)
     if parsed.get_backend_name() == "postgresql":
         if parsed.drivername == "postgresql":
             parsed = parsed.set(drivername="postgresql+psycopg")
-        return sa.create_engine(parsed, pool_pre_ping=True, pool_size=10, max_overflow=20)
+        connect_args = {}
+        if schema is not None:
+            if not _IDENTIFIER.match(schema):
+                raise ConfigError(
+                    f"schema {schema!r} is not a plain identifier (lowercase letters, digits, _; at most 63)"
+                )
+            # Only this schema on the search path: with public on it too, the table check could
+            # find another application's public.tether_jobs and use it.
+            connect_args["options"] = f"-csearch_path={schema}"
+        engine = sa.create_engine(parsed, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args=connect_args)
+        _schemas[engine] = schema
+        return engine
     raise ConfigError(f"unsupported database {parsed.get_backend_name()!r}: use sqlite:/// or postgresql://")
 
 
@@ -111,8 +138,11 @@ def ensure_schema(engine: sa.Engine) -> None:
     try:
         with engine.begin() as conn:
             if engine.dialect.name == "postgresql":
-                # Serialise concurrent creators; the lock ends with the transaction.
-                conn.execute(sa.text("SELECT pg_advisory_xact_lock(7286348923)"))
+                schema = schema_of(engine)
+                # Serialise concurrent creators of this ledger; the lock ends with the transaction.
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:key))"), {"key": f"tether:{schema or ''}"})
+                if schema:
+                    conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
             metadata.create_all(conn, checkfirst=True)
     except sa.exc.OperationalError as e:
         raise DatabaseUnavailable(f"cannot open the database at {engine.url!r}: {e.orig}") from e

@@ -40,7 +40,7 @@ class NoLedger(DatabaseUnavailable):
 # -- opening -------------------------------------------------------------------------------------
 
 
-def open_ledger(db_url: str | None = None) -> sa.Engine:
+def open_ledger(db_url: str | None = None, *, schema: str | None = None) -> sa.Engine:
     """An engine on an existing ledger, for reading: unlike ``Coordinator.open`` it never creates
     a database file or the table, so a mistyped path is an error instead of a new empty ledger."""
     from .coordinator import DEFAULT_DB
@@ -54,7 +54,7 @@ def open_ledger(db_url: str | None = None) -> sa.Engine:
         path = Path(url.database).expanduser().absolute()
         if not path.is_file():
             raise NoLedger(f"no ledger at {path} (the file does not exist; check --db or TETHER_DB)")
-    engine = create_engine(db_url)
+    engine = create_engine(db_url, schema=schema or os.environ.get("TETHER_SCHEMA") or None)
     try:
         with engine.connect() as conn:
             present = sa.inspect(conn).has_table(TABLE)

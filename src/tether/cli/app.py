@@ -32,6 +32,7 @@ class Settings:
     root: str | None = None
     imports: tuple[str, ...] = ()
     durability: str | None = None
+    schema: str | None = None
 
 
 settings = Settings()
@@ -42,10 +43,12 @@ def _global(
     db: Optional[str] = typer.Option(None, "--db", envvar="TETHER_DB", help="SQLAlchemy URL of the ledger (default sqlite:///tether.db in the working directory)."),
     root: Optional[str] = typer.Option(None, "--root", envvar="TETHER_ROOT", help="The data root all payload paths are relative to (default: the working directory)."),
     imports: list[str] = typer.Option([], "--import", "-i", envvar="TETHER_IMPORT", help="Python module that registers your own job types (repeatable)."),
+    schema: Optional[str] = typer.Option(None, "--schema", envvar="TETHER_SCHEMA", help="PostgreSQL schema holding the ledger, for a database shared with other applications."),
     durability: Optional[str] = typer.Option(None, "--durability", envvar="TETHER_DURABILITY", help="SQLite commit durability: 'full' (default; survives power loss) or 'normal' (may lose the last commits on power loss)."),
 ) -> None:
     settings.db, settings.root, settings.imports = db, root, tuple(imports)
     settings.durability = durability
+    settings.schema = schema
 
 
 def open_coordinator(**kwargs: Any) -> Coordinator:
@@ -62,6 +65,7 @@ def open_coordinator(**kwargs: Any) -> Coordinator:
             raise typer.BadParameter(f"module {module!r} has no register(registry) function", param_hint="--import")
         register(registry)
     kwargs.setdefault("durability", settings.durability)
+    kwargs.setdefault("schema", settings.schema)
     return Coordinator.open(settings.db, root=settings.root, registry=registry, **kwargs)
 
 

@@ -47,7 +47,7 @@ def limit_value(limit: int) -> int | None:
 @contextmanager
 def ledger() -> Iterator[sa.Engine]:
     """The ledger named by --db / TETHER_DB, opened for reading; never creates one."""
-    engine = open_ledger(settings.db)
+    engine = open_ledger(settings.db, schema=settings.schema)
     try:
         yield engine
     finally:

@@ -1,0 +1,48 @@
+"""A ledger in its own PostgreSQL schema, for databases shared by several applications."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from tether import Coordinator, CreateFile, JobStatus
+from tether.errors import ConfigError
+
+
+@pytest.fixture
+def shared_db(pg_database):
+    engine = sa.create_engine(pg_database)
+    with engine.begin() as conn:
+        for schema in ("app_one", "app_two"):
+            conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        conn.exec_driver_sql("DROP TABLE IF EXISTS public.tether_jobs")
+    yield pg_database, engine
+    with engine.begin() as conn:
+        for schema in ("app_one", "app_two"):
+            conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    engine.dispose()
+
+
+def test_two_applications_keep_separate_ledgers_in_one_database(shared_db, tmp_path):
+    url, admin = shared_db
+    with Coordinator.open(url, root=tmp_path / "one", schema="app_one") as one, \
+            Coordinator.open(url, root=tmp_path / "two", schema="app_two") as two:
+        a = one.enqueue(CreateFile(path="a.json", content=1)).id
+        assert one.run_until_idle() == 1 and two.run_until_idle() == 0
+        assert one.get(a).status is JobStatus.COMPLETED
+        with pytest.raises(Exception):
+            two.get(a)
+    with admin.connect() as conn:
+        tables = conn.execute(sa.text(
+            "SELECT table_schema FROM information_schema.tables WHERE table_name = 'tether_jobs' ORDER BY 1")).scalars().all()
+    assert tables == ["app_one", "app_two"]  # created on demand, nothing in public
+
+
+def test_a_schema_name_that_is_not_a_plain_identifier_is_refused(pg_database, tmp_path):
+    with pytest.raises(ConfigError, match="is not a plain identifier"):
+        Coordinator.open(pg_database, root=tmp_path, schema="x; DROP TABLE y")
+
+
+def test_schema_is_refused_for_sqlite(tmp_path):
+    with pytest.raises(ConfigError, match="PostgreSQL only"):
+        Coordinator.open(f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path, schema="app")
