@@ -160,3 +160,9 @@ def test_cli_jsonl_enqueues_all_lines_in_one_transaction_or_none(tmp_path):
     proc = run_cli(tmp_path, "worker", "--until-idle", "--quiet")
     assert proc.returncode == 0
     assert sorted(p.name for p in (tmp_path / "data").iterdir() if p.name != ".tether") == ["a.json", "b.json"]
+
+
+def test_cli_usage_errors_exit_2_with_usage_and_no_traceback(tmp_path):
+    for args in (["enqueue", "create_file", "--bogus"], ["no-such-command"]):
+        proc = run_cli(tmp_path, *args)
+        assert proc.returncode == 2 and "Usage:" in proc.stderr and "Traceback" not in proc.stderr

@@ -28,16 +28,12 @@ def main() -> None:
     except (TetherError, sa.exc.SQLAlchemyError, OSError) as e:
         err.print(f"tether: error: {e}", markup=False, soft_wrap=True)
         sys.exit(1)
-    except typer.BadParameter as e:  # click exceptions
-        e.show()
-        sys.exit(e.exit_code)
-    except Exception as e:  # click usage errors and the like
-        import click
-
-        if isinstance(e, click.ClickException):
-            e.show()
-            sys.exit(e.exit_code)
-        raise
+    except typer.TyperException as e:  # usage errors: typer bundles its own click
+        show = getattr(e, "show", None)
+        if show is None:
+            raise
+        show()
+        sys.exit(getattr(e, "exit_code", 2))
     if isinstance(code, int) and code:
         sys.exit(code)
 
