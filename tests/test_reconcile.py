@@ -330,3 +330,19 @@ def test_existence_checks_agree_whether_a_directory_is_listed_or_each_file_stat(
     assert statuses(listed) == statuses(stat_each) == {
         "docs/a.json": "missing", "docs/d.json": "unexpected", "docs/e.json": "modified"}
     assert listed.findings == stat_each.findings
+
+
+def test_targets_of_job_types_this_process_does_not_know_are_reported_not_checked(
+    make_coordinator, root: Path
+) -> None:
+    registry = default_registry()
+    registry.register(WidgetType())
+    c = make_coordinator(registry=registry)
+    c.enqueue(Widget(name="w1"))
+    c.enqueue(CreateFile(path="x.json", content=1))
+    c.run_until_idle()
+    bare = make_coordinator()  # opened without the application's job types (no --import)
+    report = reconcile(bare, content=False)
+    assert statuses(report) == {"w1": "not_checked"}
+    assert "not registered here (pass --import MODULE)" in report.findings[0].detail
+    assert report.exit_code == 0

@@ -139,29 +139,25 @@ class _Reconciler:
             return conn.execute(statement, params).fetchall()
 
     def _pages(self) -> Iterator[tuple[list[_Target], int]]:
-        """Per batch of jobs, the probed targets whose jobs have all been read, as (key, latest
+        """Per batch of jobs, the targets whose jobs have all been read, as (key, latest
         completed id, its type, an active job's id, the latest's payload or None), and the jobs
         read so far. One target is carried between batches: its jobs arrive together, oldest
         first. Without payloads the stream reads only the target index, never the table."""
         probed = {name for name, probe in self.probes.items() if probe is not None}
         wide = any(self.probes[name].wants_payload(content=self.content) for name in probed)  # type: ignore[union-attr]
         page = PAGE_PAYLOADS if wide else PAGE
-        probed_types = frozenset(probed)
         after_key, after_id, read, newest = "", "", 0, ""
         key: str | None = None
         latest_id = latest_type = active_id = latest_payload = None
-        is_probed = False
         while True:
             rows = self._read(page, {"after_key": after_key, "after_id": after_id, "limit": self.batch_size})
             ready: list[_Target] = []
             for row in rows:
                 job_id, job_type, status, row_key = row[0], row[1], row[2], row[3]
                 if row_key != key:
-                    if is_probed:
+                    if key is not None:
                         ready.append((key, latest_id, latest_type, active_id, latest_payload))  # type: ignore[arg-type]
-                    key, latest_id, latest_type, active_id, latest_payload, is_probed = row_key, None, None, None, None, False
-                if job_type in probed_types:
-                    is_probed = True
+                    key, latest_id, latest_type, active_id, latest_payload = row_key, None, None, None, None
                 if status == "completed":
                     latest_id, latest_type = job_id, job_type
                     if wide:
@@ -173,7 +169,7 @@ class _Reconciler:
             read += len(rows)
             self.report.newest_job_id = newest or None
             if len(rows) < self.batch_size:
-                if is_probed:
+                if key is not None:
                     ready.append((key, latest_id, latest_type, active_id, latest_payload))  # type: ignore[arg-type]
                 yield ready, read
                 return
@@ -189,9 +185,15 @@ class _Reconciler:
         for key, latest_id, latest_type, active_id, payload in ready:
             if active_id is not None:
                 self._found(Finding(_display(key), NOT_CHECKED, active_id, detail="a job on this path is pending or claimed"))
-            elif latest_id is None or latest_type is None or self.probes.get(latest_type) is None:
+            elif latest_id is None or latest_type is None:
+                continue  # only failed jobs ever named this target: nothing is expected of it
+            elif latest_type not in self.probes:
+                # Said, not skipped: a check run without the application's job types must not
+                # read as "all in sync".
                 self._found(Finding(_display(key), NOT_CHECKED, latest_id, latest_type,
-                                    detail=f"the latest job's type {latest_type!r} has no probe"))
+                                    detail=f"job type {latest_type!r} is not registered here (pass --import MODULE)"))
+            elif self.probes[latest_type] is None:
+                continue  # a registered type without a probe has nothing on disk to prove
             else:
                 keys, ids, payloads = by_type.setdefault(latest_type, ([], [], []))
                 keys.append(key)

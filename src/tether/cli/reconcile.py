@@ -99,7 +99,7 @@ def _print(report: Report) -> None:
         for f in report.findings:
             style = "red" if f.status in DRIFT else "yellow" if f.status == "unknown" else None
             actual = _bytes(f.actual_size, f.actual_sha256)
-            if f.detail and f.status in ("unknown", "modified", "not_checked"):
+            if f.detail and f.status in ("unknown", "modified", "not_checked", "missing"):
                 actual = f.detail if actual == "-" else f"{actual} ({f.detail})"
             table.add_row(f.status, f.path, f.job_id or "-", _bytes(f.expected_size, f.expected_sha256), actual,
                           style=style)
