@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import orjson
 
@@ -33,9 +34,28 @@ class _StderrLines(logging.Handler):
 
 
 def log_to_stderr(level: int = logging.INFO) -> None:
-    """Print events as JSON lines on stderr (what ``tether worker`` does)."""
+    """Print events as JSON lines on stderr from now on (an application's one-line set-up)."""
     if any(getattr(h, "_tether", False) for h in logger.handlers):
         return
     logger.addHandler(_StderrLines())
     logger.setLevel(level)
     logger.propagate = False
+
+
+@contextmanager
+def to_stderr(enabled: bool = True, level: int = logging.INFO) -> Iterator[None]:
+    """Print events on stderr for the length of a block (what CLI commands do), then stop."""
+    if not enabled or any(getattr(h, "_tether", False) for h in logger.handlers):
+        yield
+        return
+    handler = _StderrLines()
+    previous = (logger.level, logger.propagate)
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(previous[0])
+        logger.propagate = previous[1]

@@ -40,9 +40,7 @@ def reconcile(
             settings.db = db
         if root is not None:
             settings.root = root
-        if not quiet:
-            events.log_to_stderr()
-        with open_coordinator() as coordinator:
+        with events.to_stderr(not quiet), open_coordinator() as coordinator:
             options: dict[str, Any] = {"content": not exists_only, "untracked": untracked}
             with _progress(coordinator, enabled=not as_json and err.is_terminal) as progress:
                 options["progress"] = progress

@@ -21,9 +21,7 @@ def worker(
 
     Example: tether --root ./data worker --threads 4
     """
-    if not quiet:
-        events.log_to_stderr()
-    with open_coordinator(lock_timeout=lock_timeout) as coordinator:
+    with events.to_stderr(not quiet), open_coordinator(lock_timeout=lock_timeout) as coordinator:
         w = coordinator.worker(threads=threads, poll_interval=poll_interval)
         ran = w.run_until_idle() if until_idle else w.run()
     if not quiet:
