@@ -59,14 +59,50 @@ def test_stopping_mid_batch_gives_unstarted_jobs_back(make_coordinator):
     assert statuses == [("completed", 1)] + [("pending", 0)] * 5
 
 
-def test_slow_jobs_are_claimed_one_at_a_time(make_coordinator):
+def test_a_slow_job_gives_the_rest_of_its_batch_back_and_later_claims_are_single(make_coordinator):
     notes = NoteType()
     c = make_coordinator(registry_with(notes))
     c.enqueue_many([Note(name=str(i)) for i in range(6)])
     w = c.worker(batch=6, slow_job=0)  # every job counts as slow
-    assert w.run_once() == 6  # nothing known yet: a full batch
-    c.enqueue_many([Note(name=f"b{i}") for i in range(3)])
-    assert w.run_once() == 1
+    assert w.run_once() == 1  # the other five go back for any worker to take, attempts untouched
+    assert sorted((c.get(i).status.value, c.get(i).attempts) for i in _ids(c)) == [("completed", 1)] + [("pending", 0)] * 5
+    claimed = []
+    real = c.queue.claim
+    c.queue.claim = lambda *a, **kw: claimed.append(kw["limit"]) or real(*a, **kw)
+    assert w.run_once() == 1 and claimed == [1]
+
+
+def test_a_finished_job_is_recorded_before_a_slow_one_starts(make_coordinator):
+    notes = NoteType()
+    c = make_coordinator(registry_with(notes))
+    c.enqueue_many([Note(name="fast"), Note(name="slow")])
+    w = c.worker(batch=2, flush_after=0, slow_job=60)
+    seen = {}
+    original = notes.run
+
+    def run(payload, ctx):
+        if payload.name == "slow":
+            first = [i for i in _ids(c) if c.get(i).payload_data["name"] == "fast"][0]
+            seen["fast"] = c.get(first).status
+        return original(payload, ctx)
+
+    notes.run = run
+    assert w.run_once() == 2
+    assert seen["fast"] is JobStatus.COMPLETED
+
+
+def test_a_result_that_is_not_json_fails_the_job_and_spares_the_batch(make_coordinator):
+    from jobkit import Block  # noqa: F401  (registry helpers)
+
+    notes = NoteType()
+    c = make_coordinator(registry_with(notes))
+    ids = [r.id for r in c.enqueue_many([Note(name="a"), Note(name="bad"), Note(name="c")])]
+    original = notes.run
+    notes.run = lambda payload, ctx: {"when": {1, 2}} if payload.name == "bad" else original(payload, ctx)
+    assert c.worker(batch=3).run_once() == 3
+    statuses = [c.get(i).status for i in ids]
+    assert statuses == [JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.COMPLETED]
+    assert "returned a result that is not JSON" in c.get(ids[1]).last_error
 
 
 def test_a_lost_lease_in_a_group_commit_spares_the_other_jobs(make_coordinator, clock):
@@ -82,3 +118,42 @@ def test_a_lost_lease_in_a_group_commit_spares_the_other_jobs(make_coordinator, 
     assert moved == [None, None]
     moved = c.queue.finish("w2", [Decision.complete(a2, {"ok": 1}), Decision(b2, "fail", {"error": "x"})])
     assert [m.status for m in moved] == [JobStatus.COMPLETED, JobStatus.FAILED]
+
+
+def test_an_outcome_the_database_refuses_fails_that_job_and_records_the_rest(make_coordinator):
+    notes = NoteType()
+    c = make_coordinator(registry_with(notes))
+    ids = [r.id for r in c.enqueue_many([Note(name="a"), Note(name="refused"), Note(name="c")])]
+    real = c.queue.finish
+
+    def finish(worker, decisions):
+        if any(d.job.id == ids[1] and d.edge == "complete" for d in decisions):
+            raise sa.exc.DataError("UPDATE", {}, Exception("value too long"))
+        return real(worker, decisions)
+
+    c.queue.finish = finish
+    assert c.worker(batch=3).run_once() == 3
+    assert [c.get(i).status for i in ids] == [JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.COMPLETED]
+    assert "could not record this job's outcome (complete)" in c.get(ids[1]).last_error
+
+
+def test_a_worker_that_lost_its_lock_does_not_write_late(make_coordinator, root, clock):
+    from tether import CreateFile
+
+    c = make_coordinator()
+    old = c.enqueue(CreateFile(path="doc.json", text="old", overwrite=True)).id
+    [stale] = c.queue.claim("paused-worker")
+    clock.advance(c.lock_timeout + 1)
+    c.reclaim_stale()
+    c.enqueue(CreateFile(path="doc.json", text="new", overwrite=True))
+    c.run_until_idle()  # the old job re-runs, then the new one
+    assert (root / "doc.json").read_text() == "new"
+    # The paused worker wakes and runs its stale attempt: it must not write.
+    from tether.context import JobContext
+    import threading
+
+    job_type = c.registry.get("create_file")
+    ctx = JobContext(stale, c.queue, threading.Event(), "paused-worker")
+    with __import__("pytest").raises(Exception, match="lost its lock"):
+        job_type.run(c.registry.parse("create_file", stale.payload), ctx)
+    assert (root / "doc.json").read_text() == "new" and c.get(old).status is JobStatus.COMPLETED

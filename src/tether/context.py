@@ -6,9 +6,11 @@ import threading
 import traceback
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from .errors import Cancelled, TetherError
+import orjson
+
+from .errors import Cancelled, PermanentError, TetherError
 from .record import JobRecord
 
 if TYPE_CHECKING:
@@ -19,8 +21,9 @@ if TYPE_CHECKING:
 class JobContext:
     """The running job, the data root, shutdown checkpoints and follow-up jobs."""
 
-    def __init__(self, job: JobRecord, queue: Queue, cancel: threading.Event) -> None:
+    def __init__(self, job: JobRecord, queue: Queue, cancel: threading.Event, worker: str = "") -> None:
         self.job = job
+        self.worker = worker
         self.root: Path = queue.root
         self.clock = queue.clock
         self._queue = queue
@@ -38,6 +41,16 @@ class JobContext:
         if self._cancel.is_set():
             raise Cancelled(f"job {self.job.id} cancelled at shutdown")
         if self.lease_lost.is_set():
+            raise Cancelled(f"job {self.job.id} lost its lock to another worker")
+
+    def confirm_lease(self) -> None:
+        """Checkpoint, then ask the ledger whether this worker still holds the job. Handlers
+        call it (under the target's lock) right before an effect that must not land late: a
+        worker paused or cut off past its lock timeout then stops instead of overwriting the
+        outcome of the job's new owner."""
+        self.checkpoint()
+        if self.worker and not self._queue.holds(self.job, self.worker):
+            self.lease_lost.set()
             raise Cancelled(f"job {self.job.id} lost its lock to another worker")
 
     def enqueue(
@@ -62,7 +75,20 @@ class JobContext:
 
 
 def error_text(exc: BaseException) -> str:
-    """What goes into ``last_error``: the message, plus the traceback for unexpected errors."""
+    """What goes into ``last_error``: the message, plus the traceback for unexpected errors
+    (NUL bytes written as \\0: PostgreSQL text cannot hold them)."""
     if isinstance(exc, TetherError):
-        return f"{type(exc).__name__}: {exc}"
-    return "".join(traceback.format_exception(exc, limit=20)).rstrip()
+        text = f"{type(exc).__name__}: {exc}"
+    else:
+        text = "".join(traceback.format_exception(exc, limit=20)).rstrip()
+    return text.replace("\x00", "\\0")
+
+
+def encode_result(job_type: str, result: Any) -> str | None:
+    """A handler's result as stored JSON; one that cannot be encoded is the handler's error."""
+    if result is None:
+        return None
+    try:
+        return orjson.dumps(result).decode()
+    except TypeError as e:
+        raise PermanentError(f"{job_type} handler returned a result that is not JSON: {e}") from e

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from . import events, sql
 from .backend import Backend
 from .clock import Clock
+from .context import encode_result
 from .errors import DatabaseUnavailable, DuplicateActiveJob, InvalidPayload, InvalidTransition, JobNotFound, LostLease
 from .ids import new_id
 from .jobtypes import Payload, Registry
@@ -53,8 +54,7 @@ class Decision:
     @classmethod
     def complete(cls, job: JobRecord, result: Any, children: Sequence[NewJob] = (), duration: float | None = None,
                  finished_at: datetime | None = None) -> Decision:
-        encoded = None if result is None else orjson.dumps(result).decode()
-        return cls(job, "complete", {"result": encoded}, children, duration, finished_at)
+        return cls(job, "complete", {"result": encode_result(job.type, result)}, children, duration, finished_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +104,8 @@ class Queue:
             raise InvalidPayload(job_type.name, [f"priority: must be an integer, got {type(priority).__name__}"])
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise InvalidPayload(job_type.name, [f"max_attempts: must be an integer >= 1, got {max_attempts!r}"])
+        if key is not None and len(key) > 512:
+            raise InvalidPayload(job_type.name, [f"key: at most 512 characters, got {len(key)}"])
         now = now or self.clock.now()
         if run_at is not None and delay is not None:
             raise InvalidPayload(job_type.name, ["give run_at or delay, not both"])
@@ -111,6 +113,9 @@ class Queue:
             run_at = now + (delay if isinstance(delay, timedelta) else timedelta(seconds=delay))
         elif run_at is not None and run_at.tzinfo is None:
             raise InvalidPayload(job_type.name, ["run_at: must be timezone-aware (UTC)"])
+        ordering_key = job_type.ordering_key(payload)
+        if ordering_key is not None and len(ordering_key) > 1024:
+            raise InvalidPayload(job_type.name, [f"path: the target {ordering_key[:40]!r}... is longer than 1024 characters"])
         return NewJob(
             {
                 "id": new_id(now),
@@ -121,7 +126,7 @@ class Queue:
                 "created_at": now,
                 "run_at": run_at or now,
                 "idempotency_key": key if key is not None else job_type.idempotency_key(payload),
-                "ordering_key": job_type.ordering_key(payload),
+                "ordering_key": ordering_key,
                 "parent_id": parent_id,
             }
         )
@@ -275,6 +280,11 @@ class Queue:
                 if cur.execute(sql.HEARTBEAT, {"id": job.id, "worker": worker, "attempt": job.attempts, "now": now}) == 0:
                     lost.append(job.id)
         return lost
+
+    def holds(self, job: JobRecord, worker: str) -> bool:
+        """Whether ``worker`` still holds ``job``'s current attempt (a read: no commit)."""
+        with self.backend.read() as cur:
+            return cur.scalar(sql.HOLDS, {"id": job.id, "worker": worker, "attempt": job.attempts}) is not None
 
     def reclaim_stale(self, lock_timeout: float, *, now: datetime | None = None) -> list[JobRecord]:
         """Return claimed jobs whose lock is older than ``lock_timeout`` seconds to pending (the

@@ -18,5 +18,5 @@ class RetryPolicy:
     rng: random.Random = field(default_factory=random.Random, repr=False)
 
     def delay(self, attempt: int) -> timedelta:
-        full = min(self.cap, self.base * 2 ** max(0, attempt - 1))
+        full = min(self.cap, self.base * 2 ** min(max(0, attempt - 1), 60))
         return timedelta(seconds=full / 2 + self.rng.uniform(0, full / 2))

@@ -97,6 +97,7 @@ UPDATE {TABLE} SET status = 'pending', locked_by = NULL, locked_at = NULL,
 WHERE {_FENCE} RETURNING {_COLS}
 """
 HEARTBEAT = f"UPDATE {TABLE} SET locked_at = :now WHERE {_FENCE}"
+HOLDS = f"SELECT id FROM {TABLE} WHERE {_FENCE}"
 
 MANUAL_RETRY = f"""
 UPDATE {TABLE} SET status = 'pending', attempts = 0, run_at = :now, completed_at = NULL,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import sqlalchemy as sa
 
 from . import events
-from .context import JobContext, error_text
+from .context import JobContext, encode_result, error_text
 from .errors import Cancelled, InvalidPayload, LostLease, PermanentError
 from .queue import Decision
 from .record import JobRecord
@@ -66,7 +66,8 @@ class Worker:
     def __init__(self, queue: Queue, config: WorkerConfig | None = None, *, worker_id: str | None = None) -> None:
         self.queue = queue
         self.config = config or WorkerConfig()
-        self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        # host:pid:random, within locked_by's 128 characters however long the host name is
+        self.id = worker_id or f"{socket.gethostname()[:100]}:{os.getpid()}:{secrets.token_hex(3)}"
         self._stopping = threading.Event()
         self._cancel = threading.Event()
         self._running: dict[str, tuple[JobRecord, JobContext]] = {}
@@ -77,6 +78,7 @@ class Worker:
         self.processed = 0
         self.empty_polls = 0  # claims that found nothing ready
         self._slow = False
+        self._last_beat = time.monotonic()
 
     # -- single steps ------------------------------------------------------------------------
 
@@ -87,29 +89,35 @@ class Worker:
         jobs = self.queue.claim(self.id, now=now, limit=limit)
         if not jobs:
             return 0
-        contexts = [JobContext(job, self.queue, self._cancel) for job in jobs]
+        contexts = [JobContext(job, self.queue, self._cancel, self.id) for job in jobs]
         with self._running_lock:
             for job, ctx in zip(jobs, contexts):
                 self._running[job.id] = (job, ctx)
         pending: list[Decision] = []
         flush_at = 0.0
         ran = 0
-        started = time.perf_counter()
+        slow = False
         try:
             for job, ctx in zip(jobs, contexts):
-                if self._stopping.is_set() and ran:
-                    # Shutting down: the jobs not yet started go back untouched.
+                if (self._stopping.is_set() and ran) or slow:
+                    # Shutting down, or the batch turned out slow: the jobs not yet started go
+                    # back untouched, for any worker to take.
                     pending.append(Decision(job, "release", {}))
                     continue
-                outcome, duration = self._run_handler(job, ctx)
-                pending.append(self.decide(job, outcome, duration))
-                ran += 1
-                now_t = time.perf_counter()
-                if len(pending) == 1:
-                    flush_at = now_t + self.config.flush_after
-                if now_t >= flush_at:
-                    self._record(pending)
+                if pending and time.perf_counter() >= flush_at:
+                    self._record(pending)  # before the next handler, which may be slow
                     pending = []
+                outcome, duration = self._run_handler(job, ctx)
+                pending.append(self._decide_safely(job, outcome, duration))
+                ran += 1
+                if len(pending) == 1:
+                    flush_at = time.perf_counter() + self.config.flush_after
+                slow = duration > self.config.slow_job
+        except BaseException:
+            # Leave nothing claimed without a heartbeat: unstarted jobs go back at once.
+            done = {d.job.id for d in pending}
+            pending += [Decision(j, "release", {}) for j in jobs[ran:] if j.id not in done]
+            raise
         finally:
             if pending:
                 self._record(pending)
@@ -117,7 +125,7 @@ class Worker:
                 for job in jobs:
                     self._running.pop(job.id, None)
             self.processed += ran
-        self._slow = ran > 0 and (time.perf_counter() - started) / ran > self.config.slow_job
+        self._slow = slow
         return ran
 
     def _run_handler(self, job: JobRecord, ctx: JobContext) -> tuple[Returned | Exception, float]:
@@ -125,7 +133,8 @@ class Worker:
         try:
             job_type = self.queue.registry.get(job.type)
             payload = job_type.prepare(self.queue.registry.parse(job.type, job.payload), self.queue.root)
-            outcome: Returned | Exception = Returned(job_type.run(payload, ctx), ctx.children)
+            result = job_type.run(payload, ctx)
+            outcome: Returned | Exception = Returned(encode_result(job_type.name, result), ctx.children)
         except Exception as e:  # a handler error never kills the worker
             outcome = e
         return outcome, time.perf_counter() - start
@@ -134,7 +143,7 @@ class Worker:
         """The one place a handler's outcome becomes a transition."""
         now = self.queue.clock.now()
         if isinstance(outcome, Returned):
-            return Decision.complete(job, outcome.result, outcome.children, duration, finished_at=now)
+            return Decision(job, "complete", {"result": outcome.result}, outcome.children, duration, now)
         if isinstance(outcome, Cancelled):
             return Decision(job, "release", {}, duration=duration)
         error = error_text(outcome)
@@ -143,27 +152,48 @@ class Worker:
         run_at = now + self.config.retry.delay(job.attempts)
         return Decision(job, "retry", {"error": error, "run_at": run_at}, duration=duration)
 
+    def _decide_safely(self, job: JobRecord, outcome: Returned | Exception, duration: float) -> Decision:
+        try:
+            return self.decide(job, outcome, duration)
+        except Exception as e:  # e.g. a retry policy that raises: the job fails, visibly
+            return Decision(job, "fail", {"error": error_text(e)}, duration=duration, finished_at=self.queue.clock.now())
+
     def report(self, job: JobRecord, outcome: Returned | BaseException, duration: float) -> None:
         """Record one outcome now; LostLease if the job is no longer this worker's."""
+        if isinstance(outcome, Returned):
+            outcome = Returned(encode_result(job.type, outcome.result), outcome.children)
         [moved] = self.queue.finish(self.id, [self.decide(job, outcome, duration)])
         if moved is None:
             raise LostLease(job.id, self.id, job.attempts)
 
     def _record(self, decisions: list[Decision]) -> None:
         # The handlers' effects have happened: keep trying to record them while the database
-        # is down (the heartbeat keeps the locks meanwhile). If we give up at a hard shutdown,
-        # the locks go stale and the jobs re-run; handlers are idempotent.
+        # is unreachable (the heartbeat keeps the locks meanwhile). If we give up at a hard
+        # shutdown, the locks go stale and the jobs re-run; handlers are idempotent.
         backoff = 0.0
         while True:
             try:
                 self.queue.finish(self.id, decisions)
                 return
-            except sa.exc.SQLAlchemyError as e:
+            except (sa.exc.OperationalError, sa.exc.InterfaceError) as e:
                 backoff = self._next_backoff(backoff)
                 events.emit("db_error", worker=self.id, error=type(e.orig or e).__name__, retry_in=backoff,
                             jobs=len(decisions))
                 if self._stopping.wait(backoff) and self._cancel.is_set():
                     return
+            except sa.exc.SQLAlchemyError as e:
+                # The database refuses this outcome (a value it cannot store): retrying would
+                # never end, so record each alone and fail the ones it refuses.
+                events.emit("db_refused", worker=self.id, error=type(e.orig or e).__name__, jobs=len(decisions))
+                if len(decisions) > 1:
+                    for d in decisions:
+                        self._record([d])
+                    return
+                [d] = decisions
+                error = f"tether could not record this job's outcome ({d.edge}): {type(e.orig or e).__name__}: {e.orig or e}"
+                decisions = [Decision(d.job, "fail", {"error": error}, duration=d.duration)]
+                if d.edge == "fail" and d.values.get("error") == error:
+                    return  # even the plain failure is refused; the lock will go stale
 
     def heartbeat_once(self, now: datetime | None = None) -> list[str]:
         """Renew the locks of the jobs this worker is running; flag any it has lost."""
@@ -232,29 +262,57 @@ class Worker:
             threading.Thread(target=self._loop, args=(until_idle,), name=f"tether-worker-{i}", daemon=True)
             for i in range(self.config.threads)
         ]
-        for t in threads:
-            t.start()
         watcher = None
         if not until_idle and self.queue.backend.name == "sqlite":
             watcher = WalWatcher(self.queue.engine.url.database, self.queue.wakeup).start()
+        for t in threads:
+            t.start()
+        try:
+            self._supervise(threads, until_idle)
+        finally:
+            if any(t.is_alive() for t in threads):
+                # Left by an exception (a KeyboardInterrupt an application catches): never
+                # leave threads running jobs without heartbeats.
+                self.stop(cancel=True)
+                for t in threads:
+                    while t.is_alive():
+                        t.join(timeout=min(1.0, self.config.heartbeat_every))
+                        self._beat_quietly()
+            if watcher is not None:
+                watcher.stop()
+        events.emit("worker_stopped", worker=self.id, processed=self.processed - start_count)
+        return self.processed - start_count
+
+    def _supervise(self, threads: list[threading.Thread], until_idle: bool) -> None:
+        """Heartbeats and sweeps while the claiming threads run."""
         next_beat = time.monotonic() + self.config.heartbeat_every
         next_sweep = time.monotonic() + self.config.sweep_every
         while any(t.is_alive() for t in threads):
             threads[0].join(timeout=min(0.2, self.config.heartbeat_every))
             now = time.monotonic()
-            try:
-                if now >= next_beat:
-                    self.heartbeat_once()
-                    next_beat = now + self.config.heartbeat_every
-                if now >= next_sweep and not until_idle:
+            if now >= next_beat:
+                self._beat_quietly()
+                next_beat = now + self.config.heartbeat_every
+            if now >= next_sweep and not until_idle:
+                try:
                     self.sweep_once()
-                    next_sweep = now + self.config.sweep_every
-            except sa.exc.SQLAlchemyError as e:
-                events.emit("db_error", worker=self.id, error=type(e.orig or e).__name__)
-        if watcher is not None:
-            watcher.stop()
-        events.emit("worker_stopped", worker=self.id, processed=self.processed - start_count)
-        return self.processed - start_count
+                except sa.exc.SQLAlchemyError as e:
+                    events.emit("db_error", worker=self.id, error=type(e.orig or e).__name__)
+                next_sweep = now + self.config.sweep_every
+
+    def _beat_quietly(self) -> None:
+        """A heartbeat; when none has succeeded for half the lock timeout, this worker can no
+        longer be sure its locks hold, so its running jobs stop at their next checkpoint."""
+        try:
+            self.heartbeat_once()
+            self._last_beat = time.monotonic()
+        except sa.exc.SQLAlchemyError as e:
+            events.emit("db_error", worker=self.id, error=type(e.orig or e).__name__)
+            if time.monotonic() - self._last_beat > self.config.lock_timeout / 2:
+                with self._running_lock:
+                    contexts = [ctx for _, ctx in self._running.values()]
+                for ctx in contexts:
+                    ctx.lease_lost.set()
 
     def _loop(self, until_idle: bool) -> None:
         backoff = 0.0

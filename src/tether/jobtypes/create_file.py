@@ -107,7 +107,7 @@ class CreateFileType(JobType[CreateFile]):
                 raise PermanentError(
                     f"{payload.path} exists with different content and overwrite is false"
                 )
-            ctx.checkpoint()
+            ctx.confirm_lease()
             fs.atomic_write(target, data)
         return {"bytes": len(data), "sha256": digest, "written": True}
 

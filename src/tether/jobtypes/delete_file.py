@@ -54,6 +54,7 @@ class DeleteFileType(JobType[DeleteFile]):
                 # An earlier attempt may have died mid-write; only a re-run can have left a
                 # temp file for this path, so first attempts skip the directory scan.
                 fs.remove_stale_temps(target)
+            ctx.confirm_lease()
             deleted = fs.delete(target)
         # On a later attempt the file may be gone because an earlier attempt deleted it and
         # crashed before its completion committed: only the first attempt can tell.
