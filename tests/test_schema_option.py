@@ -46,3 +46,19 @@ def test_a_schema_name_that_is_not_a_plain_identifier_is_refused(pg_database, tm
 def test_schema_is_refused_for_sqlite(tmp_path):
     with pytest.raises(ConfigError, match="PostgreSQL only"):
         Coordinator.open(f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path, schema="app")
+
+
+def test_an_application_session_enqueues_into_the_ledgers_schema(shared_db, tmp_path):
+    from sqlalchemy.orm import Session
+
+    url, admin = shared_db
+    app_engine = sa.create_engine(url, connect_args={"options": "-csearch_path=app_two,public"})
+    with Coordinator.open(url, root=tmp_path / "one", schema="app_one") as one, \
+            Coordinator.open(url, root=tmp_path / "two", schema="app_two"):
+        with Session(app_engine) as session:
+            job = one.enqueue(CreateFile(path="a.json", content=1), session=session).id
+            session.commit()
+        assert one.get(job).status is JobStatus.PENDING
+    with admin.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM app_two.tether_jobs")).scalar() == 0
+    app_engine.dispose()

@@ -18,9 +18,11 @@ from typing import Any, Iterator, Mapping
 import sqlalchemy as sa
 
 from .record import JobRecord
+from .schema import TABLE
 from .status import JobStatus
 
 _NAMED = re.compile(r"(?<![:\w]):(\w+)")
+_TABLE = re.compile(rf"\b{TABLE}\b")
 _UTC = timezone.utc
 _TIME_COLUMNS = (9, 10, 11, 12, 13)  # locked_at, created_at, claimed_at, completed_at, run_at
 
@@ -146,16 +148,27 @@ class SQLiteBackend(Backend):
 class PostgresBackend(Backend):
     name = "postgresql"
 
+    def __init__(self, engine: sa.Engine) -> None:
+        super().__init__(engine)
+        from .engine import schema_of
+
+        # Qualified, so an application's session (whose search_path is its own) enqueues into
+        # this ledger's schema too.
+        schema = schema_of(engine)
+        self._table = f'"{schema}".{TABLE}' if schema else None
+
     def sql(self, statement: str) -> str:
-        return _pyformat(statement)
+        return _pyformat(statement, self._table)
 
     def _end_read(self, driver: Any) -> None:
         driver.rollback()
 
 
 @cache
-def _pyformat(statement: str) -> str:
-    """``:name`` placeholders as psycopg's ``%(name)s``."""
+def _pyformat(statement: str, table: str | None = None) -> str:
+    """``:name`` placeholders as psycopg's ``%(name)s``; the table schema-qualified if given."""
+    if table:
+        statement = _TABLE.sub(table, statement)
     return _NAMED.sub(r"%(\1)s", statement.replace("%", "%%"))
 
 
