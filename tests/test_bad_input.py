@@ -166,3 +166,12 @@ def test_cli_usage_errors_exit_2_with_usage_and_no_traceback(tmp_path):
     for args in (["enqueue", "create_file", "--bogus"], ["no-such-command"]):
         proc = run_cli(tmp_path, *args)
         assert proc.returncode == 2 and "Usage:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_two_spellings_of_one_file_share_one_target(coordinator, root):
+    (root / "real").mkdir()
+    (root / "alias").symlink_to(root / "real")
+    a = coordinator.enqueue(CreateFile(path="real/x.json", content=1)).job
+    b = coordinator.enqueue(CreateFile(path="alias/x.json", content=2, overwrite=True)).job
+    assert a.ordering_key == b.ordering_key == "file:real/x.json"
+    assert [j.id for j in coordinator.queue.claim("w", limit=10)] == [a.id]  # b waits its turn

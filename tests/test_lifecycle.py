@@ -429,3 +429,14 @@ def test_a_rolled_back_session_reports_no_jobs_on_its_next_commit(c, caplog):
         session.commit()
         session.commit()  # a later, unrelated commit reports nothing again
     assert [e["job_id"] for e in events_named(caplog, "queued")] == [kept]
+
+
+def test_retrying_an_old_failure_may_not_undo_a_newer_job_on_its_target(c):
+    from tether import Superseded
+
+    old = c.enqueue(Note(name="old", target="file:x", fail_times=1, permanent=True)).id
+    c.worker().run_once()
+    newer = c.enqueue(Note(name="new", target="file:x")).id
+    with pytest.raises(Superseded, match=f"job {newer}, enqueued after it for x"):
+        c.retry(old)
+    assert c.get(old).status is JobStatus.FAILED

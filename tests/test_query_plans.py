@@ -29,6 +29,7 @@ HOT = {
     "release": (sql.RELEASE, "sqlite_autoindex_tether_jobs_1"),
     "heartbeat": (sql.HEARTBEAT, "sqlite_autoindex_tether_jobs_1"),
     "manual_retry": (sql.MANUAL_RETRY, "sqlite_autoindex_tether_jobs_1"),
+    "newer_on_target": (sql.NEWER_ON_TARGET, "ix_tether_jobs_target"),
     "reclaim": (sql.RECLAIM, "ix_tether_jobs_claimed_lock"),
     "reclaim_exhausted": (sql.RECLAIM_EXHAUSTED, "ix_tether_jobs_claimed_lock"),
 }

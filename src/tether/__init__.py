@@ -14,6 +14,7 @@ from .errors import (
     LostLease,
     PermanentError,
     RetryableError,
+    Superseded,
     TetherError,
     UnknownJobType,
     UnsafePath,
@@ -29,6 +30,6 @@ __all__ = [
     "Cancelled", "Clock", "ConfigError", "Coordinator", "CreateFile", "DatabaseUnavailable",
     "DeleteFile", "DuplicateActiveJob", "FakeClock", "InsertResult", "InvalidPayload",
     "InvalidModel", "InvalidTransition", "JobContext", "JsonStore", "ModelNotFound", "NotApplied", "JobNotFound", "JobRecord", "JobStatus", "JobType",
-    "LostLease", "Payload", "PermanentError", "Registry", "RetryPolicy", "RetryableError",
+    "LostLease", "Payload", "PermanentError", "Registry", "RetryPolicy", "RetryableError", "Superseded",
     "SystemClock", "TetherError", "UnknownJobType", "UnsafePath", "Worker", "WorkerConfig",
 ]

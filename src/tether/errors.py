@@ -66,6 +66,17 @@ class DuplicateActiveJob(TetherError):
         )
 
 
+class Superseded(TetherError):
+    """A failed job cannot be retried once a newer job on its target has run or is queued."""
+
+    def __init__(self, job_id: str, newer_id: str, target: str) -> None:
+        super().__init__(
+            f"job {job_id} cannot be retried: job {newer_id}, enqueued after it for {target}, is already "
+            "queued or done, and retrying the older one would undo it; enqueue the change anew if you "
+            "still want it"
+        )
+
+
 class LostLease(TetherError):
     """This worker no longer owns the job (its lock was reclaimed); its outcome was not recorded."""
 

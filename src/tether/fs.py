@@ -65,6 +65,14 @@ def resolve(root: Path, rel: str) -> Path:
     return Path(target)
 
 
+def canonical(root: Path, rel: str) -> str:
+    """The one name of the file ``rel`` names: its resolved path relative to the real root. Two
+    spellings of one file (through a symlinked directory inside the root) share it, so they
+    share one ordering key and one path lock."""
+    target = resolve(root, rel)
+    return os.path.relpath(target, _real_root(os.fspath(root))).replace(os.sep, "/")
+
+
 @lru_cache(maxsize=64)
 def _real_root(root: str) -> str:
     # The root is resolved once per process; paths under it are resolved on every call.

@@ -14,7 +14,9 @@ from . import events, sql
 from .backend import Backend
 from .clock import Clock
 from .context import encode_result
-from .errors import DatabaseUnavailable, DuplicateActiveJob, InvalidPayload, InvalidTransition, JobNotFound, LostLease
+from .errors import (
+    DatabaseUnavailable, DuplicateActiveJob, InvalidPayload, InvalidTransition, JobNotFound, LostLease, Superseded,
+)
 from .ids import new_id
 from .jobtypes import Payload, Registry
 from .record import InsertResult, JobRecord
@@ -309,6 +311,11 @@ class Queue:
         now = self.clock.now()
         try:
             with self.backend.write() as cur:
+                failed = self.get(job_id, cur=cur)
+                if failed.status is JobStatus.FAILED and failed.ordering_key is not None:
+                    newer = cur.scalar(sql.NEWER_ON_TARGET, {"ordering_key": failed.ordering_key, "id": job_id})
+                    if newer is not None:
+                        raise Superseded(job_id, newer, failed.ordering_key.partition(":")[2] or failed.ordering_key)
                 moved = self.transition(cur, "manual_retry", job_id, now=now)
                 if moved is None:
                     current = self.get(job_id, cur=cur)

@@ -99,6 +99,13 @@ WHERE {_FENCE} RETURNING {_COLS}
 HEARTBEAT = f"UPDATE {TABLE} SET locked_at = :now WHERE {_FENCE}"
 HOLDS = f"SELECT id FROM {TABLE} WHERE {_FENCE}"
 
+# A failed job retried after a newer job on its target ran would undo the newer one.
+NEWER_ON_TARGET = f"""
+SELECT id FROM {TABLE}
+WHERE ordering_key = :ordering_key AND id > :id AND status IN ('pending', 'claimed', 'completed')
+ORDER BY id LIMIT 1
+"""
+
 MANUAL_RETRY = f"""
 UPDATE {TABLE} SET status = 'pending', attempts = 0, run_at = :now, completed_at = NULL,
                    locked_by = NULL, locked_at = NULL

@@ -71,8 +71,7 @@ class JobType(ABC, Generic[P]):
 def checked_path(job_type: str, field: str, root: Path, rel: str) -> str:
     """``rel`` in canonical form if it is safe under ``root``, else UnsafePath naming the field."""
     try:
-        fs.resolve(root, rel)
-        return fs.normalize(rel)
+        return fs.canonical(root, rel)
     except fs.PathRejected as e:
         raise UnsafePath(job_type, field, rel, str(e)) from e
 
