@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -21,21 +22,29 @@ PG_ADMIN_URL = os.environ.get("TETHER_TEST_PG_URL", "postgresql+psycopg://postgr
 BACKENDS = ["sqlite"] + ([] if os.environ.get("TETHER_TEST_PG") == "0" else ["postgres"])
 
 
-@pytest.fixture(scope="session")
-def pg_database() -> Iterator[str]:
-    """A scratch PostgreSQL database for this test session; dropped at the end."""
-    name = f"tether_test_{secrets.token_hex(4)}"
+@contextmanager
+def scratch_pg_database(prefix: str = "tether_test") -> Iterator[str]:
+    """A new PostgreSQL database, dropped afterwards; fails (never skips) when the server is down."""
+    name = f"{prefix}_{secrets.token_hex(4)}"
     admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
     try:
         with admin.connect() as conn:
             conn.exec_driver_sql(f"CREATE DATABASE {name}")
     except sa.exc.OperationalError as e:
         pytest.fail(f"PostgreSQL at {PG_ADMIN_URL} is unreachable ({e.orig}); start it (see .ci/run)")
-    url = sa.make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    yield url
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    admin.dispose()
+    try:
+        yield sa.make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[str]:
+    """A scratch PostgreSQL database for this test session."""
+    with scratch_pg_database() as url:
+        yield url
 
 
 @pytest.fixture(params=BACKENDS)

@@ -92,8 +92,6 @@ def test_a_finished_job_is_recorded_before_a_slow_one_starts(make_coordinator):
 
 
 def test_a_result_that_is_not_json_fails_the_job_and_spares_the_batch(make_coordinator):
-    from jobkit import Block  # noqa: F401  (registry helpers)
-
     notes = NoteType()
     c = make_coordinator(registry_with(notes))
     ids = [r.id for r in c.enqueue_many([Note(name="a"), Note(name="bad"), Note(name="c")])]

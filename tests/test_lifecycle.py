@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from datetime import timedelta
-
 import orjson
 import pytest
 import sqlalchemy as sa

@@ -23,16 +23,7 @@ from tether import Coordinator, sql
 from tether.jobtypes import default_registry
 
 
-def _load_jobtypes():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("pg_jobtypes", Path(__file__).with_name("pg_jobtypes.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-pg_jobtypes = _load_jobtypes()
+import pg_jobtypes  # noqa: E402  (tests/ is on sys.path, as for jobkit)
 ACTIVE = 2000
 BATCH = 32
 

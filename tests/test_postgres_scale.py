@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import random
-import secrets
 import signal
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from typing import Callable, Iterator
 import pytest
 import sqlalchemy as sa
 
+from conftest import scratch_pg_database
 from tether import Coordinator
 from tether.jobtypes import default_registry
 
@@ -36,17 +36,7 @@ JOBS_PER_WORKER = int(os.environ.get("TETHER_SCALE_JOBS_PER_WORKER", "150"))
 BATCH = 1000
 
 
-def _load_jobtypes():
-    # By file path: tests/ is not a package, and workers import it as tests.pg_jobtypes.
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("pg_jobtypes", Path(__file__).with_name("pg_jobtypes.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-pg_jobtypes = _load_jobtypes()
+import pg_jobtypes  # noqa: E402  (tests/ is on sys.path, as for jobkit)
 
 pytestmark = pytest.mark.slow
 
@@ -54,19 +44,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def fresh_db() -> Iterator[str]:
     """A database of its own for one scale run, dropped afterwards."""
-    name = f"tether_scale_{secrets.token_hex(4)}"
-    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f"CREATE DATABASE {name}")
-    except sa.exc.OperationalError as e:
-        pytest.fail(f"PostgreSQL at {PG_ADMIN_URL} is unreachable ({e.orig}); start it (see .ci/run)")
-    try:
-        yield sa.make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        admin.dispose()
+    with scratch_pg_database("tether_scale") as url:
+        yield url
 
 
 @pytest.fixture

@@ -21,17 +21,7 @@ from tether.wakeup import DEFAULT_CHANNEL, PgWakeup, Wakeup, wakeup_for
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _load_jobtypes():
-    # By file path: tests/ is not a package, and workers import it as tests.pg_jobtypes.
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("pg_jobtypes", Path(__file__).with_name("pg_jobtypes.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-pg_jobtypes = _load_jobtypes()
+import pg_jobtypes  # noqa: E402  (tests/ is on sys.path, as for jobkit)
 LISTEN_SQL = f"LISTEN {DEFAULT_CHANNEL}"
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
 import sqlalchemy as sa
 
 from tether import Coordinator, JobStatus, SystemClock

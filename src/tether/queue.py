@@ -7,7 +7,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-import orjson
 import sqlalchemy as sa
 
 from . import events, sql

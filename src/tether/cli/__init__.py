@@ -29,10 +29,10 @@ def main() -> None:
         err.print(f"tether: error: {e}", markup=False, soft_wrap=True)
         sys.exit(1)
     except typer.TyperException as e:  # usage errors: typer bundles its own click
-        show = getattr(e, "show", None)
-        if show is None:
+        display = getattr(e, "show", None)
+        if display is None:
             raise
-        show()
+        display()
         sys.exit(getattr(e, "exit_code", 2))
     if isinstance(code, int) and code:
         sys.exit(code)
