@@ -176,3 +176,10 @@ def test_path_lock_serialises_holders_of_one_path(root):
         t.join()
     assert overlap == []
     assert all(p.suffix == ".lock" for p in (root / ".tether/locks").iterdir())
+
+
+def test_a_thread_may_hold_the_locks_of_several_paths_at_once(root):
+    with fs.path_locks(root, ["a.json", "b.json", "a.json"]):
+        with fs.path_lock(root, "b.json"):  # re-entrant: no self-deadlock
+            pass
+    assert len(list((root / ".tether/locks").iterdir())) <= fs.LOCK_STRIPES

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 import sqlalchemy as sa
 
 from tether import Coordinator, JobStatus, SystemClock
@@ -126,9 +127,15 @@ def test_a_worker_id_names_host_and_process(coordinator):
     assert isinstance(w, Worker)
 
 
-def test_an_idle_worker_wakes_when_another_process_commits(tmp_path):
+@pytest.mark.parametrize("watch", ["inotify", "stat"])
+def test_an_idle_worker_wakes_when_another_process_commits(tmp_path, monkeypatch, watch):
     import subprocess
     import sys
+
+    import tether.walwatch
+
+    if watch == "stat":  # the fallback where the kernel has no inotify
+        monkeypatch.setattr(tether.walwatch, "_inotify_fd", lambda directory: None)
 
     notes = NoteType()
     db = tmp_path / "l.db"

@@ -7,15 +7,16 @@ files; neither is ever data.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import secrets
-from contextlib import contextmanager
+import threading
+from contextlib import ExitStack, contextmanager
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
 from typing import Iterator
 
-from filelock import FileLock
 
 INTERNAL_DIR = ".tether"
 TEMP_SUFFIX = ".tether-tmp"
@@ -143,23 +144,58 @@ def is_internal(rel: str) -> bool:
     return bool(parts) and (parts[0] == INTERNAL_DIR or parts[-1].endswith(TEMP_SUFFIX))
 
 
+LOCK_STRIPES = 1024
+_held = threading.local()
+
+
 @contextmanager
-def path_lock(root: Path, rel: str, timeout: float = -1) -> Iterator[None]:
-    """Hold the lock of one data path (shared by every process using this root)."""
-    digest = hashlib.sha256(rel.encode()).hexdigest()[:32]
-    lock_dir = Path(root) / INTERNAL_DIR / "locks"
-    lock_file = lock_dir / f"{digest}.lock"
+def path_lock(root: Path, rel: str) -> Iterator[None]:
+    """Hold the lock of one data path, against every thread and process using this root.
+
+    A ``flock`` on one of ``LOCK_STRIPES`` lock files under ``.tether/locks``, picked by a hash of
+    the path: the set of lock files stays bounded, and a first write to a new path does not
+    create one (that creation cost more than the write's own temp file here). Two paths that
+    share a stripe only wait for each other. Re-entrant within a thread, so a handler may hold
+    the locks of several paths; take them in sorted order (``path_locks``) so two processes
+    cannot wait on each other. Each acquisition opens its own descriptor, so threads of one
+    process exclude each other too (flock locks belong to the open file). filelock did the same
+    with a directory probe and fork bookkeeping on every acquire: 0.4 ms, 44% of a create_file
+    job here, against 6 us.
+    """
+    stripe = int.from_bytes(hashlib.blake2b(rel.encode(), digest_size=4).digest(), "big") % LOCK_STRIPES
+    key = (os.fspath(root), stripe)
+    held: dict[tuple[str, int], int] = _held.__dict__.setdefault("locks", {})
+    if key in held:
+        held[key] += 1
+        try:
+            yield
+        finally:
+            held[key] -= 1
+        return
+    lock_file = os.path.join(key[0], INTERNAL_DIR, "locks", f"{stripe:04d}.lock")
     try:
-        lock = FileLock(lock_file, timeout=timeout)
-        lock.acquire()
+        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except FileNotFoundError:
-        lock_dir.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(lock_file, timeout=timeout)
-        lock.acquire()
+        os.makedirs(os.path.dirname(lock_file), exist_ok=True)
+        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        yield
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        held[key] = 1
+        try:
+            yield
+        finally:
+            del held[key]
     finally:
-        lock.release()
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+@contextmanager
+def path_locks(root: Path, rels: list[str]) -> Iterator[None]:
+    """The locks of several paths, taken in one global order."""
+    with ExitStack() as stack:
+        for rel in sorted(set(rels), key=lambda r: hashlib.blake2b(r.encode(), digest_size=4).digest()):
+            stack.enter_context(path_lock(root, rel))
+        yield
 
 
 def sha256(data: bytes) -> str:
