@@ -438,3 +438,19 @@ def test_retrying_an_old_failure_may_not_undo_a_newer_job_on_its_target(c):
     with pytest.raises(Superseded, match=f"job {newer}, enqueued after it for x"):
         c.retry(old)
     assert c.get(old).status is JobStatus.FAILED
+
+
+def test_job_ids_are_ulids_in_enqueue_order_even_within_one_millisecond(monkeypatch):
+    from datetime import datetime, timezone
+
+    from ulid import ULID
+
+    from tether import ids
+    from tether.ids import new_id
+
+    monkeypatch.setattr(ids, "_last", 0)  # and restored: later tests keep real-time ids
+
+    now = datetime(2026, 3, 1, 12, 0, 0, 123000, tzinfo=timezone.utc)
+    ids = [new_id(now) for _ in range(1000)]
+    assert ids == sorted(ids) and len(set(ids)) == 1000
+    assert ULID.from_str(ids[0]).datetime == now

@@ -11,6 +11,7 @@ import fcntl
 import hashlib
 import os
 import secrets
+import stat
 import threading
 from contextlib import ExitStack, contextmanager
 from functools import lru_cache
@@ -38,10 +39,9 @@ def normalize(rel: str) -> str:
         raise PathRejected("contains a NUL byte")
     if "\\" in rel:
         raise PathRejected("contains a backslash")
-    pure = PurePosixPath(rel)
-    if pure.is_absolute():
+    if rel.startswith("/"):
         raise PathRejected("is absolute")
-    parts = [p for p in pure.parts if p != "."]
+    parts = [p for p in rel.split("/") if p and p != "."]
     if ".." in parts:
         raise PathRejected("contains '..'")
     if not parts:
@@ -56,22 +56,42 @@ def normalize(rel: str) -> str:
 def resolve(root: Path, rel: str) -> Path:
     """The absolute path of ``rel`` under ``root``, refusing anything that escapes it (including
     through a symlink anywhere on the way). The file itself need not exist."""
-    norm = normalize(rel)
-    real_root = _real_root(os.fspath(root))
-    target = os.path.realpath(os.path.join(real_root, norm))
-    if target != real_root and not target.startswith(real_root + os.sep):
-        raise PathRejected("resolves (through a symlink) outside the data root")
-    if target == real_root:
-        raise PathRejected("names the data root itself, not a file")
-    return Path(target)
+    return Path(_resolve(root, rel)[0])
 
 
 def canonical(root: Path, rel: str) -> str:
     """The one name of the file ``rel`` names: its resolved path relative to the real root. Two
     spellings of one file (through a symlinked directory inside the root) share it, so they
     share one ordering key and one path lock."""
-    target = resolve(root, rel)
-    return os.path.relpath(target, _real_root(os.fspath(root))).replace(os.sep, "/")
+    return _resolve(root, rel)[1]
+
+
+def _resolve(root: Path, rel: str) -> tuple[str, str]:
+    """(absolute, relative to the real root) of ``rel``, checked. Walks only the components
+    under the root, one lstat each, and hands any symlink met on the way to realpath."""
+    norm = normalize(rel)
+    real_root = _real_root(os.fspath(root))
+    path = real_root
+    for part in norm.split("/"):
+        path = f"{path}/{part}"
+        try:
+            mode = os.lstat(path).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            break  # nothing below a missing entry exists, so no symlink can lead elsewhere
+        if stat.S_ISLNK(mode):
+            return _resolve_links(real_root, norm)
+    else:
+        return path, norm
+    return f"{real_root}/{norm}", norm
+
+
+def _resolve_links(real_root: str, norm: str) -> tuple[str, str]:
+    target = os.path.realpath(os.path.join(real_root, norm))
+    if target != real_root and not target.startswith(real_root + os.sep):
+        raise PathRejected("resolves (through a symlink) outside the data root")
+    if target == real_root:
+        raise PathRejected("names the data root itself, not a file")
+    return target, os.path.relpath(target, real_root).replace(os.sep, "/")
 
 
 @lru_cache(maxsize=64)

@@ -149,11 +149,12 @@ class Queue:
     def insert_all(self, cur: Any, jobs: Sequence[NewJob]) -> list[InsertResult]:
         """Insert many in the caller's transaction; unkeyed jobs in one executemany."""
         unkeyed = [job.params for job in jobs if job.params["idempotency_key"] is None]
-        if len(unkeyed) > 1:
+        if len(unkeyed) == 1:
+            cur.execute(sql.INSERT_UNKEYED, unkeyed[0])
+        elif unkeyed:
             cur.executemany(sql.INSERT_UNKEYED, unkeyed)
-            return [InsertResult(job.record()) if job.params["idempotency_key"] is None else self.insert(cur, job)
-                    for job in jobs]
-        return [self.insert(cur, job) for job in jobs]
+        return [InsertResult(job.record()) if job.params["idempotency_key"] is None else self.insert(cur, job)
+                for job in jobs]
 
     def enqueue_all(self, jobs: Sequence[NewJob]) -> list[InsertResult]:
         """Insert ``jobs`` in one transaction; returns after the commit is durable."""

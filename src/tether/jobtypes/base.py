@@ -35,7 +35,7 @@ class Payload(BaseModel):
             for name, info in type(self).model_fields.items()
             if name not in self.model_fields_set and info.default is None
         }
-        return orjson.dumps(self.model_dump(mode="json", exclude=omit))
+        return self.__pydantic_serializer__.to_json(self, exclude=omit or None)
 
 
 P = TypeVar("P", bound=Payload)
