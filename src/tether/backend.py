@@ -201,6 +201,11 @@ class _Cursor:
         record = self._backend.record
         return [record(row) for row in self._cur.fetchall()]
 
+    def rows(self, statement: str, params: Mapping[str, Any] | None = None) -> list[tuple]:
+        """Plain rows, for reads that stream more than job records (reconcile)."""
+        self._cur.execute(self._backend.sql(statement), self._backend.bind(params or {}))
+        return self._cur.fetchall()
+
     def record(self, statement: str, params: Mapping[str, Any] | None = None) -> JobRecord | None:
         rows = self.records(statement, params)
         return rows[0] if rows else None

@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from . import events, fs
 from .engine import READ_ONLY
 from .drift import DRIFT, IN_SYNC, LEFTOVER_TEMP, NOT_CHECKED, STATUSES, UNKNOWN, UNTRACKED, Finding, Report
+from .backend import Backend
 from .jobtypes.base import SYNCED, Check, Probe, file_target
 
 if TYPE_CHECKING:
@@ -112,6 +113,7 @@ class _Reconciler:
         self.batch_size = batch_size
         self.progress = progress
         self.probes = {name: registry.get(name).probe for name in registry.names()}
+        self.backend = Backend.for_engine(engine)
         self.suspects: list[tuple[str, Finding]] = []
         self.report: Report
 
@@ -150,7 +152,9 @@ class _Reconciler:
         key: str | None = None
         latest_id = latest_type = active_id = latest_payload = None
         while True:
-            rows = self._read(page, {"after_key": after_key, "after_id": after_id, "limit": self.batch_size})
+            # The stream is most of a check's reading: on the driver cursor, like the hot path.
+            with self.backend.read() as cur:
+                rows = cur.rows(page.text, {"after_key": after_key, "after_id": after_id, "limit": self.batch_size})
             ready: list[_Target] = []
             for row in rows:
                 job_id, job_type, status, row_key = row[0], row[1], row[2], row[3]
