@@ -37,7 +37,7 @@ def test_finished_jobs_wait_at_most_flush_after_for_their_commit(make_coordinato
     c.enqueue_many([Note(name=str(i)) for i in range(5)])
     recorded = []
     real = c.queue.finish
-    c.queue.finish = lambda worker, decisions: recorded.append(len(decisions)) or real(worker, decisions)
+    c.queue.finish = lambda worker, decisions, **kw: recorded.append(len(decisions)) or real(worker, decisions, **kw)
     c.worker(batch=5, flush_after=0).run_once()
     assert recorded == [1, 1, 1, 1, 1]
 
@@ -114,6 +114,7 @@ def test_a_lost_lease_in_a_group_commit_spares_the_other_jobs(make_coordinator, 
     # w1 still holds nothing; w2 reports both, but a was stolen back by nobody: simulate w1's late batch
     moved = c.queue.finish("w1", [Decision.complete(a, None), Decision.complete(b, None)])
     assert moved == [None, None]
+    assert c.queue.finish("w1", [Decision.complete(a, None)], records=False) == [None]  # the worker's path
     moved = c.queue.finish("w2", [Decision.complete(a2, {"ok": 1}), Decision(b2, "fail", {"error": "x"})])
     assert [m.status for m in moved] == [JobStatus.COMPLETED, JobStatus.FAILED]
 
@@ -124,10 +125,10 @@ def test_an_outcome_the_database_refuses_fails_that_job_and_records_the_rest(mak
     ids = [r.id for r in c.enqueue_many([Note(name="a"), Note(name="refused"), Note(name="c")])]
     real = c.queue.finish
 
-    def finish(worker, decisions):
+    def finish(worker, decisions, **kw):
         if any(d.job.id == ids[1] and d.edge == "complete" for d in decisions):
             raise sa.exc.DataError("UPDATE", {}, Exception("value too long"))
-        return real(worker, decisions)
+        return real(worker, decisions, **kw)
 
     c.queue.finish = finish
     assert c.worker(batch=3).run_once() == 3

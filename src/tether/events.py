@@ -15,6 +15,11 @@ import orjson
 logger = logging.getLogger("tether.events")
 
 
+def enabled() -> bool:
+    """Whether events are being logged (callers skip building fields that would be dropped)."""
+    return logger.isEnabledFor(logging.INFO)
+
+
 def emit(event: str, **fields: Any) -> None:
     if logger.isEnabledFor(logging.INFO):
         fields = {"event": event, **{k: v for k, v in fields.items() if v is not None}}

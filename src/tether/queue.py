@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cache
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -41,6 +42,11 @@ _EDGE_EVENT = {
 }
 
 
+@cache
+def _without_returning(statement: str) -> str:
+    return statement.split("RETURNING", 1)[0]
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     """What to record for one finished attempt: a fenced edge out of ``claimed`` and its values."""
@@ -51,6 +57,12 @@ class Decision:
     children: Sequence[NewJob] = ()
     duration: float | None = None
     finished_at: datetime | None = None  # when the handler returned (not when the group committed)
+
+    def after(self) -> JobRecord:
+        """The job as this decision leaves it (for its event, when the row was not read back)."""
+        attempts = self.job.attempts - 1 if self.edge == "release" else self.job.attempts
+        return replace(self.job, attempts=attempts, run_at=self.values.get("run_at", self.job.run_at),
+                       last_error=self.values.get("error", self.job.last_error))
 
     @classmethod
     def complete(cls, job: JobRecord, result: Any, children: Sequence[NewJob] = (), duration: float | None = None,
@@ -203,35 +215,42 @@ class Queue:
         *,
         worker: str | None = None,
         attempt: int | None = None,
+        returning: bool = True,
         **values: Any,
-    ) -> JobRecord | None:
+    ) -> JobRecord | bool | None:
         """The one way a single job changes status. Fenced edges apply only while the job is
-        still claimed by ``worker`` for ``attempt``; None means the guard did not match."""
+        still claimed by ``worker`` for ``attempt``; None means the guard did not match. With
+        ``returning=False`` (the worker's group commits) the changed row is not read back, and
+        True says it changed: parsing the row cost a quarter of a no-op job's CPU."""
         from_status, to_status = TRANSITIONS[edge]
         params: dict[str, Any] = {"id": job_id, **values}
         if edge in FENCED:
             if worker is None or attempt is None:
                 raise ValueError(f"{edge} is fenced: worker and attempt are required")
             params.update(worker=worker, attempt=attempt)
+        if not returning:
+            return True if cur.execute(_without_returning(_EDGE_SQL[edge]), params) == 1 else None
         job = cur.record(_EDGE_SQL[edge], params)
         if job is not None:
             assert job.status is to_status, (edge, from_status, job.status)
         return job
 
-    def finish(self, worker: str, decisions: Sequence[Decision]) -> list[JobRecord | None]:
+    def finish(self, worker: str, decisions: Sequence[Decision], *, records: bool = True) -> list[Any]:
         """Record the outcomes of several of ``worker``'s jobs in one transaction (a group
         commit). Each is fenced on its own: where the lease was lost the entry is None, a
         ``lost_lease`` event is logged, and the others still apply. Follow-up jobs are inserted
-        only for jobs that completed."""
+        only for jobs that completed. Entries are the changed rows, or with ``records=False``
+        True."""
         now = self.clock.now()
-        moved: list[JobRecord | None] = []
+        moved: list[Any] = []
         inserted: list[InsertResult] = []
         with self.backend.write() as cur:
             for d in decisions:
                 values = dict(d.values)
                 if d.edge in ("complete", "fail"):
                     values["now"] = d.finished_at or now
-                job = self.transition(cur, d.edge, d.job.id, worker=worker, attempt=d.job.attempts, **values)
+                job = self.transition(cur, d.edge, d.job.id, worker=worker, attempt=d.job.attempts,
+                                      returning=records, **values)
                 moved.append(job)
                 if job is not None and d.children:
                     inserted.extend(self.insert_all(cur, d.children))
@@ -242,7 +261,8 @@ class Queue:
             if job is None:
                 self._lost(d.job, worker)
                 continue
-            self._event(d.edge, job, worker, duration=d.duration)
+            if events.enabled():
+                self._event(d.edge, job if records else d.after(), worker, duration=d.duration)
             requeued = requeued or d.edge in ("retry", "release")
         self.committed(inserted)
         if requeued:

@@ -173,7 +173,7 @@ class Worker:
         backoff = 0.0
         while True:
             try:
-                self.queue.finish(self.id, decisions)
+                self.queue.finish(self.id, decisions, records=False)
                 return
             except (sa.exc.OperationalError, sa.exc.InterfaceError) as e:
                 backoff = self._next_backoff(backoff)
