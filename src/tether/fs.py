@@ -15,7 +15,7 @@ import stat
 import threading
 from contextlib import ExitStack, contextmanager
 from functools import lru_cache
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Iterator
 
 
@@ -156,12 +156,6 @@ def remove_stale_temps(path: Path) -> int:
                 _unlink_quietly(Path(entry.path))
                 removed += 1
     return removed
-
-
-def is_internal(rel: str) -> bool:
-    """True for tether's own files under the root (locks, temp files): never data."""
-    parts = PurePosixPath(rel).parts
-    return bool(parts) and (parts[0] == INTERNAL_DIR or parts[-1].endswith(TEMP_SUFFIX))
 
 
 LOCK_STRIPES = 1024

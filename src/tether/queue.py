@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import cache
 from datetime import datetime, timedelta
+from functools import cache
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -201,8 +201,9 @@ class Queue:
         with self.backend.write() as cur:
             rows = cur.records(self._claim_sql, {"worker": worker, "now": now, "limit": limit})
         jobs = sorted(rows, key=lambda j: (-j.priority, j.created_at, j.id))
-        for job in jobs:
-            events.emit("claimed", job_id=job.id, type=job.type, attempt=job.attempts, worker=worker)
+        if events.enabled():
+            for job in jobs:
+                self._event("claim", job, worker)
         return jobs
 
     # -- transitions -----------------------------------------------------------------------
@@ -331,15 +332,17 @@ class Queue:
         now = self.clock.now()
         try:
             with self.backend.write() as cur:
+                # Read once: the write lock (BEGIN IMMEDIATE / the row's guard) keeps it current.
                 failed = self.get(job_id, cur=cur)
-                if failed.status is JobStatus.FAILED and failed.ordering_key is not None:
+                if failed.status is not JobStatus.FAILED:
+                    raise InvalidTransition(job_id, failed.status.value, JobStatus.PENDING.value)
+                if failed.ordering_key is not None:
                     newer = cur.scalar(sql.NEWER_ON_TARGET, {"ordering_key": failed.ordering_key, "id": job_id})
                     if newer is not None:
                         raise Superseded(job_id, newer, failed.ordering_key.partition(":")[2] or failed.ordering_key)
                 moved = self.transition(cur, "manual_retry", job_id, now=now)
-                if moved is None:
-                    current = self.get(job_id, cur=cur)
-                    raise InvalidTransition(job_id, current.status.value, JobStatus.PENDING.value)
+                if moved is None:  # PostgreSQL: changed by another transaction since the read
+                    raise InvalidTransition(job_id, self.get(job_id, cur=cur).status.value, JobStatus.PENDING.value)
                 self.wakeup.notify_in(cur)
         except sa.exc.IntegrityError as e:
             job = self.get(job_id)

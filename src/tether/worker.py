@@ -39,7 +39,7 @@ class WorkerConfig:
     max_db_backoff: float = 30.0
     batch: int = 32  # jobs claimed per transaction while jobs are fast
     flush_after: float = 0.05  # longest a finished job waits for its group commit (s)
-    slow_job: float = 0.01  # mean job time (s) above which the worker claims one at a time
+    slow_job: float = 0.01  # a job slower than this (s) gives its batch back; claims go one at a time
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 
     @property
@@ -171,6 +171,7 @@ class Worker:
         # is unreachable (the heartbeat keeps the locks meanwhile). If we give up at a hard
         # shutdown, the locks go stale and the jobs re-run; handlers are idempotent.
         backoff = 0.0
+        refused_once = False
         while True:
             try:
                 self.queue.finish(self.id, decisions, records=False)
@@ -189,11 +190,12 @@ class Worker:
                     for d in decisions:
                         self._record([d])
                     return
+                if refused_once:
+                    return  # even the plain failure is refused; the lock will go stale
+                refused_once = True
                 [d] = decisions
                 error = f"tether could not record this job's outcome ({d.edge}): {type(e.orig or e).__name__}: {e.orig or e}"
                 decisions = [Decision(d.job, "fail", {"error": error}, duration=d.duration)]
-                if d.edge == "fail" and d.values.get("error") == error:
-                    return  # even the plain failure is refused; the lock will go stale
 
     def heartbeat_once(self, now: datetime | None = None) -> list[str]:
         """Renew the locks of the jobs this worker is running; flag any it has lost."""
