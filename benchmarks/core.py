@@ -95,7 +95,7 @@ def check_bare_claim_plan(path: Path) -> str:
         plan = " | ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + BARE_CLAIM_PICK, (sqlite_now(),)))
     finally:
         conn.close()
-    if "ix_tether_jobs_claim" not in plan or "TEMP B-TREE" in plan:
+    if "ix_tether_jobs_pending" not in plan or "TEMP B-TREE" in plan:
         raise RuntimeError(f"bare claim does not use the claim index cleanly: {plan}")
     return plan
 

@@ -308,15 +308,20 @@ def test_second_signal_cancels_the_job_at_its_checkpoint_and_gives_the_attempt_b
     assert job.attempts == 0 and job.locked_by is None and job.locked_at is None
 
 
-# Known bug, reported on issue 2: Worker.run()/run_until_idle() replace the process's SIGINT and
-# SIGTERM handlers and never restore them. strict: once fixed this XPASSes and fails, so the mark
-# must be removed.
+def _default_signals() -> None:
+    # A shell's background job inherits SIGINT ignored, and Python then keeps it ignored: the
+    # child starts from the defaults whoever launched the test run.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+# Worker.run()/run_until_idle() put the application's SIGINT and SIGTERM handlers back when they return.
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
 def test_after_run_until_idle_returns_a_signal_stops_the_application_again(
     tmp_path: Path, ledger: str, root: Path, signum: signal.Signals
 ) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
     done = subprocess.run([sys.executable, str(REPO / "tests" / "proc_runner.py"), ledger, str(root), signum.name],
-                          env=env, capture_output=True, text=True, timeout=DEADLINE)
+                          env=env, capture_output=True, text=True, timeout=DEADLINE, preexec_fn=_default_signals)
     assert done.stdout == "ran 1\n", done.stderr[-2000:]
     assert done.returncode == -signum, f"exit {done.returncode}: {done.stderr[-2000:]}"

@@ -189,13 +189,13 @@ def to_qmark(sql: str) -> tuple[str, list]:
 
 
 @pytest.mark.parametrize("name, statement, index", [
-    ("page", PAGE, "COVERING INDEX ix_tether_jobs_target"),  # the stream never reads the table
-    ("page_payloads", PAGE_PAYLOADS, "ix_tether_jobs_target"),
+    ("page", PAGE, "COVERING INDEX ix_tether_jobs_targeted"),  # the stream never reads the table
+    ("page_payloads", PAGE_PAYLOADS, "ix_tether_jobs_targeted"),
     ("payloads", PAYLOADS, "sqlite_autoindex_tether_jobs_1"),
-    ("recheck", RECHECK, "ix_tether_jobs_target"),
-    ("active_on", ACTIVE_ON, "ix_tether_jobs_active_target"),
-    ("known_targets", KNOWN_TARGETS, "ix_tether_jobs_target"),
-    ("count_targeted", COUNT_TARGETED, "ix_tether_jobs_target"),
+    ("recheck", RECHECK, "ix_tether_jobs_targeted"),
+    ("active_on", ACTIVE_ON, "ix_tether_jobs_target_active"),
+    ("known_targets", KNOWN_TARGETS, "ix_tether_jobs_targeted"),
+    ("count_targeted", COUNT_TARGETED, "ix_tether_jobs_targeted"),
 ])
 def test_reconcile_queries_neither_scan_nor_sort(sqlite_coordinator: Coordinator, name, statement, index) -> None:
     c = sqlite_coordinator

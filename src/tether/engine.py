@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from .errors import ConfigError, DatabaseUnavailable
-from .schema import metadata
+from .schema import RETIRED_INDEXES, metadata
 
 Durability = Literal["full", "normal"]
 
@@ -144,5 +144,7 @@ def ensure_schema(engine: sa.Engine) -> None:
                 if schema:
                     conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
             metadata.create_all(conn, checkfirst=True)
+            for name in RETIRED_INDEXES:
+                conn.exec_driver_sql(f"DROP INDEX IF EXISTS {name}")
     except sa.exc.OperationalError as e:
         raise DatabaseUnavailable(f"cannot open the database at {engine.url!r}: {e.orig}") from e

@@ -2,7 +2,7 @@
 
 For every target (a data path) the expectation is the effect of the *latest* completed job on it:
 jobs on one target take effect in enqueue (id) order, so that is the one with the highest id. The
-reconciler streams every job by ``(ordering_key, id)`` through ``ix_tether_jobs_target`` in short
+reconciler streams every job by ``(ordering_key, id)`` through ``ix_tether_jobs_targeted`` in short
 read-only batches: each target's jobs arrive together, its latest last, so it holds one target at
 a time and memory does not grow with the number of jobs. It reports, logs and never repairs.
 
@@ -40,7 +40,8 @@ _Target = tuple[str, "str | None", "str | None", "str | None", "str | None"]
 # Every job with a target, in target order and, within one target, in enqueue order.
 PAGE = sa.text("""
 SELECT id, type, status, ordering_key FROM tether_jobs
-WHERE (ordering_key, id) > (:after_key, :after_id) AND status IN ('pending', 'claimed', 'completed')
+WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (:after_key, :after_id)
+  AND status IN ('pending', 'claimed', 'completed')
 ORDER BY ordering_key, id
 LIMIT :limit
 """)
@@ -48,7 +49,8 @@ LIMIT :limit
 # than reading the latest ones by id afterwards.
 PAGE_PAYLOADS = sa.text("""
 SELECT id, type, status, ordering_key, payload FROM tether_jobs
-WHERE (ordering_key, id) > (:after_key, :after_id) AND status IN ('pending', 'claimed', 'completed')
+WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (:after_key, :after_id)
+  AND status IN ('pending', 'claimed', 'completed')
 ORDER BY ordering_key, id
 LIMIT :limit
 """)

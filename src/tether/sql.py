@@ -4,7 +4,7 @@ plans are checked in tests/test_query_plans.py."""
 
 from __future__ import annotations
 
-from .schema import TABLE, Job
+from .schema import ACTIVE_KEYED_SQL, TABLE, Job
 
 COLUMNS = tuple(Job.__table__.c.keys())
 _COLS = ", ".join(COLUMNS)
@@ -16,7 +16,7 @@ INSERT INTO {TABLE} (id, type, payload, status, priority, attempts, max_attempts
                      created_at, run_at, idempotency_key, ordering_key, parent_id)
 VALUES (:id, :type, :payload, 'pending', :priority, 0, :max_attempts,
         :created_at, :run_at, :idempotency_key, :ordering_key, :parent_id)
-ON CONFLICT (type, idempotency_key) WHERE {_ACTIVE} DO NOTHING
+ON CONFLICT (type, idempotency_key) WHERE {ACTIVE_KEYED_SQL} DO NOTHING
 RETURNING {_COLS}
 """
 
@@ -59,8 +59,14 @@ RETURNING {cols}
 # SQLite: the unary + on the outer guard keeps the planner from walking the claim index over
 # every pending row to re-check it; the chosen ids are then looked up by primary key, and the
 # claim costs the same at 20,000 pending jobs as at 20 (PostgreSQL has no unary + on text).
-CLAIM_SQLITE = _CLAIM.format(table=TABLE, claimable=_CLAIMABLE, cols=_COLS).replace(
-    "WHERE status = 'pending' AND id IN", "WHERE +status = 'pending' AND id IN"
+# INDEXED BY pins both probes to their partial indexes: SQLite does not weigh a partial index's
+# smaller size, and would otherwise sort the pending rows of a status index; should the index ever
+# become unusable the statement fails to prepare instead of silently scanning.
+CLAIM_SQLITE = (
+    _CLAIM.format(table=TABLE, claimable=_CLAIMABLE, cols=_COLS)
+    .replace("WHERE status = 'pending' AND id IN", "WHERE +status = 'pending' AND id IN")
+    .replace(f"FROM {TABLE} AS j", f"FROM {TABLE} AS j INDEXED BY ix_tether_jobs_pending")
+    .replace(f"FROM {TABLE} AS o", f"FROM {TABLE} AS o INDEXED BY ix_tether_jobs_target_active")
 )
 # PostgreSQL: concurrent claimers skip rows another transaction is claiming instead of queueing
 # behind its row locks (SQLite has one writer at a time and needs no such clause). The candidates
