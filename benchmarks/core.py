@@ -71,8 +71,10 @@ INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_atte
                          created_at, run_at, idempotency_key, ordering_key, parent_id)
 VALUES (?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?)
 """
+# The bare claim reads tether's partial index of pending jobs, as tether's claim does (SQLite
+# would otherwise sort the pending rows of the status index).
 BARE_CLAIM_PICK = """
-SELECT id FROM tether_jobs WHERE status = 'pending' AND run_at <= ?
+SELECT id FROM tether_jobs INDEXED BY ix_tether_jobs_pending WHERE status = 'pending' AND run_at <= ?
 ORDER BY priority DESC, created_at, id LIMIT 1
 """
 BARE_CLAIM = f"""

@@ -26,6 +26,37 @@ def test_a_batch_is_claimed_in_one_transaction_and_recorded_in_one_more(tmp_path
         assert {c.get(r).status for r in _ids(c)} == {JobStatus.COMPLETED}
 
 
+def test_a_draining_worker_claims_the_next_batch_in_the_commit_that_records_the_last(tmp_path):
+    notes = NoteType()
+    with Coordinator.open(f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(notes)) as c:
+        c.enqueue_many([Note(name=str(i)) for i in range(60)])
+        statements = write_transactions(c)
+        assert c.worker(batch=20, flush_after=60).run_until_idle() == 60
+        # the stale sweep, one claim, three record-and-claim commits (the last finds nothing),
+        # one empty claim; recording and claiming apart would take three more
+        writes = [s for s in statements if s == "BEGIN IMMEDIATE"]
+        assert len(writes) == 6, statements
+        assert {c.get(r).status for r in _ids(c)} == {JobStatus.COMPLETED}
+
+
+def test_jobs_claimed_with_the_last_outcomes_go_back_when_the_worker_stops(make_coordinator):
+    notes = NoteType()
+    c = make_coordinator(registry_with(notes))
+    c.enqueue_many([Note(name=str(i)) for i in range(10)])
+    w = c.worker(batch=4, flush_after=60)
+    real = c.queue.finish_and_claim
+
+    def then_stop(worker, decisions, **kw):
+        moved, taken = real(worker, decisions, **kw)
+        w.stop()  # a signal arrives right after the commit that took the next batch
+        return moved, taken
+
+    c.queue.finish_and_claim = then_stop
+    assert w.run_until_idle() == 4
+    statuses = sorted((c.get(i).status.value, c.get(i).attempts) for i in _ids(c))
+    assert statuses == [("completed", 1)] * 4 + [("pending", 0)] * 6
+
+
 def _ids(c: Coordinator) -> list[str]:
     with c.engine.connect() as conn:
         return list(conn.execute(sa.text("SELECT id FROM tether_jobs")).scalars())
@@ -36,8 +67,8 @@ def test_finished_jobs_wait_at_most_flush_after_for_their_commit(make_coordinato
     c = make_coordinator(registry_with(notes))
     c.enqueue_many([Note(name=str(i)) for i in range(5)])
     recorded = []
-    real = c.queue.finish
-    c.queue.finish = lambda worker, decisions, **kw: recorded.append(len(decisions)) or real(worker, decisions, **kw)
+    real = c.queue.finish_and_claim
+    c.queue.finish_and_claim = lambda worker, decisions, **kw: recorded.append(len(decisions)) or real(worker, decisions, **kw)
     c.worker(batch=5, flush_after=0).run_once()
     assert recorded == [1, 1, 1, 1, 1]
 
@@ -123,14 +154,14 @@ def test_an_outcome_the_database_refuses_fails_that_job_and_records_the_rest(mak
     notes = NoteType()
     c = make_coordinator(registry_with(notes))
     ids = [r.id for r in c.enqueue_many([Note(name="a"), Note(name="refused"), Note(name="c")])]
-    real = c.queue.finish
+    real = c.queue.finish_and_claim
 
     def finish(worker, decisions, **kw):
         if any(d.job.id == ids[1] and d.edge == "complete" for d in decisions):
             raise sa.exc.DataError("UPDATE", {}, Exception("value too long"))
         return real(worker, decisions, **kw)
 
-    c.queue.finish = finish
+    c.queue.finish_and_claim = finish
     assert c.worker(batch=3).run_once() == 3
     assert [c.get(i).status for i in ids] == [JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.COMPLETED]
     assert "could not record this job's outcome (complete)" in c.get(ids[1]).last_error

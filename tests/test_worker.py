@@ -76,7 +76,7 @@ def test_an_outcome_is_recorded_once_the_database_returns(make_coordinator, monk
     notes = NoteType()
     c = make_coordinator(registry_with(notes))
     job_id = c.enqueue(Note(name="a")).id
-    real = c.queue.finish
+    real = c.queue.finish_and_claim
     calls = {"n": 0}
 
     def flaky(*args, **kwargs):
@@ -85,7 +85,7 @@ def test_an_outcome_is_recorded_once_the_database_returns(make_coordinator, monk
             raise sa.exc.OperationalError("finish", {}, Exception("disk I/O error"))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(c.queue, "finish", flaky)
+    monkeypatch.setattr(c.queue, "finish_and_claim", flaky)
     w = c.worker(poll_interval=0.01)
     assert w.run_once() == 1
     assert calls["n"] == 2 and notes.seen == {"a": 1}

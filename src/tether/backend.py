@@ -25,6 +25,7 @@ _NAMED = re.compile(r"(?<![:\w]):(\w+)")
 _TABLE = re.compile(rf"\b{TABLE}\b")
 _UTC = timezone.utc
 _TIME_COLUMNS = (9, 10, 11, 12, 13)  # locked_at, created_at, claimed_at, completed_at, run_at
+_STATUS = {s.value: s for s in JobStatus}
 
 
 class Backend:
@@ -49,7 +50,11 @@ class Backend:
         return dict(params)
 
     def record(self, row: tuple) -> JobRecord:
-        return JobRecord(*row[:3], JobStatus(row[3]), *row[4:])
+        return JobRecord(*row[:3], _STATUS[row[3]], *row[4:])
+
+    def records(self, rows: list[tuple]) -> list[JobRecord]:
+        record = self.record
+        return [record(row) for row in rows]
 
     # -- transactions --------------------------------------------------------------------------
 
@@ -125,12 +130,25 @@ class SQLiteBackend(Backend):
         return {k: _sqlite_time(v) if isinstance(v, datetime) else v for k, v in params.items()}
 
     def record(self, row: tuple) -> JobRecord:
-        values = list(row)
-        values[3] = JobStatus(values[3])
-        for i in _TIME_COLUMNS:
-            if values[i] is not None:
-                values[i] = datetime.fromisoformat(values[i]).replace(tzinfo=_UTC)
-        return JobRecord(*values)
+        return self.records([row])[0]
+
+    def records(self, rows: list[tuple]) -> list[JobRecord]:
+        # A claimed batch shares its claim time and each job its created/run time: parse each
+        # distinct text once.
+        times: dict[str, datetime] = {}
+        out = []
+        for row in rows:
+            values = list(row)
+            values[3] = _STATUS[values[3]]
+            for i in _TIME_COLUMNS:
+                text = values[i]
+                if text is not None:
+                    when = times.get(text)
+                    if when is None:
+                        when = times[text] = datetime.fromisoformat(text).replace(tzinfo=_UTC)
+                    values[i] = when
+            out.append(JobRecord(*values))
+        return out
 
     def _begin(self, cur: Any) -> None:
         # Take the write lock up front: a deferred transaction that upgrades later can fail with
@@ -173,9 +191,18 @@ def _pyformat(statement: str, table: str | None = None) -> str:
 
 
 def _sqlite_time(value: datetime) -> str:
+    global _last_time
+    last = _last_time  # one read: another thread may replace it meanwhile
+    if last[0] is value:  # a group commit binds one time for many rows
+        return last[1]
     if value.tzinfo is None:
         raise ValueError("tether stores timezone-aware UTC times only")
-    return value.astimezone(_UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
+    text = value.astimezone(_UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
+    _last_time = (value, text)
+    return text
+
+
+_last_time: tuple[datetime | None, str] = (None, "")
 
 
 class _Cursor:
@@ -198,8 +225,7 @@ class _Cursor:
 
     def records(self, statement: str, params: Mapping[str, Any] | None = None) -> list[JobRecord]:
         self._cur.execute(self._backend.sql(statement), self._backend.bind(params or {}))
-        record = self._backend.record
-        return [record(row) for row in self._cur.fetchall()]
+        return self._backend.records(self._cur.fetchall())
 
     def rows(self, statement: str, params: Mapping[str, Any] | None = None) -> list[tuple]:
         """Plain rows, for reads that stream more than job records (reconcile)."""

@@ -18,6 +18,22 @@ if TYPE_CHECKING:
     from .queue import NewJob, Queue
 
 
+class _Flag:
+    """Set once by the heartbeat thread, read by the handler's: a threading.Event without the
+    condition variable nobody waits on (one per job on the hot path)."""
+
+    __slots__ = ("_set",)
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+
 class JobContext:
     """The running job, the data root, shutdown checkpoints and follow-up jobs."""
 
@@ -28,7 +44,7 @@ class JobContext:
         self.clock = queue.clock
         self._queue = queue
         self._cancel = cancel
-        self.lease_lost = threading.Event()
+        self.lease_lost = _Flag()
         self.children: list[NewJob] = []
 
     @property

@@ -43,6 +43,7 @@ _EDGE_EVENT = {
 
 
 @cache
+@cache
 def _without_returning(statement: str) -> str:
     return statement.split("RETURNING", 1)[0]
 
@@ -199,7 +200,13 @@ class Queue:
         """Atomically take up to ``limit`` ready jobs: highest priority first, then oldest."""
         now = now or self.clock.now()
         with self.backend.write() as cur:
-            rows = cur.records(self._claim_sql, {"worker": worker, "now": now, "limit": limit})
+            rows = self._claim_in(cur, worker, now, limit)
+        return self._claimed(rows, worker)
+
+    def _claim_in(self, cur: Any, worker: str, now: datetime, limit: int) -> list[JobRecord]:
+        return cur.records(self._claim_sql, {"worker": worker, "now": now, "limit": limit})
+
+    def _claimed(self, rows: list[JobRecord], worker: str) -> list[JobRecord]:
         jobs = sorted(rows, key=lambda j: (-j.priority, j.created_at, j.id))
         if events.enabled():
             for job in jobs:
@@ -242,9 +249,19 @@ class Queue:
         ``lost_lease`` event is logged, and the others still apply. Follow-up jobs are inserted
         only for jobs that completed. Entries are the changed rows, or with ``records=False``
         True."""
+        moved, _ = self.finish_and_claim(worker, decisions, records=records)
+        return moved
+
+    def finish_and_claim(
+        self, worker: str, decisions: Sequence[Decision], *, records: bool = True, claim: int = 0
+    ) -> tuple[list[Any], list[JobRecord]]:
+        """``finish``, then in the same transaction claim up to ``claim`` next jobs: a draining
+        worker pays one durable commit per batch instead of two. Both parts are exactly what
+        ``finish`` and ``claim`` do alone; a crash before the commit undoes both."""
         now = self.clock.now()
         moved: list[Any] = []
         inserted: list[InsertResult] = []
+        claimed: list[JobRecord] = []
         with self.backend.write() as cur:
             for d in decisions:
                 values = dict(d.values)
@@ -257,6 +274,8 @@ class Queue:
                     inserted.extend(self.insert_all(cur, d.children))
             if inserted or any(d.edge in ("retry", "release") for d in decisions):
                 self.wakeup.notify_in(cur)
+            if claim:
+                claimed = self._claim_in(cur, worker, self.clock.now(), claim)
         requeued = False
         for d, job in zip(decisions, moved):
             if job is None:
@@ -268,7 +287,7 @@ class Queue:
         self.committed(inserted)
         if requeued:
             self.wakeup.wake_local()
-        return moved
+        return moved, self._claimed(claimed, worker)
 
     def complete(self, job: JobRecord, worker: str, *, result: Any = None, children: Sequence[NewJob] = ()) -> JobRecord:
         """Mark ``job`` completed (with its follow-up jobs); LostLease if it is no longer ours."""

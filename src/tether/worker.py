@@ -85,10 +85,17 @@ class Worker:
     def run_once(self, now: datetime | None = None) -> int:
         """One tick: claim ready jobs (as of ``now``; up to ``batch``, or one while jobs are
         slow), run them in order, record their outcomes in group commits. Returns jobs run."""
-        limit = 1 if self._slow else self.config.batch
-        jobs = self.queue.claim(self.id, now=now, limit=limit)
+        jobs = self.queue.claim(self.id, now=now, limit=self._claim_limit())
+        return self._run_batch(jobs, claim_next=False)[0]
+
+    def _claim_limit(self) -> int:
+        return 1 if self._slow else self.config.batch
+
+    def _run_batch(self, jobs: list[JobRecord], *, claim_next: bool) -> tuple[int, list[JobRecord]]:
+        """Run claimed ``jobs`` in order; returns how many ran and, with ``claim_next``, the jobs
+        claimed in the commit that recorded the batch's last outcomes."""
         if not jobs:
-            return 0
+            return 0, []
         contexts = [JobContext(job, self.queue, self._cancel, self.id) for job in jobs]
         with self._running_lock:
             for job, ctx in zip(jobs, contexts):
@@ -97,6 +104,8 @@ class Worker:
         flush_at = 0.0
         ran = 0
         slow = False
+        finished = False
+        following: list[JobRecord] = []
         try:
             for job, ctx in zip(jobs, contexts):
                 if (self._stopping.is_set() and ran) or slow:
@@ -113,20 +122,22 @@ class Worker:
                 if len(pending) == 1:
                     flush_at = time.perf_counter() + self.config.flush_after
                 slow = duration > self.config.slow_job
+            finished = True
         except BaseException:
             # Leave nothing claimed without a heartbeat: unstarted jobs go back at once.
             done = {d.job.id for d in pending}
             pending += [Decision(j, "release", {}) for j in jobs[ran:] if j.id not in done]
             raise
         finally:
+            self._slow = slow
             if pending:
-                self._record(pending)
+                ahead = claim_next and finished and not self._stopping.is_set()
+                following = self._record(pending, claim=self._claim_limit() if ahead else 0)
             with self._running_lock:
                 for job in jobs:
                     self._running.pop(job.id, None)
             self.processed += ran
-        self._slow = slow
-        return ran
+        return ran, following
 
     def _run_handler(self, job: JobRecord, ctx: JobContext) -> tuple[Returned | Exception, float]:
         start = time.perf_counter()
@@ -166,22 +177,24 @@ class Worker:
         if moved is None:
             raise LostLease(job.id, self.id, job.attempts)
 
-    def _record(self, decisions: list[Decision]) -> None:
-        # The handlers' effects have happened: keep trying to record them while the database
-        # is unreachable (the heartbeat keeps the locks meanwhile). If we give up at a hard
-        # shutdown, the locks go stale and the jobs re-run; handlers are idempotent.
+    def _record(self, decisions: list[Decision], *, claim: int = 0) -> list[JobRecord]:
+        """Record outcomes in one group commit and, with ``claim``, take the next jobs in it;
+        returns the jobs taken.
+
+        The handlers' effects have happened: keep trying to record them while the database
+        is unreachable (the heartbeat keeps the locks meanwhile). If we give up at a hard
+        shutdown, the locks go stale and the jobs re-run; handlers are idempotent."""
         backoff = 0.0
         refused_once = False
         while True:
             try:
-                self.queue.finish(self.id, decisions, records=False)
-                return
+                return self.queue.finish_and_claim(self.id, decisions, records=False, claim=claim)[1]
             except (sa.exc.OperationalError, sa.exc.InterfaceError) as e:
                 backoff = self._next_backoff(backoff)
                 events.emit("db_error", worker=self.id, error=type(e.orig or e).__name__, retry_in=backoff,
                             jobs=len(decisions))
                 if self._stopping.wait(backoff) and self._cancel.is_set():
-                    return
+                    return []
             except sa.exc.SQLAlchemyError as e:
                 # The database refuses this outcome (a value it cannot store): retrying would
                 # never end, so record each alone and fail the ones it refuses.
@@ -189,9 +202,9 @@ class Worker:
                 if len(decisions) > 1:
                     for d in decisions:
                         self._record([d])
-                    return
+                    return []
                 if refused_once:
-                    return  # even the plain failure is refused; the lock will go stale
+                    return []  # even the plain failure is refused; the lock will go stale
                 refused_once = True
                 [d] = decisions
                 error = f"tether could not record this job's outcome ({d.edge}): {type(e.orig or e).__name__}: {e.orig or e}"
@@ -317,15 +330,28 @@ class Worker:
                     ctx.lease_lost.set()
 
     def _loop(self, until_idle: bool) -> None:
+        # Jobs claimed in the commit that recorded the last batch: taken back if the loop ends
+        # before they run, so none waits for the stale sweep.
+        following: list[JobRecord] = []
+        try:
+            self._loop_claiming(until_idle, following)
+        finally:
+            if following:
+                self._record([Decision(job, "release", {}) for job in following])
+
+    def _loop_claiming(self, until_idle: bool, following: list[JobRecord]) -> None:
         backoff = 0.0
         while not self._stopping.is_set():
             seen = self.queue.wakeup.generation()
             with self._idle:
-                if self._drained:
+                if self._drained and not following:
                     return
                 self._busy += 1
             try:
-                ran = self.run_once()
+                jobs = following[:] or self.queue.claim(self.id, limit=self._claim_limit())
+                following.clear()
+                ran, taken = self._run_batch(jobs, claim_next=True)
+                following.extend(taken)
                 backoff = 0.0
             except sa.exc.SQLAlchemyError as e:
                 backoff = self._next_backoff(backoff)
