@@ -37,7 +37,7 @@ class WorkerConfig:
     heartbeat_interval: float | None = None  # default: lock_timeout / 4
     sweep_interval: float | None = None  # default: min(60, lock_timeout / 2)
     max_db_backoff: float = 30.0
-    batch: int = 32  # jobs claimed per transaction while jobs are fast
+    batch: int = 100  # jobs claimed per transaction while jobs are fast (River fetches 100 too)
     flush_after: float = 0.05  # longest a finished job waits for its group commit (s)
     slow_job: float = 0.01  # a job slower than this (s) gives its batch back; claims go one at a time
     retry: RetryPolicy = field(default_factory=RetryPolicy)
