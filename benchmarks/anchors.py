@@ -258,7 +258,7 @@ def drain_tether(d: Path, n: int, make: Callable[[int], Any] = lambda i: Noop(n=
 DRAINS: dict[str, Callable[[Path, int], tuple[float, float]]] = {
     "huey": drain_huey, "persist-queue": drain_pq, "litequeue": drain_lq,
     "bare 1/commit": lambda d, n: drain_bare(d, n, 1), "bare 100/commit": lambda d, n: drain_bare(d, n, 100),
-    "tether batch=32": lambda d, n: drain_tether(d, n), "tether batch=100": lambda d, n: drain_tether(d, n, batch=100),
+    "tether (default batch 100)": lambda d, n: drain_tether(d, n), "tether batch=32": lambda d, n: drain_tether(d, n, batch=32),
 }
 
 
@@ -445,8 +445,9 @@ def report(R: dict[str, list[Any]], args: argparse.Namespace) -> str:
                          for a in ("huey", "persist-queue", "litequeue", "bare 1/commit", "bare 100/commit")]
                 vs = "tether" + ", ".join(parts)
                 vs = vs.replace("/bare ", "/bare1 ", 1).replace("/bare ", "/bare100 ", 1)
-                ratio = _med_ratio(wall, [x[0] for x in R["drain huey"]])
-                target, ok = ">= 5x huey", ratio >= 5
+                if s == "tether (default batch 100)":  # the target is on the defaults
+                    ratio = _med_ratio(wall, [x[0] for x in R["drain huey"]])
+                    target, ok = ">= 5x huey", ratio >= 5
             row(f"drain no-op: {s}", f"{median(wall):,.0f} jobs/s (per CPU-s {median(cpu):,.0f})", vs, target, ok)
     if "files tether" in R:
         ratio = _med_ratio(R["files tether"], R["files bare"])

@@ -183,7 +183,28 @@ def test_a_worker_that_lost_its_lock_does_not_write_late(make_coordinator, root,
     import threading
 
     job_type = c.registry.get("create_file")
-    ctx = JobContext(stale, c.queue, threading.Event(), "paused-worker")
+    ctx = JobContext(stale, c.queue, threading.Event(), "paused-worker", lock_timeout=c.lock_timeout)
     with __import__("pytest").raises(Exception, match="lost its lock"):
         job_type.run(c.registry.parse("create_file", stale.payload), ctx)
     assert (root / "doc.json").read_text() == "new" and c.get(old).status is JobStatus.COMPLETED
+
+
+def test_a_lease_younger_than_half_the_lock_timeout_is_confirmed_without_a_read(make_coordinator, clock, monkeypatch):
+    import threading
+
+    from tether import CreateFile
+    from tether.context import JobContext
+
+    c = make_coordinator()
+    c.enqueue(CreateFile(path="doc.json", text="x"))
+    [job] = c.queue.claim("w")
+    asked = []
+    real = c.queue.holds
+    monkeypatch.setattr(c.queue, "holds", lambda *a, **k: asked.append(1) or real(*a, **k))
+    ctx = JobContext(job, c.queue, threading.Event(), "w", lock_timeout=c.lock_timeout)
+    clock.advance(c.lock_timeout / 2 - 1)
+    ctx.confirm_lease()
+    assert asked == []
+    clock.advance(2)  # past half the lock timeout: only the ledger knows
+    ctx.confirm_lease()
+    assert asked == [1]

@@ -175,11 +175,73 @@ def test_path_lock_serialises_holders_of_one_path(root):
     for t in threads:
         t.join()
     assert overlap == []
-    assert all(p.suffix == ".lock" for p in (root / ".tether/locks").iterdir())
+    assert [p.name for p in (root / ".tether/locks").iterdir()] == [fs.LOCK_FILE]
+
+
+def test_path_locks_of_different_paths_do_not_wait_for_each_other(root):
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold_a():
+        with fs.path_lock(root, "a.json"):
+            held.set()
+            release.wait(10)
+
+    t = threading.Thread(target=hold_a)
+    t.start()
+    assert held.wait(10)
+    try:
+        with fs.path_lock(root, "b.json"):  # would block until release if they shared a lock
+            assert t.is_alive() and not release.is_set()
+    finally:
+        release.set()
+        t.join()
+
+
+def test_a_path_lock_is_released_when_its_process_dies(root):
+    import subprocess
+    import sys
+
+    code = (f"import os, sys; from pathlib import Path; from tether import fs\n"
+            f"with fs.path_lock(Path({str(root)!r}), 'a.json'):\n"
+            f"    print('held', flush=True); os._exit(0)\n")
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert child.stdout == "held\n", child.stderr
+    with fs.path_lock(root, "a.json"):  # the dead holder's lock went with it
+        pass
 
 
 def test_a_thread_may_hold_the_locks_of_several_paths_at_once(root):
     with fs.path_locks(root, ["a.json", "b.json", "a.json"]):
         with fs.path_lock(root, "b.json"):  # re-entrant: no self-deadlock
             pass
-    assert len(list((root / ".tether/locks").iterdir())) <= fs.LOCK_STRIPES
+    assert [p.name for p in (root / ".tether/locks").iterdir()] == [fs.LOCK_FILE]
+
+
+def test_a_path_lock_held_by_another_process_excludes_this_one(root):
+    import errno
+    import fcntl
+    import struct
+    import subprocess
+    import sys
+
+    code = (f"import sys; from pathlib import Path; from tether import fs\n"
+            f"with fs.path_lock(Path({str(root)!r}), 'a.json'):\n"
+            f"    print('held', flush=True); sys.stdin.readline()\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "held\n"
+        fd = os.open(root / ".tether/locks" / fs.LOCK_FILE, os.O_RDWR)
+        try:
+            probe = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, fs._path_hash("a.json"), 1, 0)
+            with pytest.raises(OSError) as busy:  # a non-blocking try of the same lock
+                fcntl.fcntl(fd, fcntl.F_OFD_SETLK, probe)
+            assert busy.value.errno in (errno.EAGAIN, errno.EACCES)
+            other = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, fs._path_hash("b.json"), 1, 0)
+            fcntl.fcntl(fd, fcntl.F_OFD_SETLK, other)  # another path's lock is free
+        finally:
+            os.close(fd)
+    finally:
+        child.stdin.write("\n")
+        child.stdin.close()
+        child.wait(60)

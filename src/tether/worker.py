@@ -96,7 +96,8 @@ class Worker:
         claimed in the commit that recorded the batch's last outcomes."""
         if not jobs:
             return 0, []
-        contexts = [JobContext(job, self.queue, self._cancel, self.id) for job in jobs]
+        lock_timeout = self.config.lock_timeout
+        contexts = [JobContext(job, self.queue, self._cancel, self.id, lock_timeout=lock_timeout) for job in jobs]
         with self._running_lock:
             for job, ctx in zip(jobs, contexts):
                 self._running[job.id] = (job, ctx)
