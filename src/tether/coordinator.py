@@ -189,6 +189,7 @@ class Coordinator:
 
     def close(self) -> None:
         self.queue.wakeup.close()
+        self.queue.backend.close()
         self.engine.dispose()
 
     def __enter__(self) -> Coordinator:

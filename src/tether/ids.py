@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import random
 import threading
 from datetime import datetime
@@ -10,6 +11,7 @@ _lock = threading.Lock()
 _last = 0
 _random = random.SystemRandom()
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_TO_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _CROCKFORD.encode())
 
 
 def new_id(now: datetime) -> str:
@@ -22,4 +24,6 @@ def new_id(now: datetime) -> str:
         if candidate <= _last:
             candidate = _last + 1
         _last = candidate
-    return "".join(_CROCKFORD[(candidate >> shift) & 31] for shift in range(125, -1, -5))
+    # base32 in C: 160 bits are 32 characters, the last 26 of which are the ULID's 130 bits;
+    # only the alphabet differs from RFC 4648's.
+    return base64.b32encode(candidate.to_bytes(20, "big"))[6:].translate(_TO_CROCKFORD).decode()

@@ -8,6 +8,7 @@ import os
 import stat
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Sequence, TypeVar
 
@@ -30,12 +31,14 @@ class Payload(BaseModel):
 
     def to_json(self) -> bytes:
         """The stored form: every field, except optional ones the caller never set."""
-        omit = {
-            name
-            for name, info in type(self).model_fields.items()
-            if name not in self.model_fields_set and info.default is None
-        }
+        optional = _optional_fields(type(self))
+        omit = {name for name in optional if name not in self.model_fields_set} if optional else None
         return self.__pydantic_serializer__.to_json(self, exclude=omit or None)
+
+
+@cache
+def _optional_fields(model: type[Payload]) -> tuple[str, ...]:
+    return tuple(name for name, info in model.model_fields.items() if info.default is None)
 
 
 P = TypeVar("P", bound=Payload)
