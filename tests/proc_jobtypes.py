@@ -45,6 +45,7 @@ class AppendId(Payload):
     job_type: ClassVar[str] = "append_id"
 
     log: str  # absolute path of the effect log (outside the data root)
+    gate: str | None = None  # absolute path whose existence lets the handler start
 
 
 class AppendIdType(JobType[AppendId]):
@@ -52,6 +53,10 @@ class AppendIdType(JobType[AppendId]):
     payload_model = AppendId
 
     def run(self, payload: AppendId, ctx: JobContext) -> dict[str, Any]:
+        deadline = time.monotonic() + SLOW_JOB_DEADLINE
+        while payload.gate and not os.path.exists(payload.gate) and time.monotonic() < deadline:
+            ctx.checkpoint()
+            time.sleep(0.01)
         # One write(2) of a short line with O_APPEND: lines from concurrent processes never mix.
         fd = os.open(payload.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:

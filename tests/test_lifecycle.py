@@ -453,3 +453,15 @@ def test_job_ids_are_ulids_in_enqueue_order_even_within_one_millisecond(monkeypa
     ids = [new_id(now) for _ in range(1000)]
     assert ids == sorted(ids) and len(set(ids)) == 1000
     assert ULID.from_str(ids[0]).datetime == now
+
+
+def test_job_ids_encode_like_the_ulid_reference_for_any_128_bit_value():
+    import random
+
+    from ulid import ULID
+
+    from tether.ids import _encode
+
+    rng = random.Random(7)
+    values = [0, 1, 2**80 - 1, 2**80, 2**128 - 1] + [rng.getrandbits(128) for _ in range(5000)]
+    assert [_encode(v) for v in values] == [str(ULID.from_int(v)) for v in values]

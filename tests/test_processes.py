@@ -143,13 +143,20 @@ def test_four_worker_processes_drain_8000_jobs_applying_each_effect_exactly_once
     tmp_path: Path, ledger: str, root: Path, start_worker: Callable[..., Proc]
 ) -> None:
     log = tmp_path / "effects.log"  # outside the data root
+    gate = tmp_path / "go"  # jobs wait for it, so a worker that starts late still finds work
     total = WORKERS * JOBS_PER_WORKER
     with open_coordinator(ledger, root) as c:
-        ids = {r.job.id for r in c.enqueue_many([pj.AppendId(log=str(log))] * total)}
+        ids = {r.job.id for r in c.enqueue_many([pj.AppendId(log=str(log), gate=str(gate))] * total)}
     assert len(ids) == total
 
     started = time.monotonic()
     procs = [start_worker("--until-idle") for _ in range(WORKERS)]
+    deadline = time.monotonic() + DEADLINE
+    while not all(p.events("claimed") for p in procs):  # every worker holds a batch
+        assert time.monotonic() < deadline, "not every worker claimed a job"
+        assert all(p.popen.poll() is None for p in procs), "a worker exited before claiming"
+        time.sleep(0.05)
+    gate.touch()
     codes = [p.wait(timeout=DRAIN_DEADLINE) for p in procs]
     elapsed = time.monotonic() - started
     print(f"\n{WORKERS} worker processes drained {total} jobs in {elapsed:.1f}s ({total / elapsed:.0f} jobs/s)")

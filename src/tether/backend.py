@@ -95,6 +95,11 @@ class Backend:
             if raw is not None:
                 raw.close()
 
+    def execute_alone(self, statement: str, params: Mapping[str, Any]) -> int:
+        """One statement as its own durable transaction; returns the rows it changed."""
+        with self.write() as cur:
+            return cur.execute(statement, params)
+
     def _checkout_writer(self) -> tuple[Any, Any]:
         """(pooled connection to return or None, driver connection) for one write transaction."""
         raw = self.engine.raw_connection()
@@ -174,6 +179,14 @@ class SQLiteBackend(Backend):
             writer = self._local.writer = _Writer(driver, self.engine.pool)
             self._writers.add(writer)
         return None, writer.driver
+
+    def execute_alone(self, statement: str, params: Mapping[str, Any]) -> int:
+        # Outside BEGIN/COMMIT a statement commits itself, as durably: two round trips fewer.
+        _, driver = self._checkout_writer()
+        try:
+            return driver.execute(statement, self.bind(params)).rowcount
+        except sqlite3.Error as e:
+            raise self._wrap(e) from e
 
     def close(self) -> None:
         for writer in list(self._writers):

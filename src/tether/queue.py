@@ -172,10 +172,15 @@ class Queue:
     def enqueue_all(self, jobs: Sequence[NewJob]) -> list[InsertResult]:
         """Insert ``jobs`` in one transaction; returns after the commit is durable."""
         try:
-            with self.backend.write() as cur:
-                results = self.insert_all(cur, jobs)
-                if any(not r.duplicate for r in results):
-                    self.wakeup.notify_in(cur)
+            if len(jobs) == 1 and jobs[0].params["idempotency_key"] is None and self.wakeup.in_process_only:
+                # The common single enqueue: one INSERT that is its own transaction.
+                self.backend.execute_alone(sql.INSERT_UNKEYED, jobs[0].params)
+                results = [InsertResult(jobs[0].record())]
+            else:
+                with self.backend.write() as cur:
+                    results = self.insert_all(cur, jobs)
+                    if any(not r.duplicate for r in results):
+                        self.wakeup.notify_in(cur)
         except sa.exc.OperationalError as e:
             raise DatabaseUnavailable(f"could not record the job(s), nothing was enqueued: {e.orig}") from e
         self.committed(results)
