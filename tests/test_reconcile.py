@@ -332,6 +332,25 @@ def test_existence_checks_agree_whether_a_directory_is_listed_or_each_file_stat(
     assert listed.findings == stat_each.findings
 
 
+def test_leftover_temp_files_are_found_in_directories_the_probe_listed_and_below_them(
+    coordinator: Coordinator, store: dict[str, str], root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (root / "docs" / ".a.json.0123abcd.tether-tmp").write_bytes(b"x")
+    (root / "docs" / "old").mkdir()
+    (root / "docs" / "old" / ".z.json.89abcdef.tether-tmp").write_bytes(b"yy")
+    scans: list[str] = []
+    real_scandir = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda path=".": scans.append(os.path.normpath(path)) or real_scandir(path))
+    monkeypatch.setattr(base, "_BYTES_PER_WANTED", 10**6)  # list any directory with 8+ of the paths
+    report = reconcile(coordinator, content=False)
+    assert statuses(report) == {"docs/.a.json.0123abcd.tether-tmp": "leftover_temp",
+                                "docs/old/.z.json.89abcdef.tether-tmp": "leftover_temp"}
+    assert scans.count(str(root / "docs")) == 1  # listed once, for the probe; the walk reused it
+    assert str(root / "docs" / "old") in scans
+    monkeypatch.setattr(base, "_LIST_AT", 10**9)  # no listing by the probe: the walk reads docs/
+    assert statuses(reconcile(coordinator, content=False)) == statuses(report)
+
+
 def test_targets_of_job_types_this_process_does_not_know_are_reported_not_checked(
     make_coordinator, root: Path
 ) -> None:

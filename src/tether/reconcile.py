@@ -25,7 +25,7 @@ from . import events, fs
 from .engine import READ_ONLY
 from .drift import DRIFT, IN_SYNC, LEFTOVER_TEMP, NOT_CHECKED, STATUSES, UNKNOWN, UNTRACKED, Finding, Report
 from .backend import Backend
-from .jobtypes.base import SYNCED, Check, Probe, file_target
+from .jobtypes.base import SYNCED, Check, Probe, file_target, listings
 
 if TYPE_CHECKING:
     from .coordinator import Coordinator
@@ -121,16 +121,23 @@ class _Reconciler:
 
     def run(self, now: datetime) -> Report:
         self.report = Report(checked_at=now, content=self.content, untracked=self.untracked)
-        for ready, read in self._pages():
-            self._check_all(ready)
-            if len(self.suspects) >= 500:
-                self._recheck()
-            if self.progress is not None:
-                self.progress(read)
+        listed: dict[str, tuple[list[str], list[str]]] = {}
+        token = listings.set(None if self.untracked else listed)
+        try:
+            for ready, read in self._pages():
+                self._check_all(ready)
+                if len(self.suspects) >= 500:
+                    self._recheck()
+                if self.progress is not None:
+                    self.progress(read)
+        finally:
+            listings.reset(token)
         self._recheck()
         # After the ledger pass. (Overlapping this walk with it in a thread measured no faster
-        # here: the GIL-bound parts of both compete.)
-        self._walk(_entries(self.root, only_temps=not self.untracked))
+        # here: the GIL-bound parts of both compete.) Directories the probes listed in full are
+        # not read again: a temp file left by a crash was there when they were read, and one
+        # that appeared since belongs to a write still running.
+        self._walk(_entries(self.root, only_temps=not self.untracked, listed=listed))
         self.report.findings.sort(key=lambda f: f.path)
         return self.report
 
@@ -188,23 +195,26 @@ class _Reconciler:
     def _check_all(self, ready: list[_Target]) -> None:
         """Ask each type's probe about its targets, a batch at a time."""
         by_type: dict[str, tuple[list[str], list[str], list[str | None]]] = {}
+        probes = self.probes
         for key, latest_id, latest_type, active_id, payload in ready:
             if active_id is not None:
                 self._found(Finding(_display(key), NOT_CHECKED, active_id, detail="a job on this path is pending or claimed"))
             elif latest_id is None or latest_type is None:
                 continue  # only failed jobs ever named this target: nothing is expected of it
-            elif latest_type not in self.probes:
+            elif latest_type not in probes:
                 # Said, not skipped: a check run without the application's job types must not
                 # read as "all in sync".
                 self._found(Finding(_display(key), NOT_CHECKED, latest_id, latest_type,
                                     detail=f"job type {latest_type!r} is not registered here (pass --import MODULE)"))
-            elif self.probes[latest_type] is None:
+            elif probes[latest_type] is None:
                 continue  # a registered type without a probe has nothing on disk to prove
             else:
-                keys, ids, payloads = by_type.setdefault(latest_type, ([], [], []))
-                keys.append(key)
-                ids.append(latest_id)
-                payloads.append(payload)
+                group = by_type.get(latest_type)
+                if group is None:
+                    group = by_type[latest_type] = ([], [], [])
+                group[0].append(key)
+                group[1].append(latest_id)
+                group[2].append(payload)
         for job_type, (keys, ids, payloads) in by_type.items():
             probe = self.probes[job_type]
             assert probe is not None
@@ -270,7 +280,7 @@ class _Reconciler:
 
     # -- the data root ---------------------------------------------------------------------
 
-    def _walk(self, entries: Iterable[tuple[str, os.DirEntry[str] | None]]) -> None:
+    def _walk(self, entries: Iterable[tuple[str, os.DirEntry[str] | bool | None]]) -> None:
         """Leftover temp files, and (on request) files no job ever named. Never enters ``.tether/``
         or follows a symlinked directory."""
         pending: list[tuple[str, int | None]] = []
@@ -320,15 +330,25 @@ class _Reconciler:
                 self._found(Finding(rel, UNTRACKED, actual_size=size, detail="no job ever named this file"))
 
 
-def _entries(root: Path, *, only_temps: bool) -> Iterator[tuple[str, os.DirEntry[str] | None]]:
+def _entries(root: Path, *, only_temps: bool, listed: dict[str, tuple[list[str], list[str]]] | None = None,
+             ) -> Iterator[tuple[str, os.DirEntry[str] | bool | None]]:
     """(relative path, entry) of every non-directory entry under ``root`` (only temp files with
-    ``only_temps``), skipping ``.tether/``; (directory, None) for one that could not be listed."""
+    ``only_temps``), skipping ``.tether/``; (directory, None) for one that could not be listed.
+    With ``listed`` (only temp files), the directories in it are taken from it (entry: True)."""
     suffix = fs.TEMP_SUFFIX
     stack = [""]
     while stack:
         prefix = stack.pop()
+        path = os.path.join(root, prefix) if prefix else root
+        known = listed.get(os.path.normpath(path)) if listed else None
+        if known is not None and only_temps:
+            temps, subdirs = known
+            for name in temps:
+                yield f"{prefix}{name}", True
+            stack.extend(f"{prefix}{name}/" for name in subdirs if prefix or name != fs.INTERNAL_DIR)
+            continue
         try:
-            entries = os.scandir(os.path.join(root, prefix) if prefix else root)
+            entries = os.scandir(path)
         except FileNotFoundError:
             continue
         except OSError:

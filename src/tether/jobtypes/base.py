@@ -7,6 +7,7 @@ import hashlib
 import os
 import stat
 from abc import ABC, abstractmethod
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
@@ -175,15 +176,39 @@ _LIST_AT = 8
 _BYTES_PER_WANTED = 64
 
 
+# Set by the reconciler for one check: directory -> (temp file names, subdirectory names) of
+# every directory a probe listed in full, so the check's walk for leftover temp files does not
+# list it again (reading a directory is most of that walk's cost).
+listings: ContextVar[dict[str, tuple[list[str], list[str]]] | None] = ContextVar("tether_listings", default=None)
+
+
 def list_data_dir(path: str, wanted: set[str]) -> dict[str, bool] | None:
     """Of the ``wanted`` names in a directory, those present -> whether each is a directory (from
     d_type, no stat); {} if the directory does not exist; None when listing it does not pay or
-    fails (the caller then uses lstat). Holds no more than ``wanted``."""
+    fails (the caller then uses lstat). Holds no more than ``wanted`` (and, during a check, the
+    directory's temp files and subdirectories)."""
     try:
         if len(wanted) * _BYTES_PER_WANTED < os.stat(path).st_size:
             return None
+        seen = listings.get()
         with os.scandir(path) as entries:
-            return {e.name: e.is_dir(follow_symlinks=False) for e in entries if e.name in wanted}
+            if seen is None:
+                return {e.name: e.is_dir(follow_symlinks=False) for e in entries if e.name in wanted}
+            found: dict[str, bool] = {}
+            temps: list[str] = []
+            subdirs: list[str] = []
+            for e in entries:
+                name = e.name
+                if name.endswith(fs.TEMP_SUFFIX):
+                    temps.append(name)
+                elif name in wanted:
+                    if is_dir := e.is_dir(follow_symlinks=False):
+                        subdirs.append(name)
+                    found[name] = is_dir
+                elif e.is_dir(follow_symlinks=False):
+                    subdirs.append(name)
+        seen[os.path.normpath(path)] = (temps, subdirs)
+        return found
     except (FileNotFoundError, NotADirectoryError):
         return {}
     except OSError:
@@ -197,23 +222,28 @@ def files_exist(root: Path, rels: Sequence[str], *, present: bool) -> list[Check
     ``missing`` answer carries no expectation; the caller adds it."""
     prefix = f"{os.fspath(root)}/"
     out: list[Check | None] = [None] * len(rels)
-    by_dir: dict[str, list[int]] = {}
+    by_dir: dict[str, tuple[list[int], list[str]]] = {}  # directory -> (indexes, names)
     for n, rel in enumerate(rels):
         if rel.startswith("/") or "\x00" in rel or (".." in rel and ".." in rel.split("/")):  # _outside, inlined
             out[n] = _OUTSIDE
-        else:
-            by_dir.setdefault(rel.rpartition("/")[0], []).append(n)
-    for directory, indexes in by_dir.items():
+            continue
+        directory, _, name = rel.rpartition("/")
+        group = by_dir.get(directory)
+        if group is None:
+            group = by_dir[directory] = ([], [])
+        group[0].append(n)
+        group[1].append(name)
+    for directory, (indexes, names) in by_dir.items():
         listing = None
         if len(indexes) >= _LIST_AT:
-            wanted = {rels[n].rpartition("/")[2] for n in indexes}
-            listing = list_data_dir(prefix + directory if directory else prefix, wanted)
+            listing = list_data_dir(prefix + directory if directory else prefix, set(names))
         if listing is None:
             for n in indexes:
                 out[n] = _exists(prefix + rels[n], present)
             continue
-        for n in indexes:
-            is_dir = listing.get(rels[n].rpartition("/")[2])
+        get = listing.get
+        for n, name in zip(indexes, names):
+            is_dir = get(name)
             if (is_dir is False) if present else (is_dir is None):
                 out[n] = SYNCED
             else:

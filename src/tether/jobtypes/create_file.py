@@ -11,7 +11,7 @@ from pydantic import JsonValue, model_validator
 
 from .. import fs
 from ..errors import PermanentError
-from .base import IN_SYNC, Check, JobType, Payload, Probe, check_file, checked_path, file_paths, file_target, files_exist
+from .base import IN_SYNC, SYNCED, Check, JobType, Payload, Probe, check_file, checked_path, file_paths, file_target, files_exist
 
 if TYPE_CHECKING:
     from ..context import JobContext
@@ -67,7 +67,7 @@ class CreateFileProbe(Probe):
                 out.append(check_file(root, fields["path"], render_fields(fields.get("content"), fields.get("text"))))
             return out
         found = files_exist(root, file_paths(items), present=True)
-        return [c if c.status == IN_SYNC else _expecting(c, p) for c, (_, p) in zip(found, items)]
+        return [c if c is SYNCED or c.status == IN_SYNC else _expecting(c, p) for c, (_, p) in zip(found, items)]
 
 
 def _expecting(check: Check, payload: str | None) -> Check:
