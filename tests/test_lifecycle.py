@@ -465,3 +465,29 @@ def test_job_ids_encode_like_the_ulid_reference_for_any_128_bit_value():
     rng = random.Random(7)
     values = [0, 1, 2**80 - 1, 2**80, 2**128 - 1] + [rng.getrandbits(128) for _ in range(5000)]
     assert [_encode(v) for v in values] == [str(ULID.from_int(v)) for v in values]
+
+
+def test_the_library_and_cli_import_without_test_only_packages():
+    import subprocess
+    import sys
+
+    # python-ulid is a test dependency: nothing tether runs may need it.
+    code = "import sys; sys.modules['ulid'] = None; import tether, tether.cli, tether.observe, tether.demo; print('ok')"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout == "ok\n", done.stderr[-2000:]
+
+
+def test_the_id_floor_of_a_moment_sorts_before_every_id_made_at_or_after_it(monkeypatch):
+    from datetime import datetime, timedelta, timezone
+
+    from ulid import ULID
+
+    from tether import ids
+    from tether.ids import floor_id, new_id
+
+    monkeypatch.setattr(ids, "_last", 0)  # ids made earlier in this process are later than `when`
+
+    when = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=timezone.utc)
+    floor = floor_id(when)
+    assert ULID.from_str(floor).datetime == when.replace(microsecond=123000)
+    assert new_id(when - timedelta(milliseconds=1)) < floor <= new_id(when)

@@ -19,12 +19,21 @@ _PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]
 _prefix: tuple[int, str] = (-1, "")  # the time part of the last id, encoded
 
 
+def _ms(when: datetime) -> int:
+    return int(when.timestamp()) * 1000 + when.microsecond // 1000  # exact, unlike timestamp() * 1000
+
+
+def floor_id(when: datetime) -> str:
+    """The smallest id of ``when``'s millisecond: ``id >= floor_id(t)`` selects jobs created
+    since ``t`` by primary key."""
+    return _encode(_ms(when) << 80)
+
+
 def new_id(now: datetime) -> str:
     """A ULID for ``now`` (48-bit milliseconds, 80 random bits); if the clock has not moved on,
     the previous id plus one."""
     global _last
-    ms = int(now.timestamp()) * 1000 + now.microsecond // 1000  # exact, unlike timestamp() * 1000
-    candidate = (ms << 80) | _random.getrandbits(80)
+    candidate = (_ms(now) << 80) | _random.getrandbits(80)
     with _lock:
         if candidate <= _last:
             candidate = _last + 1

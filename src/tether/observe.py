@@ -12,8 +12,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from ulid import ULID
 
+from . import ids
 from .errors import JobNotFound
 from .readonly import (  # noqa: F401  (open_ledger, NoLedger, Source: part of this API)
     DEFAULT_LOCK_TIMEOUT,
@@ -332,7 +332,7 @@ def _finished(conn: sa.Connection, statuses: tuple[JobStatus, ...], job_type: st
 def _id_floor(when: datetime) -> str:
     """The smallest ULID of ``when``'s millisecond: ids are time-ordered, so ``id >= floor`` is a
     primary-key range for "created since"."""
-    return str(ULID.from_int((int(ULID.from_datetime(when)) >> 80) << 80))
+    return ids.floor_id(when)
 
 
 def jobs(
