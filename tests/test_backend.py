@@ -45,3 +45,48 @@ def test_a_disposed_pool_gives_the_thread_a_new_connection(tmp_path):
         c.engine.dispose()  # e.g. to re-run connect-time set-up
         assert _writer(c) is not before
         assert c.enqueue(Note(name="a")).id
+
+
+def _hold_write_lock(path) -> sqlite3.Connection:
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process's writer, mid-transaction
+    return other
+
+
+def test_a_write_waits_for_the_write_lock_in_short_steps_and_goes_on_when_it_is_free(tmp_path, monkeypatch):
+    from tether import backend
+
+    with Coordinator.open(f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())) as c:
+        c.enqueue(Note(name="warm"))  # the thread's write connection exists
+        other = _hold_write_lock(tmp_path / "l.db")
+        pauses = []
+
+        def sleep(seconds):
+            pauses.append(seconds)
+            if len(pauses) == 3:
+                other.rollback()  # the other writer finishes
+
+        monkeypatch.setattr(backend.time, "sleep", sleep)
+        job = c.enqueue(Note(name="a"))
+        assert pauses == [0.00005, 0.0001, 0.0002]  # not SQLite's first whole-millisecond sleep
+        assert c.get(job.id).status.value == "pending"
+        other.close()
+
+
+def test_a_write_lock_held_past_the_busy_timeout_fails_the_enqueue_cleanly(tmp_path, monkeypatch):
+    from tether import backend
+    from tether.errors import DatabaseUnavailable
+
+    with Coordinator.open(f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())) as c:
+        c.enqueue(Note(name="warm"))
+        c.queue.backend._busy_timeout = 0.05
+        other = _hold_write_lock(tmp_path / "l.db")
+        try:
+            with pytest.raises(DatabaseUnavailable, match="database is locked"):
+                c.enqueue(Note(name="a"))
+            with pytest.raises(Exception, match="database is locked"):
+                c.queue.claim("w")
+        finally:
+            other.close()
+        with c.engine.connect() as conn:  # nothing half written
+            assert conn.exec_driver_sql("SELECT count(*) FROM tether_jobs").scalar() == 1

@@ -12,11 +12,12 @@ import os
 import re
 import sqlite3
 import threading
+import time
 import weakref
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from functools import cache
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import sqlalchemy as sa
 
@@ -163,6 +164,7 @@ class SQLiteBackend(Backend):
         super().__init__(engine)
         self._local = threading.local()
         self._writers: weakref.WeakSet[_Writer] = weakref.WeakSet()
+        self._busy_timeout = 30.0  # the engine's, read from the first write connection
 
     def _checkout_writer(self) -> tuple[Any, Any]:
         # Each thread keeps one write connection out of the pool: a pool checkout and its reset
@@ -176,15 +178,40 @@ class SQLiteBackend(Backend):
             raw = self.engine.raw_connection()  # the engine's connect-time PRAGMAs included
             driver = raw.driver_connection
             raw.detach()
+            # Waits for the write lock are ours (_when_unlocked): SQLite's own busy handler first
+            # sleeps a whole millisecond, and a worker woken by the WAL watch while the writer
+            # that woke it is still syncing would always pay it.
+            self._busy_timeout = driver.execute("PRAGMA busy_timeout").fetchone()[0] / 1000
+            driver.execute("PRAGMA busy_timeout=0")
             writer = self._local.writer = _Writer(driver, self.engine.pool)
             self._writers.add(writer)
         return None, writer.driver
 
+    def _when_unlocked(self, statement: Callable[[], Any]) -> Any:
+        """Run ``statement`` (one that takes the write lock) as soon as the lock is free: retried
+        after 50 us, doubling to 2 ms, until the busy timeout has passed."""
+        deadline = None
+        pause = 0.00005
+        while True:
+            try:
+                return statement()
+            except sqlite3.OperationalError as e:
+                if getattr(e, "sqlite_errorcode", 5) & 0xFF != 5:  # SQLITE_BUSY and its kinds
+                    raise
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self._busy_timeout
+                elif now >= deadline:
+                    raise
+                time.sleep(min(pause, max(0.0, deadline - now)))
+                pause = min(pause * 2, 0.002)
+
     def execute_alone(self, statement: str, params: Mapping[str, Any]) -> int:
         # Outside BEGIN/COMMIT a statement commits itself, as durably: two round trips fewer.
         _, driver = self._checkout_writer()
+        values = self.bind(params)
         try:
-            return driver.execute(statement, self.bind(params)).rowcount
+            return self._when_unlocked(lambda: driver.execute(statement, values).rowcount)
         except sqlite3.Error as e:
             raise self._wrap(e) from e
 
@@ -223,7 +250,7 @@ class SQLiteBackend(Backend):
     def _begin(self, cur: Any) -> None:
         # Take the write lock up front: a deferred transaction that upgrades later can fail with
         # "database is locked" without waiting for the busy timeout.
-        cur.execute("BEGIN IMMEDIATE")
+        self._when_unlocked(lambda: cur.execute("BEGIN IMMEDIATE"))
 
     def _rollback(self, driver: sqlite3.Connection, cur: Any) -> None:
         if driver.in_transaction:
