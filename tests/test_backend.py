@@ -90,3 +90,31 @@ def test_a_write_lock_held_past_the_busy_timeout_fails_the_enqueue_cleanly(tmp_p
             other.close()
         with c.engine.connect() as conn:  # nothing half written
             assert conn.exec_driver_sql("SELECT count(*) FROM tether_jobs").scalar() == 1
+
+
+def test_a_write_inside_another_on_one_thread_is_refused_and_the_outer_one_survives(tmp_path):
+    with Coordinator.open(f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())) as c:
+        job = c.queue.build(Note(name="a"))
+        with c.queue.backend.write() as cur:
+            c.queue.insert_all(cur, [job])
+            with pytest.raises(RuntimeError, match="nested writes are not supported"):
+                with c.queue.backend.write():
+                    pass
+        assert c.get(job.params["id"]).status.value == "pending"
+
+
+def test_a_forked_child_leaves_the_parents_write_connections_alone(tmp_path):
+    import os
+
+    with Coordinator.open(f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())) as c:
+        parent = _writer(c)
+        pid = os.fork()
+        if pid == 0:  # the child: its own connection, the parent's untouched
+            try:
+                ok = _writer(c) is not parent and c.enqueue(Note(name="child")).id is not None
+            finally:
+                os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert parent.execute("SELECT count(*) FROM tether_jobs").fetchone()[0] == 1  # still open, sees the child's job
+        assert c.enqueue(Note(name="parent")).id

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import sqlalchemy as sa
 
 from tether import Coordinator, JobStatus
@@ -183,16 +185,17 @@ def test_a_worker_that_lost_its_lock_does_not_write_late(make_coordinator, root,
     import threading
 
     job_type = c.registry.get("create_file")
-    ctx = JobContext(stale, c.queue, threading.Event(), "paused-worker", lock_timeout=c.lock_timeout)
+    # paused past its lock timeout: its trust in the claim (half of that) ran out long ago
+    ctx = JobContext(stale, c.queue, threading.Event(), "paused-worker", trusted_until=time.monotonic() - c.lock_timeout / 2)
     with __import__("pytest").raises(Exception, match="lost its lock"):
         job_type.run(c.registry.parse("create_file", stale.payload), ctx)
     assert (root / "doc.json").read_text() == "new" and c.get(old).status is JobStatus.COMPLETED
 
 
-def test_a_lease_younger_than_half_the_lock_timeout_is_confirmed_without_a_read(make_coordinator, clock, monkeypatch):
+def test_a_lease_younger_than_half_the_lock_timeout_is_confirmed_without_a_read(make_coordinator, monkeypatch):
     import threading
 
-    from tether import CreateFile
+    from tether import CreateFile, context
     from tether.context import JobContext
 
     c = make_coordinator()
@@ -201,10 +204,31 @@ def test_a_lease_younger_than_half_the_lock_timeout_is_confirmed_without_a_read(
     asked = []
     real = c.queue.holds
     monkeypatch.setattr(c.queue, "holds", lambda *a, **k: asked.append(1) or real(*a, **k))
-    ctx = JobContext(job, c.queue, threading.Event(), "w", lock_timeout=c.lock_timeout)
-    clock.advance(c.lock_timeout / 2 - 1)
+    now = [1000.0]
+    monkeypatch.setattr(context.time, "monotonic", lambda: now[0])
+    ctx = JobContext(job, c.queue, threading.Event(), "w", trusted_until=1000.0 + c.lock_timeout / 2)
+    now[0] += c.lock_timeout / 2 - 1
     ctx.confirm_lease()
     assert asked == []
-    clock.advance(2)  # past half the lock timeout: only the ledger knows
+    now[0] += 2  # past half the lock timeout since the claim: only the ledger knows
     ctx.confirm_lease()
     assert asked == [1]
+
+
+def test_the_worker_trusts_a_claim_for_half_the_lock_timeout_from_before_its_statement(make_coordinator, monkeypatch):
+    from tether import CreateFile, context
+
+    c = make_coordinator()
+    c.enqueue(CreateFile(path="doc.json", text="x"))
+    seen = []
+    real_init = context.JobContext.__init__
+
+    def init(self, *a, **k):
+        seen.append(k["trusted_until"])
+        real_init(self, *a, **k)
+
+    monkeypatch.setattr(context.JobContext, "__init__", init)
+    before = time.monotonic()
+    w = c.worker(lock_timeout=60)
+    assert w.run_once() == 1
+    assert before + 30 <= seen[0] <= time.monotonic() + 30

@@ -153,8 +153,28 @@ class _Writer:
         self.pid = os.getpid()
 
 
-# Connections a forked child inherited: never used, and never closed by the child either.
+# Connections a forked child inherited: never used, and never closed by the child either (nor
+# by the interpreter freeing the other threads' locals in it): held from just before the fork.
 _inherited: list[_Writer] = []
+_forking: list[_Writer] = []
+_backends: weakref.WeakSet[SQLiteBackend] = weakref.WeakSet()
+
+
+def _before_fork() -> None:
+    _forking.extend(w for b in list(_backends) for w in list(b._writers))
+
+
+def _after_fork_in_parent() -> None:
+    _forking.clear()
+
+
+def _after_fork_in_child() -> None:
+    _inherited.extend(_forking)
+    _forking.clear()
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                    after_in_child=_after_fork_in_child)
 
 
 class SQLiteBackend(Backend):
@@ -165,6 +185,7 @@ class SQLiteBackend(Backend):
         self._local = threading.local()
         self._writers: weakref.WeakSet[_Writer] = weakref.WeakSet()
         self._busy_timeout = 30.0  # the engine's, read from the first write connection
+        _backends.add(self)
 
     def _checkout_writer(self) -> tuple[Any, Any]:
         # Each thread keeps one write connection out of the pool: a pool checkout and its reset
@@ -172,6 +193,10 @@ class SQLiteBackend(Backend):
         # closed with the thread (its locals go), or by close(); a new pool (engine.dispose()) or
         # a forked child gets a new one.
         writer = getattr(self._local, "writer", None)
+        if writer is not None and writer.pid == os.getpid() and writer.driver.in_transaction:
+            # Its transaction is still open: a write() inside another on this thread, which would
+            # otherwise end the outer transaction and leave its rest to commit statement by statement.
+            raise RuntimeError("a tether write transaction is already open on this thread; nested writes are not supported")
         if writer is None or writer.pool is not self.engine.pool or writer.pid != os.getpid():
             if writer is not None and writer.pid != os.getpid():
                 _inherited.append(writer)
@@ -257,7 +282,10 @@ class SQLiteBackend(Backend):
             try:
                 cur.execute("ROLLBACK")
             except sqlite3.Error:
-                pass
+                # A connection whose transaction cannot be ended is not used again.
+                if getattr(getattr(self._local, "writer", None), "driver", None) is driver:
+                    self._local.writer = None
+                driver.close()
 
 
 class PostgresBackend(Backend):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import traceback
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -44,7 +45,7 @@ class JobContext:
         cancel: threading.Event,
         worker: str = "",
         *,
-        lock_timeout: float | None = None,
+        trusted_until: float | None = None,
     ) -> None:
         self.job = job
         self.worker = worker
@@ -54,13 +55,8 @@ class JobContext:
         self._cancel = cancel
         self.lease_lost = _Flag()
         self.children: list[NewJob] = []
-        # No other worker takes a lock before it is lock_timeout old (by the ledger's clock), so
-        # for the first half of that the claim itself is proof enough: the same margin the
-        # heartbeat's self-fencing keeps. Past it, confirm_lease asks the ledger.
-        self._trusted_until = (
-            job.locked_at + timedelta(seconds=lock_timeout / 2)
-            if lock_timeout is not None and job.locked_at is not None else None
-        )
+        # Until then (time.monotonic()), the worker knows without asking that it holds the job.
+        self._trusted_until = trusted_until
 
     @property
     def cancelled(self) -> bool:
@@ -81,7 +77,7 @@ class JobContext:
         outcome of the job's new owner. Within half the lock timeout of the claim the answer is
         known without asking."""
         self.checkpoint()
-        if self._trusted_until is not None and self.clock.now() < self._trusted_until:
+        if self._trusted_until is not None and time.monotonic() < self._trusted_until:
             return
         if self.worker and not self._queue.holds(self.job, self.worker):
             self.lease_lost.set()

@@ -171,6 +171,14 @@ def _path_hash(rel: str) -> int:
     return int.from_bytes(hashlib.blake2b(rel.encode(), digest_size=4).digest(), "big")
 
 
+def _lock_id(rel: str) -> int:
+    """What is locked for ``rel``: its byte of the lock file, or its stripe where OFD locks are
+    missing. Re-entrancy and the order of several locks go by this, so two paths that share a
+    stripe are one lock (a thread taking both would otherwise wait on itself)."""
+    h = _path_hash(rel)
+    return h if _OFD_SETLKW is not None else h % LOCK_STRIPES
+
+
 @contextmanager
 def path_lock(root: Path, rel: str) -> Iterator[None]:
     """Hold the lock of one data path, against every thread and process using this root.
@@ -184,7 +192,7 @@ def path_lock(root: Path, rel: str) -> Iterator[None]:
     processes cannot wait on each other. Each acquisition opens its own descriptor, so threads
     of one process exclude each other too.
     """
-    h = _path_hash(rel)
+    h = _lock_id(rel)
     key = (os.fspath(root), h)
     held: dict[tuple[str, int], int] = _held.__dict__.setdefault("locks", {})
     if key in held:
@@ -194,7 +202,7 @@ def path_lock(root: Path, rel: str) -> Iterator[None]:
         finally:
             held[key] -= 1
         return
-    name = LOCK_FILE if _OFD_SETLKW is not None else f"{h % LOCK_STRIPES:04d}.lock"
+    name = LOCK_FILE if _OFD_SETLKW is not None else f"{h:04d}.lock"
     fd = _open_lock_file(os.path.join(key[0], INTERNAL_DIR, "locks", name))
     try:
         if _OFD_SETLKW is not None:
@@ -223,7 +231,7 @@ def _open_lock_file(path: str) -> int:
 def path_locks(root: Path, rels: list[str]) -> Iterator[None]:
     """The locks of several paths, taken in one global order."""
     with ExitStack() as stack:
-        for rel in sorted(set(rels), key=_path_hash):
+        for rel in sorted(set(rels), key=_lock_id):
             stack.enter_context(path_lock(root, rel))
         yield
 

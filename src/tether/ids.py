@@ -12,7 +12,15 @@ _last = 0
 # Mersenne Twister seeded from the OS (a SystemRandom draw is a syscall: half an id's cost),
 # reseeded in a forked child so two processes never share a sequence.
 _random = random.Random()
-os.register_at_fork(after_in_child=_random.seed)
+
+
+def _after_fork_in_child() -> None:
+    global _last
+    _random.seed()
+    _last = 0  # else parent and child could both hand out _last + 1 within one millisecond
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 # Two characters per 10 bits: a ULID's 130 bits (two leading zeros) are 13 look-ups.
 _PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]

@@ -43,7 +43,6 @@ _EDGE_EVENT = {
 
 
 @cache
-@cache
 def _without_returning(statement: str) -> str:
     return statement.split("RETURNING", 1)[0]
 

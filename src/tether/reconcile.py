@@ -2,7 +2,7 @@
 
 For every target (a data path) the expectation is the effect of the *latest* completed job on it:
 jobs on one target take effect in enqueue (id) order, so that is the one with the highest id. The
-reconciler streams every job by ``(ordering_key, id)`` through ``ix_tether_jobs_targeted`` in short
+reconciler streams every job that has a target by ``(ordering_key, id)`` through ``ix_tether_jobs_targeted`` in short
 read-only batches: each target's jobs arrive together, its latest last, so it holds one target at
 a time and memory does not grow with the number of jobs. It reports, logs and never repairs.
 
@@ -135,8 +135,9 @@ class _Reconciler:
         self._recheck()
         # After the ledger pass. (Overlapping this walk with it in a thread measured no faster
         # here: the GIL-bound parts of both compete.) Directories the probes listed in full are
-        # not read again: a temp file left by a crash was there when they were read, and one
-        # that appeared since belongs to a write still running.
+        # not read again: a temp file left by an earlier crash was there when they were read;
+        # one that appeared since was left by a write that was running during this check, and
+        # the next check reports it if that write died.
         self._walk(_entries(self.root, only_temps=not self.untracked, listed=listed))
         self.report.findings.sort(key=lambda f: f.path)
         return self.report

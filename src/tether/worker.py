@@ -85,19 +85,25 @@ class Worker:
     def run_once(self, now: datetime | None = None) -> int:
         """One tick: claim ready jobs (as of ``now``; up to ``batch``, or one while jobs are
         slow), run them in order, record their outcomes in group commits. Returns jobs run."""
+        leased_at = time.monotonic()
         jobs = self.queue.claim(self.id, now=now, limit=self._claim_limit())
-        return self._run_batch(jobs, claim_next=False)[0]
+        return self._run_batch(jobs, claim_next=False, leased_at=leased_at)[0]
 
     def _claim_limit(self) -> int:
         return 1 if self._slow else self.config.batch
 
-    def _run_batch(self, jobs: list[JobRecord], *, claim_next: bool) -> tuple[int, list[JobRecord]]:
-        """Run claimed ``jobs`` in order; returns how many ran and, with ``claim_next``, the jobs
-        claimed in the commit that recorded the batch's last outcomes."""
+    def _run_batch(
+        self, jobs: list[JobRecord], *, claim_next: bool, leased_at: float
+    ) -> tuple[int, list[JobRecord], float]:
+        """Run ``jobs``, claimed by a statement that started at ``leased_at`` (monotonic), in
+        order; returns how many ran and, with ``claim_next``, the jobs claimed in the commit that
+        recorded the batch's last outcomes, and when that commit started."""
         if not jobs:
-            return 0, []
-        lock_timeout = self.config.lock_timeout
-        contexts = [JobContext(job, self.queue, self._cancel, self.id, lock_timeout=lock_timeout) for job in jobs]
+            return 0, [], 0.0
+        # No other worker takes these locks before they are lock_timeout old; for the first half
+        # of that the claim is proof enough (the margin heartbeat self-fencing keeps too).
+        trusted_until = leased_at + self.config.lock_timeout / 2
+        contexts = [JobContext(job, self.queue, self._cancel, self.id, trusted_until=trusted_until) for job in jobs]
         with self._running_lock:
             for job, ctx in zip(jobs, contexts):
                 self._running[job.id] = (job, ctx)
@@ -107,6 +113,7 @@ class Worker:
         slow = False
         finished = False
         following: list[JobRecord] = []
+        following_at = 0.0
         try:
             for job, ctx in zip(jobs, contexts):
                 if (self._stopping.is_set() and ran) or slow:
@@ -133,12 +140,13 @@ class Worker:
             self._slow = slow
             if pending:
                 ahead = claim_next and finished and not self._stopping.is_set()
+                following_at = time.monotonic()
                 following = self._record(pending, claim=self._claim_limit() if ahead else 0)
             with self._running_lock:
                 for job in jobs:
                     self._running.pop(job.id, None)
             self.processed += ran
-        return ran, following
+        return ran, following, following_at
 
     def _run_handler(self, job: JobRecord, ctx: JobContext) -> tuple[Returned | Exception, float]:
         start = time.perf_counter()
@@ -191,6 +199,9 @@ class Worker:
             try:
                 return self.queue.finish_and_claim(self.id, decisions, records=False, claim=claim)[1]
             except (sa.exc.OperationalError, sa.exc.InterfaceError) as e:
+                # Recording must not wait on claiming (which may be what fails), and a commit
+                # that went through unseen must not leave a second batch claimed: retry without.
+                claim = 0
                 backoff = self._next_backoff(backoff)
                 events.emit("db_error", worker=self.id, error=type(e.orig or e).__name__, retry_in=backoff,
                             jobs=len(decisions))
@@ -335,12 +346,12 @@ class Worker:
         # before they run, so none waits for the stale sweep.
         following: list[JobRecord] = []
         try:
-            self._loop_claiming(until_idle, following)
+            self._loop_claiming(until_idle, following, [0.0])
         finally:
             if following:
                 self._record([Decision(job, "release", {}) for job in following])
 
-    def _loop_claiming(self, until_idle: bool, following: list[JobRecord]) -> None:
+    def _loop_claiming(self, until_idle: bool, following: list[JobRecord], following_at: list[float]) -> None:
         backoff = 0.0
         while not self._stopping.is_set():
             seen = self.queue.wakeup.generation()
@@ -349,9 +360,13 @@ class Worker:
                     return
                 self._busy += 1
             try:
-                jobs = following[:] or self.queue.claim(self.id, limit=self._claim_limit())
+                if following:
+                    jobs, leased_at = following[:], following_at[0]
+                else:
+                    leased_at = time.monotonic()
+                    jobs = self.queue.claim(self.id, limit=self._claim_limit())
                 following.clear()
-                ran, taken = self._run_batch(jobs, claim_next=True)
+                ran, taken, following_at[0] = self._run_batch(jobs, claim_next=True, leased_at=leased_at)
                 following.extend(taken)
                 backoff = 0.0
             except sa.exc.SQLAlchemyError as e:
