@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench bench-anchors bench-reconcile clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -19,6 +19,14 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/core.py
+
+# Issue 7: tether next to huey, persist-queue and litequeue, in their own venv (.bench/venv-anchors).
+bench-anchors:
+	bash benchmarks/bench_env.sh run
+
+# Issue 3: reconcile throughput next to bare stat / read+hash, and peak memory at 100k vs 1M jobs.
+bench-reconcile: $(STAMP)
+	$(BIN)/python benchmarks/reconcile.py
 
 clean:
 	rm -rf $(VENV) demo-run .pytest_cache
