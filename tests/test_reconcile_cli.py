@@ -66,7 +66,8 @@ def test_check_reads_the_database_and_root_from_the_environment(site: dict[str, 
     assert run(["--quiet"], site["cwd"], env).returncode == 2
 
 
-@pytest.mark.parametrize("case", ["unreachable database", "root is a file", "unknown flag", "no such python"])
+@pytest.mark.parametrize("case", ["unreachable database", "root is a file", "unknown flag", "no such python",
+                                  "mistyped database path", "mistyped root"])
 def test_check_exits_1_when_it_cannot_check_never_2(site: dict[str, str], tmp_path: Path, case: str) -> None:
     args, env = ["--db", site["db"], "--root", site["root"]], {}
     if case == "unreachable database":
@@ -74,6 +75,10 @@ def test_check_exits_1_when_it_cannot_check_never_2(site: dict[str, str], tmp_pa
     elif case == "root is a file":
         (tmp_path / "file").write_text("x")
         args = ["--db", site["db"], "--root", str(tmp_path / "file")]
+    elif case == "mistyped database path":  # never a new empty ledger that reads "in sync"
+        args = ["--db", f"sqlite:///{tmp_path / 'typo' / 'tether.db'}", "--root", site["root"]]
+    elif case == "mistyped root":  # never a new empty root that reads "missing"
+        args = ["--db", site["db"], "--root", str(tmp_path / "typo-root")]
     elif case == "unknown flag":
         args.append("--no-such-flag")
     else:
@@ -82,6 +87,7 @@ def test_check_exits_1_when_it_cannot_check_never_2(site: dict[str, str], tmp_pa
     assert done.returncode == 1, (done.stdout, done.stderr)
     assert done.stderr.strip(), "says why"
     assert "Traceback" not in done.stderr
+    assert not (tmp_path / "typo").exists() and not (tmp_path / "typo-root").exists()  # nothing created
 
 
 def invoke(args: list[str], env: dict[str, str]):

@@ -6,13 +6,17 @@ Any failure (a bad flag, an unreachable database, a crash) exits 1, never 2.
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import typer
 from rich.table import Table
 
 from .. import events
+from ..errors import ConfigError
+from ..readonly import open_ledger
 from ..reconcile import DRIFT, STATUSES, Report, count_targeted_jobs, reconcile as run_reconcile
 from .app import app, err, open_coordinator, out, print_json, settings
 
@@ -40,6 +44,7 @@ def reconcile(
             settings.db = db
         if root is not None:
             settings.root = root
+        _require_existing(settings.db, settings.root)
         with events.to_stderr(not quiet), open_coordinator() as coordinator:
             options: dict[str, Any] = {"content": not exists_only, "untracked": untracked}
             with _progress(coordinator, enabled=not as_json and err.is_terminal) as progress:
@@ -58,6 +63,16 @@ def reconcile(
     # sys.exit, not typer.Exit: the console entry runs typer without standalone mode, where an
     # Exit code is returned to it rather than raised.
     sys.exit(report.exit_code)
+
+
+def _require_existing(db: str | None, root: str | None) -> None:
+    """A check never creates what it checks: a mistyped --db would otherwise be a new, empty
+    ledger reading "in sync", and a mistyped --root an empty directory reading "missing"."""
+    open_ledger(db, schema=settings.schema).dispose()
+    path = Path(root or os.environ.get("TETHER_ROOT") or ".")
+    if not path.is_dir():
+        what = "is not a directory" if path.exists() else "does not exist"
+        raise ConfigError(f"the data root {path} {what} (check --root or TETHER_ROOT)")
 
 
 class _progress:
