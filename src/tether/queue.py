@@ -188,12 +188,14 @@ class Queue:
     def committed(self, results: Iterable[InsertResult]) -> None:
         """After a commit that inserted jobs: log them and wake idle workers."""
         any_new = False
+        log = events.enabled()
         for r in results:
             if not r.duplicate:
                 any_new = True
-                events.emit("queued", job_id=r.job.id, type=r.job.type, priority=r.job.priority,
-                            parent_id=r.job.parent_id)
-            else:
+                if log:
+                    events.emit("queued", job_id=r.job.id, type=r.job.type, priority=r.job.priority,
+                                parent_id=r.job.parent_id)
+            elif log:
                 events.emit("deduplicated", job_id=r.job.id, type=r.job.type)
         if any_new:
             self.wakeup.wake_local()  # other processes were notified by the commit itself
