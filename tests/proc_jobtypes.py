@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 HANG_ENV = "TETHER_TEST_HANG_BEFORE_RENAME"
 KILL_ENV = "TETHER_TEST_KILL_AFTER_WRITE"
+KILL_AT_ENV = "TETHER_TEST_KILL_AT_APPEND"  # SIGKILL this process right after its Nth append_id effect
 SLOW_JOB_DEADLINE = 60.0  # a slow job never outlives a broken test by more than this
 
 
@@ -63,7 +64,14 @@ class AppendIdType(JobType[AppendId]):
             os.write(fd, f"{ctx.job.id} {os.getpid()}\n".encode())
         finally:
             os.close(fd)
+        self.applied += 1
+        if self.applied == self.kill_at:  # the effect happened; its completion may not have committed
+            os.kill(os.getpid(), signal.SIGKILL)
         return {"pid": os.getpid()}
+
+    def __init__(self, kill_at: int | None = None) -> None:
+        self.applied = 0
+        self.kill_at = kill_at
 
 
 class Slow(Payload):
@@ -124,7 +132,8 @@ class _HangOnReplace:
 
 
 def register(registry: Registry) -> None:
-    registry.register(AppendIdType())
+    kill_at = os.environ.get(KILL_AT_ENV)
+    registry.register(AppendIdType(int(kill_at) if kill_at else None))
     registry.register(SlowType())
     if marker := os.environ.get(KILL_ENV):
         registry.register(KillAfterWriteType(marker))

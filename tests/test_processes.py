@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -253,6 +253,44 @@ def test_worker_killed_between_rename_and_completion_commit_rerun_finds_bytes_in
     assert target.read_bytes() == render(payload)
     assert sorted(os.listdir(target.parent)) == ["b.json"]
     assert [e["job_id"] for e in survivor.events("completed")] == [job_id]
+
+
+def test_a_batching_worker_killed_mid_drain_loses_nothing_and_reruns_only_uncommitted_completions(
+    tmp_path: Path, ledger: str, root: Path, start_worker: Callable[..., Proc]
+) -> None:
+    log = tmp_path / "effects.log"
+    total, kill_at, batch = 600, 250, 100  # the default batch: claims 100, records in group commits
+    with open_coordinator(ledger, root) as c:
+        ids = {r.job.id for r in c.enqueue_many([pj.AppendId(log=str(log))] * total)}
+
+    doomed = start_worker("--until-idle", env={pj.KILL_AT_ENV: str(kill_at)})
+    assert doomed.wait() == -signal.SIGKILL
+    with open_coordinator(ledger, root) as c:
+        held = {j.id for j in c.reclaim_stale(now=datetime.now(timezone.utc) + timedelta(seconds=c.lock_timeout + 1))}
+        committed = {job_id for job_id in ids if c.get(job_id).status is JobStatus.COMPLETED}
+    assert 0 < len(held) <= 2 * batch  # its batch (and at most the next one, taken in a commit)
+    survivor = start_worker("--until-idle")
+    assert_clean_exit(survivor, survivor.wait())
+
+    runs: dict[str, list[int]] = {}
+    for line in log.read_text().splitlines():
+        job_id, pid = line.split()
+        runs.setdefault(job_id, []).append(int(pid))
+    assert set(runs) == ids  # nothing lost
+    with open_coordinator(ledger, root) as c:
+        assert {c.get(i).status for i in ids} == {JobStatus.COMPLETED}
+    twice = {job_id for job_id, pids in runs.items() if len(pids) > 1}
+    print(f"\nkilled after {kill_at} effects: {len(committed)} completions had committed, "
+          f"{len(held)} jobs reclaimed, {len(twice)} effects re-run")
+    assert all(len(pids) <= 2 for pids in runs.values())
+    assert twice, "the kill came after effects whose completion had not committed"
+    # Only completions that had not committed ran again: every re-run job was held by the dead
+    # worker, which applied it first; every completion it committed ran exactly once.
+    assert twice <= held
+    assert all(runs[j][0] == doomed.pid and runs[j][1] == survivor.pid for j in twice)
+    assert all(len(runs[j]) == 1 for j in committed)
+    # Each of the dead worker's effects either had its completion committed or ran once more.
+    assert sum(1 for pids in runs.values() if pids[0] == doomed.pid) == kill_at == len(committed) + len(twice)
 
 
 # -- shutdown by signal -----------------------------------------------------------------------
