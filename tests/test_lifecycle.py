@@ -9,6 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from tether import (
+    Coordinator,
     CreateFile,
     DuplicateActiveJob,
     InvalidTransition,
@@ -333,6 +334,23 @@ def test_enqueue_in_the_applications_session_commits_with_its_rows(c):
     assert c.get(kept).status is JobStatus.PENDING
     with pytest.raises(JobNotFound):
         c.get(dropped)
+
+
+def test_each_coordinator_sharing_an_application_session_wakes_its_own_workers_on_commit(c, tmp_path):
+    from sqlalchemy.orm import Session
+
+    other = Coordinator.open(str(c.engine.url), root=c.queue.root, registry=c.registry)
+    try:
+        seen = (c.queue.wakeup.generation(), other.queue.wakeup.generation())
+        with Session(c.engine) as session:
+            c.enqueue(Note(name="mine"), session=session)
+            other.enqueue(Note(name="theirs"), session=session)
+            assert (c.queue.wakeup.generation(), other.queue.wakeup.generation()) == seen  # not before the commit
+            session.commit()
+        assert c.queue.wakeup.generation() == seen[0] + 1
+        assert other.queue.wakeup.generation() == seen[1] + 1
+    finally:
+        other.close()
 
 
 def test_follow_up_jobs_commit_with_the_parent_completion(c):

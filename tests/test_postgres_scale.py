@@ -30,7 +30,6 @@ from tether.jobtypes import default_registry
 
 REPO = Path(__file__).resolve().parent.parent
 TETHER = Path(sys.executable).with_name("tether")
-PG_ADMIN_URL = os.environ.get("TETHER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 WORKERS = 8
 JOBS_PER_WORKER = int(os.environ.get("TETHER_SCALE_JOBS_PER_WORKER", "150"))
 BATCH = 1000

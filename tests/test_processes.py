@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 import pytest
 import sqlalchemy as sa
 
-from tether import Coordinator
+from tether import Coordinator, JobRecord
 from tether.fs import TEMP_SUFFIX
 from tether.jobtypes import CreateFile, Registry, default_registry, render
 from tether.status import JobStatus
@@ -199,6 +199,15 @@ def reclaim_after_timeout(c: Coordinator, job_id: str) -> None:
     assert pending.attempts == 1 and pending.locked_by is None
 
 
+def rerun_after_reclaim(ledger: str, root: Path, job_id: str, start_worker: Callable[..., Proc]) -> tuple[JobRecord, Proc]:
+    """The dead worker's job goes back to pending after the lock timeout; a new worker runs it."""
+    with open_coordinator(ledger, root) as c:
+        reclaim_after_timeout(c, job_id)
+        survivor = start_worker("--until-idle", import_types=False)
+        assert_clean_exit(survivor, survivor.wait())
+        return c.get(job_id), survivor
+
+
 def test_worker_killed_mid_atomic_write_leaves_job_for_another_worker_and_no_temp_file(
     tmp_path: Path, ledger: str, root: Path, start_worker: Callable[..., Proc]
 ) -> None:
@@ -217,11 +226,7 @@ def test_worker_killed_mid_atomic_write_leaves_job_for_another_worker_and_no_tem
     assert temp.parent == target.parent and temp.name.endswith(TEMP_SUFFIX)
     assert temp.exists() and not target.exists()  # killed between the temp write and the rename
 
-    with open_coordinator(ledger, root) as c:
-        reclaim_after_timeout(c, job_id)
-        survivor = start_worker("--until-idle", import_types=False)
-        assert_clean_exit(survivor, survivor.wait())
-        done = c.get(job_id)
+    done, survivor = rerun_after_reclaim(ledger, root, job_id, start_worker)
     assert done.status is JobStatus.COMPLETED and done.attempts == 2
     assert done.result_data["written"] is True
     assert target.read_bytes() == render(payload)
@@ -243,11 +248,7 @@ def test_worker_killed_between_rename_and_completion_commit_rerun_finds_bytes_in
     target = root / "notes" / "b.json"
     assert target.read_bytes() == render(payload)  # the rename landed; the completion did not
 
-    with open_coordinator(ledger, root) as c:
-        reclaim_after_timeout(c, job_id)
-        survivor = start_worker("--until-idle", import_types=False)
-        assert_clean_exit(survivor, survivor.wait())
-        done = c.get(job_id)
+    done, survivor = rerun_after_reclaim(ledger, root, job_id, start_worker)
     assert done.status is JobStatus.COMPLETED and done.attempts == 2
     assert done.result_data["written"] is False  # the re-run saw the bytes already there
     assert target.read_bytes() == render(payload)

@@ -2,7 +2,8 @@
 
 SQLAlchemy's statement execution costs ~25x a bare driver call (165 us vs 7 us per UPDATE,
 measured here), more than the fsync of a commit. The hot path (enqueue, claim, transitions,
-heartbeats, sweep) therefore runs the named SQL of ``sql.py`` on the pooled DBAPI connection;
+heartbeats, sweep) therefore runs the named SQL of ``sql.py`` on the DBAPI connection: on
+PostgreSQL a pooled one, on SQLite one write connection per thread kept out of the pool.
 SQLAlchemy still owns the pool, the connect-time set-up and every read that is not hot.
 """
 
@@ -84,7 +85,7 @@ class Backend:
             try:
                 self._begin(cur)
                 yield _Cursor(self, cur)
-                driver.commit() if self.name == "postgresql" else cur.execute("COMMIT")
+                self._commit(driver, cur)
             except BaseException:
                 self._rollback(driver, cur)
                 raise
@@ -127,6 +128,9 @@ class Backend:
 
     def _begin(self, cur: Any) -> None:
         pass
+
+    def _commit(self, driver: Any, cur: Any) -> None:
+        driver.commit()
 
     def _rollback(self, driver: Any, cur: Any) -> None:
         try:
@@ -276,6 +280,9 @@ class SQLiteBackend(Backend):
         # Take the write lock up front: a deferred transaction that upgrades later can fail with
         # "database is locked" without waiting for the busy timeout.
         self._when_unlocked(lambda: cur.execute("BEGIN IMMEDIATE"))
+
+    def _commit(self, driver: sqlite3.Connection, cur: Any) -> None:
+        cur.execute("COMMIT")  # the connection is in autocommit mode: BEGIN and COMMIT are ours
 
     def _rollback(self, driver: sqlite3.Connection, cur: Any) -> None:
         if driver.in_transaction:

@@ -22,7 +22,6 @@ from .worker import Worker, WorkerConfig
 
 DEFAULT_DB = "sqlite:///tether.db"
 _SESSION_KEY = "tether.enqueued"
-_LISTENING = "tether.listening"
 
 
 class Coordinator:
@@ -121,19 +120,19 @@ class Coordinator:
         with self.queue.backend.write(session.connection()) as cur:
             results = self.queue.insert_all(cur, jobs)
             self.queue.wakeup.notify_in(cur)  # delivered only if the application commits
-        if not session.info.get(_LISTENING):
-            # Once per session: its commits report the jobs they made real, rollbacks forget them.
+        if not sa.event.contains(session, "after_commit", self._session_committed):
+            # Once per session and coordinator: its commits report the jobs they made real (to
+            # this coordinator's events and idle workers), rollbacks forget them.
             sa.event.listen(session, "after_commit", self._session_committed)
             sa.event.listen(session, "after_rollback", self._session_rolled_back)
-            session.info[_LISTENING] = True
-        session.info.setdefault(_SESSION_KEY, []).extend(results)
+        session.info.setdefault((_SESSION_KEY, self), []).extend(results)
         return results
 
     def _session_committed(self, session: Session) -> None:
-        self.queue.committed(session.info.pop(_SESSION_KEY, []))
+        self.queue.committed(session.info.pop((_SESSION_KEY, self), []))
 
     def _session_rolled_back(self, session: Session) -> None:
-        session.info.pop(_SESSION_KEY, None)  # those jobs never existed
+        session.info.pop((_SESSION_KEY, self), None)  # those jobs never existed
 
     # -- running -----------------------------------------------------------------------------
 

@@ -109,7 +109,7 @@ def write_file(ctx: JobContext, rel: str, data: bytes) -> bool:
                 return False  # a re-run after the write landed but the completion did not commit
         except FileNotFoundError:
             pass
-        ctx.checkpoint()
+        ctx.confirm_lease()  # a worker that lost this job's lock must not write late
         fs.atomic_write(target, data)
         return True
 

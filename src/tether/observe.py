@@ -329,12 +329,6 @@ def _finished(conn: sa.Connection, statuses: tuple[JobStatus, ...], job_type: st
     return records(conn, query.order_by(t.c.completed_at.desc(), t.c.id.desc()).limit(limit))
 
 
-def _id_floor(when: datetime) -> str:
-    """The smallest ULID of ``when``'s millisecond: ids are time-ordered, so ``id >= floor`` is a
-    primary-key range for "created since"."""
-    return ids.floor_id(when)
-
-
 def jobs(
     source: Source, *, status: JobStatus | str | None = None, job_type: str | None = None,
     since: datetime | None = None, limit: int | None = 50,
@@ -351,7 +345,8 @@ def jobs(
         if job_type is not None:
             query = query.where(t.c.type == job_type)
         if since is not None:
-            query = query.where(t.c.id >= _id_floor(since), t.c.created_at >= since)
+            # ids are time-ordered: the id bound makes "created since" a primary-key range
+            query = query.where(t.c.id >= ids.floor_id(since), t.c.created_at >= since)
         if status is not None:
             # Through the status-led claim index, then a sort bounded by the backlog; ordering
             # by id alone would walk the primary key through every finished job.

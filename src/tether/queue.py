@@ -283,11 +283,12 @@ class Queue:
             if claim:
                 claimed = self._claim_in(cur, worker, self.clock.now(), claim)
         requeued = False
+        log = events.enabled()
         for d, job in zip(decisions, moved):
             if job is None:
                 self._lost(d.job, worker)
                 continue
-            if events.enabled():
+            if log:
                 self._event(d.edge, job if records else d.after(), worker, duration=d.duration)
             requeued = requeued or d.edge in ("retry", "release")
         self.committed(inserted)

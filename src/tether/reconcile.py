@@ -37,23 +37,18 @@ BATCH = 2000
 
 _Target = tuple[str, "str | None", "str | None", "str | None", "str | None"]
 
-# Every job with a target, in target order and, within one target, in enqueue order.
-PAGE = sa.text("""
-SELECT id, type, status, ordering_key FROM tether_jobs
+# Every job with a target, in target order and, within one target, in enqueue order; with
+# payloads when a probe needs them in this mode (one row lookup per job, cheaper than reading
+# the latest ones by id afterwards).
+_PAGE = """
+SELECT id, type, status, ordering_key{payload} FROM tether_jobs
 WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (:after_key, :after_id)
   AND status IN ('pending', 'claimed', 'completed')
 ORDER BY ordering_key, id
 LIMIT :limit
-""")
-# The same with payloads, when a probe needs them in this mode: one row lookup per job, cheaper
-# than reading the latest ones by id afterwards.
-PAGE_PAYLOADS = sa.text("""
-SELECT id, type, status, ordering_key, payload FROM tether_jobs
-WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (:after_key, :after_id)
-  AND status IN ('pending', 'claimed', 'completed')
-ORDER BY ordering_key, id
-LIMIT :limit
-""")
+"""
+PAGE = sa.text(_PAGE.format(payload=""))
+PAGE_PAYLOADS = sa.text(_PAGE.format(payload=", payload"))
 # Payloads of the few latest completed jobs an existence check disagreed on (by primary key).
 PAYLOADS = sa.text("SELECT id, payload FROM tether_jobs WHERE id IN :ids").bindparams(
     sa.bindparam("ids", expanding=True))

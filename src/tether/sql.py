@@ -11,15 +11,6 @@ _COLS = ", ".join(COLUMNS)
 _ACTIVE = "status IN ('pending', 'claimed')"
 _FENCE = "id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt"
 
-INSERT = f"""
-INSERT INTO {TABLE} (id, type, payload, status, priority, attempts, max_attempts,
-                     created_at, run_at, idempotency_key, ordering_key, parent_id)
-VALUES (:id, :type, :payload, 'pending', :priority, 0, :max_attempts,
-        :created_at, :run_at, :idempotency_key, :ordering_key, :parent_id)
-ON CONFLICT (type, idempotency_key) WHERE {ACTIVE_KEYED_SQL} DO NOTHING
-RETURNING {_COLS}
-"""
-
 # Jobs without an idempotency key cannot conflict: inserted in one executemany, no RETURNING
 # (the caller already knows every value).
 INSERT_UNKEYED = f"""
@@ -27,6 +18,11 @@ INSERT INTO {TABLE} (id, type, payload, status, priority, attempts, max_attempts
                      created_at, run_at, idempotency_key, ordering_key, parent_id)
 VALUES (:id, :type, :payload, 'pending', :priority, 0, :max_attempts,
         :created_at, :run_at, :idempotency_key, :ordering_key, :parent_id)
+"""
+# A keyed job: nothing is inserted while an active job of its type holds the key.
+INSERT = f"""{INSERT_UNKEYED.rstrip()}
+ON CONFLICT (type, idempotency_key) WHERE {ACTIVE_KEYED_SQL} DO NOTHING
+RETURNING {_COLS}
 """
 
 ACTIVE_BY_KEY = f"""

@@ -51,6 +51,14 @@ class WorkerConfig:
         return self.sweep_interval or min(60.0, self.lock_timeout / 2)
 
 
+@dataclass(slots=True)
+class _Batch:
+    """Jobs one statement claimed, and when (monotonic) that statement started."""
+
+    jobs: list[JobRecord] = field(default_factory=list)
+    leased_at: float = 0.0
+
+
 @dataclass(frozen=True, slots=True)
 class Returned:
     """The handler returned normally."""
@@ -85,24 +93,24 @@ class Worker:
     def run_once(self, now: datetime | None = None) -> int:
         """One tick: claim ready jobs (as of ``now``; up to ``batch``, or one while jobs are
         slow), run them in order, record their outcomes in group commits. Returns jobs run."""
+        return self._run_batch(self._claim(now), claim_next=False)[0]
+
+    def _claim(self, now: datetime | None = None) -> _Batch:
         leased_at = time.monotonic()
-        jobs = self.queue.claim(self.id, now=now, limit=self._claim_limit())
-        return self._run_batch(jobs, claim_next=False, leased_at=leased_at)[0]
+        return _Batch(self.queue.claim(self.id, now=now, limit=self._claim_limit()), leased_at)
 
     def _claim_limit(self) -> int:
         return 1 if self._slow else self.config.batch
 
-    def _run_batch(
-        self, jobs: list[JobRecord], *, claim_next: bool, leased_at: float
-    ) -> tuple[int, list[JobRecord], float]:
-        """Run ``jobs``, claimed by a statement that started at ``leased_at`` (monotonic), in
-        order; returns how many ran and, with ``claim_next``, the jobs claimed in the commit that
-        recorded the batch's last outcomes, and when that commit started."""
+    def _run_batch(self, batch: _Batch, *, claim_next: bool) -> tuple[int, _Batch]:
+        """Run a claimed batch in order; returns how many ran and, with ``claim_next``, the batch
+        claimed in the commit that recorded this one's last outcomes."""
+        jobs = batch.jobs
         if not jobs:
-            return 0, [], 0.0
+            return 0, _Batch()
         # No other worker takes these locks before they are lock_timeout old; for the first half
         # of that the claim is proof enough (the margin heartbeat self-fencing keeps too).
-        trusted_until = leased_at + self.config.lock_timeout / 2
+        trusted_until = batch.leased_at + self.config.lock_timeout / 2
         contexts = [JobContext(job, self.queue, self._cancel, self.id, trusted_until=trusted_until) for job in jobs]
         with self._running_lock:
             for job, ctx in zip(jobs, contexts):
@@ -112,8 +120,7 @@ class Worker:
         ran = 0
         slow = False
         finished = False
-        following: list[JobRecord] = []
-        following_at = 0.0
+        following = _Batch()
         try:
             for job, ctx in zip(jobs, contexts):
                 if (self._stopping.is_set() and ran) or slow:
@@ -140,13 +147,13 @@ class Worker:
             self._slow = slow
             if pending:
                 ahead = claim_next and finished and not self._stopping.is_set()
-                following_at = time.monotonic()
-                following = self._record(pending, claim=self._claim_limit() if ahead else 0)
+                leased_at = time.monotonic()
+                following = _Batch(self._record(pending, claim=self._claim_limit() if ahead else 0), leased_at)
             with self._running_lock:
                 for job in jobs:
                     self._running.pop(job.id, None)
             self.processed += ran
-        return ran, following, following_at
+        return ran, following
 
     def _run_handler(self, job: JobRecord, ctx: JobContext) -> tuple[Returned | Exception, float]:
         start = time.perf_counter()
@@ -344,30 +351,26 @@ class Worker:
     def _loop(self, until_idle: bool) -> None:
         # Jobs claimed in the commit that recorded the last batch: taken back if the loop ends
         # before they run, so none waits for the stale sweep.
-        following: list[JobRecord] = []
+        carried = _Batch()
         try:
-            self._loop_claiming(until_idle, following, [0.0])
+            self._loop_claiming(until_idle, carried)
         finally:
-            if following:
-                self._record([Decision(job, "release", {}) for job in following])
+            if carried.jobs:
+                self._record([Decision(job, "release", {}) for job in carried.jobs])
 
-    def _loop_claiming(self, until_idle: bool, following: list[JobRecord], following_at: list[float]) -> None:
+    def _loop_claiming(self, until_idle: bool, carried: _Batch) -> None:
         backoff = 0.0
         while not self._stopping.is_set():
             seen = self.queue.wakeup.generation()
             with self._idle:
-                if self._drained and not following:
+                if self._drained and not carried.jobs:
                     return
                 self._busy += 1
             try:
-                if following:
-                    jobs, leased_at = following[:], following_at[0]
-                else:
-                    leased_at = time.monotonic()
-                    jobs = self.queue.claim(self.id, limit=self._claim_limit())
-                following.clear()
-                ran, taken, following_at[0] = self._run_batch(jobs, claim_next=True, leased_at=leased_at)
-                following.extend(taken)
+                batch = _Batch(carried.jobs, carried.leased_at) if carried.jobs else self._claim()
+                carried.jobs = []
+                ran, following = self._run_batch(batch, claim_next=True)
+                carried.jobs, carried.leased_at = following.jobs, following.leased_at
                 backoff = 0.0
             except sa.exc.SQLAlchemyError as e:
                 backoff = self._next_backoff(backoff)

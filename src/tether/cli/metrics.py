@@ -7,13 +7,14 @@ import sys
 import typer
 
 from ..health import Thresholds
+from ..readonly import DEFAULT_LOCK_TIMEOUT
 from .app import app
 from .output import ledger, parse_duration
 
 
 @app.command()
 def metrics(
-    lock_timeout: float = typer.Option(300.0, "--lock-timeout", help="Seconds after which a claimed job counts as stuck."),
+    lock_timeout: float = typer.Option(DEFAULT_LOCK_TIMEOUT, "--lock-timeout", help="Seconds after which a claimed job counts as stuck."),
     window: str = typer.Option("1h", "--window", help="Window of the duration summary, e.g. 5m, 1h."),
     backlog_limit: int = typer.Option(100, "--backlog-limit", envvar="TETHER_BACKLOG_LIMIT", help="Backlog soft limit used for tether_health."),
 ) -> None:

@@ -6,8 +6,8 @@ import sqlalchemy as sa
 import typer
 
 from ..errors import TetherError
-from ..health import Health, Thresholds, Verdict, assess
-from ..observe import stats
+from ..health import Health, Thresholds, Verdict, health
+from ..readonly import DEFAULT_LOCK_TIMEOUT
 from .app import app, err, out, print_json
 from .output import JSON_OPTION, age, ledger, table, when
 
@@ -18,7 +18,7 @@ _STYLE = {Verdict.OK: "green", Verdict.WARNING: "yellow", Verdict.ERROR: "red", 
 def status(
     backlog_limit: int = typer.Option(100, "--backlog-limit", envvar="TETHER_BACKLOG_LIMIT", help="Backlog soft limit: warning at --warn-ratio of it, error at it. Jobs are never refused."),
     warn_ratio: float = typer.Option(0.8, "--warn-ratio", help="Fraction of the backlog limit at which the verdict becomes warning."),
-    lock_timeout: float = typer.Option(300.0, "--lock-timeout", help="Seconds after which a claimed job's lock is stale (stuck)."),
+    lock_timeout: float = typer.Option(DEFAULT_LOCK_TIMEOUT, "--lock-timeout", help="Seconds after which a claimed job's lock is stale (stuck)."),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Health verdict, outstanding jobs by type, failed, stuck, oldest pending age.
@@ -32,7 +32,7 @@ def status(
     try:
         thresholds = Thresholds(backlog_limit=backlog_limit, warn_ratio=warn_ratio)
         with ledger() as engine:
-            h = assess(stats(engine, lock_timeout=lock_timeout), thresholds)
+            h = health(engine, thresholds, lock_timeout=lock_timeout)
     except (TetherError, sa.exc.SQLAlchemyError, OSError) as e:
         # Could not tell: never let an unreadable ledger look healthy (exit 3, not 0 or 1).
         reason = " ".join(str(e).split())

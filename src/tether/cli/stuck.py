@@ -5,13 +5,14 @@ from __future__ import annotations
 import typer
 
 from .. import observe
+from ..readonly import DEFAULT_LOCK_TIMEOUT
 from .app import app, print_json
 from .output import JSON_OPTION, LIMIT_HELP, age, ledger, limit_value, table, when
 
 
 @app.command()
 def stuck(
-    lock_timeout: float = typer.Option(300.0, "--lock-timeout", help="Seconds after which a claimed job's lock is stale."),
+    lock_timeout: float = typer.Option(DEFAULT_LOCK_TIMEOUT, "--lock-timeout", help="Seconds after which a claimed job's lock is stale."),
     limit: int = typer.Option(100, "--limit", "-n", help=LIMIT_HELP),
     as_json: bool = JSON_OPTION,
 ) -> None:

@@ -274,17 +274,17 @@ def check_file(root: Path, rel: str, expected: bytes) -> Check:
         fd = open_data_file(path)
     except OSError as e:
         if e.errno in _ABSENT:
-            return _with_expected(Check(MISSING), expected)
+            return with_expected(Check(MISSING), expected)
         if e.errno == errno.ELOOP:
-            return _with_expected(Check(MODIFIED, detail="is a symbolic link"), expected)
+            return with_expected(Check(MODIFIED, detail="is a symbolic link"), expected)
         return Check(UNKNOWN, detail=_reason(e))
     try:
         st = os.fstat(fd)
         kind = _kind(st.st_mode)
         if kind is not None:
-            return _with_expected(Check(MODIFIED, detail=kind), expected)
+            return with_expected(Check(MODIFIED, detail=kind), expected)
         if st.st_size != len(expected):
-            return _with_expected(Check(MODIFIED, actual_size=st.st_size), expected)
+            return with_expected(Check(MODIFIED, actual_size=st.st_size), expected)
         actual = _differs(fd, expected)
     except OSError as e:
         return Check(UNKNOWN, detail=_reason(e))
@@ -292,7 +292,7 @@ def check_file(root: Path, rel: str, expected: bytes) -> Check:
         os.close(fd)
     if actual is None:
         return SYNCED
-    return _with_expected(Check(MODIFIED, actual_size=actual[0], actual_sha256=actual[1]), expected)
+    return with_expected(Check(MODIFIED, actual_size=actual[0], actual_sha256=actual[1]), expected)
 
 
 def _differs(fd: int, expected: bytes) -> tuple[int, str] | None:
@@ -329,7 +329,7 @@ def file_paths(items: Sequence[tuple[str, str]]) -> list[str]:
     return [t[5:] if t.startswith("file:") else orjson.loads(p)["path"] for t, p in items]
 
 
-def _with_expected(check: Check, expected: bytes | None) -> Check:
+def with_expected(check: Check, expected: bytes | None) -> Check:
     if expected is None:
         return check
     return replace(check, expected_size=len(expected), expected_sha256=fs.sha256(expected))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
@@ -11,7 +10,10 @@ from pydantic import JsonValue, model_validator
 
 from .. import fs
 from ..errors import PermanentError
-from .base import IN_SYNC, SYNCED, Check, JobType, Payload, Probe, check_file, checked_path, file_paths, file_target, files_exist
+from .base import (
+    IN_SYNC, SYNCED, Check, JobType, Payload, Probe, with_expected, check_file, checked_path, file_paths, file_target,
+    files_exist,
+)
 
 if TYPE_CHECKING:
     from ..context import JobContext
@@ -75,8 +77,8 @@ def _expecting(check: Check, payload: str | None) -> Check:
     is at hand; the reconciler adds it otherwise)."""
     if payload is None:
         return check
-    data = render(CreateFile.model_validate_json(payload))
-    return replace(check, expected_size=len(data), expected_sha256=fs.sha256(data))
+    fields = orjson.loads(payload)
+    return with_expected(check, render_fields(fields.get("content"), fields.get("text")))
 
 
 class CreateFileType(JobType[CreateFile]):
