@@ -159,8 +159,8 @@ def test_a_job_that_lands_between_the_ledger_read_and_the_disk_read_is_in_flight
     assert reconcile(c).findings == [], "the next check sees the delete as the expectation"
 
 
-def test_memory_holds_one_path_at_a_time(sqlite_coordinator: Coordinator) -> None:
-    """Streaming: the batches are bounded, so only findings (not jobs) accumulate."""
+def test_the_ledger_is_read_in_bounded_batches(sqlite_coordinator: Coordinator) -> None:
+    """Streaming: no read returns more than batch_size jobs (peak memory itself: benchmarks/reconcile.py)."""
     c = sqlite_coordinator
     completed_rows(c, [CreateFile(path=f"m/{i}.json", content=i) for i in range(3000)], files=False)
     reads: list[int] = []
