@@ -85,9 +85,9 @@ class Bare:
         self._c = open_ledger(Path(d) / "builder")
 
     def row(self, p: Any) -> tuple[Any, ...]:
-        r = self._c.queue.build(p).params
-        return (r["id"], r["type"], r["payload"], r["priority"], r["max_attempts"], sqlite_time(r["created_at"]),
-                sqlite_time(r["run_at"]), r["idempotency_key"], r["ordering_key"], r["parent_id"])
+        r = self._c.queue.build(p)
+        return (r.id, r.type, r.payload, r.priority, r.max_attempts, sqlite_time(r.created_at),
+                sqlite_time(r.run_at), r.idempotency_key, r.ordering_key, r.parent_id)
 
     def insert(self, row: tuple[Any, ...]) -> None:
         self.conn.execute("BEGIN IMMEDIATE")

@@ -129,10 +129,10 @@ def enqueue_pair(directory: Path, n: int) -> tuple[list[float], list[float]]:
     with open_ledger(directory / "bare") as c:  # tether's DDL; rows built by tether, inserted by hand
         rows = []
         for p in payloads:
-            r = c.queue.build(p).params
-            rows.append((r["id"], r["type"], r["payload"], r["priority"], r["max_attempts"],
-                         sqlite_time(r["created_at"]), sqlite_time(r["run_at"]),
-                         r["idempotency_key"], r["ordering_key"], r["parent_id"]))
+            r = c.queue.build(p)
+            rows.append((r.id, r.type, r.payload, r.priority, r.max_attempts,
+                         sqlite_time(r.created_at), sqlite_time(r.run_at),
+                         r.idempotency_key, r.ordering_key, r.parent_id))
     conn = bare_connect(directory / "bare" / "ledger.db")
     t_out: list[float] = []
     b_out: list[float] = []

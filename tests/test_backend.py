@@ -100,7 +100,7 @@ def test_a_write_inside_another_on_one_thread_is_refused_and_the_outer_one_survi
             with pytest.raises(RuntimeError, match="nested writes are not supported"):
                 with c.queue.backend.write():
                     pass
-        assert c.get(job.params["id"]).status.value == "pending"
+        assert c.get(job.id).status.value == "pending"
 
 
 def test_a_forked_child_leaves_the_parents_write_connections_alone(tmp_path):

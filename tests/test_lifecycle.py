@@ -433,6 +433,32 @@ def test_bulk_enqueue_returns_exactly_the_rows_it_stored(c):
     assert [r.duplicate for r in keyed] == [False, True] and keyed[0].id == keyed[1].id
 
 
+@pytest.mark.parametrize("reads_json", [True, False], ids=["json", "executemany"])
+def test_jobs_inserted_together_are_stored_exactly_as_each_was_built(c, clock, reads_json):
+    """Many jobs in one transaction go in one statement per shared set of options (rows read from
+    JSON), or one executemany where the database has no JSON functions: either way every column
+    of every row is what was built, payload text included, escapes and all."""
+    if not reads_json:
+        c.queue._json_sql = None
+    names = ['plain', 'quote " backslash \\ slash /', "tab\tnewline\n", "caf\u00e9 \u2603 \U0001f600", "nul\x00"]
+    with c.transaction() as tx:
+        for i, name in enumerate(names):
+            tx.enqueue(Note(name=name))  # untargeted, each its own enqueue time
+        tx.enqueue(Note(name="late"), delay=30)
+    many = c.enqueue_many([Note(name=n, target=f"t{i % 2}") for i, n in enumerate(names)], priority=2)
+    untargeted = c.enqueue_many([Note(name=n) for n in names], max_attempts=7)
+    clock.advance(1)
+    mixed = c.enqueue_many([Note(name="x", target="t9"), Note(name="y"), Note(name="z", target="t9")])
+    results = tx.results + many + untargeted + mixed
+    stored = [c.get(r.id) for r in results]
+    assert stored == [r.job for r in results]
+    assert [orjson.loads(j.payload)["name"] for j in stored[-8:-3]] == names
+    assert [j.ordering_key for j in stored[6:11]] == ["t0", "t1", "t0", "t1", "t0"]
+    assert {j.max_attempts for j in stored[11:16]} == {7} and {j.priority for j in stored[6:11]} == {2}
+    assert [j.ordering_key for j in stored[-3:]] == ["t9", None, "t9"]
+    assert stored[5].run_at > stored[5].created_at
+
+
 def test_a_rolled_back_session_reports_no_jobs_on_its_next_commit(c, caplog):
     from sqlalchemy.orm import Session
 

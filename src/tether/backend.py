@@ -37,6 +37,7 @@ class Backend:
     """The driver-level access to one database; ``for_engine`` picks SQLite or PostgreSQL."""
 
     name = "base"
+    reads_json = True  # can insert rows read from a JSON array (sql.INSERT_ROWS_*)
 
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
@@ -181,8 +182,18 @@ os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
                     after_in_child=_after_fork_in_child)
 
 
+def _sqlite_reads_json() -> bool:
+    """Whether the linked SQLite has its JSON functions (built in since 3.38, optional before)."""
+    try:
+        with sqlite3.connect(":memory:") as conn:
+            return conn.execute("SELECT count(*) FROM json_each('[1]')").fetchone()[0] == 1
+    except sqlite3.Error:
+        return False
+
+
 class SQLiteBackend(Backend):
     name = "sqlite"
+    reads_json = _sqlite_reads_json()
 
     def __init__(self, engine: sa.Engine) -> None:
         super().__init__(engine)

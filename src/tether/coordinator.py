@@ -103,8 +103,7 @@ class Coordinator:
     def enqueue_many(self, payloads: Sequence[Payload], *, session: Session | None = None, **options: Any) -> list[InsertResult]:
         """Several jobs in one transaction: all are recorded or none. They share one enqueue
         time (ids keep their order)."""
-        now = self.clock.now()
-        jobs = [self.queue.build(p, now=now, **options) for p in payloads]
+        jobs = self.queue.build_many(payloads, **options)
         if session is not None:
             return self._in_session(session, jobs)
         return self.queue.enqueue_all(jobs)

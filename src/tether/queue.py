@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
+from operator import itemgetter
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
+import orjson
 import sqlalchemy as sa
 
 from . import events, sql
@@ -17,8 +19,9 @@ from .context import encode_result
 from .errors import (
     DatabaseUnavailable, DuplicateActiveJob, InvalidPayload, InvalidTransition, JobNotFound, LostLease, Superseded,
 )
-from .ids import new_id
-from .jobtypes import Payload, Registry
+from .ids import new_ids
+from .jobtypes import JobType, Payload, Registry
+from .jobtypes.base import encoder
 from .record import InsertResult, JobRecord
 from .status import FENCED, TRANSITIONS, JobStatus
 from .wakeup import Wakeup
@@ -61,7 +64,7 @@ class Decision:
     def after(self) -> JobRecord:
         """The job as this decision leaves it (for its event, when the row was not read back)."""
         attempts = self.job.attempts - 1 if self.edge == "release" else self.job.attempts
-        return replace(self.job, attempts=attempts, run_at=self.values.get("run_at", self.job.run_at),
+        return self.job._replace(attempts=attempts, run_at=self.values.get("run_at", self.job.run_at),
                        last_error=self.values.get("error", self.job.last_error))
 
     @classmethod
@@ -70,18 +73,40 @@ class Decision:
         return cls(job, "complete", {"result": encode_result(job.type, result)}, children, duration, finished_at)
 
 
-@dataclass(frozen=True, slots=True)
-class NewJob:
-    """A validated job ready to insert (built before any transaction opens)."""
+# A job built and validated before any transaction opens is the row it will be: a pending
+# JobRecord. The same tuple is inserted and returned in its InsertResult.
+NewJob = JobRecord
+_PENDING = JobStatus.PENDING
+# What varies between jobs enqueued together, and what they share (one JSON insert per share).
+_shared = itemgetter(1, 4, 6, 10, 13, 16)  # type, priority, max_attempts, created_at, run_at, parent_id
+_targeted_row = itemgetter(0, 2, 15)  # id, payload, ordering_key
 
-    params: dict[str, Any]
 
-    def record(self) -> JobRecord:
-        """The row as inserted."""
-        p = self.params
-        return JobRecord(p["id"], p["type"], p["payload"], JobStatus.PENDING, p["priority"], 0, p["max_attempts"],
-                         None, None, None, p["created_at"], None, None, p["run_at"], p["idempotency_key"],
-                         p["ordering_key"], p["parent_id"], None)
+def _values(job: NewJob) -> dict[str, Any]:
+    """The named values of ``sql.INSERT`` for ``job``."""
+    return {"id": job.id, "type": job.type, "payload": job.payload, "priority": job.priority,
+            "max_attempts": job.max_attempts, "created_at": job.created_at, "run_at": job.run_at,
+            "idempotency_key": job.idempotency_key, "ordering_key": job.ordering_key, "parent_id": job.parent_id}
+
+
+class _Kind(NamedTuple):
+    """A job type's hooks for building jobs, each None where the type keeps JobType's default
+    (which does nothing): enqueue_many calls them once per payload."""
+
+    name: str
+    prepare: Callable[[Payload, Path], Payload] | None
+    ordering_key: Callable[[Payload], str | None] | None
+    idempotency_key: Callable[[Payload], str | None] | None
+    encode: Callable[[Payload], bytes]
+
+    @classmethod
+    def of(cls, job_type: JobType) -> _Kind:
+        def hook(name: str) -> Any:
+            overridden = getattr(type(job_type), name) is not getattr(JobType, name)
+            return getattr(job_type, name) if overridden else None
+
+        return cls(job_type.name, hook("prepare"), hook("ordering_key"), hook("idempotency_key"),
+                   encoder(job_type.payload_model))
 
 
 class Queue:
@@ -93,12 +118,18 @@ class Queue:
         self.wakeup = wakeup
         self.backend = Backend.for_engine(engine)
         self._claim_sql = sql.claim_sql(engine.dialect.name)
+        self._json_sql = sql.insert_json_sql(engine.dialect.name) if self.backend.reads_json else None
 
     # -- enqueue ---------------------------------------------------------------------------
 
-    def build(
+    def build(self, payload: Payload, **options: Any) -> NewJob:
+        """Validate everything about a job before a transaction opens; raises InvalidPayload.
+        Options as ``build_many``."""
+        return self.build_many([payload], **options)[0]
+
+    def build_many(
         self,
-        payload: Payload,
+        payloads: Sequence[Payload],
         *,
         priority: int = 0,
         max_attempts: int = 3,
@@ -107,74 +138,94 @@ class Queue:
         key: str | None = None,
         parent_id: str | None = None,
         now: datetime | None = None,
-    ) -> NewJob:
-        """Validate everything about a job before a transaction opens; raises InvalidPayload."""
-        if not isinstance(payload, Payload):
-            raise InvalidPayload("(unknown)", [f"expected a payload model such as CreateFile, got {type(payload).__name__}"])
-        job_type = self.registry.for_payload(payload)
-        payload = job_type.prepare(payload, self.root)
+    ) -> list[NewJob]:
+        """Validate jobs that share their options (and enqueue time) before a transaction opens;
+        raises InvalidPayload for the first bad one. The options are checked once, not per job."""
+        if not payloads:
+            return []
+        kinds: dict[type, _Kind] = {}
+        name = self._kind(payloads[0], kinds).name
         if isinstance(priority, bool) or not isinstance(priority, int):
-            raise InvalidPayload(job_type.name, [f"priority: must be an integer, got {type(priority).__name__}"])
+            raise InvalidPayload(name, [f"priority: must be an integer, got {type(priority).__name__}"])
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-            raise InvalidPayload(job_type.name, [f"max_attempts: must be an integer >= 1, got {max_attempts!r}"])
+            raise InvalidPayload(name, [f"max_attempts: must be an integer >= 1, got {max_attempts!r}"])
         if key is not None and len(key) > 512:
-            raise InvalidPayload(job_type.name, [f"key: at most 512 characters, got {len(key)}"])
+            raise InvalidPayload(name, [f"key: at most 512 characters, got {len(key)}"])
         now = now or self.clock.now()
         if run_at is not None and delay is not None:
-            raise InvalidPayload(job_type.name, ["give run_at or delay, not both"])
+            raise InvalidPayload(name, ["give run_at or delay, not both"])
         if delay is not None:
             run_at = now + (delay if isinstance(delay, timedelta) else timedelta(seconds=delay))
         elif run_at is not None and run_at.tzinfo is None:
-            raise InvalidPayload(job_type.name, ["run_at: must be timezone-aware (UTC)"])
-        ordering_key = job_type.ordering_key(payload)
-        if ordering_key is not None and len(ordering_key) > 1024:
-            raise InvalidPayload(job_type.name, [f"path: the target {ordering_key[:40]!r}... is longer than 1024 characters"])
-        return NewJob(
-            {
-                "id": new_id(now),
-                "type": job_type.name,
-                "payload": payload.to_json().decode(),
-                "priority": priority,
-                "max_attempts": max_attempts,
-                "created_at": now,
-                "run_at": run_at or now,
-                "idempotency_key": key if key is not None else job_type.idempotency_key(payload),
-                "ordering_key": ordering_key,
-                "parent_id": parent_id,
-            }
-        )
+            raise InvalidPayload(name, ["run_at: must be timezone-aware (UTC)"])
+        run_at = run_at or now
+        root = self.root
+        jobs = []
+        for payload, job_id in zip(payloads, new_ids(now, len(payloads))):
+            kind = kinds.get(type(payload)) or self._kind(payload, kinds)
+            if kind.prepare is not None:
+                payload = kind.prepare(payload, root)
+            ordering_key = None if kind.ordering_key is None else kind.ordering_key(payload)
+            if ordering_key is not None and len(ordering_key) > 1024:
+                raise InvalidPayload(kind.name, [f"path: the target {ordering_key[:40]!r}... is longer than 1024 characters"])
+            idempotency_key = key if key is not None or kind.idempotency_key is None else kind.idempotency_key(payload)
+            jobs.append(NewJob(job_id, kind.name, kind.encode(payload).decode(), _PENDING, priority, 0, max_attempts,
+                               None, None, None, now, None, None, run_at, idempotency_key, ordering_key, parent_id,
+                               None))
+        return jobs
+
+    def _kind(self, payload: Any, kinds: dict[type, _Kind]) -> _Kind:
+        """How to build jobs from payloads of ``payload``'s class (looked up once per call)."""
+        if not isinstance(payload, Payload):
+            raise InvalidPayload("(unknown)", [f"expected a payload model such as CreateFile, got {type(payload).__name__}"])
+        kind = kinds[type(payload)] = _Kind.of(self.registry.for_payload(payload))
+        return kind
 
     def insert(self, cur: Any, job: NewJob) -> InsertResult:
         """Insert inside the caller's transaction; an active job with the same key is returned."""
         while True:
-            inserted = cur.record(sql.INSERT, job.params)
+            inserted = cur.record(sql.INSERT, _values(job))
             if inserted is not None:
                 return InsertResult(inserted)
-            existing = cur.record(
-                sql.ACTIVE_BY_KEY,
-                {"type": job.params["type"], "idempotency_key": job.params["idempotency_key"]},
-            )
+            existing = cur.record(sql.ACTIVE_BY_KEY, {"type": job.type, "idempotency_key": job.idempotency_key})
             if existing is not None:
                 return InsertResult(existing, duplicate=True)
             # PostgreSQL only: the conflicting job finished between the two statements.
 
     def insert_all(self, cur: Any, jobs: Sequence[NewJob]) -> list[InsertResult]:
-        """Insert many in the caller's transaction; unkeyed jobs in one executemany."""
-        unkeyed = [job.params for job in jobs if job.params["idempotency_key"] is None]
+        """Insert many in the caller's transaction: unkeyed jobs that share their options in one
+        statement, keyed ones one at a time (each may meet an active job with its key)."""
+        unkeyed = [job for job in jobs if job.idempotency_key is None]
         if len(unkeyed) == 1:
-            cur.execute(sql.INSERT_UNKEYED, unkeyed[0])
+            cur.execute(sql.INSERT_UNKEYED, _values(unkeyed[0]))
         elif unkeyed:
-            cur.executemany(sql.INSERT_UNKEYED, unkeyed)
-        return [InsertResult(job.record()) if job.params["idempotency_key"] is None else self.insert(cur, job)
-                for job in jobs]
+            self._insert_unkeyed(cur, unkeyed)
+        return [InsertResult(job) if job.idempotency_key is None else self.insert(cur, job) for job in jobs]
+
+    def _insert_unkeyed(self, cur: Any, jobs: list[NewJob]) -> None:
+        groups: dict[tuple[Any, ...], list[NewJob]] = {}
+        for job in jobs:
+            groups.setdefault(_shared(job), []).append(job)
+        for (job_type, priority, max_attempts, created_at, run_at, parent_id), group in groups.items():
+            if len(group) == 1 or self._json_sql is None:
+                cur.executemany(sql.INSERT_UNKEYED, [_values(job) for job in group])
+                continue
+            untargeted, targeted = self._json_sql
+            if any(job.ordering_key is not None for job in group):
+                statement, rows = targeted, orjson.dumps([_targeted_row(job) for job in group])
+            else:
+                statement, rows = untargeted, orjson.dumps({job.id: job.payload for job in group})
+            cur.execute(statement, {"type": job_type, "priority": priority, "max_attempts": max_attempts,
+                                    "created_at": created_at, "run_at": run_at, "parent_id": parent_id,
+                                    "rows": rows.decode()})
 
     def enqueue_all(self, jobs: Sequence[NewJob]) -> list[InsertResult]:
         """Insert ``jobs`` in one transaction; returns after the commit is durable."""
         try:
-            if len(jobs) == 1 and jobs[0].params["idempotency_key"] is None and self.wakeup.in_process_only:
+            if len(jobs) == 1 and jobs[0].idempotency_key is None and self.wakeup.in_process_only:
                 # The common single enqueue: one INSERT that is its own transaction.
-                self.backend.execute_alone(sql.INSERT_UNKEYED, jobs[0].params)
-                results = [InsertResult(jobs[0].record())]
+                self.backend.execute_alone(sql.INSERT_UNKEYED, _values(jobs[0]))
+                results = [InsertResult(jobs[0])]
             else:
                 with self.backend.write() as cur:
                     results = self.insert_all(cur, jobs)

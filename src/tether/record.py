@@ -1,19 +1,22 @@
-"""Jobs as read back from the ledger: plain, immutable, cheap to build on the hot path."""
+"""Jobs as read back from the ledger: plain, immutable, cheap to build on the hot path.
+
+Both are NamedTuples rather than frozen dataclasses: a frozen dataclass sets each field through
+``object.__setattr__``, and building one JobRecord cost 3.5-5 us against 0.7 us, which was a
+third of the Python of a single enqueue and most of it for 10,000 in one call.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
 from .status import JobStatus
 
 
-@dataclass(frozen=True, slots=True)
-class JobRecord:
-    """One row of ``tether_jobs``."""
+class JobRecord(NamedTuple):
+    """One row of ``tether_jobs``. ``job._replace(field=value)`` makes a changed copy."""
 
     id: str
     type: str
@@ -50,24 +53,22 @@ class JobRecord:
     def to_dict(self, *, include_payload: bool = False) -> dict[str, Any]:
         """JSON-ready form; the payload (which may hold file bodies, prompts) only on request."""
         out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "payload":
+        for name, value in zip(self._fields, self):
+            if name == "payload":
                 if include_payload:
                     out["payload"] = self.payload_data
                 continue
-            if f.name == "result":
+            if name == "result":
                 value = self.result_data
             elif isinstance(value, datetime):
                 value = value.isoformat()
             elif isinstance(value, JobStatus):
                 value = value.value
-            out[f.name] = value
+            out[name] = value
         return out
 
 
-@dataclass(frozen=True, slots=True)
-class InsertResult:
+class InsertResult(NamedTuple):
     """What ``enqueue`` did: ``duplicate`` is true when an active job with the same type and
     idempotency key already existed and was returned instead of a new one."""
 

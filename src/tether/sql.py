@@ -25,6 +25,29 @@ ON CONFLICT (type, idempotency_key) WHERE {ACTIVE_KEYED_SQL} DO NOTHING
 RETURNING {_COLS}
 """
 
+# Many unkeyed jobs of one type that share their options, in one statement: what varies travels
+# as one JSON text. Binding ten values per row through the driver cost twice SQLite's own insert
+# (9.5 against 4.3 us a row, in memory, measured here); jobs without a target go as an object
+# {id: payload}, which the database walks without parsing each row again (4.6 against 7.0 us).
+_INSERT_SELECT = """
+INSERT INTO {table} (id, type, payload, status, priority, attempts, max_attempts,
+                     created_at, run_at, idempotency_key, ordering_key, parent_id)
+SELECT {id}, :type, {payload}, 'pending', :priority, 0, :max_attempts,
+       :created_at, :run_at, NULL, {ordering_key}, :parent_id
+FROM {rows}
+"""
+_PAYLOADS = {"id": "key", "payload": "value", "ordering_key": "NULL"}
+_TARGETED = ("id", "payload", "ordering_key")  # [id, payload, ordering_key] rows
+INSERT_PAYLOADS_SQLITE = _INSERT_SELECT.format(table=TABLE, rows="json_each(:rows)", **_PAYLOADS)
+INSERT_PAYLOADS_POSTGRES = _INSERT_SELECT.format(table=TABLE, rows="json_each_text(CAST(:rows AS json))", **_PAYLOADS)
+INSERT_TARGETED_SQLITE = _INSERT_SELECT.format(
+    table=TABLE, rows="json_each(:rows)", **{c: f"json_extract(value, '$[{i}]')" for i, c in enumerate(_TARGETED)}
+)
+INSERT_TARGETED_POSTGRES = _INSERT_SELECT.format(
+    table=TABLE, rows="json_array_elements(CAST(:rows AS json)) AS r(value)",
+    **{c: f"value ->> {i}" for i, c in enumerate(_TARGETED)},
+)
+
 ACTIVE_BY_KEY = f"""
 SELECT {_COLS} FROM {TABLE}
 WHERE type = :type AND idempotency_key = :idempotency_key AND {_ACTIVE}
@@ -132,3 +155,10 @@ RETURNING {_COLS}
 
 def claim_sql(dialect: str) -> str:
     return CLAIM_POSTGRES if dialect == "postgresql" else CLAIM_SQLITE
+
+
+def insert_json_sql(dialect: str) -> tuple[str, str]:
+    """(jobs without a target, jobs with one): the statements that read many jobs from JSON."""
+    if dialect == "postgresql":
+        return INSERT_PAYLOADS_POSTGRES, INSERT_TARGETED_POSTGRES
+    return INSERT_PAYLOADS_SQLITE, INSERT_TARGETED_SQLITE

@@ -11,7 +11,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, Sequence, TypeVar
 
 import orjson
 from pydantic import BaseModel, ConfigDict
@@ -32,14 +32,22 @@ class Payload(BaseModel):
 
     def to_json(self) -> bytes:
         """The stored form: every field, except optional ones the caller never set."""
-        optional = _optional_fields(type(self))
-        omit = {name for name in optional if name not in self.model_fields_set} if optional else None
-        return self.__pydantic_serializer__.to_json(self, exclude=omit or None)
+        return encoder(type(self))(self)
 
 
 @cache
-def _optional_fields(model: type[Payload]) -> tuple[str, ...]:
-    return tuple(name for name, info in model.model_fields.items() if info.default is None)
+def encoder(model: type[Payload]) -> Callable[[Payload], bytes]:
+    """``to_json`` for payloads of ``model``, with its per-model work done once."""
+    serialize = model.__pydantic_serializer__.to_json
+    optional = tuple(name for name, info in model.model_fields.items() if info.default is None)
+    if not optional:
+        return serialize
+
+    def encode(payload: Payload) -> bytes:
+        omit = {name for name in optional if name not in payload.model_fields_set}
+        return serialize(payload, exclude=omit or None)
+
+    return encode
 
 
 P = TypeVar("P", bound=Payload)
