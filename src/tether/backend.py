@@ -55,6 +55,18 @@ class Backend:
     def bind(self, params: Mapping[str, Any]) -> dict[str, Any]:
         return dict(params)
 
+    def time(self, value: datetime) -> Any:
+        """A time as this driver stores it."""
+        return value
+
+    def insert_values(self, job: JobRecord) -> dict[str, Any]:
+        """The named values of ``sql.INSERT`` for a new ``job``, already bound."""
+        created = self.time(job.created_at)
+        return {"id": job.id, "type": job.type, "payload": job.payload, "priority": job.priority,
+                "max_attempts": job.max_attempts, "created_at": created,
+                "run_at": created if job.run_at is job.created_at else self.time(job.run_at),
+                "idempotency_key": job.idempotency_key, "ordering_key": job.ordering_key, "parent_id": job.parent_id}
+
     def record(self, row: tuple) -> JobRecord:
         return JobRecord(*row[:3], _STATUS[row[3]], *row[4:])
 
@@ -98,10 +110,11 @@ class Backend:
             if raw is not None:
                 raw.close()
 
-    def execute_alone(self, statement: str, params: Mapping[str, Any]) -> int:
-        """One statement as its own durable transaction; returns the rows it changed."""
+    def execute_alone(self, statement: str, values: Mapping[str, Any]) -> int:
+        """One statement as its own durable transaction, ``values`` already bound; returns the
+        rows it changed."""
         with self.write() as cur:
-            return cur.execute(statement, params)
+            return cur.execute(statement, values)
 
     def _checkout_writer(self) -> tuple[Any, Any]:
         """(pooled connection to return or None, driver connection) for one write transaction."""
@@ -155,7 +168,7 @@ class _Writer:
     def __init__(self, driver: sqlite3.Connection, pool: Any) -> None:
         self.driver = driver
         self.pool = pool
-        self.pid = os.getpid()
+        self.pid = _pid
 
 
 # Connections a forked child inherited: never used, and never closed by the child either (nor
@@ -174,8 +187,13 @@ def _after_fork_in_parent() -> None:
 
 
 def _after_fork_in_child() -> None:
+    global _pid
+    _pid = os.getpid()
     _inherited.extend(_forking)
     _forking.clear()
+
+
+_pid = os.getpid()  # this process's, kept by the fork hook: os.getpid() is a system call
 
 
 os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
@@ -184,11 +202,37 @@ os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
 
 def _sqlite_reads_json() -> bool:
     """Whether the linked SQLite has its JSON functions (built in since 3.38, optional before)."""
+    conn = sqlite3.connect(":memory:")
     try:
-        with sqlite3.connect(":memory:") as conn:
-            return conn.execute("SELECT count(*) FROM json_each('[1]')").fetchone()[0] == 1
+        return conn.execute("SELECT count(*) FROM json_each('[1]')").fetchone()[0] == 1
     except sqlite3.Error:
         return False
+    finally:
+        conn.close()
+
+
+def _sqlite_time(value: datetime) -> str:
+    global _last_time
+    last = _last_time  # one read: another thread may replace it meanwhile
+    if last[0] is value:  # a group commit binds one time for many rows
+        return last[1]
+    if value.tzinfo is _UTC:  # the clock's own: no conversion, and % is twice as fast as isoformat
+        text = "%04d-%02d-%02d %02d:%02d:%02d.%06d" % (
+            value.year, value.month, value.day, value.hour, value.minute, value.second, value.microsecond)
+    elif value.tzinfo is None:
+        raise ValueError("tether stores timezone-aware UTC times only")
+    else:
+        text = value.astimezone(_UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
+    _last_time = (value, text)
+    return text
+
+
+_last_time: tuple[datetime | None, str] = (None, "")
+
+
+def _busy(error: sqlite3.OperationalError) -> bool:
+    """SQLITE_BUSY and its extended codes: another connection holds the write lock."""
+    return getattr(error, "sqlite_errorcode", 5) & 0xFF == 5
 
 
 class SQLiteBackend(Backend):
@@ -208,12 +252,12 @@ class SQLiteBackend(Backend):
         # closed with the thread (its locals go), or by close(); a new pool (engine.dispose()) or
         # a forked child gets a new one.
         writer = getattr(self._local, "writer", None)
-        if writer is not None and writer.pid == os.getpid() and writer.driver.in_transaction:
+        if writer is not None and writer.pid == _pid and writer.driver.in_transaction:
             # Its transaction is still open: a write() inside another on this thread, which would
             # otherwise end the outer transaction and leave its rest to commit statement by statement.
             raise RuntimeError("a tether write transaction is already open on this thread; nested writes are not supported")
-        if writer is None or writer.pool is not self.engine.pool or writer.pid != os.getpid():
-            if writer is not None and writer.pid != os.getpid():
+        if writer is None or writer.pool is not self.engine.pool or writer.pid != _pid:
+            if writer is not None and writer.pid != _pid:
                 _inherited.append(writer)
             raw = self.engine.raw_connection()  # the engine's connect-time PRAGMAs included
             driver = raw.driver_connection
@@ -236,7 +280,7 @@ class SQLiteBackend(Backend):
             try:
                 return statement()
             except sqlite3.OperationalError as e:
-                if getattr(e, "sqlite_errorcode", 5) & 0xFF != 5:  # SQLITE_BUSY and its kinds
+                if not _busy(e):
                     raise
                 now = time.monotonic()
                 if deadline is None:
@@ -246,18 +290,22 @@ class SQLiteBackend(Backend):
                 time.sleep(min(pause, max(0.0, deadline - now)))
                 pause = min(pause * 2, 0.002)
 
-    def execute_alone(self, statement: str, params: Mapping[str, Any]) -> int:
+    def execute_alone(self, statement: str, values: Mapping[str, Any]) -> int:
         # Outside BEGIN/COMMIT a statement commits itself, as durably: two round trips fewer.
         _, driver = self._checkout_writer()
-        values = self.bind(params)
         try:
-            return self._when_unlocked(lambda: driver.execute(statement, values).rowcount)
+            try:
+                return driver.execute(statement, values).rowcount
+            except sqlite3.OperationalError as e:
+                if not _busy(e):
+                    raise
+                return self._when_unlocked(lambda: driver.execute(statement, values).rowcount)
         except sqlite3.Error as e:
             raise self._wrap(e) from e
 
     def close(self) -> None:
         for writer in list(self._writers):
-            if writer.pid == os.getpid():
+            if writer.pid == _pid:
                 writer.driver.close()
         self._writers.clear()
         self._local = threading.local()
@@ -265,6 +313,8 @@ class SQLiteBackend(Backend):
     def bind(self, params: Mapping[str, Any]) -> dict[str, Any]:
         # The same fixed-width text SQLAlchemy's DateTime writes, so ``<`` is time order.
         return {k: _sqlite_time(v) if isinstance(v, datetime) else v for k, v in params.items()}
+
+    time = staticmethod(_sqlite_time)
 
     def record(self, row: tuple) -> JobRecord:
         return self.records([row])[0]
@@ -333,19 +383,6 @@ def _pyformat(statement: str, table: str | None = None) -> str:
     return _NAMED.sub(r"%(\1)s", statement.replace("%", "%%"))
 
 
-def _sqlite_time(value: datetime) -> str:
-    global _last_time
-    last = _last_time  # one read: another thread may replace it meanwhile
-    if last[0] is value:  # a group commit binds one time for many rows
-        return last[1]
-    if value.tzinfo is None:
-        raise ValueError("tether stores timezone-aware UTC times only")
-    text = value.astimezone(_UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
-    _last_time = (value, text)
-    return text
-
-
-_last_time: tuple[datetime | None, str] = (None, "")
 
 
 class _Cursor:

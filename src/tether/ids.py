@@ -8,7 +8,7 @@ import threading
 from datetime import datetime
 
 _lock = threading.Lock()
-_last = 0
+_last = ""  # the last id handed out in this process
 # Mersenne Twister seeded from the OS (a SystemRandom draw is a syscall: half an id's cost),
 # reseeded in a forked child so two processes never share a sequence.
 _random = random.Random()
@@ -17,14 +17,18 @@ _random = random.Random()
 def _after_fork_in_child() -> None:
     global _last
     _random.seed()
-    _last = 0  # else parent and child could both hand out _last + 1 within one millisecond
+    _last = ""  # else parent and child could both hand out the same next id within one millisecond
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 # Two characters per 10 bits: a ULID's 130 bits (two leading zeros) are 13 look-ups.
 _PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]
-_prefix: tuple[int, str] = (-1, "")  # the time part of the last id, encoded
+# A random byte's low 5 bits as a character: 16 random bytes are the 80 random bits of an id,
+# in two C calls instead of 13 look-ups and 12 concatenations (an enqueue's hottest Python).
+_CHAR_OF_BYTE = bytes.maketrans(bytes(range(256)), bytes(ord(_CROCKFORD[b & 31]) for b in range(256)))
+_AS_BASE32 = str.maketrans(_CROCKFORD, "0123456789abcdefghijklmnopqrstuv")  # for int(text, 32)
+_time_part: tuple[int, str] = (-1, "")  # the last millisecond encoded, and its 10 characters
 
 
 def _ms(when: datetime) -> int:
@@ -38,15 +42,21 @@ def floor_id(when: datetime) -> str:
 
 
 def new_id(now: datetime) -> str:
-    """A ULID for ``now`` (48-bit milliseconds, 80 random bits); if the clock has not moved on,
-    the previous id plus one."""
-    global _last
-    candidate = (_ms(now) << 80) | _random.getrandbits(80)
+    """A ULID for ``now`` (48-bit milliseconds, 80 random bits); if that is not after the last
+    id (the clock has not moved on, or went back), the last id plus one."""
+    global _last, _time_part
+    ms = int(now.timestamp()) * 1000 + now.microsecond // 1000  # _ms, inline: the hot path
+    cached = _time_part
+    if cached[0] != ms:
+        p = _PAIRS
+        cached = _time_part = (ms, p[(ms >> 40) & 1023] + p[(ms >> 30) & 1023] + p[(ms >> 20) & 1023]
+                               + p[(ms >> 10) & 1023] + p[ms & 1023])
+    candidate = cached[1] + _random.randbytes(16).translate(_CHAR_OF_BYTE).decode()
     with _lock:
-        if candidate <= _last:
-            candidate = _last + 1
+        if candidate <= _last:  # fixed width, alphabet in ASCII order: text order is number order
+            candidate = _encode(int(_last.translate(_AS_BASE32), 32) + 1)
         _last = candidate
-    return _encode(candidate)
+    return candidate
 
 
 def new_ids(now: datetime, n: int) -> list[str]:
@@ -57,9 +67,10 @@ def new_ids(now: datetime, n: int) -> list[str]:
         return [new_id(now)]
     start = (_ms(now) << 80) | _random.getrandbits(80)
     with _lock:
-        if start <= _last:
-            start = _last + 1
-        _last = start + n - 1
+        last = int(_last.translate(_AS_BASE32), 32) if _last else -1
+        if start <= last:
+            start = last + 1
+        _last = _encode(start + n - 1)
     ids: list[str] = []
     value, end = start, start + n
     while value < end:  # per run of values that share all but their last 10 bits: encode once
@@ -71,12 +82,9 @@ def new_ids(now: datetime, n: int) -> list[str]:
 
 
 def _encode(value: int) -> str:
-    global _prefix
-    high, low = value >> 80, value
-    cached = _prefix
-    if cached[0] != high:  # a new millisecond: its 10 characters, once
-        cached = _prefix = (high, "".join(_PAIRS[(high >> shift) & 1023] for shift in (40, 30, 20, 10, 0)))
     p = _PAIRS
-    return (cached[1] + p[(low >> 70) & 1023] + p[(low >> 60) & 1023] + p[(low >> 50) & 1023]
-            + p[(low >> 40) & 1023] + p[(low >> 30) & 1023] + p[(low >> 20) & 1023] + p[(low >> 10) & 1023]
-            + p[low & 1023])
+    high = value >> 80
+    return (p[(high >> 40) & 1023] + p[(high >> 30) & 1023] + p[(high >> 20) & 1023] + p[(high >> 10) & 1023]
+            + p[high & 1023] + p[(value >> 70) & 1023] + p[(value >> 60) & 1023] + p[(value >> 50) & 1023]
+            + p[(value >> 40) & 1023] + p[(value >> 30) & 1023] + p[(value >> 20) & 1023] + p[(value >> 10) & 1023]
+            + p[value & 1023])

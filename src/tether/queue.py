@@ -19,7 +19,7 @@ from .context import encode_result
 from .errors import (
     DatabaseUnavailable, DuplicateActiveJob, InvalidPayload, InvalidTransition, JobNotFound, LostLease, Superseded,
 )
-from .ids import new_ids
+from .ids import new_id, new_ids
 from .jobtypes import JobType, Payload, Registry
 from .jobtypes.base import encoder
 from .record import InsertResult, JobRecord
@@ -77,16 +77,12 @@ class Decision:
 # JobRecord. The same tuple is inserted and returned in its InsertResult.
 NewJob = JobRecord
 _PENDING = JobStatus.PENDING
+# What NamedTuple._make does, without its Python frame (on the single enqueue path each frame is
+# a few us of cold cache after the previous commit's fsync).
+_tuple_new = tuple.__new__
 # What varies between jobs enqueued together, and what they share (one JSON insert per share).
 _shared = itemgetter(1, 4, 6, 10, 13, 16)  # type, priority, max_attempts, created_at, run_at, parent_id
 _targeted_row = itemgetter(0, 2, 15)  # id, payload, ordering_key
-
-
-def _values(job: NewJob) -> dict[str, Any]:
-    """The named values of ``sql.INSERT`` for ``job``."""
-    return {"id": job.id, "type": job.type, "payload": job.payload, "priority": job.priority,
-            "max_attempts": job.max_attempts, "created_at": job.created_at, "run_at": job.run_at,
-            "idempotency_key": job.idempotency_key, "ordering_key": job.ordering_key, "parent_id": job.parent_id}
 
 
 class _Kind(NamedTuple):
@@ -118,6 +114,8 @@ class Queue:
         self.wakeup = wakeup
         self.backend = Backend.for_engine(engine)
         self._claim_sql = sql.claim_sql(engine.dialect.name)
+        self._kinds: dict[type, _Kind] = {}
+        self._kinds_generation = -1
         self._json_sql = sql.insert_json_sql(engine.dialect.name) if self.backend.reads_json else None
 
     # -- enqueue ---------------------------------------------------------------------------
@@ -143,8 +141,10 @@ class Queue:
         raises InvalidPayload for the first bad one. The options are checked once, not per job."""
         if not payloads:
             return []
-        kinds: dict[type, _Kind] = {}
-        name = self._kind(payloads[0], kinds).name
+        if self._kinds_generation != self.registry.generation:
+            self._kinds, self._kinds_generation = {}, self.registry.generation
+        kinds = self._kinds
+        name = (kinds.get(type(payloads[0])) or self._kind(payloads[0])).name
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise InvalidPayload(name, [f"priority: must be an integer, got {type(priority).__name__}"])
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
@@ -161,30 +161,31 @@ class Queue:
         run_at = run_at or now
         root = self.root
         jobs = []
-        for payload, job_id in zip(payloads, new_ids(now, len(payloads))):
-            kind = kinds.get(type(payload)) or self._kind(payload, kinds)
+        ids = [new_id(now)] if len(payloads) == 1 else new_ids(now, len(payloads))
+        for payload, job_id in zip(payloads, ids):
+            kind = kinds.get(type(payload)) or self._kind(payload)
             if kind.prepare is not None:
                 payload = kind.prepare(payload, root)
             ordering_key = None if kind.ordering_key is None else kind.ordering_key(payload)
             if ordering_key is not None and len(ordering_key) > 1024:
                 raise InvalidPayload(kind.name, [f"path: the target {ordering_key[:40]!r}... is longer than 1024 characters"])
             idempotency_key = key if key is not None or kind.idempotency_key is None else kind.idempotency_key(payload)
-            jobs.append(NewJob(job_id, kind.name, kind.encode(payload).decode(), _PENDING, priority, 0, max_attempts,
-                               None, None, None, now, None, None, run_at, idempotency_key, ordering_key, parent_id,
-                               None))
+            jobs.append(_tuple_new(NewJob, (job_id, kind.name, kind.encode(payload).decode(), _PENDING, priority, 0,
+                                            max_attempts, None, None, None, now, None, None, run_at, idempotency_key,
+                                            ordering_key, parent_id, None)))
         return jobs
 
-    def _kind(self, payload: Any, kinds: dict[type, _Kind]) -> _Kind:
-        """How to build jobs from payloads of ``payload``'s class (looked up once per call)."""
+    def _kind(self, payload: Any) -> _Kind:
+        """How to build jobs from payloads of ``payload``'s class (kept until the registry changes)."""
         if not isinstance(payload, Payload):
             raise InvalidPayload("(unknown)", [f"expected a payload model such as CreateFile, got {type(payload).__name__}"])
-        kind = kinds[type(payload)] = _Kind.of(self.registry.for_payload(payload))
+        kind = self._kinds[type(payload)] = _Kind.of(self.registry.for_payload(payload))
         return kind
 
     def insert(self, cur: Any, job: NewJob) -> InsertResult:
         """Insert inside the caller's transaction; an active job with the same key is returned."""
         while True:
-            inserted = cur.record(sql.INSERT, _values(job))
+            inserted = cur.record(sql.INSERT, self.backend.insert_values(job))
             if inserted is not None:
                 return InsertResult(inserted)
             existing = cur.record(sql.ACTIVE_BY_KEY, {"type": job.type, "idempotency_key": job.idempotency_key})
@@ -197,7 +198,7 @@ class Queue:
         statement, keyed ones one at a time (each may meet an active job with its key)."""
         unkeyed = [job for job in jobs if job.idempotency_key is None]
         if len(unkeyed) == 1:
-            cur.execute(sql.INSERT_UNKEYED, _values(unkeyed[0]))
+            cur.execute(sql.INSERT_UNKEYED, self.backend.insert_values(unkeyed[0]))
         elif unkeyed:
             self._insert_unkeyed(cur, unkeyed)
         return [InsertResult(job) if job.idempotency_key is None else self.insert(cur, job) for job in jobs]
@@ -208,7 +209,7 @@ class Queue:
             groups.setdefault(_shared(job), []).append(job)
         for (job_type, priority, max_attempts, created_at, run_at, parent_id), group in groups.items():
             if len(group) == 1 or self._json_sql is None:
-                cur.executemany(sql.INSERT_UNKEYED, [_values(job) for job in group])
+                cur.executemany(sql.INSERT_UNKEYED, [self.backend.insert_values(job) for job in group])
                 continue
             untargeted, targeted = self._json_sql
             if any(job.ordering_key is not None for job in group):
@@ -224,8 +225,8 @@ class Queue:
         try:
             if len(jobs) == 1 and jobs[0].idempotency_key is None and self.wakeup.in_process_only:
                 # The common single enqueue: one INSERT that is its own transaction.
-                self.backend.execute_alone(sql.INSERT_UNKEYED, _values(jobs[0]))
-                results = [InsertResult(jobs[0])]
+                self.backend.execute_alone(sql.INSERT_UNKEYED, self.backend.insert_values(jobs[0]))
+                results = [_tuple_new(InsertResult, (jobs[0], False))]
             else:
                 with self.backend.write() as cur:
                     results = self.insert_all(cur, jobs)

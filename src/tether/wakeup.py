@@ -28,8 +28,10 @@ class Wakeup:
     in_process_only = True
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._generation = 0
+        self._waiting = 0  # threads in wait(): with none, a bump is a counter, not Condition.notify_all
 
     def notify(self) -> None:
         """Wake waiters after a commit that made jobs ready (in every process, where possible)."""
@@ -37,26 +39,30 @@ class Wakeup:
 
     def wake_local(self) -> None:
         """Wake this process's waiters only (shutdown, a file watcher): no message is sent."""
-        self._bump()
+        with self._lock:
+            self._generation += 1
+            if self._waiting:
+                self._cond.notify_all()
 
     def notify_in(self, cur: Any) -> None:
         """Queue the cross-process wake-up inside the caller's write transaction (``cur`` is the
         cursor of ``Backend.write()``); it is delivered when, and only if, that transaction
         commits. Nothing to do in-process: call ``wake_local`` after the commit."""
 
-    def _bump(self) -> None:
-        with self._cond:
-            self._generation += 1
-            self._cond.notify_all()
+    _bump = wake_local
 
     def generation(self) -> int:
-        with self._cond:
+        with self._lock:
             return self._generation
 
     def wait(self, seen: int, timeout: float) -> bool:
         """Wait up to ``timeout`` s for a notify after generation ``seen``; True if one came."""
-        with self._cond:
-            return self._cond.wait_for(lambda: self._generation != seen, timeout)
+        with self._lock:
+            self._waiting += 1
+            try:
+                return self._cond.wait_for(lambda: self._generation != seen, timeout)
+            finally:
+                self._waiting -= 1
 
     def close(self) -> None:
         """Release what the wake-up holds (nothing for the in-process one)."""

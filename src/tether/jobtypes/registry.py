@@ -13,6 +13,7 @@ from .base import JobType, Payload
 class Registry:
     def __init__(self, types: list[JobType] | None = None) -> None:
         self._types: dict[str, JobType] = {}
+        self.generation = 0  # bumped by every register(): what callers cached from it is stale
         for t in types or []:
             self.register(t)
 
@@ -20,6 +21,7 @@ class Registry:
         if job_type.payload_model.job_type != job_type.name:
             raise ValueError(f"{type(job_type).__name__}: payload model is for {job_type.payload_model.job_type!r}")
         self._types[job_type.name] = job_type
+        self.generation += 1
         return job_type
 
     def names(self) -> list[str]:
