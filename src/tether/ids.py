@@ -51,7 +51,7 @@ def new_id(now: datetime) -> str:
         p = _PAIRS
         cached = _time_part = (ms, p[(ms >> 40) & 1023] + p[(ms >> 30) & 1023] + p[(ms >> 20) & 1023]
                                + p[(ms >> 10) & 1023] + p[ms & 1023])
-    candidate = cached[1] + _random.randbytes(16).translate(_CHAR_OF_BYTE).decode()
+    candidate = cached[1] + _random.getrandbits(128).to_bytes(16, "little").translate(_CHAR_OF_BYTE).decode()
     with _lock:
         if candidate <= _last:  # fixed width, alphabet in ASCII order: text order is number order
             candidate = _encode(int(_last.translate(_AS_BASE32), 32) + 1)

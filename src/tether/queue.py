@@ -201,7 +201,8 @@ class Queue:
             cur.execute(sql.INSERT_UNKEYED, self.backend.insert_values(unkeyed[0]))
         elif unkeyed:
             self._insert_unkeyed(cur, unkeyed)
-        return [InsertResult(job) if job.idempotency_key is None else self.insert(cur, job) for job in jobs]
+        return [_tuple_new(InsertResult, (job, False)) if job.idempotency_key is None else self.insert(cur, job)
+                for job in jobs]
 
     def _insert_unkeyed(self, cur: Any, jobs: list[NewJob]) -> None:
         groups: dict[tuple[Any, ...], list[NewJob]] = {}
