@@ -152,6 +152,32 @@ def test_a_lost_lease_in_a_group_commit_spares_the_other_jobs(make_coordinator, 
     assert [m.status for m in moved] == [JobStatus.COMPLETED, JobStatus.FAILED]
 
 
+def test_a_group_commit_completes_many_in_one_statement_fenced_job_by_job(make_coordinator, clock):
+    from datetime import timedelta
+
+    c = make_coordinator(registry_with(NoteType()))
+    ids = [r.id for r in c.enqueue_many([Note(name=str(i)) for i in range(5)])]
+    first = c.queue.claim("w1", limit=1)
+    clock.advance(c.lock_timeout + 1)
+    c.reclaim_stale()
+    [stolen] = c.queue.claim("w2", limit=1)  # w1 no longer holds the first job
+    mine = first + c.queue.claim("w1", limit=4)
+    start = clock.now()
+    decisions = [Decision.complete(job, {"n": i, "text": 'quote " and \\'}, finished_at=start + timedelta(seconds=i))
+                 for i, job in enumerate(mine)]
+    statements = write_transactions(c) if c.engine.dialect.name == "sqlite" else None
+    moved = c.queue.finish("w1", decisions + [Decision(mine[0], "fail", {"error": "late"})], records=False)
+    assert moved == [None, True, True, True, True, None]
+    if statements is not None:
+        assert sum("SET status = 'completed'" in s for s in statements) == 1
+    jobs = [c.get(i) for i in ids]
+    assert jobs[0].status is JobStatus.CLAIMED and jobs[0].locked_by == "w2" and stolen.id == ids[0]
+    assert [j.status for j in jobs[1:]] == [JobStatus.COMPLETED] * 4
+    assert [j.result_data for j in jobs[1:]] == [{"n": i, "text": 'quote " and \\'} for i in range(1, 5)]
+    assert [j.completed_at for j in jobs[1:]] == [start + timedelta(seconds=i) for i in range(1, 5)]
+    assert all(j.locked_by is None and j.locked_at is None for j in jobs[1:])
+
+
 def test_an_outcome_the_database_refuses_fails_that_job_and_records_the_rest(make_coordinator):
     notes = NoteType()
     c = make_coordinator(registry_with(notes))

@@ -105,6 +105,27 @@ UPDATE {TABLE} SET status = 'completed', locked_by = NULL, locked_at = NULL,
                    completed_at = :now, result = :result
 WHERE {_FENCE} RETURNING {_COLS}
 """
+# COMPLETE for many of one worker's jobs in one statement, fenced row by row exactly as COMPLETE
+# is; :rows is a JSON object {id: [attempt, completed_at, result]}, and the ids returned are the
+# jobs that moved (the others lost their lease). One statement instead of one per job cost 12
+# against 23 us a job here. SQLite: the unary + keeps the planner from walking every claimed
+# job's status entry once per row; it reads the JSON and looks each id up by primary key.
+COMPLETE_MANY_SQLITE = f"""
+UPDATE {TABLE} SET status = 'completed', locked_by = NULL, locked_at = NULL,
+                   completed_at = json_extract(r.value, '$[1]'), result = json_extract(r.value, '$[2]')
+FROM json_each(:rows) AS r
+WHERE {TABLE}.id = r.key AND +{TABLE}.status = 'claimed' AND {TABLE}.locked_by = :worker
+  AND {TABLE}.attempts = json_extract(r.value, '$[0]')
+RETURNING {TABLE}.id
+"""
+COMPLETE_MANY_POSTGRES = f"""
+UPDATE {TABLE} AS t SET status = 'completed', locked_by = NULL, locked_at = NULL,
+                        completed_at = CAST(r.value ->> 1 AS timestamptz), result = r.value ->> 2
+FROM json_each(CAST(:rows AS json)) AS r
+WHERE t.id = r.key AND t.status = 'claimed' AND t.locked_by = :worker
+  AND t.attempts = CAST(r.value ->> 0 AS integer)
+RETURNING t.id
+"""
 RETRY = f"""
 UPDATE {TABLE} SET status = 'pending', locked_by = NULL, locked_at = NULL,
                    run_at = :run_at, last_error = :error
@@ -155,6 +176,10 @@ RETURNING {_COLS}
 
 def claim_sql(dialect: str) -> str:
     return CLAIM_POSTGRES if dialect == "postgresql" else CLAIM_SQLITE
+
+
+def complete_many_sql(dialect: str) -> str:
+    return COMPLETE_MANY_POSTGRES if dialect == "postgresql" else COMPLETE_MANY_SQLITE
 
 
 def insert_json_sql(dialect: str) -> tuple[str, str]:
