@@ -31,6 +31,7 @@ _TABLE = re.compile(rf"\b{TABLE}\b")
 _UTC = timezone.utc
 _TIME_COLUMNS = (9, 10, 11, 12, 13)  # locked_at, created_at, claimed_at, completed_at, run_at
 _STATUS = {s.value: s for s in JobStatus}
+_tuple_new = tuple.__new__
 
 
 class Backend:
@@ -334,7 +335,7 @@ class SQLiteBackend(Backend):
                     if when is None:
                         when = times[text] = datetime.fromisoformat(text).replace(tzinfo=_UTC)
                     values[i] = when
-            out.append(JobRecord(*values))
+            out.append(_tuple_new(JobRecord, values))  # JobRecord(*values) without its Python frame
         return out
 
     def _begin(self, cur: Any) -> None:
