@@ -178,6 +178,21 @@ def test_a_group_commit_completes_many_in_one_statement_fenced_job_by_job(make_c
     assert all(j.locked_by is None and j.locked_at is None for j in jobs[1:])
 
 
+def test_a_stale_attempt_beside_the_current_one_in_a_group_commit_is_refused(make_coordinator, clock):
+    c = make_coordinator(registry_with(NoteType()))
+    c.enqueue_many([Note(name="a"), Note(name="b")])
+    [old] = c.queue.claim("w1", limit=1)
+    clock.advance(c.lock_timeout + 1)
+    c.reclaim_stale()
+    again = c.queue.claim("w1", limit=2)
+    current = next(j for j in again if j.id == old.id)
+    other = next(j for j in again if j.id != old.id)
+    assert current.attempts == old.attempts + 1
+    decisions = [Decision.complete(j, None) for j in (current, old, other)]
+    assert c.queue.finish("w1", decisions, records=False) == [True, None, True]
+    assert c.get(old.id).status is JobStatus.COMPLETED and c.get(other.id).status is JobStatus.COMPLETED
+
+
 def test_an_outcome_the_database_refuses_fails_that_job_and_records_the_rest(make_coordinator):
     notes = NoteType()
     c = make_coordinator(registry_with(notes))

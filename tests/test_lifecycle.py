@@ -433,13 +433,17 @@ def test_bulk_enqueue_returns_exactly_the_rows_it_stored(c):
     assert [r.duplicate for r in keyed] == [False, True] and keyed[0].id == keyed[1].id
 
 
-@pytest.mark.parametrize("reads_json", [True, False], ids=["json", "executemany"])
-def test_jobs_inserted_together_are_stored_exactly_as_each_was_built(c, clock, reads_json):
+@pytest.mark.parametrize("way", ["json", "json in small parts", "executemany"])
+def test_jobs_inserted_together_are_stored_exactly_as_each_was_built(c, clock, way, monkeypatch):
     """Many jobs in one transaction go in one statement per shared set of options (rows read from
-    JSON), or one executemany where the database has no JSON functions: either way every column
-    of every row is what was built, payload text included, escapes and all."""
-    if not reads_json:
+    JSON, split where the payloads are large), or one executemany where the database has no JSON
+    functions: either way every column of every row is what was built, payload text included."""
+    from tether import queue
+
+    if way == "executemany":
         c.queue._json_sql = None
+    elif way == "json in small parts":
+        monkeypatch.setattr(queue, "_JSON_CHARS", 40)
     names = ['plain', 'quote " backslash \\ slash /', "tab\tnewline\n", "caf\u00e9 \u2603 \U0001f600", "nul\x00"]
     with c.transaction() as tx:
         for i, name in enumerate(names):

@@ -38,7 +38,7 @@ class Backend:
     """The driver-level access to one database; ``for_engine`` picks SQLite or PostgreSQL."""
 
     name = "base"
-    reads_json = True  # can insert rows read from a JSON array (sql.INSERT_ROWS_*)
+    reads_json = True  # can read many rows from one JSON value (sql.INSERT_PAYLOADS_*, COMPLETE_MANY_*...)
 
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
@@ -293,8 +293,8 @@ class SQLiteBackend(Backend):
 
     def execute_alone(self, statement: str, values: Mapping[str, Any]) -> int:
         # Outside BEGIN/COMMIT a statement commits itself, as durably: two round trips fewer.
-        _, driver = self._checkout_writer()
         try:
+            _, driver = self._checkout_writer()
             try:
                 return driver.execute(statement, values).rowcount
             except sqlite3.OperationalError as e:
@@ -382,8 +382,6 @@ def _pyformat(statement: str, table: str | None = None) -> str:
     if table:
         statement = _TABLE.sub(table, statement)
     return _NAMED.sub(r"%(\1)s", statement.replace("%", "%%"))
-
-
 
 
 class _Cursor:

@@ -16,9 +16,9 @@ import orjson
 logger = logging.getLogger("tether.events")
 
 
-# Whether events are being logged (callers skip building fields that would be dropped): a
-# partial, since it is asked on every enqueue and every frame there counts.
 enabled: Callable[[], bool] = partial(logger.isEnabledFor, logging.INFO)
+"""Whether events are being logged (callers skip building fields that would be dropped); a
+partial rather than a function, since every enqueue asks and every frame there counts."""
 
 
 def emit(event: str, **fields: Any) -> None:

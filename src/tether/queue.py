@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 from functools import cache
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, Callable, Iterable, NamedTuple, Sequence
+from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 
 import orjson
 import sqlalchemy as sa
@@ -18,9 +18,8 @@ from .context import encode_result
 from .errors import (
     DatabaseUnavailable, DuplicateActiveJob, InvalidPayload, InvalidTransition, JobNotFound, LostLease, Superseded,
 )
-from .ids import new_id, new_ids
-from .jobtypes import JobType, Payload, Registry
-from .jobtypes.base import encoder
+from .build import Builder, NewJob, tuple_new
+from .jobtypes import Payload, Registry
 from .record import InsertResult, JobRecord
 from .status import FENCED, TRANSITIONS, JobStatus
 from .wakeup import Wakeup
@@ -72,36 +71,23 @@ class Decision(NamedTuple):
         return cls(job, "complete", {"result": encode_result(job.type, result)}, children, duration, finished_at)
 
 
-# A job built and validated before any transaction opens is the row it will be: a pending
-# JobRecord. The same tuple is inserted and returned in its InsertResult.
-NewJob = JobRecord
-_PENDING = JobStatus.PENDING
-# What NamedTuple._make does, without its Python frame (on the single enqueue path each frame is
-# a few us of cold cache after the previous commit's fsync).
-_tuple_new = tuple.__new__
 # What varies between jobs enqueued together, and what they share (one JSON insert per share).
 _shared = itemgetter(1, 4, 6, 10, 13, 16)  # type, priority, max_attempts, created_at, run_at, parent_id
 _targeted_row = itemgetter(0, 2, 15)  # id, payload, ordering_key
+# A JSON insert's rows travel as one value: past this many payload characters, another statement.
+_JSON_CHARS = 16 << 20
 
 
-class _Kind(NamedTuple):
-    """A job type's hooks for building jobs, each None where the type keeps JobType's default
-    (which does nothing): enqueue_many calls them once per payload."""
-
-    name: str
-    prepare: Callable[[Payload, Path], Payload] | None
-    ordering_key: Callable[[Payload], str | None] | None
-    idempotency_key: Callable[[Payload], str | None] | None
-    encode: Callable[[Payload], bytes]
-
-    @classmethod
-    def of(cls, job_type: JobType) -> _Kind:
-        def hook(name: str) -> Any:
-            overridden = getattr(type(job_type), name) is not getattr(JobType, name)
-            return getattr(job_type, name) if overridden else None
-
-        return cls(job_type.name, hook("prepare"), hook("ordering_key"), hook("idempotency_key"),
-                   encoder(job_type.payload_model))
+def _by_size(jobs: list[NewJob]) -> Iterator[list[NewJob]]:
+    """``jobs`` in runs whose payloads add up to at most _JSON_CHARS (at least one job each):
+    a file job's payload holds the file, and one statement's text has a size limit."""
+    start, size = 0, 0
+    for i, job in enumerate(jobs):
+        size += len(job.payload)
+        if size > _JSON_CHARS and i > start:
+            yield jobs[start:i]
+            start, size = i, len(job.payload)
+    yield jobs[start:]
 
 
 class Queue:
@@ -113,8 +99,7 @@ class Queue:
         self.wakeup = wakeup
         self.backend = Backend.for_engine(engine)
         self._claim_sql = sql.claim_sql(engine.dialect.name)
-        self._kinds: dict[type, _Kind] = {}
-        self._kinds_generation = -1
+        self.builder = Builder(registry, root, clock)
         self._json_sql = sql.insert_json_sql(engine.dialect.name) if self.backend.reads_json else None
         self._complete_many_sql = sql.complete_many_sql(engine.dialect.name) if self.backend.reads_json else None
 
@@ -123,64 +108,11 @@ class Queue:
     def build(self, payload: Payload, **options: Any) -> NewJob:
         """Validate everything about a job before a transaction opens; raises InvalidPayload.
         Options as ``build_many``."""
-        return self.build_many([payload], **options)[0]
+        return self.builder.build_many([payload], **options)[0]
 
-    def build_many(
-        self,
-        payloads: Sequence[Payload],
-        *,
-        priority: int = 0,
-        max_attempts: int = 3,
-        delay: float | timedelta | None = None,
-        run_at: datetime | None = None,
-        key: str | None = None,
-        parent_id: str | None = None,
-        now: datetime | None = None,
-    ) -> list[NewJob]:
-        """Validate jobs that share their options (and enqueue time) before a transaction opens;
-        raises InvalidPayload for the first bad one. The options are checked once, not per job."""
-        if not payloads:
-            return []
-        if self._kinds_generation != self.registry.generation:
-            self._kinds, self._kinds_generation = {}, self.registry.generation
-        kinds = self._kinds
-        name = (kinds.get(type(payloads[0])) or self._kind(payloads[0])).name
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise InvalidPayload(name, [f"priority: must be an integer, got {type(priority).__name__}"])
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-            raise InvalidPayload(name, [f"max_attempts: must be an integer >= 1, got {max_attempts!r}"])
-        if key is not None and len(key) > 512:
-            raise InvalidPayload(name, [f"key: at most 512 characters, got {len(key)}"])
-        now = now or self.clock.now()
-        if run_at is not None and delay is not None:
-            raise InvalidPayload(name, ["give run_at or delay, not both"])
-        if delay is not None:
-            run_at = now + (delay if isinstance(delay, timedelta) else timedelta(seconds=delay))
-        elif run_at is not None and run_at.tzinfo is None:
-            raise InvalidPayload(name, ["run_at: must be timezone-aware (UTC)"])
-        run_at = run_at or now
-        root = self.root
-        jobs = []
-        ids = [new_id(now)] if len(payloads) == 1 else new_ids(now, len(payloads))
-        for payload, job_id in zip(payloads, ids):
-            kind = kinds.get(type(payload)) or self._kind(payload)
-            if kind.prepare is not None:
-                payload = kind.prepare(payload, root)
-            ordering_key = None if kind.ordering_key is None else kind.ordering_key(payload)
-            if ordering_key is not None and len(ordering_key) > 1024:
-                raise InvalidPayload(kind.name, [f"path: the target {ordering_key[:40]!r}... is longer than 1024 characters"])
-            idempotency_key = key if key is not None or kind.idempotency_key is None else kind.idempotency_key(payload)
-            jobs.append(_tuple_new(NewJob, (job_id, kind.name, kind.encode(payload).decode(), _PENDING, priority, 0,
-                                            max_attempts, None, None, None, now, None, None, run_at, idempotency_key,
-                                            ordering_key, parent_id, None)))
-        return jobs
-
-    def _kind(self, payload: Any) -> _Kind:
-        """How to build jobs from payloads of ``payload``'s class (kept until the registry changes)."""
-        if not isinstance(payload, Payload):
-            raise InvalidPayload("(unknown)", [f"expected a payload model such as CreateFile, got {type(payload).__name__}"])
-        kind = self._kinds[type(payload)] = _Kind.of(self.registry.for_payload(payload))
-        return kind
+    def build_many(self, payloads: Sequence[Payload], **options: Any) -> list[NewJob]:
+        """``build.Builder.build_many``: jobs that share their options, checked once."""
+        return self.builder.build_many(payloads, **options)
 
     def insert(self, cur: Any, job: NewJob) -> InsertResult:
         """Insert inside the caller's transaction; an active job with the same key is returned."""
@@ -201,25 +133,32 @@ class Queue:
             cur.execute(sql.INSERT_UNKEYED, self.backend.insert_values(unkeyed[0]))
         elif unkeyed:
             self._insert_unkeyed(cur, unkeyed)
-        return [_tuple_new(InsertResult, (job, False)) if job.idempotency_key is None else self.insert(cur, job)
+        return [tuple_new(InsertResult, (job, False)) if job.idempotency_key is None else self.insert(cur, job)
                 for job in jobs]
 
     def _insert_unkeyed(self, cur: Any, jobs: list[NewJob]) -> None:
         groups: dict[tuple[Any, ...], list[NewJob]] = {}
         for job in jobs:
             groups.setdefault(_shared(job), []).append(job)
+        # Jobs that share nothing (each from its own enqueue call, as in a transaction() block)
+        # go in one executemany; the rest in one JSON insert per share and size.
+        alone = [job for group in groups.values() if len(group) == 1 or self._json_sql is None for job in group]
+        if alone:
+            cur.executemany(sql.INSERT_UNKEYED, [self.backend.insert_values(job) for job in alone])
+        if self._json_sql is None:
+            return
+        untargeted, targeted = self._json_sql
         for (job_type, priority, max_attempts, created_at, run_at, parent_id), group in groups.items():
-            if len(group) == 1 or self._json_sql is None:
-                cur.executemany(sql.INSERT_UNKEYED, [self.backend.insert_values(job) for job in group])
+            if len(group) == 1:
                 continue
-            untargeted, targeted = self._json_sql
-            if any(job.ordering_key is not None for job in group):
-                statement, rows = targeted, orjson.dumps([_targeted_row(job) for job in group])
-            else:
-                statement, rows = untargeted, orjson.dumps({job.id: job.payload for job in group})
-            cur.execute(statement, {"type": job_type, "priority": priority, "max_attempts": max_attempts,
-                                    "created_at": created_at, "run_at": run_at, "parent_id": parent_id,
-                                    "rows": rows.decode()})
+            shared = {"type": job_type, "priority": priority, "max_attempts": max_attempts,
+                      "created_at": created_at, "run_at": run_at, "parent_id": parent_id}
+            for part in _by_size(group):
+                if any(job.ordering_key is not None for job in part):
+                    rows = orjson.dumps([_targeted_row(job) for job in part])
+                    cur.execute(targeted, {**shared, "rows": rows.decode()})
+                else:
+                    cur.execute(untargeted, {**shared, "rows": orjson.dumps({job.id: job.payload for job in part}).decode()})
 
     def enqueue_all(self, jobs: Sequence[NewJob]) -> list[InsertResult]:
         """Insert ``jobs`` in one transaction; returns after the commit is durable."""
@@ -227,7 +166,7 @@ class Queue:
             if len(jobs) == 1 and jobs[0].idempotency_key is None and self.wakeup.in_process_only:
                 # The common single enqueue: one INSERT that is its own transaction.
                 self.backend.execute_alone(sql.INSERT_UNKEYED, self.backend.insert_values(jobs[0]))
-                results = [_tuple_new(InsertResult, (jobs[0], False))]
+                results = [tuple_new(InsertResult, (jobs[0], False))]
             else:
                 with self.backend.write() as cur:
                     results = self.insert_all(cur, jobs)
@@ -285,8 +224,9 @@ class Queue:
         returning: bool = True,
         **values: Any,
     ) -> JobRecord | bool | None:
-        """The one way a single job changes status. Fenced edges apply only while the job is
-        still claimed by ``worker`` for ``attempt``; None means the guard did not match. With
+        """The one way a single job changes status (``complete_many`` is its ``complete`` edge for
+        a group commit). Fenced edges apply only while the job is still claimed by ``worker`` for
+        ``attempt``; None means the guard did not match. With
         ``returning=False`` (the worker's group commits) the changed row is not read back, and
         True says it changed: parsing the row cost a quarter of a no-op job's CPU."""
         from_status, to_status = TRANSITIONS[edge]
@@ -302,12 +242,16 @@ class Queue:
             assert job.status is to_status, (edge, from_status, job.status)
         return job
 
-    def complete_many(self, cur: Any, worker: str, decisions: Sequence[Decision], now: datetime) -> set[str]:
-        """The ``complete`` edge for several of ``worker``'s jobs in one statement, each fenced
-        as ``transition`` fences it; returns the ids that moved (the others lost their lease)."""
+    def complete_many(self, cur: Any, worker: str, decisions: Sequence[Decision], now: datetime) -> set[tuple[str, int]]:
+        """``transition(cur, "complete", ...)`` for several of ``worker``'s jobs (distinct ids) in
+        one statement, each fenced exactly as ``transition`` fences it; returns the (id, attempt)
+        pairs that moved: the others lost their lease."""
         time = self.backend.time
         rows = {d.job.id: (d.job.attempts, time(d.finished_at or now), d.values["result"]) for d in decisions}
-        return {row[0] for row in cur.rows(self._complete_many_sql, {"worker": worker, "rows": orjson.dumps(rows).decode()})}
+        if len(rows) != len(decisions):
+            raise ValueError("complete_many: each job once")
+        moved = cur.rows(self._complete_many_sql, {"worker": worker, "rows": orjson.dumps(rows).decode()})
+        return {(job_id, attempts) for job_id, attempts in moved}
 
     def finish(self, worker: str, decisions: Sequence[Decision], *, records: bool = True) -> list[Any]:
         """Record the outcomes of several of ``worker``'s jobs in one transaction (a group
@@ -330,11 +274,13 @@ class Queue:
         claimed: list[JobRecord] = []
         # The worker's group commits (records=False) complete their jobs in one statement.
         completing = [] if records or self._complete_many_sql is None else [d for d in decisions if d.edge == "complete"]
+        if len({d.job.id for d in completing}) != len(completing):
+            completing = []  # one job twice (never from a worker): one statement each, in order
         with self.backend.write() as cur:
             completed = self.complete_many(cur, worker, completing, now) if len(completing) > 1 else None
             for d in decisions:
                 if completed is not None and d.edge == "complete":
-                    job = True if d.job.id in completed else None
+                    job = True if (d.job.id, d.job.attempts) in completed else None
                 else:
                     values = dict(d.values)
                     if d.edge in ("complete", "fail"):
