@@ -95,8 +95,8 @@ class Coordinator:
         ``session``, inside that session's transaction (it commits with the caller's rows).
         If an active job of the same type has the same idempotency ``key``, that job is returned
         with ``duplicate=True``. Raises InvalidPayload (nothing stored) for bad input."""
-        jobs = self.queue.build_many([payload], priority=priority, max_attempts=max_attempts, delay=delay,
-                                     run_at=run_at, key=key)
+        jobs = self.queue.builder.build_many([payload], priority=priority, max_attempts=max_attempts, delay=delay,
+                                             run_at=run_at, key=key)
         if session is not None:
             return self._in_session(session, jobs)[0]
         return self.queue.enqueue_all(jobs)[0]
