@@ -26,6 +26,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from tether.ids import new_id
+
 from _common import SCRATCH, bare_connect, machine, median, percentile, scratch, sqlite_now, sqlite_time
 from core import (BARE_COMPLETE, BARE_INSERT, Noop, _check_files, _file_handler, _prepare_root, bare_claim,
                   bare_complete, note, open_ledger, profile, tether_source)
@@ -94,22 +96,31 @@ class Bare:
         self.conn.execute(BARE_INSERT, row)
         self.conn.execute("COMMIT")
 
+    def build_and_insert(self, payload: Any) -> None:
+        """The same INSERT + commit with the row made at call time, as any enqueue must: a ULID,
+        the time, the payload's JSON (tether's own helpers, no validation or options)."""
+        now = datetime.now(timezone.utc)
+        when = sqlite_time(now)
+        self.insert((new_id(now), payload.job_type, payload.to_json().decode(), 0, 3, when, when, None, None, None))
+
 
 # -- durable single enqueue ----------------------------------------------------------------------
 
-ENQ_SYSTEMS = ("huey", "persist-queue", "litequeue", "bare", "tether")
+# "bare+build" is a diagnostic, not an anchor: bare with its row made at call time (see Bare).
+ENQ_SYSTEMS = ("huey", "persist-queue", "litequeue", "bare", "bare+build", "tether")
 
 
 def enqueue_round(d: Path, n: int) -> dict[str, list[float]]:
     """Latencies of ``n`` single durable enqueues per system, rotating across the systems job by job."""
     huey, noop = open_huey(d)
-    pq, lq, bare = open_pq(d), open_lq(d), Bare(d / "bare")
+    pq, lq, bare, built = open_pq(d), open_lq(d), Bare(d / "bare"), Bare(d / "bare-build")
     tc = open_ledger(d / "tether")
     payloads = [Noop(n=i) for i in range(n)]
     bare_rows = [bare.row(p) for p in payloads]
     ops: dict[str, Callable[[int], Any]] = {
         "huey": lambda i: noop(i), "persist-queue": lambda i: pq.put({"n": i}),
         "litequeue": lambda i: lq.put(f'{{"n": {i}}}'), "bare": lambda i: bare.insert(bare_rows[i]),
+        "bare+build": lambda i: built.build_and_insert(payloads[i]),
         "tether": lambda i: tc.enqueue(payloads[i]),
     }
     out: dict[str, list[float]] = {s: [] for s in ENQ_SYSTEMS}
@@ -121,7 +132,7 @@ def enqueue_round(d: Path, n: int) -> dict[str, list[float]]:
                 ops[s](i)
                 out[s].append(time.perf_counter() - t0)
     finally:
-        pq.close(), lq.close(), bare.conn.close(), tc.close(), huey.storage.close()
+        pq.close(), lq.close(), bare.conn.close(), built.conn.close(), tc.close(), huey.storage.close()
     return out
 
 
