@@ -126,7 +126,10 @@ def wait_until(condition: Callable[[], object], timeout: float, what: str) -> No
 
 def test_eight_worker_processes_complete_every_job_exactly_once(scale: Scale) -> None:
     total = WORKERS * JOBS_PER_WORKER
-    ids = scale.enqueue(total)
+    # 5 ms a job (under the worker's slow_job, so batches stay whole): one process alone would
+    # need seconds, longer than the others take to start, so they all share the work. No-op jobs
+    # in batches of 100 let the first process up drain all 1,200 on a loaded machine.
+    ids = scale.enqueue(total, hold=0.005)
     t0 = time.monotonic()
     procs = [scale.start_worker("--until-idle") for _ in range(WORKERS)]
     for p in procs:
