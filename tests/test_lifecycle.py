@@ -463,6 +463,19 @@ def test_jobs_inserted_together_are_stored_exactly_as_each_was_built(c, clock, w
     assert stored[5].run_at > stored[5].created_at
 
 
+def test_a_json_insert_is_split_where_its_payloads_pass_the_size_cap(monkeypatch):
+    from collections import namedtuple
+
+    from tether import queue
+
+    Job = namedtuple("Job", "payload")
+    monkeypatch.setattr(queue, "_JSON_CHARS", 10)
+    jobs = [Job("x" * n) for n in (4, 4, 4, 30, 2, 3)]
+    parts = list(queue._by_size(jobs))
+    assert [[len(j.payload) for j in part] for part in parts] == [[4, 4], [4], [30], [2, 3]]
+    assert [j for part in parts for j in part] == jobs  # every job once, in order
+
+
 def test_a_rolled_back_session_reports_no_jobs_on_its_next_commit(c, caplog):
     from sqlalchemy.orm import Session
 

@@ -62,10 +62,9 @@ class Backend:
 
     def insert_values(self, job: JobRecord) -> dict[str, Any]:
         """The named values of ``sql.INSERT`` for a new ``job``, already bound."""
-        created = self.time(job.created_at)
         return {"id": job.id, "type": job.type, "payload": job.payload, "priority": job.priority,
-                "max_attempts": job.max_attempts, "created_at": created,
-                "run_at": created if job.run_at is job.created_at else self.time(job.run_at),
+                "max_attempts": job.max_attempts, "created_at": self.time(job.created_at),
+                "run_at": self.time(job.run_at),  # most often created_at: the time cache's hit
                 "idempotency_key": job.idempotency_key, "ordering_key": job.ordering_key, "parent_id": job.parent_id}
 
     def record(self, row: tuple) -> JobRecord:

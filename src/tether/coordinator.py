@@ -104,7 +104,7 @@ class Coordinator:
     def enqueue_many(self, payloads: Sequence[Payload], *, session: Session | None = None, **options: Any) -> list[InsertResult]:
         """Several jobs in one transaction: all are recorded or none. They share one enqueue
         time (ids keep their order)."""
-        jobs = self.queue.build_many(payloads, **options)
+        jobs = self.queue.builder.build_many(payloads, **options)
         if session is not None:
             return self._in_session(session, jobs)
         return self.queue.enqueue_all(jobs)

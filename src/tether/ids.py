@@ -48,9 +48,7 @@ def new_id(now: datetime) -> str:
     ms = int(now.timestamp()) * 1000 + now.microsecond // 1000  # _ms, inline: the hot path
     cached = _time_part
     if cached[0] != ms:
-        p = _PAIRS
-        cached = _time_part = (ms, p[(ms >> 40) & 1023] + p[(ms >> 30) & 1023] + p[(ms >> 20) & 1023]
-                               + p[(ms >> 10) & 1023] + p[ms & 1023])
+        cached = _time_part = (ms, _time_chars(ms))
     candidate = cached[1] + _random.getrandbits(128).to_bytes(16, "little").translate(_CHAR_OF_BYTE).decode()
     with _lock:
         if candidate <= _last:  # fixed width, alphabet in ASCII order: text order is number order
@@ -81,10 +79,14 @@ def new_ids(now: datetime, n: int) -> list[str]:
     return ids
 
 
+def _time_chars(ms: int) -> str:
+    """The first 10 characters of an id: its 48-bit millisecond (with two leading zero bits)."""
+    p = _PAIRS
+    return p[(ms >> 40) & 1023] + p[(ms >> 30) & 1023] + p[(ms >> 20) & 1023] + p[(ms >> 10) & 1023] + p[ms & 1023]
+
+
 def _encode(value: int) -> str:
     p = _PAIRS
-    high = value >> 80
-    return (p[(high >> 40) & 1023] + p[(high >> 30) & 1023] + p[(high >> 20) & 1023] + p[(high >> 10) & 1023]
-            + p[high & 1023] + p[(value >> 70) & 1023] + p[(value >> 60) & 1023] + p[(value >> 50) & 1023]
+    return (_time_chars(value >> 80) + p[(value >> 70) & 1023] + p[(value >> 60) & 1023] + p[(value >> 50) & 1023]
             + p[(value >> 40) & 1023] + p[(value >> 30) & 1023] + p[(value >> 20) & 1023] + p[(value >> 10) & 1023]
             + p[value & 1023])

@@ -107,12 +107,8 @@ class Queue:
 
     def build(self, payload: Payload, **options: Any) -> NewJob:
         """Validate everything about a job before a transaction opens; raises InvalidPayload.
-        Options as ``build_many``."""
+        Options as ``build.Builder.build_many``."""
         return self.builder.build_many([payload], **options)[0]
-
-    def build_many(self, payloads: Sequence[Payload], **options: Any) -> list[NewJob]:
-        """``build.Builder.build_many``: jobs that share their options, checked once."""
-        return self.builder.build_many(payloads, **options)
 
     def insert(self, cur: Any, job: NewJob) -> InsertResult:
         """Insert inside the caller's transaction; an active job with the same key is returned."""
@@ -226,9 +222,9 @@ class Queue:
     ) -> JobRecord | bool | None:
         """The one way a single job changes status (``complete_many`` is its ``complete`` edge for
         a group commit). Fenced edges apply only while the job is still claimed by ``worker`` for
-        ``attempt``; None means the guard did not match. With
-        ``returning=False`` (the worker's group commits) the changed row is not read back, and
-        True says it changed: parsing the row cost a quarter of a no-op job's CPU."""
+        ``attempt``; None means the guard did not match. With ``returning=False`` (the worker's
+        group commits) the changed row is not read back, and True says it changed: parsing the
+        row cost a quarter of a no-op job's CPU."""
         from_status, to_status = TRANSITIONS[edge]
         params: dict[str, Any] = {"id": job_id, **values}
         if edge in FENCED:

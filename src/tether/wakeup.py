@@ -35,7 +35,7 @@ class Wakeup:
 
     def notify(self) -> None:
         """Wake waiters after a commit that made jobs ready (in every process, where possible)."""
-        self._bump()
+        self.wake_local()
 
     def wake_local(self) -> None:
         """Wake this process's waiters only (shutdown, a file watcher): no message is sent."""
@@ -48,8 +48,6 @@ class Wakeup:
         """Queue the cross-process wake-up inside the caller's write transaction (``cur`` is the
         cursor of ``Backend.write()``); it is delivered when, and only if, that transaction
         commits. Nothing to do in-process: call ``wake_local`` after the commit."""
-
-    _bump = wake_local
 
     def generation(self) -> int:
         with self._lock:
@@ -107,7 +105,7 @@ class PgWakeup(Wakeup):
         self._thread: threading.Thread | None = None
 
     def notify(self) -> None:
-        self._bump()
+        self.wake_local()
         try:
             # Autocommit: one statement, no BEGIN/COMMIT round trips.
             with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
@@ -196,7 +194,7 @@ def _bump(ref: weakref.ref[PgWakeup]) -> bool:
     wakeup = ref()
     if wakeup is None:
         return False
-    wakeup._bump()
+    wakeup.wake_local()
     return True
 
 

@@ -157,9 +157,8 @@ class Worker:
     def _run_handler(self, job: JobRecord, ctx: JobContext) -> tuple[Returned | Exception, float]:
         start = time.perf_counter()
         try:
-            registry = self.queue.registry
-            job_type = registry.get(job.type)
-            payload = job_type.prepare(registry.parse(job_type, job.payload), self.queue.root)
+            job_type = self.queue.registry.get(job.type)
+            payload = job_type.prepare(self.queue.registry.parse(job.type, job.payload), self.queue.root)
             result = job_type.run(payload, ctx)
             outcome: Returned | Exception = Returned(encode_result(job_type.name, result), ctx.children)
         except Exception as e:  # a handler error never kills the worker

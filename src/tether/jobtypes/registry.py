@@ -39,10 +39,9 @@ class Registry:
             raise InvalidPayload(payload.job_type, [f"expected a {job_type.payload_model.__name__}"])
         return job_type
 
-    def parse(self, name: str | JobType, data: dict[str, Any] | str | bytes) -> Payload:
-        """Validate raw payload data (a dict or JSON text) for job type ``name`` (or the type)."""
-        job_type = self.get(name) if isinstance(name, str) else name
-        model, name = job_type.payload_model, job_type.name
+    def parse(self, name: str, data: dict[str, Any] | str | bytes) -> Payload:
+        """Validate raw payload data (a dict or JSON text) for job type ``name``."""
+        model = self.get(name).payload_model
         try:
             if isinstance(data, (str, bytes)):
                 return model.model_validate_json(data)
