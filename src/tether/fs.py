@@ -60,6 +60,11 @@ def resolve(root: Path, rel: str) -> Path:
     return Path(_resolve(root, rel)[0])
 
 
+def absolute(root: Path, rel: str) -> str:
+    """``resolve`` as text, for handlers that only hand the path to the system."""
+    return _resolve(root, rel)[0]
+
+
 def canonical(root: Path, rel: str) -> str:
     """The one name of the file ``rel`` names: its resolved path relative to the real root. Two
     spellings of one file (through a symlinked directory inside the root) share it, so they
@@ -101,13 +106,16 @@ def _real_root(root: str) -> str:
     return os.path.realpath(root)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
     """Replace ``path`` with ``data`` all at once: temp file in the same directory, write, fsync,
     rename over the target, fsync the directory. The temp file is removed on any error."""
-    directory = path.parent
-    _make_dirs(directory)
-    tmp = directory / f".{path.name}.{secrets.token_hex(4)}{TEMP_SUFFIX}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
+    directory, name = os.path.split(os.fspath(path))
+    tmp = f"{directory}/.{name}.{secrets.token_hex(4)}{TEMP_SUFFIX}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
+    except FileNotFoundError:  # the directory is missing: rarer than a stat to check it first
+        _make_dirs(Path(directory))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
     try:
         try:
             view = memoryview(data)
@@ -123,17 +131,17 @@ def atomic_write(path: Path, data: bytes) -> None:
     fsync_dir(directory)
 
 
-def delete(path: Path) -> bool:
+def delete(path: str | os.PathLike[str]) -> bool:
     """Remove ``path`` durably; False if it was not there."""
     try:
         os.unlink(path)
     except FileNotFoundError:
         return False
-    fsync_dir(path.parent)
+    fsync_dir(os.path.dirname(os.fspath(path)))
     return True
 
 
-def fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: str | os.PathLike[str]) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -141,30 +149,76 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def remove_stale_temps(path: Path) -> int:
+def remove_stale_temps(path: str | os.PathLike[str]) -> int:
     """Remove temp files left for ``path`` by interrupted writes. Call only while holding the
     path's lock, so no live write of this path owns one of them."""
     removed = 0
+    directory, target = os.path.split(os.fspath(path))
     try:
-        entries = os.scandir(path.parent)
+        entries = os.scandir(directory)
     except FileNotFoundError:
         return 0
-    prefix = f".{path.name}."
+    prefix = f".{target}."
     with entries:
         for entry in entries:
             name = entry.name
             if name.startswith(prefix) and name.endswith(TEMP_SUFFIX) and len(name) == len(prefix) + 8 + len(TEMP_SUFFIX):
-                _unlink_quietly(Path(entry.path))
+                _unlink_quietly(entry.path)
                 removed += 1
     return removed
 
 
 LOCK_STRIPES = 1024  # lock files, where open file description locks are missing
 LOCK_FILE = "paths.lock"
-_held = threading.local()
 # Linux's open file description locks: byte-range locks owned by one open() (so threads of one
 # process exclude each other, and closing some other descriptor of the file releases nothing).
 _OFD_SETLKW = getattr(fcntl, "F_OFD_SETLKW", None)
+_OFD_SETLK = getattr(fcntl, "F_OFD_SETLK", None)
+_FLOCK = struct.Struct("hhqqi4x")  # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks)
+
+
+class _Descriptors(dict):
+    """One thread's open lock files by path. Closed with the thread's state."""
+
+    def __del__(self) -> None:
+        for fd in self.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+class _ThreadLocks(threading.local):
+    """What this thread holds (lock id -> depth, for re-entrancy) and its lock descriptors."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.held: dict[tuple[str, int], int] = {}
+        self.fds = _Descriptors()  # the replaced descriptors close with their dict
+        self.forks = _forks
+
+
+# A forked child must neither lock through its parent's descriptors (it would share their locks)
+# nor believe it holds what the parent held.
+_forks = 0
+_local = _ThreadLocks()
+
+
+def _thread_locks() -> _ThreadLocks:
+    local = _local
+    if local.forks != _forks:
+        local.reset()
+    return local
+
+
+def _after_fork_in_child() -> None:
+    global _forks
+    _forks += 1
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _path_hash(rel: str) -> int:
@@ -189,12 +243,14 @@ def path_lock(root: Path, rel: str) -> Iterator[None]:
     files made a fresh root's first writes twice as slow. Where OFD locks are missing, a
     ``flock`` on one of ``LOCK_STRIPES`` lock files. Re-entrant within a thread, so a handler
     may hold the locks of several paths; take them in one order (``path_locks``) so two
-    processes cannot wait on each other. Each acquisition opens its own descriptor, so threads
-    of one process exclude each other too.
+    processes cannot wait on each other. Each thread locks through its own descriptor of the
+    file, kept open (an open and a close per job cost more than the lock), so threads of one
+    process exclude each other too; a process that dies releases everything it held.
     """
     h = _lock_id(rel)
     key = (os.fspath(root), h)
-    held: dict[tuple[str, int], int] = _held.__dict__.setdefault("locks", {})
+    local = _thread_locks()
+    held = local.held
     if key in held:
         held[key] += 1
         try:
@@ -202,29 +258,33 @@ def path_lock(root: Path, rel: str) -> Iterator[None]:
         finally:
             held[key] -= 1
         return
-    name = LOCK_FILE if _OFD_SETLKW is not None else f"{h:04d}.lock"
-    fd = _open_lock_file(os.path.join(key[0], INTERNAL_DIR, "locks", name))
+    fd = _lock_file(local, os.path.join(key[0], INTERNAL_DIR, "locks", LOCK_FILE if _OFD_SETLKW else f"{h:04d}.lock"))
+    if _OFD_SETLKW is not None:
+        fcntl.fcntl(fd, _OFD_SETLKW, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, h, 1, 0))
+    else:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    held[key] = 1
     try:
-        if _OFD_SETLKW is not None:
-            # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks)
-            fcntl.fcntl(fd, _OFD_SETLKW, struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, h, 1, 0))
-        else:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        held[key] = 1
-        try:
-            yield
-        finally:
-            del held[key]
+        yield
     finally:
-        os.close(fd)  # closing the descriptor releases the lock
+        del held[key]
+        if _OFD_SETLKW is not None:
+            fcntl.fcntl(fd, _OFD_SETLK, _FLOCK.pack(fcntl.F_UNLCK, os.SEEK_SET, h, 1, 0))
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
 
 
-def _open_lock_file(path: str) -> int:
-    try:
-        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    except FileNotFoundError:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+def _lock_file(local: _ThreadLocks, path: str) -> int:
+    """This thread's descriptor of the lock file at ``path``, opened on first use."""
+    fd = local.fds.get(path)
+    if fd is None:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        local.fds[path] = fd
+    return fd
 
 
 @contextmanager
@@ -254,7 +314,7 @@ def _make_dirs(directory: Path) -> None:
         fsync_dir(d.parent)
 
 
-def _unlink_quietly(path: Path) -> None:
+def _unlink_quietly(path: str | os.PathLike[str]) -> None:
     try:
         os.unlink(path)
     except FileNotFoundError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
@@ -97,15 +98,16 @@ class CreateFileType(JobType[CreateFile]):
         data = render(payload)
         digest = fs.sha256(data)
         with fs.path_lock(ctx.root, payload.path):
-            target = fs.resolve(ctx.root, payload.path)
+            target = fs.absolute(ctx.root, payload.path)
             if ctx.job.attempts > 1:
                 # An earlier attempt may have died mid-write; only a re-run can have left a
                 # temp file for this path, so first attempts skip the directory scan.
                 fs.remove_stale_temps(target)
-            if _holds(target, data):
+            size = _size(target)
+            if size == len(data) and _read(target) == data:
                 # A re-run after the write landed but its completion did not commit.
                 return {"bytes": len(data), "sha256": digest, "written": False}
-            if not payload.overwrite and target.exists():
+            if size is not None and not payload.overwrite:
                 raise PermanentError(
                     f"{payload.path} exists with different content and overwrite is false"
                 )
@@ -114,10 +116,14 @@ class CreateFileType(JobType[CreateFile]):
         return {"bytes": len(data), "sha256": digest, "written": True}
 
 
-def _holds(target: Path, data: bytes) -> bool:
+def _read(target: str) -> bytes:
+    with open(target, "rb") as f:
+        return f.read()
+
+
+def _size(target: str) -> int | None:
+    """The size of the file at ``target``, None if there is none (one stat answers both)."""
     try:
-        if target.stat().st_size != len(data):
-            return False
-        return target.read_bytes() == data
+        return os.stat(target).st_size
     except FileNotFoundError:
-        return False
+        return None

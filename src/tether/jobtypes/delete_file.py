@@ -49,7 +49,7 @@ class DeleteFileType(JobType[DeleteFile]):
 
     def run(self, payload: DeleteFile, ctx: JobContext) -> dict[str, Any]:
         with fs.path_lock(ctx.root, payload.path):
-            target = fs.resolve(ctx.root, payload.path)
+            target = fs.absolute(ctx.root, payload.path)
             if ctx.job.attempts > 1:
                 # An earlier attempt may have died mid-write; only a re-run can have left a
                 # temp file for this path, so first attempts skip the directory scan.
