@@ -20,6 +20,7 @@ from .readonly import (  # noqa: F401  (open_ledger, NoLedger, Source: part of t
     NoLedger,
     Source,
     engine_of,
+    finished,
     lock_timeout_of,
     now_of,
     open_ledger,
@@ -27,6 +28,7 @@ from .readonly import (  # noqa: F401  (open_ledger, NoLedger, Source: part of t
     records,
     select_jobs,
     t,
+    through,
 )
 from .record import JobRecord
 from .status import JobStatus
@@ -100,17 +102,16 @@ def stats(source: Source, *, lock_timeout: float | None = None, now: datetime | 
     now = now_of(source, now)
     lock_timeout = lock_timeout_of(source, lock_timeout)
     cutoff = now - timedelta(seconds=lock_timeout)
-    active = (JobStatus.PENDING.value, JobStatus.CLAIMED.value)
     with reading(source) as conn:
         backlog: dict[str, dict[str, int]] = {}
-        rows = conn.execute(
-            sa.select(t.c.type, t.c.status, sa.func.count())
-            .where(t.c.status.in_(active))
-            .group_by(t.c.type, t.c.status)
-        )
-        for job_type, status, n in rows:
-            backlog.setdefault(job_type, {})[status] = n
-        failed = conn.execute(sa.select(sa.func.count()).where(t.c.status == JobStatus.FAILED.value)).scalar_one()
+        # Each status through its own partial index: only the backlog is read.
+        for status, index in ((JobStatus.PENDING, "ix_tether_jobs_pending"), (JobStatus.CLAIMED, "ix_tether_jobs_claimed_lock")):
+            by_type = sa.select(t.c.type, sa.func.count()).where(t.c.status == status.value).group_by(t.c.type)
+            for job_type, n in conn.execute(through(by_type, index)):
+                backlog.setdefault(job_type, {})[status.value] = n
+        failed = conn.execute(
+            sa.select(sa.func.count()).where(t.c.status == JobStatus.FAILED.value, finished())
+        ).scalar_one()
         stuck = conn.execute(
             sa.select(sa.func.count()).where(t.c.status == JobStatus.CLAIMED.value, t.c.locked_at < cutoff)
         ).scalar_one()
@@ -205,7 +206,7 @@ def durations(
     now: datetime | None = None,
 ) -> list[Durations]:
     """Per type: count, p50, p95, p99, max and mean run time of jobs completed since ``since``
-    (a time, or a window back from now). Walks ``ix_tether_jobs_finished`` for the window only."""
+    (a time, or a window back from now). Walks ``ix_tether_jobs_done`` for the window only."""
     if isinstance(since, timedelta):
         since = now_of(source, now) - since
     engine = engine_of(source)
@@ -319,7 +320,7 @@ def recent(
 
 def _finished(conn: sa.Connection, statuses: tuple[JobStatus, ...], job_type: str | None,
               since: datetime | None, until: datetime | None, limit: int | None) -> list[JobRecord]:
-    query = select_jobs().where(t.c.status.in_([s.value for s in statuses]))
+    query = select_jobs().where(t.c.status.in_([s.value for s in statuses]), finished())
     if since is not None:
         query = query.where(t.c.completed_at >= since)
     if until is not None:
@@ -348,9 +349,13 @@ def jobs(
             # ids are time-ordered: the id bound makes "created since" a primary-key range
             query = query.where(t.c.id >= ids.floor_id(since), t.c.created_at >= since)
         if status is not None:
-            # Through the status-led claim index, then a sort bounded by the backlog; ordering
-            # by id alone would walk the primary key through every finished job.
-            return records(conn, query.order_by(t.c.created_at.desc(), t.c.id.desc()).limit(limit))
+            # Through the status's own index, then a sort bounded by the backlog (ordering by id
+            # alone would walk the primary key through every finished job). The ids are picked
+            # first, from the pending index alone where it holds every column asked, and only the
+            # chosen rows are read.
+            newest = (t.c.created_at.desc(), t.c.id.desc())
+            picked = query.with_only_columns(t.c.id).order_by(*newest).limit(limit)
+            return records(conn, select_jobs().where(t.c.id.in_(picked)).order_by(*newest))
         return records(conn, query.order_by(t.c.id.desc()).limit(limit))
 
 

@@ -79,8 +79,9 @@ class Job(TetherModel, table=True):
 _t = Job.__table__
 
 # Most jobs carry no idempotency key, ordering key or parent, and most rows are finished: every
-# index below is partial to the rows its queries ask about, so a no-op job's claim and completion
-# touch three indexes instead of six (the drain and bulk enqueue figures in benchmarks/ISSUE7.md).
+# index below is partial to the rows its queries ask about, so a job without them is in one index
+# besides its primary key at every step: pending, then claimed, then done (the drain and bulk
+# enqueue figures in benchmarks/ISSUE7.md).
 
 # The claim walks this index in exactly its ORDER BY (priority DESC, created_at, id): no sort step,
 # and it holds only the waiting jobs however many finished ones the table keeps.
@@ -118,8 +119,19 @@ sa.Index(
     sqlite_where=_claimed,
     postgresql_where=_claimed,
 )
-# Counts by status, reconcile and "what ran lately" walk jobs by status and completion time.
-sa.Index("ix_tether_jobs_finished", _t.c.status, _t.c.completed_at)
+# Finished jobs by outcome and completion time: failures, "what ran lately", durations, purge.
+# Only finished rows carry a completion time (completed, failed; a manual retry clears it), so
+# a job enters this index once, when it finishes: waiting and running jobs are counted through
+# the pending and claimed indexes instead. Queries name ``completed_at`` (a comparison, or
+# IS NOT NULL) so both databases see that this index covers them.
+FINISHED_SQL = "completed_at IS NOT NULL"
+sa.Index(
+    "ix_tether_jobs_done",
+    _t.c.status,
+    _t.c.completed_at,
+    sqlite_where=sa.text(FINISHED_SQL),
+    postgresql_where=sa.text(FINISHED_SQL),
+)
 # Reconcile streams every job with a target in (target, enqueue) order, so each path's latest job
 # ends its group; status and type are in it so that stream never touches the table (payloads are
 # read by id, and only for the probes that need them).
@@ -141,6 +153,7 @@ sa.Index("ix_tether_jobs_parent", _t.c.parent_id, sqlite_where=sa.text("parent_i
 
 # Indexes of earlier versions, replaced by the partial ones above; ensure_schema drops them.
 RETIRED_INDEXES = (
+    "ix_tether_jobs_finished",  # (status, completed_at) over every row, before ix_tether_jobs_done
     "ix_tether_jobs_claim",
     "ux_tether_jobs_active_key",
     "ix_tether_jobs_active_target",

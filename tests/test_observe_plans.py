@@ -1,0 +1,97 @@
+"""Every operator question reads through an index, never the whole table (SQLite plans).
+
+The statements are the ones the observe and retention functions really execute, captured as
+they run, then explained with their own parameters: on a ledger without statistics (as tether
+leaves it) and after ANALYZE (as an operator may leave it). ``counts`` and ``duplicates`` say in
+their docstrings that they read every row, and are not asked here.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable
+
+import pytest
+import sqlalchemy as sa
+
+from tether import Coordinator, observe, retention
+from tether.jobtypes import default_registry
+
+NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+STATUSES = ["pending", "claimed", "completed", "completed", "completed", "failed"]
+
+# Walks that read only the backlog: partial indexes of pending and of claimed jobs.
+BACKLOG_WALKS = ("USING INDEX ix_tether_jobs_pending", "USING INDEX ix_tether_jobs_claimed_lock")
+
+QUESTIONS: dict[str, Callable[[Coordinator], Any]] = {
+    "stats": lambda c: observe.stats(c, now=NOW),
+    "failed": lambda c: observe.failed(c),
+    "failed since": lambda c: observe.failed(c, since=NOW - timedelta(seconds=100)),
+    "stuck": lambda c: observe.stuck(c, now=NOW),
+    "durations": lambda c: observe.durations(c, now=NOW),
+    "recent": lambda c: observe.recent(c, now=NOW),
+    **{f"jobs {s}": (lambda c, s=s: observe.jobs(c, status=s)) for s in ("pending", "claimed", "completed", "failed")},
+    "jobs completed since": lambda c: observe.jobs(c, status="completed", since=NOW - timedelta(seconds=100)),
+    "purge dry run": lambda c: retention.purge(c, older_than=timedelta(seconds=1000), dry_run=True, now=NOW),
+    "purge": lambda c: retention.purge(c, older_than=timedelta(seconds=1000), statuses=("completed", "failed"),
+                                       batch_size=100, now=NOW),
+}
+
+
+@pytest.fixture(params=["no statistics", "analyzed"])
+def ledger(request, tmp_path):
+    path = tmp_path
+    c = Coordinator.open(f"sqlite:///{path / 'plans.db'}", root=path / "data", registry=default_registry())
+    with c.engine.begin() as conn:
+        for i in range(3000):  # mostly finished, as a ledger in service is
+            status = STATUSES[i % len(STATUSES)]
+            at = (NOW - timedelta(seconds=3000 - i)).strftime("%Y-%m-%d %H:%M:%S.%f")
+            finished = at if status in ("completed", "failed") else None
+            conn.exec_driver_sql(
+                "INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts, created_at,"
+                " run_at, claimed_at, completed_at, locked_at, locked_by, ordering_key)"
+                " VALUES (?, 'create_file', '{}', ?, 0, 1, 3, ?, ?, ?, ?, ?, ?, ?)",
+                (f"{i:026d}", status, at, at, None if status == "pending" else at, finished,
+                 at if status == "claimed" else None, "w" if status == "claimed" else None,
+                 f"file:{i % 50}" if i % 2 else None),
+            )
+        if request.param == "analyzed":
+            conn.exec_driver_sql("ANALYZE")
+    yield c
+    c.close()
+
+
+def executed(c: Coordinator, question: Callable[[Coordinator], Any]) -> list[tuple[str, Any]]:
+    statements: list[tuple[str, Any]] = []
+
+    def capture(conn, cursor, statement, parameters, context, executemany):
+        if statement.lstrip().upper().startswith(("SELECT", "DELETE", "UPDATE")):
+            statements.append((statement, parameters))
+
+    sa.event.listen(c.engine, "before_cursor_execute", capture)
+    try:
+        question(c)
+    finally:
+        sa.event.remove(c.engine, "before_cursor_execute", capture)
+    return statements
+
+
+@pytest.mark.parametrize("name", sorted(QUESTIONS))
+def test_an_operator_question_reads_through_an_index(ledger, name):
+    statements = executed(ledger, QUESTIONS[name])
+    assert statements, f"{name} ran no statement"
+    with ledger.engine.connect() as conn:
+        raw = conn.connection.driver_connection
+        for statement, parameters in statements:
+            steps = [row[3] for row in raw.execute("EXPLAIN QUERY PLAN " + statement, parameters)]
+            walks = [s for s in steps if s.startswith("SCAN") and not s.endswith(BACKLOG_WALKS)]
+            assert not walks, f"{name} reads more than its index range: {steps}\n{statement}"
+
+
+def test_jobs_are_counted_through_the_backlog_and_finished_indexes_only(ledger):
+    statements = executed(ledger, QUESTIONS["stats"])
+    with ledger.engine.connect() as conn:
+        raw = conn.connection.driver_connection
+        used = " | ".join(row[3] for s, p in statements for row in raw.execute("EXPLAIN QUERY PLAN " + s, p))
+    for index in ("ix_tether_jobs_pending", "ix_tether_jobs_claimed_lock", "ix_tether_jobs_done"):
+        assert index in used, used
