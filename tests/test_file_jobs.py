@@ -247,6 +247,7 @@ def test_a_path_lock_held_by_another_process_excludes_this_one(root):
         child.wait(60)
 
 
+
 def _try_lock(fd: int, rel: str) -> bool:
     """A non-blocking try of ``rel``'s path lock through ``fd``; True if it was free (and is now held)."""
     import errno
@@ -261,10 +262,8 @@ def _try_lock(fd: int, rel: str) -> bool:
     return True
 
 
-def test_a_path_lock_is_free_for_others_once_released_though_its_descriptor_stays_open(root):
+def test_a_path_lock_is_free_for_others_once_released(root):
     with fs.path_lock(root, "a.json"):
-        pass
-    with fs.path_lock(root, "a.json"):  # the thread's descriptor is kept: the lock itself must go
         fd = os.open(root / ".tether/locks" / fs.LOCK_FILE, os.O_RDWR)  # another open: another owner
         try:
             assert not _try_lock(fd, "a.json")
@@ -277,24 +276,8 @@ def test_a_path_lock_is_free_for_others_once_released_though_its_descriptor_stay
         os.close(fd)
 
 
-def test_a_forked_child_does_not_share_the_path_locks_its_parent_holds(root):
-    import multiprocessing
-
-    with fs.path_lock(root, "b.json"):  # this thread now has its descriptor open, to be inherited
-        pass
-    with fs.path_lock(root, "a.json"):
-        def child(out):
-            # Through the descriptor path_lock would use in the child: the parent's would share
-            # the parent's lock, and the try would succeed.
-            local = fs._thread_locks()
-            fd = fs._lock_file(local, os.path.join(str(root), fs.INTERNAL_DIR, "locks", fs.LOCK_FILE))
-            out.put((_try_lock(fd, "a.json"), local.held))
-
-        ctx = multiprocessing.get_context("fork")
-        out = ctx.Queue()
-        p = ctx.Process(target=child, args=(out,))
-        p.start()
-        got, held = out.get(timeout=60)
-        p.join(60)
-    assert got is False, "the child took a lock its parent holds"
-    assert held == {}, "the child believes it holds its parent's locks"
+def test_an_atomic_write_to_a_bare_file_name_lands_in_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    fs.atomic_write("plain.json", b"{}")
+    assert (tmp_path / "plain.json").read_bytes() == b"{}"
+    assert fs.delete("plain.json") and not (tmp_path / "plain.json").exists()

@@ -29,7 +29,7 @@ import orjson
 import sqlalchemy as sa
 from pydantic import BaseModel, Field
 
-from . import fs
+from . import fs, observe
 from .context import JobContext
 from .coordinator import Coordinator
 from .errors import RetryableError, TetherError
@@ -407,8 +407,7 @@ def short(job_id: str | None) -> str:
 
 
 def active_jobs(c: Coordinator) -> int:
-    with c.engine.connect() as conn:
-        return conn.execute(sa.select(sa.func.count()).where(Job.status.in_(["pending", "claimed"]))).scalar_one()
+    return observe.stats(c).outstanding
 
 
 def cli_commands() -> set[str]:

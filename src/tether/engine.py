@@ -134,7 +134,8 @@ def _filesystem_type(directory: Path) -> str | None:
 
 
 def ensure_schema(engine: sa.Engine) -> None:
-    """Create the jobs table and its indexes if missing; safe to run from many workers at once."""
+    """Create the jobs table and any of its indexes that are missing, drop the indexes earlier
+    versions used instead; safe to run from many workers at once."""
     try:
         with engine.begin() as conn:
             if engine.dialect.name == "postgresql":
@@ -144,6 +145,11 @@ def ensure_schema(engine: sa.Engine) -> None:
                 if schema:
                     conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
             metadata.create_all(conn, checkfirst=True)
+            # create_all builds indexes only with a table it creates: a ledger from an earlier
+            # version gets the indexes added since here.
+            for table in metadata.sorted_tables:
+                for index in table.indexes:
+                    conn.execute(sa.schema.CreateIndex(index, if_not_exists=True))
             for name in RETIRED_INDEXES:
                 conn.exec_driver_sql(f"DROP INDEX IF EXISTS {name}")
     except sa.exc.OperationalError as e:

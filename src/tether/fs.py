@@ -110,7 +110,8 @@ def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
     """Replace ``path`` with ``data`` all at once: temp file in the same directory, write, fsync,
     rename over the target, fsync the directory. The temp file is removed on any error."""
     directory, name = os.path.split(os.fspath(path))
-    tmp = f"{directory}/.{name}.{secrets.token_hex(4)}{TEMP_SUFFIX}"
+    directory = directory or "."
+    tmp = os.path.join(directory, f".{name}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
     except FileNotFoundError:  # the directory is missing: rarer than a stat to check it first
@@ -137,7 +138,7 @@ def delete(path: str | os.PathLike[str]) -> bool:
         os.unlink(path)
     except FileNotFoundError:
         return False
-    fsync_dir(os.path.dirname(os.fspath(path)))
+    fsync_dir(os.path.dirname(os.fspath(path)) or ".")
     return True
 
 
@@ -155,7 +156,7 @@ def remove_stale_temps(path: str | os.PathLike[str]) -> int:
     removed = 0
     directory, target = os.path.split(os.fspath(path))
     try:
-        entries = os.scandir(directory)
+        entries = os.scandir(directory or ".")
     except FileNotFoundError:
         return 0
     prefix = f".{target}."
@@ -170,55 +171,11 @@ def remove_stale_temps(path: str | os.PathLike[str]) -> int:
 
 LOCK_STRIPES = 1024  # lock files, where open file description locks are missing
 LOCK_FILE = "paths.lock"
+_held = threading.local()
 # Linux's open file description locks: byte-range locks owned by one open() (so threads of one
 # process exclude each other, and closing some other descriptor of the file releases nothing).
 _OFD_SETLKW = getattr(fcntl, "F_OFD_SETLKW", None)
-_OFD_SETLK = getattr(fcntl, "F_OFD_SETLK", None)
 _FLOCK = struct.Struct("hhqqi4x")  # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks)
-
-
-class _Descriptors(dict):
-    """One thread's open lock files by path. Closed with the thread's state."""
-
-    def __del__(self) -> None:
-        for fd in self.values():
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-
-
-class _ThreadLocks(threading.local):
-    """What this thread holds (lock id -> depth, for re-entrancy) and its lock descriptors."""
-
-    def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        self.held: dict[tuple[str, int], int] = {}
-        self.fds = _Descriptors()  # the replaced descriptors close with their dict
-        self.forks = _forks
-
-
-# A forked child must neither lock through its parent's descriptors (it would share their locks)
-# nor believe it holds what the parent held.
-_forks = 0
-_local = _ThreadLocks()
-
-
-def _thread_locks() -> _ThreadLocks:
-    local = _local
-    if local.forks != _forks:
-        local.reset()
-    return local
-
-
-def _after_fork_in_child() -> None:
-    global _forks
-    _forks += 1
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _path_hash(rel: str) -> int:
@@ -243,14 +200,12 @@ def path_lock(root: Path, rel: str) -> Iterator[None]:
     files made a fresh root's first writes twice as slow. Where OFD locks are missing, a
     ``flock`` on one of ``LOCK_STRIPES`` lock files. Re-entrant within a thread, so a handler
     may hold the locks of several paths; take them in one order (``path_locks``) so two
-    processes cannot wait on each other. Each thread locks through its own descriptor of the
-    file, kept open (an open and a close per job cost more than the lock), so threads of one
-    process exclude each other too; a process that dies releases everything it held.
+    processes cannot wait on each other. Each acquisition opens its own descriptor, so threads
+    of one process exclude each other too.
     """
     h = _lock_id(rel)
     key = (os.fspath(root), h)
-    local = _thread_locks()
-    held = local.held
+    held: dict[tuple[str, int], int] = _held.__dict__.setdefault("locks", {})
     if key in held:
         held[key] += 1
         try:
@@ -258,33 +213,28 @@ def path_lock(root: Path, rel: str) -> Iterator[None]:
         finally:
             held[key] -= 1
         return
-    fd = _lock_file(local, os.path.join(key[0], INTERNAL_DIR, "locks", LOCK_FILE if _OFD_SETLKW else f"{h:04d}.lock"))
-    if _OFD_SETLKW is not None:
-        fcntl.fcntl(fd, _OFD_SETLKW, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, h, 1, 0))
-    else:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-    held[key] = 1
+    name = LOCK_FILE if _OFD_SETLKW is not None else f"{h:04d}.lock"
+    fd = _open_lock_file(os.path.join(key[0], INTERNAL_DIR, "locks", name))
     try:
-        yield
-    finally:
-        del held[key]
         if _OFD_SETLKW is not None:
-            fcntl.fcntl(fd, _OFD_SETLK, _FLOCK.pack(fcntl.F_UNLCK, os.SEEK_SET, h, 1, 0))
+            fcntl.fcntl(fd, _OFD_SETLKW, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, h, 1, 0))
         else:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-
-
-def _lock_file(local: _ThreadLocks, path: str) -> int:
-    """This thread's descriptor of the lock file at ``path``, opened on first use."""
-    fd = local.fds.get(path)
-    if fd is None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        held[key] = 1
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except FileNotFoundError:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        local.fds[path] = fd
-    return fd
+            yield
+        finally:
+            del held[key]
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _open_lock_file(path: str) -> int:
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
 
 
 @contextmanager

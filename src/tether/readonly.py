@@ -105,12 +105,6 @@ def select_jobs() -> sa.Select:
 
 def finished() -> sa.ColumnElement[bool]:
     """Matches finished jobs only, and says so in the terms ``ix_tether_jobs_done`` is partial to
-    (SQLite uses a partial index only when a query repeats its condition)."""
+    (SQLite uses a partial index only when the query implies its condition term by term)."""
     return t.c.completed_at.is_not(None)
 
-
-def through(query: sa.Select, index: str) -> sa.Select:
-    """``query`` read through ``index`` on SQLite, which does not weigh a partial index's small
-    size and would otherwise read the whole table; it fails to prepare rather than scan should
-    the index ever not fit. PostgreSQL's planner sizes partial indexes itself."""
-    return query.with_hint(t, f"INDEXED BY {index}", "sqlite")

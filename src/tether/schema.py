@@ -46,6 +46,7 @@ class TetherModel(SQLModel, registry=registry()):
 _STATUSES = ", ".join(f"'{s.value}'" for s in JobStatus)
 ACTIVE_SQL = "status IN ('pending', 'claimed')"
 PENDING_SQL = "status = 'pending'"
+CLAIMED_SQL = "status = 'claimed'"
 # Jobs without a key cannot conflict; leaving them out keeps the unique index small.
 ACTIVE_KEYED_SQL = f"{ACTIVE_SQL} AND idempotency_key IS NOT NULL"
 
@@ -112,7 +113,7 @@ sa.Index(
     postgresql_where=_active_targeted,
 )
 # The stale-lock sweep only looks at claimed rows.
-_claimed = sa.text("status = 'claimed'")
+_claimed = sa.text(CLAIMED_SQL)
 sa.Index(
     "ix_tether_jobs_claimed_lock",
     _t.c.locked_at,
