@@ -281,3 +281,34 @@ def test_an_atomic_write_to_a_bare_file_name_lands_in_the_working_directory(tmp_
     fs.atomic_write("plain.json", b"{}")
     assert (tmp_path / "plain.json").read_bytes() == b"{}"
     assert fs.delete("plain.json") and not (tmp_path / "plain.json").exists()
+
+
+@pytest.fixture
+def synced(monkeypatch) -> list[str]:
+    """The directories fsynced, in order."""
+    calls: list[str] = []
+    real = fs.fsync_dir
+
+    def record(directory):
+        calls.append(os.fspath(directory))
+        real(directory)
+
+    monkeypatch.setattr(fs, "fsync_dir", record)
+    return calls
+
+
+def test_new_directories_are_durable_up_to_the_root_before_a_write_returns(root, synced):
+    target = fs.resolve(root, "a/b/c.json")
+    fs.atomic_write(target, b"{}")
+    assert sorted(synced) == sorted([f"{root}/a/b", f"{root}/a", str(root)])  # the file's entry, each new directory's
+
+
+def test_a_directory_someone_else_just_made_is_made_durable_by_the_first_write_into_it(root, synced):
+    # Another thread or process made it and may not have fsynced its parent yet: a file written
+    # there is only durable once the directory's own entry is.
+    os.mkdir(root / "shared")
+    fs.atomic_write(fs.resolve(root, "shared/one.json"), b"1")
+    assert synced == [f"{root}/shared", str(root)]
+    synced.clear()
+    fs.atomic_write(fs.resolve(root, "shared/two.json"), b"2")
+    assert synced == [f"{root}/shared"]  # once per directory per process

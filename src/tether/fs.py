@@ -103,19 +103,44 @@ def _resolve_links(real_root: str, norm: str) -> tuple[str, str]:
 @lru_cache(maxsize=64)
 def _real_root(root: str) -> str:
     # The root is resolved once per process; paths under it are resolved on every call.
-    return os.path.realpath(root)
+    real = os.path.realpath(root)
+    _durable_dirs.add(real)  # a data root exists before tether writes into it
+    return real
+
+
+# Directories whose own entry, in their parent, this process knows to be durable: the data roots,
+# and the directories whose parent it has fsynced since. A file is not durable until every
+# directory above it is, and a directory another thread or process has just made may not be yet:
+# its maker may still be on the way to fsyncing the parent. (A directory removed and made again
+# by someone else while this process runs is taken as durable.)
+_durable_dirs: set[str] = set()
+
+
+def _durable_entry(directory: str) -> None:
+    """Fsync the parents of ``directory``, from it up to the first directory known durable:
+    once per directory per process."""
+    d = os.path.abspath(directory)
+    while d not in _durable_dirs:
+        parent = os.path.dirname(d)
+        if parent == d:
+            break
+        fsync_dir(parent)
+        _durable_dirs.add(d)
+        d = parent
+    _durable_dirs.add(directory)
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
     """Replace ``path`` with ``data`` all at once: temp file in the same directory, write, fsync,
-    rename over the target, fsync the directory. The temp file is removed on any error."""
+    rename over the target, fsync the directory, and, the first time this process writes into
+    a directory, its parents up to the data root. The temp file is removed on any error."""
     directory, name = os.path.split(os.fspath(path))
     directory = directory or "."
     tmp = os.path.join(directory, f".{name}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
     except FileNotFoundError:  # the directory is missing: rarer than a stat to check it first
-        _make_dirs(Path(directory))
+        os.makedirs(directory, exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
     try:
         try:
@@ -130,6 +155,8 @@ def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
         _unlink_quietly(tmp)
         raise
     fsync_dir(directory)
+    if directory not in _durable_dirs:
+        _durable_entry(directory)
 
 
 def delete(path: str | os.PathLike[str]) -> bool:
@@ -248,20 +275,6 @@ def path_locks(root: Path, rels: list[str]) -> Iterator[None]:
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def _make_dirs(directory: Path) -> None:
-    if directory.is_dir():
-        return
-    missing = []
-    d = directory
-    while not d.exists():
-        missing.append(d)
-        d = d.parent
-    directory.mkdir(parents=True, exist_ok=True)
-    # Make the new directory entries themselves durable, parent first.
-    for d in reversed(missing):
-        fsync_dir(d.parent)
 
 
 def _unlink_quietly(path: str | os.PathLike[str]) -> None:
