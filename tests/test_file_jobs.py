@@ -297,18 +297,63 @@ def synced(monkeypatch) -> list[str]:
     return calls
 
 
-def test_new_directories_are_durable_up_to_the_root_before_a_write_returns(root, synced):
-    target = fs.resolve(root, "a/b/c.json")
-    fs.atomic_write(target, b"{}")
-    assert sorted(synced) == sorted([f"{root}/a/b", f"{root}/a", str(root)])  # the file's entry, each new directory's
+
+def test_new_directories_are_made_durable_parent_first_before_the_rename(root, synced):
+    real = os.path.realpath(root)
+    fs.atomic_write(fs.resolve(root, "a/b/c.json"), b"{}")
+    # root's entry for a, a's entry for b, then (after the rename) b's entry for c.json
+    assert synced == [real, f"{real}/a", f"{real}/a/b"]
 
 
 def test_a_directory_someone_else_just_made_is_made_durable_by_the_first_write_into_it(root, synced):
     # Another thread or process made it and may not have fsynced its parent yet: a file written
     # there is only durable once the directory's own entry is.
+    real = os.path.realpath(root)
     os.mkdir(root / "shared")
     fs.atomic_write(fs.resolve(root, "shared/one.json"), b"1")
-    assert synced == [f"{root}/shared", str(root)]
+    assert synced == [real, f"{real}/shared"]
     synced.clear()
     fs.atomic_write(fs.resolve(root, "shared/two.json"), b"2")
-    assert synced == [f"{root}/shared"]  # once per directory per process
+    assert synced == [f"{real}/shared"]  # once per directory per process
+
+
+def test_a_write_whose_directory_could_not_be_made_durable_leaves_the_target_and_tries_again(root, monkeypatch):
+    real = os.path.realpath(root)
+    calls: list[str] = []
+    original = fs.fsync_dir
+
+    def fail_on_the_root_once(directory):
+        calls.append(os.fspath(directory))
+        if os.fspath(directory) == real and calls.count(real) == 1:
+            raise OSError(5, "injected I/O error")
+        original(directory)
+
+    monkeypatch.setattr(fs, "fsync_dir", fail_on_the_root_once)
+    target = fs.resolve(root, "new/a.json")
+    with pytest.raises(OSError, match="injected"):
+        fs.atomic_write(target, b"1")
+    assert not target.exists() and os.listdir(root / "new") == []  # no file, no temp file
+    fs.atomic_write(target, b"1")
+    assert target.read_bytes() == b"1" and calls.count(real) == 2  # the walk was not taken as done
+
+
+def test_outside_any_data_root_a_write_makes_durable_only_the_directories_it_made(tmp_path, synced):
+    base = os.path.realpath(tmp_path)
+    fs.atomic_write(f"{base}/x/y/f.json", b"{}")
+    assert synced == [base, f"{base}/x", f"{base}/x/y"]  # nothing above tmp_path
+
+
+def test_a_child_forked_inside_a_path_lock_does_not_believe_it_holds_it(root):
+    import multiprocessing
+
+    def child(out):
+        out.put(dict(fs._held.__dict__.get("locks", {})))
+
+    with fs.path_lock(root, "a.json"):
+        ctx = multiprocessing.get_context("fork")
+        out = ctx.Queue()
+        p = ctx.Process(target=child, args=(out,))
+        p.start()
+        held = out.get(timeout=60)
+        p.join(60)
+    assert held == {}, "a child would take its parent's lock as re-entrant and not wait for it"

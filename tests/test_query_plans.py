@@ -101,21 +101,3 @@ def test_claim_index_holds_pending_jobs_in_the_claim_order():
     assert "(priority DESC, created_at, id) WHERE status = 'pending'" in ddl
     assert "ORDER BY j.priority DESC, j.created_at, j.id" in sql.CLAIM_SQLITE
 
-
-def test_opening_a_ledger_replaces_the_indexes_of_earlier_versions(tmp_path):
-    url = f"sqlite:///{tmp_path / 'old.db'}"
-    c = Coordinator.open(url, root=tmp_path / "data", registry=default_registry())
-    with c.engine.begin() as conn:  # as an earlier version left it
-        conn.exec_driver_sql("CREATE INDEX ix_tether_jobs_claim ON tether_jobs (status, priority DESC, created_at, id)")
-        conn.exec_driver_sql("CREATE INDEX ix_tether_jobs_finished ON tether_jobs (status, completed_at)")
-        conn.exec_driver_sql("DROP INDEX ix_tether_jobs_pending")  # both came after it
-        conn.exec_driver_sql("DROP INDEX ix_tether_jobs_done")
-    c.close()
-    c = Coordinator.open(url, root=tmp_path / "data", registry=default_registry())
-    with c.engine.connect() as conn:
-        names = {r[0] for r in conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'index'")}
-    c.close()
-    assert not {"ix_tether_jobs_claim", "ix_tether_jobs_finished"} & names
-    from tether.schema import Job
-
-    assert {index.name for index in Job.__table__.indexes} <= names  # and the ones added since are built

@@ -11,6 +11,7 @@ from typing import Any, Iterator, Sequence
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from . import fs
 from .clock import Clock, SystemClock
 from .engine import Durability, create_engine, ensure_schema, schema_of
 from .errors import ConfigError, DatabaseUnavailable
@@ -58,7 +59,7 @@ class Coordinator:
         if root_path.exists() and not root_path.is_dir():
             raise ConfigError(f"data root {root_path} is not a directory")
         try:
-            root_path.mkdir(parents=True, exist_ok=True)
+            fs.make_root(root_path)
         except OSError as e:
             raise ConfigError(f"cannot create the data root {root_path}: {e.strerror}") from e
         engine = create_engine(

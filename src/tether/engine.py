@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from .errors import ConfigError, DatabaseUnavailable
-from .schema import RETIRED_INDEXES, metadata
+from .schema import RETIRED_INDEXES, TABLE, metadata
 
 Durability = Literal["full", "normal"]
 
@@ -133,6 +133,14 @@ def _filesystem_type(directory: Path) -> str | None:
     return best_type
 
 
+def _index_names(conn: sa.Connection, dialect: str) -> set[str]:
+    if dialect == "postgresql":
+        query = "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() AND tablename = :table"
+    else:
+        query = "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = :table"
+    return set(conn.execute(sa.text(query), {"table": TABLE}).scalars())
+
+
 def ensure_schema(engine: sa.Engine) -> None:
     """Create the jobs table and any of its indexes that are missing, drop the indexes earlier
     versions used instead; safe to run from many workers at once."""
@@ -146,11 +154,15 @@ def ensure_schema(engine: sa.Engine) -> None:
                     conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
             metadata.create_all(conn, checkfirst=True)
             # create_all builds indexes only with a table it creates: a ledger from an earlier
-            # version gets the indexes added since here.
+            # version gets the indexes added since here. Only missing ones: on PostgreSQL even
+            # CREATE INDEX IF NOT EXISTS locks the table against writers first.
+            present = _index_names(conn, engine.dialect.name)
             for table in metadata.sorted_tables:
                 for index in table.indexes:
-                    conn.execute(sa.schema.CreateIndex(index, if_not_exists=True))
+                    if index.name not in present:
+                        conn.execute(sa.schema.CreateIndex(index))
             for name in RETIRED_INDEXES:
-                conn.exec_driver_sql(f"DROP INDEX IF EXISTS {name}")
+                if name in present:
+                    conn.exec_driver_sql(f"DROP INDEX {name}")
     except sa.exc.OperationalError as e:
         raise DatabaseUnavailable(f"cannot open the database at {engine.url!r}: {e.orig}") from e

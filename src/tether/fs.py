@@ -104,43 +104,76 @@ def _resolve_links(real_root: str, norm: str) -> tuple[str, str]:
 def _real_root(root: str) -> str:
     # The root is resolved once per process; paths under it are resolved on every call.
     real = os.path.realpath(root)
-    _durable_dirs.add(real)  # a data root exists before tether writes into it
+    _roots.update((real, os.path.abspath(root)))
+    _durable_dirs.update(_roots)
     return real
 
 
-# Directories whose own entry, in their parent, this process knows to be durable: the data roots,
-# and the directories whose parent it has fsynced since. A file is not durable until every
-# directory above it is, and a directory another thread or process has just made may not be yet:
-# its maker may still be on the way to fsyncing the parent. (A directory removed and made again
-# by someone else while this process runs is taken as durable.)
+# Directories whose own entry, in their parent, this process has made durable, and so every
+# directory's above it up to its data root: a file is not durable until they all are, and a
+# directory another thread or process has just made may not be yet (its maker may still be on
+# the way to fsyncing the parent; ext4 without a journal does not carry a mkdir along with a
+# later fsync). Data roots count as durable: they exist before tether writes into them (see
+# ``make_root``). A directory removed and made again by someone else while this process runs
+# is taken as durable.
+_roots: set[str] = set()
 _durable_dirs: set[str] = set()
+_DURABLE_DIRS_MAX = 65_536  # past this the set starts again: forgetting costs only an fsync
 
 
-def _durable_entry(directory: str) -> None:
-    """Fsync the parents of ``directory``, from it up to the first directory known durable:
-    once per directory per process."""
+def _durable_entry(directory: str, made: list[str]) -> None:
+    """Make the entries of ``directory`` and of the directories above it durable, up to its data
+    root (outside any root: the directories this write ``made`` and ``directory`` itself),
+    parent first, so the set never holds a directory whose parents are not durable yet."""
     d = os.path.abspath(directory)
-    while d not in _durable_dirs:
+    if d in _durable_dirs:
+        return
+    chain = [d]
+    if any(d.startswith(root.rstrip("/") + "/") for root in _roots):
         parent = os.path.dirname(d)
-        if parent == d:
-            break
-        fsync_dir(parent)
+        while parent not in _durable_dirs and parent != chain[-1]:  # ends at the root at the latest
+            chain.append(parent)
+            parent = os.path.dirname(parent)
+    else:
+        chain += [m for m in made if m != d]
+    if len(_durable_dirs) > _DURABLE_DIRS_MAX:
+        _durable_dirs.clear()
+        _durable_dirs.update(_roots)
+    for d in sorted(chain, key=len):
+        fsync_dir(os.path.dirname(d))
         _durable_dirs.add(d)
-        d = parent
-    _durable_dirs.add(directory)
+
+
+def _make_dirs(directory: str) -> list[str]:
+    """Make ``directory`` and any missing parents; returns the ones made (absolute)."""
+    missing = []
+    d = os.path.abspath(directory)
+    while not os.path.isdir(d) and os.path.dirname(d) != d:
+        missing.append(d)
+        d = os.path.dirname(d)
+    os.makedirs(directory, exist_ok=True)
+    return missing
+
+
+def make_root(root: str | os.PathLike[str]) -> None:
+    """Make a data root, durably, if it is missing."""
+    for d in sorted(_make_dirs(os.fspath(root)), key=len):
+        fsync_dir(os.path.dirname(d))
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
     """Replace ``path`` with ``data`` all at once: temp file in the same directory, write, fsync,
-    rename over the target, fsync the directory, and, the first time this process writes into
-    a directory, its parents up to the data root. The temp file is removed on any error."""
+    rename over the target, fsync the directory. The first time this process writes into a
+    directory it also makes the directories above it durable, up to the data root, before the
+    rename. The temp file is removed on any error, which leaves the target as it was."""
     directory, name = os.path.split(os.fspath(path))
     directory = directory or "."
     tmp = os.path.join(directory, f".{name}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
+    made: list[str] = []
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
     except FileNotFoundError:  # the directory is missing: rarer than a stat to check it first
-        os.makedirs(directory, exist_ok=True)
+        made = _make_dirs(directory)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
     try:
         try:
@@ -150,13 +183,13 @@ def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+        if directory not in _durable_dirs:
+            _durable_entry(directory, made)
         os.replace(tmp, path)
     except BaseException:
         _unlink_quietly(tmp)
         raise
     fsync_dir(directory)
-    if directory not in _durable_dirs:
-        _durable_entry(directory)
 
 
 def delete(path: str | os.PathLike[str]) -> bool:
@@ -199,6 +232,14 @@ def remove_stale_temps(path: str | os.PathLike[str]) -> int:
 LOCK_STRIPES = 1024  # lock files, where open file description locks are missing
 LOCK_FILE = "paths.lock"
 _held = threading.local()
+
+
+def _forget_held_locks() -> None:
+    # A child forked inside a path_lock holds nothing: the lock is its parent's.
+    _held.__dict__.pop("locks", None)
+
+
+os.register_at_fork(after_in_child=_forget_held_locks)
 # Linux's open file description locks: byte-range locks owned by one open() (so threads of one
 # process exclude each other, and closing some other descriptor of the file releases nothing).
 _OFD_SETLKW = getattr(fcntl, "F_OFD_SETLKW", None)

@@ -1,0 +1,48 @@
+"""Opening a ledger an earlier version left brings its indexes up to date (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from tether import Coordinator
+from tether.engine import create_engine, ensure_schema
+from tether.jobtypes import default_registry
+from tether.schema import Job
+
+
+def index_names(url: str) -> set[str]:
+    engine = create_engine(url)
+    try:
+        return {ix["name"] for ix in sa.inspect(engine).get_indexes("tether_jobs")}
+    finally:
+        engine.dispose()
+
+
+def test_an_older_ledger_gets_the_indexes_added_since_and_loses_the_retired_ones(db_url, tmp_path):
+    Coordinator.open(db_url, root=tmp_path / "data", registry=default_registry()).close()
+    engine = create_engine(db_url)
+    with engine.begin() as conn:  # as an earlier version left it
+        conn.exec_driver_sql("CREATE INDEX ix_tether_jobs_claim ON tether_jobs (status, priority DESC, created_at, id)")
+        conn.exec_driver_sql("CREATE INDEX ix_tether_jobs_finished ON tether_jobs (status, completed_at)")
+        conn.exec_driver_sql("DROP INDEX ix_tether_jobs_pending")  # both came after those
+        conn.exec_driver_sql("DROP INDEX ix_tether_jobs_done")
+    engine.dispose()
+
+    Coordinator.open(db_url, root=tmp_path / "data", registry=default_registry()).close()
+
+    names = index_names(db_url)
+    assert not {"ix_tether_jobs_claim", "ix_tether_jobs_finished"} & names
+    assert {index.name for index in Job.__table__.indexes} <= names
+
+
+def test_opening_an_up_to_date_ledger_runs_no_index_statement(db_url, tmp_path):
+    # On PostgreSQL even CREATE INDEX IF NOT EXISTS would lock the table against every writer.
+    Coordinator.open(db_url, root=tmp_path / "data", registry=default_registry()).close()
+    engine = create_engine(db_url)
+    statements: list[str] = []
+    sa.event.listen(engine, "before_cursor_execute", lambda conn, cur, stmt, *rest: statements.append(stmt))
+    try:
+        ensure_schema(engine)
+    finally:
+        engine.dispose()
+    assert not [s for s in statements if "INDEX" in s.upper() and not s.lstrip().upper().startswith("SELECT")]
