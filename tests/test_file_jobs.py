@@ -357,3 +357,13 @@ def test_a_child_forked_inside_a_path_lock_does_not_believe_it_holds_it(root):
         held = out.get(timeout=60)
         p.join(60)
     assert held == {}, "a child would take its parent's lock as re-entrant and not wait for it"
+
+
+def test_opening_a_coordinator_makes_a_new_data_root_durably(tmp_path, synced):
+    from tether import Coordinator
+    from tether.jobtypes import default_registry
+
+    base = os.path.realpath(tmp_path)
+    Coordinator.open(f"sqlite:///{base}/ledger.db", root=f"{base}/new/root", registry=default_registry()).close()
+    # tether counts a data root as durable from then on, so its entries must already be
+    assert synced[:2] == [base, f"{base}/new"]
