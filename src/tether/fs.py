@@ -109,11 +109,10 @@ def _real_root(root: str) -> str:
     return real
 
 
-# Directories whose own entry, in their parent, this process has made durable, and so every
-# directory's above it up to its data root: a file is not durable until they all are, and a
-# directory another thread or process has just made may not be yet (its maker may still be on
-# the way to fsyncing the parent; ext4 without a journal does not carry a mkdir along with a
-# later fsync). Data roots count as durable: they exist before tether writes into them (see
+# Directories whose entries this process has made durable, each with every directory above it up
+# to its data root. A file is not durable until all of those are, and a directory another thread
+# or process has just made may not be yet (its maker may still be on the way to fsyncing the
+# parent; ext4 without a journal does not carry a mkdir along with a later fsync). Data roots count as durable: they exist before tether writes into them (see
 # ``make_root``). A directory removed and made again by someone else while this process runs
 # is taken as durable.
 _roots: set[str] = set()
@@ -232,6 +231,10 @@ def remove_stale_temps(path: str | os.PathLike[str]) -> int:
 LOCK_STRIPES = 1024  # lock files, where open file description locks are missing
 LOCK_FILE = "paths.lock"
 _held = threading.local()
+# Linux's open file description locks: byte-range locks owned by one open() (so threads of one
+# process exclude each other, and closing some other descriptor of the file releases nothing).
+_OFD_SETLKW = getattr(fcntl, "F_OFD_SETLKW", None)
+_FLOCK = struct.Struct("hhqqi4x")  # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks)
 
 
 def _forget_held_locks() -> None:
@@ -240,10 +243,6 @@ def _forget_held_locks() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_held_locks)
-# Linux's open file description locks: byte-range locks owned by one open() (so threads of one
-# process exclude each other, and closing some other descriptor of the file releases nothing).
-_OFD_SETLKW = getattr(fcntl, "F_OFD_SETLKW", None)
-_FLOCK = struct.Struct("hhqqi4x")  # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks)
 
 
 def _path_hash(rel: str) -> int:

@@ -351,9 +351,8 @@ def jobs(
             query = query.where(t.c.id >= ids.floor_id(since), t.c.created_at >= since)
         if status is not None:
             # Through the status's own index, then a sort bounded by the backlog (ordering by id
-            # alone would walk the primary key through every finished job). The ids are picked
-            # first, from the pending index alone where it holds every column asked, and only the
-            # chosen rows are read.
+            # alone would walk the primary key through every finished job). The sort takes ids,
+            # not whole rows; only the chosen rows are read in full.
             newest = (t.c.created_at.desc(), t.c.id.desc())
             picked = query.with_only_columns(t.c.id).order_by(*newest).limit(limit)
             return records(conn, select_jobs().where(t.c.id.in_(picked)).order_by(*newest))

@@ -107,4 +107,3 @@ def finished() -> sa.ColumnElement[bool]:
     """Matches finished jobs only, and says so in the terms ``ix_tether_jobs_done`` is partial to
     (SQLite uses a partial index only when the query implies its condition term by term)."""
     return t.c.completed_at.is_not(None)
-
