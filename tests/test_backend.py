@@ -25,9 +25,11 @@ def test_each_thread_writes_on_its_own_connection_and_reuses_it(tmp_path):
         t.start()
         t.join()
         assert theirs[0] is not mine
-        # the thread's connection was set up like every other: WAL, FULL, busy timeout
+        # the thread's connection was set up like every other: WAL, FULL, busy timeout, and
+        # statement journals in memory (not a temp file made and deleted per batch)
         assert mine.execute("PRAGMA synchronous").fetchone()[0] == 2
         assert mine.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert mine.execute("PRAGMA temp_store").fetchone()[0] == 2
 
 
 def test_closing_the_ledger_closes_the_write_connections(tmp_path):
