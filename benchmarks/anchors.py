@@ -277,7 +277,7 @@ DRAINS: dict[str, Callable[[Path, int], tuple[float, float]]] = {
 }
 
 
-def files_pair(d: Path, n: int, batch: int, tether_first: bool, rounds: int = 4) -> dict[str, float]:
+def files_pair(d: Path, n: int, batch: int, tether_first: bool, rounds: int = 8) -> dict[str, float]:
     """create_file jobs/s: tether's worker against the bare loop claiming/completing ``batch`` per
     commit. The sides alternate in ``rounds`` rounds of n/rounds jobs each (fresh ledger and data
     root per round): creating a file on this disk costs 0.01 ms in some minutes and 0.6-1.1 ms in
