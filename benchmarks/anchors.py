@@ -282,7 +282,7 @@ def files_pair(d: Path, n: int, batch: int, tether_first: bool, rounds: int = 8)
     commit. The sides alternate in ``rounds`` rounds of n/rounds jobs each (fresh ledger and data
     root per round): creating a file on this disk costs 0.01 ms in some minutes and 0.6-1.1 ms in
     others, and rounds of a second or less give both sides the same minutes."""
-    per = n // rounds
+    per = max(1, n // rounds)
     wall = {"tether": 0.0, "bare": 0.0}
     for k in range(rounds):
         for side in ("tether", "bare") if tether_first == (k % 2 == 0) else ("bare", "tether"):
