@@ -61,8 +61,6 @@ def new_ids(now: datetime, n: int) -> list[str]:
     """``n`` increasing ids for ``now``: one random start, then consecutive values, as ``new_id``
     does within one millisecond (jobs enqueued in one call)."""
     global _last
-    if n == 1:
-        return [new_id(now)]
     start = (_ms(now) << 80) | _random.getrandbits(80)
     with _lock:
         last = int(_last.translate(_AS_BASE32), 32) if _last else -1

@@ -19,7 +19,7 @@ from .clock import SystemClock
 from .engine import READ_ONLY, create_engine
 from .errors import DatabaseUnavailable
 from .record import JobRecord
-from .schema import TABLE, Job
+from .schema import FINISHED_SQL, TABLE, Job
 
 if TYPE_CHECKING:
     from .coordinator import Coordinator
@@ -104,6 +104,6 @@ def select_jobs() -> sa.Select:
 
 
 def finished() -> sa.ColumnElement[bool]:
-    """Matches finished jobs only, and says so in the terms ``ix_tether_jobs_done`` is partial to
+    """Matches finished jobs only, in the very condition ``ix_tether_jobs_done`` is partial to
     (SQLite uses a partial index only when the query implies its condition term by term)."""
-    return t.c.completed_at.is_not(None)
+    return sa.text(FINISHED_SQL)
