@@ -8,10 +8,10 @@ import shutil
 import sqlite3
 import statistics
 import tempfile
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Iterator, Sequence
 
 REPO = Path(__file__).resolve().parent.parent
 SCRATCH = REPO / ".bench"  # gitignored; on the same disk as the repo
@@ -33,11 +33,11 @@ def scratch(base: Path, label: str) -> Iterator[Path]:
 
 def sqlite_now() -> str:
     """Now, as tether stores times in SQLite (naive UTC text, fixed width)."""
-    return datetime.now(timezone.utc).strftime(_SQLITE_TIME)
+    return datetime.now(UTC).strftime(_SQLITE_TIME)
 
 
 def sqlite_time(value: datetime | None) -> str | None:
-    return None if value is None else value.astimezone(timezone.utc).strftime(_SQLITE_TIME)
+    return None if value is None else value.astimezone(UTC).strftime(_SQLITE_TIME)
 
 
 def bare_connect(path: Path) -> sqlite3.Connection:
@@ -93,7 +93,11 @@ def machine() -> str:
         target = os.path.realpath(SCRATCH.parent)
         for line in Path("/proc/mounts").read_text().splitlines():
             parts = line.split()
-            if len(parts) >= 3 and (target == parts[1] or target.startswith(parts[1].rstrip("/") + "/")) and len(parts[1]) > len(best):
+            if (
+                len(parts) >= 3
+                and (target == parts[1] or target.startswith(parts[1].rstrip("/") + "/"))
+                and len(parts[1]) > len(best)
+            ):
                 best, fs = parts[1], f"{parts[2]} on {parts[0]}"
     except OSError:
         pass

@@ -22,15 +22,27 @@ import os
 import sqlite3
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable
-
-from tether.ids import new_id
+from typing import Any
 
 from _common import SCRATCH, bare_connect, machine, median, percentile, scratch, sqlite_now, sqlite_time
-from core import (BARE_COMPLETE, BARE_INSERT, Noop, _check_files, _file_handler, _prepare_root, bare_claim,
-                  bare_complete, note, open_ledger, profile, tether_source)
+from core import (
+    BARE_COMPLETE,
+    BARE_INSERT,
+    Noop,
+    _check_files,
+    _file_handler,
+    _prepare_root,
+    bare_claim,
+    bare_complete,
+    note,
+    open_ledger,
+    profile,
+    tether_source,
+)
+from tether.ids import new_id
 
 FULL = 2  # PRAGMA synchronous value
 
@@ -43,6 +55,7 @@ def _check_full(conn: sqlite3.Connection, who: str) -> None:
 
 
 # -- the anchors, each opened at WAL + synchronous=FULL -------------------------------------------
+
 
 def open_huey(d: Path) -> tuple[Any, Any]:
     """SqliteHuey: WAL is its default; fsync=True makes it set synchronous=2 (FULL)."""
@@ -88,8 +101,18 @@ class Bare:
 
     def row(self, p: Any) -> tuple[Any, ...]:
         r = self._c.queue.build(p)
-        return (r.id, r.type, r.payload, r.priority, r.max_attempts, sqlite_time(r.created_at),
-                sqlite_time(r.run_at), r.idempotency_key, r.ordering_key, r.parent_id)
+        return (
+            r.id,
+            r.type,
+            r.payload,
+            r.priority,
+            r.max_attempts,
+            sqlite_time(r.created_at),
+            sqlite_time(r.run_at),
+            r.idempotency_key,
+            r.ordering_key,
+            r.parent_id,
+        )
 
     def insert(self, row: tuple[Any, ...]) -> None:
         self.conn.execute("BEGIN IMMEDIATE")
@@ -99,7 +122,7 @@ class Bare:
     def build_and_insert(self, payload: Any) -> None:
         """The same INSERT + commit with the row made at call time, as any enqueue must: a ULID,
         the time, the payload's JSON (tether's own helpers, no validation or options)."""
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         when = sqlite_time(now)
         self.insert((new_id(now), payload.job_type, payload.to_json().decode(), 0, 3, when, when, None, None, None))
 
@@ -118,8 +141,10 @@ def enqueue_round(d: Path, n: int) -> dict[str, list[float]]:
     payloads = [Noop(n=i) for i in range(n)]
     bare_rows = [bare.row(p) for p in payloads]
     ops: dict[str, Callable[[int], Any]] = {
-        "huey": lambda i: noop(i), "persist-queue": lambda i: pq.put({"n": i}),
-        "litequeue": lambda i: lq.put(f'{{"n": {i}}}'), "bare": lambda i: bare.insert(bare_rows[i]),
+        "huey": lambda i: noop(i),
+        "persist-queue": lambda i: pq.put({"n": i}),
+        "litequeue": lambda i: lq.put(f'{{"n": {i}}}'),
+        "bare": lambda i: bare.insert(bare_rows[i]),
         "bare+build": lambda i: built.build_and_insert(payloads[i]),
         "tether": lambda i: tc.enqueue(payloads[i]),
     }
@@ -160,6 +185,7 @@ def bulk_round(d: Path, n: int, calls: int = 3) -> dict[str, float]:
 
 # -- drains: each function enqueues untimed, then returns (wall s, cpu s) of draining n jobs -------
 
+
 def _timed(body: Callable[[], int], n: int, who: str) -> tuple[float, float]:
     w0, c0 = time.perf_counter(), time.process_time()
     done = body()
@@ -180,6 +206,7 @@ def drain_huey(d: Path, n: int) -> tuple[float, float]:
             huey.execute(task)
             done += 1
         return done
+
     return _timed(body, n, "huey")
 
 
@@ -199,6 +226,7 @@ def drain_pq(d: Path, n: int) -> tuple[float, float]:
                 return done
             q.ack(id=item["pqid"])
             done += 1
+
     return _timed(body, n, "persist-queue")
 
 
@@ -214,6 +242,7 @@ def drain_lq(d: Path, n: int) -> tuple[float, float]:
             q.done(m.message_id)
             done += 1
         return done
+
     return _timed(body, n, "litequeue")
 
 
@@ -253,14 +282,21 @@ def bare_loop(db: Path, batch: int, handle: Callable[[str, str], str | None]) ->
         conn.close()
 
 
-def drain_bare(d: Path, n: int, batch: int, make: Callable[[int], Any] = lambda i: Noop(n=i),
-               handle: Callable[[str, str], str | None] = lambda _i, _p: None) -> tuple[float, float]:
+def drain_bare(
+    d: Path,
+    n: int,
+    batch: int,
+    make: Callable[[int], Any] = lambda i: Noop(n=i),
+    handle: Callable[[str, str], str | None] = lambda _i, _p: None,
+) -> tuple[float, float]:
     with open_ledger(d) as c:
         c.enqueue_many([make(i) for i in range(n)])
     return _timed(lambda: bare_loop(d / "ledger.db", batch, handle), n, f"bare batch={batch}")
 
 
-def drain_tether(d: Path, n: int, make: Callable[[int], Any] = lambda i: Noop(n=i), **options: Any) -> tuple[float, float]:
+def drain_tether(
+    d: Path, n: int, make: Callable[[int], Any] = lambda i: Noop(n=i), **options: Any
+) -> tuple[float, float]:
     c = open_ledger(d)
     c.enqueue_many([make(i) for i in range(n)])
     try:
@@ -271,9 +307,13 @@ def drain_tether(d: Path, n: int, make: Callable[[int], Any] = lambda i: Noop(n=
 
 
 DRAINS: dict[str, Callable[[Path, int], tuple[float, float]]] = {
-    "huey": drain_huey, "persist-queue": drain_pq, "litequeue": drain_lq,
-    "bare 1/commit": lambda d, n: drain_bare(d, n, 1), "bare 100/commit": lambda d, n: drain_bare(d, n, 100),
-    "tether (default batch 100)": lambda d, n: drain_tether(d, n), "tether batch=32": lambda d, n: drain_tether(d, n, batch=32),
+    "huey": drain_huey,
+    "persist-queue": drain_pq,
+    "litequeue": drain_lq,
+    "bare 1/commit": lambda d, n: drain_bare(d, n, 1),
+    "bare 100/commit": lambda d, n: drain_bare(d, n, 100),
+    "tether (default batch 100)": lambda d, n: drain_tether(d, n),
+    "tether batch=32": lambda d, n: drain_tether(d, n, batch=32),
 }
 
 
@@ -298,12 +338,13 @@ def files_pair(d: Path, n: int, batch: int, tether_first: bool, rounds: int = 8)
 
 # -- scale: 1,000,000 completed rows already in the table -----------------------------------------
 
+
 def fill_completed(db: Path, rows: int) -> None:
     """Insert ``rows`` completed no-op jobs with plain sqlite3 into tether's table (ULIDs, times
     in the past), at synchronous=OFF: this is setup, not a measurement."""
     from ulid import ULID
 
-    start = datetime.now(timezone.utc) - timedelta(days=30)
+    start = datetime.now(UTC) - timedelta(days=30)
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("PRAGMA synchronous=OFF")
     sql = """INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts, created_at,
@@ -323,6 +364,7 @@ def fill_completed(db: Path, rows: int) -> None:
 
 
 # -- running and reporting ---------------------------------------------------------------------
+
 
 def _med_ratio(a: list[float], b: list[float]) -> float:
     return median([x / y for x, y in zip(a, b)])
@@ -344,14 +386,17 @@ def main(argv: list[str] | None = None) -> int:
     only = set(args.only.split(","))
     base = args.dir.resolve()
     scale_jobs = args.scale_jobs or args.jobs
-    print(f"issue 7 anchors benchmark, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
+    print(f"issue 7 anchors benchmark, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
     print(f"machine: {machine()}; load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     import importlib.metadata as md
+
     print("versions: " + ", ".join(f"{p} {md.version(p)}" for p in ("huey", "persist-queue", "litequeue")))
     print(f"tether: {tether_source()}")
-    print(f"scratch {base}; WAL + synchronous=FULL for all; {args.runs} runs; enqueues {args.enqueues}/system/run, "
-          f"drain {args.jobs} jobs, bulk {args.bulk}, files {args.files}, scale {args.scale_rows:,} rows + {scale_jobs} jobs",
-          flush=True)
+    print(
+        f"scratch {base}; WAL + synchronous=FULL for all; {args.runs} runs; enqueues {args.enqueues}/system/run, "
+        f"drain {args.jobs} jobs, bulk {args.bulk}, files {args.files}, scale {args.scale_rows:,} rows + {scale_jobs} jobs",
+        flush=True,
+    )
     R: dict[str, list[Any]] = {}
 
     def keep(key: str, value: Any) -> None:
@@ -363,12 +408,16 @@ def main(argv: list[str] | None = None) -> int:
         big = big_dir / "ledger.db"
         if big_dir.exists():
             import shutil
+
             shutil.rmtree(big_dir)
         t0 = time.perf_counter()
         open_ledger(big_dir).close()
         fill_completed(big, args.scale_rows)
-        print(f"  filled {args.scale_rows:,} completed rows in {time.perf_counter() - t0:.0f} s "
-              f"({big.stat().st_size / 1e6:.0f} MB)", flush=True)
+        print(
+            f"  filled {args.scale_rows:,} completed rows in {time.perf_counter() - t0:.0f} s "
+            f"({big.stat().st_size / 1e6:.0f} MB)",
+            flush=True,
+        )
     for r in range(args.runs):
         t_run = time.perf_counter()
         if "enqueue" in only:
@@ -403,13 +452,16 @@ def main(argv: list[str] | None = None) -> int:
                     with scratch(base, "scale-empty") as d:
                         wall, _ = drain_tether(d, scale_jobs)
                 keep(f"scale {s}", scale_jobs / wall)
-        print(f"  run {r + 1}/{args.runs} done in {time.perf_counter() - t_run:.0f} s, load "
-              f"{os.getloadavg()[0]:.1f}", flush=True)
+        print(
+            f"  run {r + 1}/{args.runs} done in {time.perf_counter() - t_run:.0f} s, load {os.getloadavg()[0]:.1f}",
+            flush=True,
+        )
     print()
     print(report(R, args))
     print(f"\nload average now {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     if big is not None:
         import shutil
+
         shutil.rmtree(big.parent, ignore_errors=True)
     if args.profile:
         profile(base, args.profile, 20, {})  # core.py: single enqueue, drain (run_once), create_file
@@ -439,30 +491,39 @@ def report(R: dict[str, list[Any]], args: argparse.Namespace) -> str:
         for s in ENQ_SYSTEMS:
             lat = R[f"enq {s}"]
             rate = median([len(x) / sum(x) for x in lat])
-            p50, p95 = median([percentile(x, .5) * 1e3 for x in lat]), median([percentile(x, .95) * 1e3 for x in lat])
+            p50, p95 = median([percentile(x, 0.5) * 1e3 for x in lat]), median([percentile(x, 0.95) * 1e3 for x in lat])
             vs = ""
             if s != "tether":
                 t = R["enq tether"]
-                vs = (f"tether/{s}: rate {_med_ratio([len(x) / sum(x) for x in t], [len(x) / sum(x) for x in lat]):.2f}x, "
-                      f"p95 {_med_ratio([percentile(x, .95) for x in t], [percentile(x, .95) for x in lat]):.2f}x")
+                vs = (
+                    f"tether/{s}: rate {_med_ratio([len(x) / sum(x) for x in t], [len(x) / sum(x) for x in lat]):.2f}x, "
+                    f"p95 {_med_ratio([percentile(x, 0.95) for x in t], [percentile(x, 0.95) for x in lat]):.2f}x"
+                )
             ok = None
             target = ""
             if s == "bare":
-                ratio = _med_ratio([percentile(x, .95) for x in R["enq tether"]], [percentile(x, .95) for x in lat])
+                ratio = _med_ratio([percentile(x, 0.95) for x in R["enq tether"]], [percentile(x, 0.95) for x in lat])
                 target, ok = "tether p95 <= 1.2x bare", ratio <= 1.2
             row(f"single enqueue: {s}", f"{rate:,.0f} jobs/s, p50 {p50:.2f} ms, p95 {p95:.2f} ms", vs, target, ok)
     if "bulk tether" in R:
         t, b = median(R["bulk tether"]), median(R["bulk bare"])
-        row(f"bulk enqueue {args.bulk:,} in one call: tether", f"{t:,.0f} jobs/s", f"bare executemany {b:,.0f}/s, "
-            f"tether/bare {_med_ratio(R['bulk tether'], R['bulk bare']):.2f}x", ">= 100,000 jobs/s", t >= 100_000)
+        row(
+            f"bulk enqueue {args.bulk:,} in one call: tether",
+            f"{t:,.0f} jobs/s",
+            f"bare executemany {b:,.0f}/s, tether/bare {_med_ratio(R['bulk tether'], R['bulk bare']):.2f}x",
+            ">= 100,000 jobs/s",
+            t >= 100_000,
+        )
     if "drain huey" in R:
         for s in DRAINS:
             v = R[f"drain {s}"]
             wall, cpu = [x[0] for x in v], [x[1] for x in v]
             vs, target, ok = "", "", None
             if s.startswith("tether"):
-                parts = [f"/{a.split()[0]} {_med_ratio(wall, [x[0] for x in R[f'drain {a}']]):.2f}x"
-                         for a in ("huey", "persist-queue", "litequeue", "bare 1/commit", "bare 100/commit")]
+                parts = [
+                    f"/{a.split()[0]} {_med_ratio(wall, [x[0] for x in R[f'drain {a}']]):.2f}x"
+                    for a in ("huey", "persist-queue", "litequeue", "bare 1/commit", "bare 100/commit")
+                ]
                 vs = "tether" + ", ".join(parts)
                 vs = vs.replace("/bare ", "/bare1 ", 1).replace("/bare ", "/bare100 ", 1)
                 if s == "tether (default batch 100)":  # the target is on the defaults
@@ -471,12 +532,22 @@ def report(R: dict[str, list[Any]], args: argparse.Namespace) -> str:
             row(f"drain no-op: {s}", f"{median(wall):,.0f} jobs/s (per CPU-s {median(cpu):,.0f})", vs, target, ok)
     if "files tether" in R:
         ratio = _med_ratio(R["files tether"], R["files bare"])
-        row("create_file: tether (batch 32)", f"{median(R['files tether']):,.0f} jobs/s",
-            f"bare 32/commit {median(R['files bare']):,.0f}/s, tether/bare {ratio:.2f}x", ">= 0.80x bare", ratio >= 0.8)
+        row(
+            "create_file: tether (batch 32)",
+            f"{median(R['files tether']):,.0f} jobs/s",
+            f"bare 32/commit {median(R['files bare']):,.0f}/s, tether/bare {ratio:.2f}x",
+            ">= 0.80x bare",
+            ratio >= 0.8,
+        )
     if "scale 1m" in R:
         ratio = _med_ratio(R["scale empty"], R["scale 1m"])
-        row(f"drain with {args.scale_rows:,} completed rows", f"{median(R['scale 1m']):,.0f} jobs/s",
-            f"empty table {median(R['scale empty']):,.0f}/s, empty/1M {ratio:.2f}x", "<= 1.2x", ratio <= 1.2)
+        row(
+            f"drain with {args.scale_rows:,} completed rows",
+            f"{median(R['scale 1m']):,.0f} jobs/s",
+            f"empty table {median(R['scale empty']):,.0f}/s, empty/1M {ratio:.2f}x",
+            "<= 1.2x",
+            ratio <= 1.2,
+        )
     head = ("figure", "median", "ratios (median of per-run ratios)", "target", "met")
     widths = [max(len(r[i]) for r in (head, *rows)) for i in range(len(head))]
     lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in (head, *rows)]

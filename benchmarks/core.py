@@ -24,9 +24,10 @@ import os
 import pstats
 import sys
 import time
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import orjson
 
@@ -56,12 +57,17 @@ FILE_DIRS = 16  # files are spread over this many directories, created before ti
 def open_ledger(directory: Path) -> Coordinator:
     registry = default_registry()
     registry.register(NoopType())
-    return Coordinator.open(f"sqlite:///{directory}/ledger.db", root=directory / "data", registry=registry, durability="full")
+    return Coordinator.open(
+        f"sqlite:///{directory}/ledger.db", root=directory / "data", registry=registry, durability="full"
+    )
 
 
 def note(i: int) -> CreateFile:
-    return CreateFile(path=f"d{i % FILE_DIRS:02d}/note-{i:06d}.json", overwrite=True,
-                      content={"id": i, "title": f"note {i}", "tags": ["bench", "tether"], "done": False})
+    return CreateFile(
+        path=f"d{i % FILE_DIRS:02d}/note-{i:06d}.json",
+        overwrite=True,
+        content={"id": i, "title": f"note {i}", "tags": ["bench", "tether"], "done": False},
+    )
 
 
 # -- bare SQL: the same table and claim index, no guarantees beyond fencing by owner + attempt ------
@@ -122,6 +128,7 @@ def bare_complete(conn: Any, worker: str, job_id: str, attempts: int, result: st
 # The enqueues alternate one by one between the sides (the side going first alternates too), so
 # load from other processes on a shared machine hits both alike.
 
+
 def enqueue_pair(directory: Path, n: int) -> tuple[list[float], list[float]]:
     """Latencies of ``n`` tether enqueues and ``n`` bare INSERT + commit of the same rows,
     alternating one by one (the side that goes first alternates too)."""
@@ -130,9 +137,20 @@ def enqueue_pair(directory: Path, n: int) -> tuple[list[float], list[float]]:
         rows = []
         for p in payloads:
             r = c.queue.build(p)
-            rows.append((r.id, r.type, r.payload, r.priority, r.max_attempts,
-                         sqlite_time(r.created_at), sqlite_time(r.run_at),
-                         r.idempotency_key, r.ordering_key, r.parent_id))
+            rows.append(
+                (
+                    r.id,
+                    r.type,
+                    r.payload,
+                    r.priority,
+                    r.max_attempts,
+                    sqlite_time(r.created_at),
+                    sqlite_time(r.run_at),
+                    r.idempotency_key,
+                    r.ordering_key,
+                    r.parent_id,
+                )
+            )
     conn = bare_connect(directory / "bare" / "ledger.db")
     t_out: list[float] = []
     b_out: list[float] = []
@@ -161,6 +179,7 @@ def enqueue_pair(directory: Path, n: int) -> tuple[list[float], list[float]]:
 
 
 # -- (b) drain of no-op jobs, (c) create_file jobs ------------------------------------------------
+
 
 def _count_completed(db: Path) -> int:
     conn = bare_connect(db)
@@ -201,9 +220,15 @@ def bare_drain(c: Coordinator, payloads: list[Payload], handle: Callable[[str, s
     return elapsed
 
 
-def drain_pair(directory: Path, n: int, make: Callable[[int], Payload],
-               handle: Callable[[Path], Callable[[str, str], str | None]], *,
-               tether_first: bool, worker_options: dict[str, Any]) -> tuple[float, float]:
+def drain_pair(
+    directory: Path,
+    n: int,
+    make: Callable[[int], Payload],
+    handle: Callable[[Path], Callable[[str, str], str | None]],
+    *,
+    tether_first: bool,
+    worker_options: dict[str, Any],
+) -> tuple[float, float]:
     """Jobs/s of tether and of the bare loop, each given ``n`` jobs on a fresh ledger (enqueued
     untimed with ``enqueue_many``) and timed until its queue is empty."""
     t_dir, b_dir = directory / "tether", directory / "bare"
@@ -231,6 +256,7 @@ def _noop_handler(_root: Path) -> Callable[[str, str], str | None]:
 
 def _file_handler(root: Path) -> Callable[[str, str], str | None]:
     """The bare create_file: render, temp write + fsync, rename, fsync dir; no path checks, no lock."""
+
     def handle(job_id: str, payload: str) -> str:
         body = orjson.loads(payload)
         data = orjson.dumps(body["content"], option=orjson.OPT_INDENT_2) + b"\n"
@@ -245,6 +271,7 @@ def _file_handler(root: Path) -> Callable[[str, str], str | None]:
         os.replace(tmp, target)
         fsync_dir(os.path.dirname(target))
         return orjson.dumps({"bytes": len(data)}).decode()
+
     return handle
 
 
@@ -267,8 +294,11 @@ def _check_files(root: Path, n: int) -> None:
 
 # -- running and reporting ---------------------------------------------------------------------
 
+
 def measure(base: Path, args: argparse.Namespace, *, quiet: bool = False) -> dict[str, dict[str, list[Any]]]:
-    results: dict[str, dict[str, list[Any]]] = {f: {"tether": [], "bare": []} for f in ("enqueue", "drain", "create_file")}
+    results: dict[str, dict[str, list[Any]]] = {
+        f: {"tether": [], "bare": []} for f in ("enqueue", "drain", "create_file")
+    }
 
     def keep(fig: str, pair: tuple[Any, Any]) -> None:
         results[fig]["tether"].append(pair[0])
@@ -279,11 +309,22 @@ def measure(base: Path, args: argparse.Namespace, *, quiet: bool = False) -> dic
             keep("enqueue", enqueue_pair(d, args.samples))
         # The side that drains first alternates from run to run (and between the two figures).
         with scratch(base, "drain") as d:
-            keep("drain", drain_pair(d, args.jobs, lambda i: Noop(n=i), _noop_handler,
-                                     tether_first=r % 2 == 0, worker_options=args.worker))
+            keep(
+                "drain",
+                drain_pair(
+                    d,
+                    args.jobs,
+                    lambda i: Noop(n=i),
+                    _noop_handler,
+                    tether_first=r % 2 == 0,
+                    worker_options=args.worker,
+                ),
+            )
         with scratch(base, "create_file") as d:
-            keep("create_file", drain_pair(d, args.files, note, _file_handler,
-                                           tether_first=r % 2 == 1, worker_options=args.worker))
+            keep(
+                "create_file",
+                drain_pair(d, args.files, note, _file_handler, tether_first=r % 2 == 1, worker_options=args.worker),
+            )
         if not quiet:
             print(f"  run {r + 1}/{args.runs} done", file=sys.stderr, flush=True)
     return results
@@ -292,22 +333,50 @@ def measure(base: Path, args: argparse.Namespace, *, quiet: bool = False) -> dic
 def table(results: dict[str, dict[str, list[Any]]]) -> str:
     rows = []
 
-    def add(name: str, t_runs: list[float], b_runs: list[float], fmt: str, target: str, ok: Callable[[float], bool]) -> None:
+    def add(
+        name: str, t_runs: list[float], b_runs: list[float], fmt: str, target: str, ok: Callable[[float], bool]
+    ) -> None:
         t, b = median(t_runs), median(b_runs)
         ratio = t / b
         per_run = [x / y for x, y in zip(t_runs, b_runs)]
-        rows.append((name, format(t, fmt), format(b, fmt), f"{ratio:.2f}x",
-                     f"{min(per_run):.2f}-{max(per_run):.2f}", target,
-                     "-" if not target else ("yes" if ok(ratio) else "NO")))
+        rows.append(
+            (
+                name,
+                format(t, fmt),
+                format(b, fmt),
+                f"{ratio:.2f}x",
+                f"{min(per_run):.2f}-{max(per_run):.2f}",
+                target,
+                "-" if not target else ("yes" if ok(ratio) else "NO"),
+            )
+        )
 
     enq = results["enqueue"]
     for q, label, target in ((0.5, "p50", ""), (0.95, "p95", "<= 1.50x")):
-        add(f"(a) enqueue latency {label}, ms", [percentile(s, q) * 1e3 for s in enq["tether"]],
-            [percentile(s, q) * 1e3 for s in enq["bare"]], ".3f", target, lambda x: x <= 1.5)
-    add("(b) drain no-op, 1 thread, jobs/s", results["drain"]["tether"], results["drain"]["bare"],
-        ",.0f", ">= 0.50x", lambda x: x >= 0.5)
-    add("(c) create_file, 1 thread, jobs/s", results["create_file"]["tether"], results["create_file"]["bare"],
-        ",.0f", ">= 0.70x", lambda x: x >= 0.7)
+        add(
+            f"(a) enqueue latency {label}, ms",
+            [percentile(s, q) * 1e3 for s in enq["tether"]],
+            [percentile(s, q) * 1e3 for s in enq["bare"]],
+            ".3f",
+            target,
+            lambda x: x <= 1.5,
+        )
+    add(
+        "(b) drain no-op, 1 thread, jobs/s",
+        results["drain"]["tether"],
+        results["drain"]["bare"],
+        ",.0f",
+        ">= 0.50x",
+        lambda x: x >= 0.5,
+    )
+    add(
+        "(c) create_file, 1 thread, jobs/s",
+        results["create_file"]["tether"],
+        results["create_file"]["bare"],
+        ",.0f",
+        ">= 0.70x",
+        lambda x: x >= 0.7,
+    )
     head = ("figure", "tether", "bare", "tether/bare", "per-run range", "target", "met")
     widths = [max(len(str(r[i])) for r in (head, *rows)) for i in range(len(head))]
     right = {1, 2, 3, 4}
@@ -363,10 +432,12 @@ def tether_source() -> str:
 
     where = Path(tether.__file__).resolve().parent
     try:
-        rev = subprocess.run(["git", "-C", str(where), "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(where), "status", "--porcelain", "--", "."],
-                               capture_output=True, text=True, check=True).stdout.strip()
+        rev = subprocess.run(
+            ["git", "-C", str(where), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(where), "status", "--porcelain", "--", "."], capture_output=True, text=True, check=True
+        ).stdout.strip()
         return f"{where} at {rev}{' + uncommitted changes' if dirty else ''}"
     except (OSError, subprocess.CalledProcessError):
         return f"{where} (not a git checkout)"
@@ -378,8 +449,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--files", type=int, default=None, help="create_file jobs per side per run (default --jobs / 4)")
     ap.add_argument("--samples", type=int, default=None, help="single enqueues per side per run (default --jobs / 2)")
     ap.add_argument("--runs", type=int, default=3, help="runs; every figure is the median over runs (default 3)")
-    ap.add_argument("--worker", type=_worker_option, action="append", default=[], metavar="KEY=VALUE",
-                    help="a WorkerConfig field for tether's worker, e.g. --worker batch=1 (repeatable)")
+    ap.add_argument(
+        "--worker",
+        type=_worker_option,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a WorkerConfig field for tether's worker, e.g. --worker batch=1 (repeatable)",
+    )
     ap.add_argument("--dir", type=Path, default=SCRATCH, help="scratch directory (default .bench/ in the repo)")
     ap.add_argument("--profile", action="store_true", help="then profile tether's side of each figure")
     ap.add_argument("--top", type=int, default=25, help="functions listed per profile (default 25)")
@@ -394,23 +471,29 @@ def main(argv: list[str] | None = None) -> int:
     with scratch(base, "plan") as d:
         open_ledger(d).close()
         plan = check_bare_claim_plan(d / "ledger.db")
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     print(f"tether core benchmark, {started:%Y-%m-%d %H:%M} UTC", flush=True)
     print(f"machine: {machine()}, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print(f"tether: {tether_source()}; worker options: {args.worker or 'defaults'}, 1 thread")
-    print(f"scratch: {base} (both sides); WAL + synchronous=FULL; {args.runs} runs, medians; per run "
-          f"{args.samples} single enqueues per side (alternating one by one), {args.jobs} no-op and "
-          f"{args.files} create_file jobs per side (enqueued first, then drained; the side going first alternates)")
+    print(
+        f"scratch: {base} (both sides); WAL + synchronous=FULL; {args.runs} runs, medians; per run "
+        f"{args.samples} single enqueues per side (alternating one by one), {args.jobs} no-op and "
+        f"{args.files} create_file jobs per side (enqueued first, then drained; the side going first alternates)"
+    )
     print(f"bare claim plan: {plan}\n", flush=True)
     t0 = time.perf_counter()
     warm = argparse.Namespace(runs=1, samples=20, jobs=40, files=40, worker=args.worker)
     measure(base, warm, quiet=True)  # imports, statement caches, page cache
     results = measure(base, args)
     print(table(results))
-    print("\nratios are tether/bare: for latency lower is better, for jobs/s higher is better;"
-          " per-run range = min-max of the per-run ratios")
-    print(f"measured in {time.perf_counter() - t0:.0f} s, load average now "
-          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    print(
+        "\nratios are tether/bare: for latency lower is better, for jobs/s higher is better;"
+        " per-run range = min-max of the per-run ratios"
+    )
+    print(
+        f"measured in {time.perf_counter() - t0:.0f} s, load average now "
+        f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}"
+    )
     if args.profile:
         profile(base, args.files, args.top, args.worker)
     return 0

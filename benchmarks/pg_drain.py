@@ -31,9 +31,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import sqlalchemy as sa
 
@@ -44,7 +44,7 @@ TETHER = Path(sys.executable).with_name("tether")
 ADMIN_URL = os.environ.get("TETHER_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 # The pgqueuer side, run by the pgqueuer venv's python: install | enqueue N | drain.
-PGQ_SCRIPT = r'''
+PGQ_SCRIPT = r"""
 import asyncio, sys
 import psycopg
 from pgqueuer import PsycopgDriver, Queries, QueueManager
@@ -67,7 +67,7 @@ async def main(dsn, cmd, n):
     await conn.close()
 
 asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
-'''
+"""
 
 
 def ensure_pgqueuer_venv() -> Path:
@@ -105,14 +105,20 @@ def wait_connected(engine: sa.Engine, procs: list[subprocess.Popen], prefix: str
     deadline = time.monotonic() + timeout
     while True:
         with engine.connect() as conn:
-            names = conn.execute(sa.text(
-                "SELECT count(DISTINCT application_name) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND application_name LIKE :p"), {"p": prefix + "%"}).scalar()
+            names = conn.execute(
+                sa.text(
+                    "SELECT count(DISTINCT application_name) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND application_name LIKE :p"
+                ),
+                {"p": prefix + "%"},
+            ).scalar()
         if names == len(procs):
             return
         dead = [p for p in procs if p.poll() is not None]
         if dead:
-            raise RuntimeError(f"worker exited {dead[0].returncode} before the drain: {dead[0].stderr.read().decode()[-1500:]}")
+            raise RuntimeError(
+                f"worker exited {dead[0].returncode} before the drain: {dead[0].stderr.read().decode()[-1500:]}"
+            )
         if time.monotonic() > deadline:
             raise RuntimeError(f"only {names} of {len(procs)} workers connected")
         time.sleep(0.05)
@@ -147,7 +153,6 @@ def window(engine: sa.Engine, sql: str) -> float:
 def run_tether(jobs: int, workers: int) -> float:
     sys.path.insert(0, str(REPO / "tests"))
     import pg_jobtypes
-
     from tether import Coordinator
     from tether.jobtypes import default_registry
     from tether.wakeup import wakeup_for
@@ -159,10 +164,28 @@ def run_tether(jobs: int, workers: int) -> float:
         with Coordinator.open(url, root=root, registry=registry) as c:
             c.queue.wakeup = wakeup_for(c.engine)  # what Coordinator will pick by itself
             env = {**os.environ, "PYTHONPATH": str(REPO)}
-            procs = [subprocess.Popen(
-                [str(TETHER), "--db", with_app_name(url, f"bench-w{i}"), "--root", str(root),
-                 "--import", "tests.pg_jobtypes", "worker", "--quiet", "--poll-interval", "0.05"],
-                cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for i in range(workers)]
+            procs = [
+                subprocess.Popen(
+                    [
+                        str(TETHER),
+                        "--db",
+                        with_app_name(url, f"bench-w{i}"),
+                        "--root",
+                        str(root),
+                        "--import",
+                        "tests.pg_jobtypes",
+                        "worker",
+                        "--quiet",
+                        "--poll-interval",
+                        "0.05",
+                    ],
+                    cwd=REPO,
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                )
+                for i in range(workers)
+            ]
             try:
                 wait_connected(c.engine, procs, "bench-w")
                 c.enqueue_many([pg_jobtypes.PgNoop(n=i) for i in range(jobs)])
@@ -178,14 +201,23 @@ def run_pgqueuer(python: Path, jobs: int, workers: int) -> float:
         dsn = sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
         subprocess.run([str(python), script, dsn, "install", "0"], check=True, capture_output=True)
         engine = sa.create_engine(url)
-        procs = [subprocess.Popen([str(python), script, with_app_name(dsn, f"bench-w{i}"), "work", "0"],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for i in range(workers)]
+        procs = [
+            subprocess.Popen(
+                [str(python), script, with_app_name(dsn, f"bench-w{i}"), "work", "0"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+            for i in range(workers)
+        ]
         try:
             wait_connected(engine, procs, "bench-w")
             subprocess.run([str(python), script, dsn, "enqueue", str(jobs)], check=True, capture_output=True)
             wait_done(engine, "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'", jobs)
-            return jobs / window(engine, "SELECT min(created) FILTER (WHERE status = 'picked'), "
-                                         "max(created) FILTER (WHERE status = 'successful') FROM pgqueuer_log")
+            return jobs / window(
+                engine,
+                "SELECT min(created) FILTER (WHERE status = 'picked'), "
+                "max(created) FILTER (WHERE status = 'successful') FROM pgqueuer_log",
+            )
         finally:
             stop(procs, "pgqueuer", graceful=False)  # its run() has no clean stop from outside
             engine.dispose()
@@ -202,15 +234,20 @@ def main() -> None:
     with sa.create_engine(ADMIN_URL).connect() as conn:
         server = conn.execute(sa.text("SELECT version()")).scalar().split(" on ")[0]
         sync = conn.execute(sa.text("SHOW synchronous_commit")).scalar()
-    print(f"{platform.node()}: {os.cpu_count()} cores, {server}, synchronous_commit={sync}; "
-          f"{args.jobs} no-op jobs, {args.runs} runs", flush=True)
+    print(
+        f"{platform.node()}: {os.cpu_count()} cores, {server}, synchronous_commit={sync}; "
+        f"{args.jobs} no-op jobs, {args.runs} runs",
+        flush=True,
+    )
 
     results: dict[tuple[str, int], list[float]] = {}
     t0 = time.monotonic()
     for run in range(args.runs):
         for workers in counts:
-            sides = [("tether", lambda: run_tether(args.jobs, workers)),
-                     ("pgqueuer", lambda: run_pgqueuer(python, args.jobs, workers))]
+            sides = [
+                ("tether", lambda: run_tether(args.jobs, workers)),
+                ("pgqueuer", lambda: run_pgqueuer(python, args.jobs, workers)),
+            ]
             for name, fn in sides if (run + workers) % 2 == 0 else reversed(sides):
                 rate = fn()
                 results.setdefault((name, workers), []).append(rate)

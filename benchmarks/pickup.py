@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -74,15 +74,26 @@ def _wait_result(c: Coordinator, job_id: str, deadline: float = 15.0) -> float:
 def cpu_ticks(pid: int) -> int:
     """utime + stime of ``pid`` in clock ticks (fields 14 and 15 of /proc/<pid>/stat)."""
     text = Path(f"/proc/{pid}/stat").read_text()
-    fields = text[text.rindex(")") + 2:].split()
+    fields = text[text.rindex(")") + 2 :].split()
     return int(fields[11]) + int(fields[12])
 
 
 def cross_process(d: Path, samples: int, idle: float, rng: random.Random) -> tuple[list[float], float]:
     c = open_ledger(d)
     env = dict(os.environ, PYTHONPATH=f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    cmd = [sys.executable, "-m", "tether", "--db", f"sqlite:///{d}/ledger.db", "--root", str(d / "data"),
-           "--import", "pickup", "worker", "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tether",
+        "--db",
+        f"sqlite:///{d}/ledger.db",
+        "--root",
+        str(d / "data"),
+        "--import",
+        "pickup",
+        "worker",
+        "--quiet",
+    ]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         _wait_result(c, c.enqueue(Stamp(n=-1)).job.id, deadline=60.0)  # the worker is up and idle
@@ -152,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", type=Path, default=SCRATCH)
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
-    print(f"issue 7 pickup benchmark, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
+    print(f"issue 7 pickup benchmark, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
     print(f"machine: {machine()}; load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
     base = args.dir.resolve()
     with scratch(base, "pickup-x") as d:
@@ -160,19 +171,29 @@ def main(argv: list[str] | None = None) -> int:
     with scratch(base, "pickup-s") as d:
         s_lat, floor = same_process(d, args.samples, rng)
     rows = []
-    for name, lat, target in (("cross-process (tether worker, poll 1 s)", x_lat, 25.0),
-                              ("same process (worker thread)", s_lat, 2.0)):
-        p50, p95, worst = percentile(lat, .5) * 1e3, percentile(lat, .95) * 1e3, max(lat) * 1e3
-        rows.append(f"| pickup {name} | p50 {p50:.2f} ms, p95 {p95:.2f} ms, max {worst:.1f} ms, n={len(lat)} "
-                    f"| p95 <= {target:g} ms | {'PASS' if p95 <= target else 'FAIL'} |")
-    rows.append(f"| bare INSERT + COMMIT (fsync floor, same disk, interleaved with the same-process samples) | "
-                f"p50 {percentile(floor, .5) * 1e3:.2f} ms, p95 {percentile(floor, .95) * 1e3:.2f} ms | - | - |")
-    rows.append(f"| idle worker CPU over {args.idle:g} s | {cpu * 100:.2f}% of a core | < 1% | "
-                f"{'PASS' if cpu < 0.01 else 'FAIL'} |")
+    for name, lat, target in (
+        ("cross-process (tether worker, poll 1 s)", x_lat, 25.0),
+        ("same process (worker thread)", s_lat, 2.0),
+    ):
+        p50, p95, worst = percentile(lat, 0.5) * 1e3, percentile(lat, 0.95) * 1e3, max(lat) * 1e3
+        rows.append(
+            f"| pickup {name} | p50 {p50:.2f} ms, p95 {p95:.2f} ms, max {worst:.1f} ms, n={len(lat)} "
+            f"| p95 <= {target:g} ms | {'PASS' if p95 <= target else 'FAIL'} |"
+        )
+    rows.append(
+        f"| bare INSERT + COMMIT (fsync floor, same disk, interleaved with the same-process samples) | "
+        f"p50 {percentile(floor, 0.5) * 1e3:.2f} ms, p95 {percentile(floor, 0.95) * 1e3:.2f} ms | - | - |"
+    )
+    rows.append(
+        f"| idle worker CPU over {args.idle:g} s | {cpu * 100:.2f}% of a core | < 1% | "
+        f"{'PASS' if cpu < 0.01 else 'FAIL'} |"
+    )
     print("\n| figure | measured | target | met |\n| --- | --- | --- | --- |")
     print("\n".join(rows))
-    print(f"\nmedian cross-process {median(x_lat) * 1e3:.2f} ms; load average now "
-          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    print(
+        f"\nmedian cross-process {median(x_lat) * 1e3:.2f} ms; load average now "
+        f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}"
+    )
     return 0
 
 

@@ -67,14 +67,26 @@ def build_ledger(db: Path, root: Path, jobs: int, *, create_every: int = 1, file
                     created.append(str(target))
             else:
                 payload = DeleteFile(path=path)
-            rows.append((new_id(now), payload.job_type, payload.to_json().decode(), stamp, stamp, stamp, stamp,
-                         file_target(path)))
+            rows.append(
+                (
+                    new_id(now),
+                    payload.job_type,
+                    payload.to_json().decode(),
+                    stamp,
+                    stamp,
+                    stamp,
+                    stamp,
+                    file_target(path),
+                )
+            )
             if len(rows) == BATCH or i == jobs - 1:
                 cur.execute("BEGIN")
                 cur.executemany(
                     "INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,"
                     " created_at, run_at, claimed_at, completed_at, ordering_key)"
-                    " VALUES (?, ?, ?, 'completed', 0, 1, 3, ?, ?, ?, ?, ?)", rows)
+                    " VALUES (?, ?, ?, 'completed', 0, 1, 3, ?, ?, ?, ?, ?)",
+                    rows,
+                )
                 cur.execute("COMMIT")
                 rows = []
         cur.execute("ANALYZE")
@@ -114,8 +126,12 @@ def throughput(work: Path, jobs: int, runs: int) -> dict:
             assert report.counts["in_sync"] == jobs and not report.findings, report.summary()
         samples: dict[str, list[float]] = {k: [] for k in ("stat", "exists", "read_hash", "content")}
         for run in range(runs):
-            pairs = [("stat", lambda: bare_stat(paths)), ("exists", lambda: reconcile(c, content=False)),
-                     ("read_hash", lambda: bare_read_hash(paths)), ("content", lambda: reconcile(c, content=True))]
+            pairs = [
+                ("stat", lambda: bare_stat(paths)),
+                ("exists", lambda: reconcile(c, content=False)),
+                ("read_hash", lambda: bare_read_hash(paths)),
+                ("content", lambda: reconcile(c, content=True)),
+            ]
             if run % 2:  # alternate which side goes first
                 pairs = [pairs[1], pairs[0], pairs[3], pairs[2]]
             for name, fn in pairs:
@@ -127,8 +143,14 @@ def throughput(work: Path, jobs: int, runs: int) -> dict:
     # the load moves between runs more than between the two sides of one pair.
     exists = statistics.median(e / s for e, s in zip(samples["exists"], samples["stat"]))
     content = statistics.median(c / r for c, r in zip(samples["content"], samples["read_hash"]))
-    return {"jobs": jobs, "runs": runs, "paths_per_s": rates, "samples": samples,
-            "exists_vs_stat": exists, "content_vs_read_hash": content}
+    return {
+        "jobs": jobs,
+        "runs": runs,
+        "paths_per_s": rates,
+        "samples": samples,
+        "exists_vs_stat": exists,
+        "content_vs_read_hash": content,
+    }
 
 
 def rss_child(db: str, root: str) -> None:
@@ -140,8 +162,17 @@ def rss_child(db: str, root: str) -> None:
     report = reconcile(c, content=True)
     elapsed = time.perf_counter() - started
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"baseline_kib": base, "peak_kib": peak, "seconds": elapsed, "in_sync": report.counts["in_sync"],
-                      "findings": len(report.findings)}))
+    print(
+        json.dumps(
+            {
+                "baseline_kib": base,
+                "peak_kib": peak,
+                "seconds": elapsed,
+                "in_sync": report.counts["in_sync"],
+                "findings": len(report.findings),
+            }
+        )
+    )
 
 
 def _current_rss_kib() -> int:
@@ -159,15 +190,21 @@ def memory(work: Path, small: int, big: int) -> dict:
         started = time.perf_counter()
         build_ledger(db, root, jobs, create_every=10)
         print(f"built {jobs:,} jobs (1 create in 10) in {time.perf_counter() - started:.1f}s", flush=True)
-        done = subprocess.run([sys.executable, __file__, "--rss-child", str(db), str(root)],
-                              capture_output=True, text=True, check=True)
+        done = subprocess.run(
+            [sys.executable, __file__, "--rss-child", str(db), str(root)], capture_output=True, text=True, check=True
+        )
         out[jobs] = json.loads(done.stdout.strip().splitlines()[-1])
         assert out[jobs]["findings"] == 0 and out[jobs]["in_sync"] == jobs, out[jobs]
         shutil.rmtree(root, ignore_errors=True)
         db.unlink()
     s, b = out[small], out[big]
-    return {"small": small, "big": big, "results": out, "peak_ratio": b["peak_kib"] / s["peak_kib"],
-            "own_ratio": (b["peak_kib"] - b["baseline_kib"]) / max(1, s["peak_kib"] - s["baseline_kib"])}
+    return {
+        "small": small,
+        "big": big,
+        "results": out,
+        "peak_ratio": b["peak_kib"] / s["peak_kib"],
+        "own_ratio": (b["peak_kib"] - b["baseline_kib"]) / max(1, s["peak_kib"] - s["baseline_kib"]),
+    }
 
 
 def main() -> None:
@@ -189,20 +226,28 @@ def main() -> None:
         shutil.rmtree(work / "data", ignore_errors=True)
         r = t["paths_per_s"]
         print(f"\n(a) paths checked per second, {t['jobs']:,} completed jobs, median of {t['runs']} runs")
-        print(f"    existence only : reconcile {r['exists']:>10,.0f}/s   bare os.stat      {r['stat']:>10,.0f}/s"
-              f"   ratio {t['exists_vs_stat']:.0%}*")
-        print(f"    full content   : reconcile {r['content']:>10,.0f}/s   bare read+sha256  {r['read_hash']:>10,.0f}/s"
-              f"   ratio {t['content_vs_read_hash']:.0%}*")
+        print(
+            f"    existence only : reconcile {r['exists']:>10,.0f}/s   bare os.stat      {r['stat']:>10,.0f}/s"
+            f"   ratio {t['exists_vs_stat']:.0%}*"
+        )
+        print(
+            f"    full content   : reconcile {r['content']:>10,.0f}/s   bare read+sha256  {r['read_hash']:>10,.0f}/s"
+            f"   ratio {t['content_vs_read_hash']:.0%}*"
+        )
         print("    * median of the per-run ratios (each run measures both sides back to back)")
         print("    samples: " + json.dumps({k: [round(x) for x in v] for k, v in t["samples"].items()}))
         if not args.skip_memory:
             m = memory(work, args.jobs, args.big)
-            print(f"\n(b) peak RSS of a full-content check (fresh process each)")
+            print("\n(b) peak RSS of a full-content check (fresh process each)")
             for jobs, res in m["results"].items():
-                print(f"    {jobs:>9,} jobs: peak {res['peak_kib'] / 1024:7.1f} MiB, baseline {res['baseline_kib'] / 1024:6.1f} MiB,"
-                      f" reconcile's own {(res['peak_kib'] - res['baseline_kib']) / 1024:6.1f} MiB, {res['seconds']:.1f}s"
-                      f" ({jobs / res['seconds']:,.0f} jobs/s)")
-            print(f"    ratio {m['big']:,} / {m['small']:,}: peak {m['peak_ratio']:.2f}x, own share {m['own_ratio']:.2f}x")
+                print(
+                    f"    {jobs:>9,} jobs: peak {res['peak_kib'] / 1024:7.1f} MiB, baseline {res['baseline_kib'] / 1024:6.1f} MiB,"
+                    f" reconcile's own {(res['peak_kib'] - res['baseline_kib']) / 1024:6.1f} MiB, {res['seconds']:.1f}s"
+                    f" ({jobs / res['seconds']:,.0f} jobs/s)"
+                )
+            print(
+                f"    ratio {m['big']:,} / {m['small']:,}: peak {m['peak_ratio']:.2f}x, own share {m['own_ratio']:.2f}x"
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

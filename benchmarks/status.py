@@ -22,9 +22,10 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import sqlalchemy as sa
 from ulid import ULID
@@ -39,7 +40,7 @@ TYPES = ["create_file", "delete_file", "sync_aws", "claude_extraction", "notify"
 CANDIDATE_INDEXES = {
     "ix_tether_jobs_status_type": "CREATE INDEX IF NOT EXISTS ix_tether_jobs_status_type ON tether_jobs (status, type)",
     "ix_tether_jobs_key": "CREATE INDEX IF NOT EXISTS ix_tether_jobs_key ON tether_jobs (type, idempotency_key) "
-                          "WHERE idempotency_key IS NOT NULL",
+    "WHERE idempotency_key IS NOT NULL",
 }
 
 
@@ -57,19 +58,43 @@ def build(path: Path, n: int, now: datetime, seed: int = 7) -> dict[str, int]:
     def t(d: datetime | None) -> str | None:
         return None if d is None else d.strftime(_FMT)
 
-    def add(status: str, created: datetime, claimed_at: datetime | None, done: datetime | None,
-            locked_by: str | None = None, locked_at: datetime | None = None, attempts: int = 1,
-            error: str | None = None) -> None:
+    def add(
+        status: str,
+        created: datetime,
+        claimed_at: datetime | None,
+        done: datetime | None,
+        locked_by: str | None = None,
+        locked_at: datetime | None = None,
+        attempts: int = 1,
+        error: str | None = None,
+    ) -> None:
         job_type = rng.choice(TYPES)
         key = None
         if job_type == "claude_extraction":  # finished jobs re-use keys; active ones are unique
             key = f"req-{rng.randrange(n // 4)}" if done else f"req-active-{len(rows)}"
         target = f"file:data/{rng.randrange(n // 3)}.json" if job_type in ("create_file", "delete_file") else None
-        rows.append((
-            str(ULID.from_datetime(created)), job_type, '{"path":"data/x.json"}', status, 0, attempts, 3, error,
-            locked_by, t(locked_at), t(created), t(claimed_at), t(done), t(created), key, target, None,
-            '{"bytes":1}' if status == "completed" else None,
-        ))
+        rows.append(
+            (
+                str(ULID.from_datetime(created)),
+                job_type,
+                '{"path":"data/x.json"}',
+                status,
+                0,
+                attempts,
+                3,
+                error,
+                locked_by,
+                t(locked_at),
+                t(created),
+                t(claimed_at),
+                t(done),
+                t(created),
+                key,
+                target,
+                None,
+                '{"bytes":1}' if status == "completed" else None,
+            )
+        )
 
     for _ in range(completed + failed):
         done = now - timedelta(seconds=rng.uniform(0, 30 * 86400))
@@ -93,7 +118,9 @@ def build(path: Path, n: int, now: datetime, seed: int = 7) -> dict[str, int]:
     conn.executemany(
         "INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts, last_error, "
         "locked_by, locked_at, created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, "
-        "parent_id, result) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+        "parent_id, result) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        rows,
+    )
     conn.execute("COMMIT")
     conn.execute("ANALYZE")
     # Move the bulk insert out of the WAL, as SQLite's automatic checkpoints do in service;
@@ -170,8 +197,11 @@ def main() -> None:
         path = workdir / "tether.db"
         start = time.perf_counter()
         counts = build(path, args.jobs, now)
-        print(f"ledger: {args.jobs:,} jobs {counts} built in {time.perf_counter() - start:.1f}s "
-              f"({path.stat().st_size / 1e6:.0f} MB) at {path}", flush=True)
+        print(
+            f"ledger: {args.jobs:,} jobs {counts} built in {time.perf_counter() - start:.1f}s "
+            f"({path.stat().st_size / 1e6:.0f} MB) at {path}",
+            flush=True,
+        )
 
     def baseline() -> Any:
         c = sqlite3.connect(path)
@@ -211,11 +241,17 @@ def main() -> None:
         "duplicates --limit 50": lambda: observe.duplicates(engine, limit=50),
         "counts by status, type (metrics)": lambda: observe.counts(engine),
         "metrics exposition": lambda: metrics.exposition(engine),
-        "purge --completed --older-than 7d --dry-run": lambda: retention.purge(engine, older_than=timedelta(days=7), dry_run=True),
+        "purge --completed --older-than 7d --dry-run": lambda: retention.purge(
+            engine, older_than=timedelta(days=7), dry_run=True
+        ),
     }
     ids_one = observe.jobs(engine, limit=1)[0].id
-    slow = {"duplicates --limit 50", "counts by status, type (metrics)", "metrics exposition",
-            "purge --completed --older-than 7d --dry-run"}
+    slow = {
+        "duplicates --limit 50",
+        "counts by status, type (metrics)",
+        "metrics exposition",
+        "purge --completed --older-than 7d --dry-run",
+    }
 
     def measure(label: str) -> dict[str, float]:
         base = median_ms(baseline, args.repeat)
@@ -250,14 +286,24 @@ def main() -> None:
         c.close()
         engine = observe.open_ledger(f"sqlite:///{path}")
         result["with_candidate_indexes"] = measure("with candidate indexes " + ", ".join(CANDIDATE_INDEXES))
-        for name in ("duplicates --limit 50", "counts by status, type (metrics)",
-                     "purge --completed --older-than 7d --dry-run"):
+        for name in (
+            "duplicates --limit 50",
+            "counts by status, type (metrics)",
+            "purge --completed --older-than 7d --dry-run",
+        ):
             for statement, steps in plans(engine, cases[name]):
                 print(f"{name}: {' | '.join(steps)}")
     engine.dispose()
-    print("\n" + json.dumps({"status_ms": first["stats (tether status queries)"],
-                             "status_cli_ms": first["tether status --json (in-process CLI, opens the ledger)"],
-                             "baseline_ms": first["baseline full scan"]}))
+    print(
+        "\n"
+        + json.dumps(
+            {
+                "status_ms": first["stats (tether status queries)"],
+                "status_cli_ms": first["tether status --json (in-process CLI, opens the ledger)"],
+                "baseline_ms": first["baseline full scan"],
+            }
+        )
+    )
     if not args.keep:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -79,12 +79,26 @@ def main(argv: list[str] | None = None) -> int:
         store = JsonStore(coordinator)
         print(f"database {work / 'app.db'} (the app's `orders` table and tether_jobs), data root {work / 'data'}")
 
-        place_order(store, OrderDocument(id="o-1001", customer="acme", lines=[
-            OrderLine(sku="widget", quantity=3, unit_cents=1250), OrderLine(sku="gear", quantity=1, unit_cents=4999)]))
+        place_order(
+            store,
+            OrderDocument(
+                id="o-1001",
+                customer="acme",
+                lines=[
+                    OrderLine(sku="widget", quantity=3, unit_cents=1250),
+                    OrderLine(sku="gear", quantity=1, unit_cents=4999),
+                ],
+            ),
+        )
         print("placed o-1001: row + job committed together")
         try:
-            place_order(store, OrderDocument(id="o-1002", customer="globex", lines=[
-                OrderLine(sku="widget", quantity=1, unit_cents=1250)]), crash_before_commit=True)
+            place_order(
+                store,
+                OrderDocument(
+                    id="o-1002", customer="globex", lines=[OrderLine(sku="widget", quantity=1, unit_cents=1250)]
+                ),
+                crash_before_commit=True,
+            )
         except RuntimeError as e:
             print(f"placing o-1002 failed ({e}): the session rolled back")
 

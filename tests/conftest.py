@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 import sqlalchemy as sa

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from tether import Coordinator
 from jobkit import Note, NoteType, registry_with
+from tether import Coordinator
 
 
 def _writer(c: Coordinator) -> sqlite3.Connection:
@@ -17,7 +17,9 @@ def _writer(c: Coordinator) -> sqlite3.Connection:
 
 
 def test_each_thread_writes_on_its_own_connection_and_reuses_it(tmp_path):
-    with Coordinator.open(f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())) as c:
+    with Coordinator.open(
+        f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())
+    ) as c:
         mine = _writer(c)
         assert _writer(c) is mine
         theirs = []
@@ -42,7 +44,9 @@ def test_closing_the_ledger_closes_the_write_connections(tmp_path):
 
 
 def test_a_disposed_pool_gives_the_thread_a_new_connection(tmp_path):
-    with Coordinator.open(f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())) as c:
+    with Coordinator.open(
+        f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())
+    ) as c:
         before = _writer(c)
         c.engine.dispose()  # e.g. to re-run connect-time set-up
         assert _writer(c) is not before
@@ -58,7 +62,9 @@ def _hold_write_lock(path) -> sqlite3.Connection:
 def test_a_write_waits_for_the_write_lock_in_short_steps_and_goes_on_when_it_is_free(tmp_path, monkeypatch):
     from tether import backend
 
-    with Coordinator.open(f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())) as c:
+    with Coordinator.open(
+        f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())
+    ) as c:
         c.enqueue(Note(name="warm"))  # the thread's write connection exists
         other = _hold_write_lock(tmp_path / "l.db")
         pauses = []
@@ -76,10 +82,11 @@ def test_a_write_waits_for_the_write_lock_in_short_steps_and_goes_on_when_it_is_
 
 
 def test_a_write_lock_held_past_the_busy_timeout_fails_the_enqueue_cleanly(tmp_path, monkeypatch):
-    from tether import backend
     from tether.errors import DatabaseUnavailable
 
-    with Coordinator.open(f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())) as c:
+    with Coordinator.open(
+        f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())
+    ) as c:
         c.enqueue(Note(name="warm"))
         c.queue.backend._busy_timeout = 0.05
         other = _hold_write_lock(tmp_path / "l.db")
@@ -95,7 +102,9 @@ def test_a_write_lock_held_past_the_busy_timeout_fails_the_enqueue_cleanly(tmp_p
 
 
 def test_a_write_inside_another_on_one_thread_is_refused_and_the_outer_one_survives(tmp_path):
-    with Coordinator.open(f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())) as c:
+    with Coordinator.open(
+        f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())
+    ) as c:
         job = c.queue.build(Note(name="a"))
         with c.queue.backend.write() as cur:
             c.queue.insert_all(cur, [job])
@@ -108,7 +117,9 @@ def test_a_write_inside_another_on_one_thread_is_refused_and_the_outer_one_survi
 def test_a_forked_child_leaves_the_parents_write_connections_alone(tmp_path):
     import os
 
-    with Coordinator.open(f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())) as c:
+    with Coordinator.open(
+        f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())
+    ) as c:
         parent = _writer(c)
         pid = os.fork()
         if pid == 0:  # the child: its own connection, the parent's untouched

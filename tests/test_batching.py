@@ -6,9 +6,9 @@ import time
 
 import sqlalchemy as sa
 
+from jobkit import Note, NoteType, registry_with
 from tether import Coordinator, JobStatus
 from tether.queue import Decision
-from jobkit import Note, NoteType, registry_with
 
 
 def write_transactions(c: Coordinator) -> list[str]:
@@ -70,7 +70,9 @@ def test_finished_jobs_wait_at_most_flush_after_for_their_commit(make_coordinato
     c.enqueue_many([Note(name=str(i)) for i in range(5)])
     recorded = []
     real = c.queue.finish_and_claim
-    c.queue.finish_and_claim = lambda worker, decisions, **kw: recorded.append(len(decisions)) or real(worker, decisions, **kw)
+    c.queue.finish_and_claim = lambda worker, decisions, **kw: (
+        recorded.append(len(decisions)) or real(worker, decisions, **kw)
+    )
     c.worker(batch=5, flush_after=0).run_once()
     assert recorded == [1, 1, 1, 1, 1]
 
@@ -98,7 +100,9 @@ def test_a_slow_job_gives_the_rest_of_its_batch_back_and_later_claims_are_single
     c.enqueue_many([Note(name=str(i)) for i in range(6)])
     w = c.worker(batch=6, slow_job=0)  # every job counts as slow
     assert w.run_once() == 1  # the other five go back for any worker to take, attempts untouched
-    assert sorted((c.get(i).status.value, c.get(i).attempts) for i in _ids(c)) == [("completed", 1)] + [("pending", 0)] * 5
+    assert (
+        sorted((c.get(i).status.value, c.get(i).attempts) for i in _ids(c)) == [("completed", 1)] + [("pending", 0)] * 5
+    )
     claimed = []
     real = c.queue.claim
     c.queue.claim = lambda *a, **kw: claimed.append(kw["limit"]) or real(*a, **kw)
@@ -163,8 +167,10 @@ def test_a_group_commit_completes_many_in_one_statement_fenced_job_by_job(make_c
     [stolen] = c.queue.claim("w2", limit=1)  # w1 no longer holds the first job
     mine = first + c.queue.claim("w1", limit=4)
     start = clock.now()
-    decisions = [Decision.complete(job, {"n": i, "text": 'quote " and \\'}, finished_at=start + timedelta(seconds=i))
-                 for i, job in enumerate(mine)]
+    decisions = [
+        Decision.complete(job, {"n": i, "text": 'quote " and \\'}, finished_at=start + timedelta(seconds=i))
+        for i, job in enumerate(mine)
+    ]
     statements = write_transactions(c) if c.engine.dialect.name == "sqlite" else None
     moved = c.queue.finish("w1", decisions + [Decision(mine[0], "fail", {"error": "late"})], records=False)
     assert moved == [None, True, True, True, True, None]
@@ -222,12 +228,15 @@ def test_a_worker_that_lost_its_lock_does_not_write_late(make_coordinator, root,
     c.run_until_idle()  # the old job re-runs, then the new one
     assert (root / "doc.json").read_text() == "new"
     # The paused worker wakes and runs its stale attempt: it must not write.
-    from tether.context import JobContext
     import threading
+
+    from tether.context import JobContext
 
     job_type = c.registry.get("create_file")
     # paused past its lock timeout: its trust in the claim (half of that) ran out long ago
-    ctx = JobContext(stale, c.queue, threading.Event(), "paused-worker", trusted_until=time.monotonic() - c.lock_timeout / 2)
+    ctx = JobContext(
+        stale, c.queue, threading.Event(), "paused-worker", trusted_until=time.monotonic() - c.lock_timeout / 2
+    )
     with __import__("pytest").raises(Exception, match="lost its lock"):
         job_type.run(c.registry.parse("create_file", stale.payload), ctx)
     assert (root / "doc.json").read_text() == "new" and c.get(old).status is JobStatus.COMPLETED

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import typer
 
+from test_observe import Ledger, Work, WorkType, build_ledger
 from tether import Coordinator, FakeClock, SystemClock
 from tether.cli import app, main
-from test_observe import Ledger, Work, WorkType, build_ledger
 
 # The fake time the ledger builder spends: 3600 s backoff, 19 s of work, 400 s stuck.
 _BUILD_SECONDS = 3600 + 19 + 400
@@ -74,8 +74,20 @@ def tether(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, 
 def test_every_command_has_help_with_an_example() -> None:
     group = typer.main.get_command(app)
     names = sorted(group.commands)
-    assert {"status", "failed", "stuck", "durations", "duplicates", "recent", "jobs", "show", "retry",
-            "purge", "metrics", "enqueue"} <= set(names)
+    assert {
+        "status",
+        "failed",
+        "stuck",
+        "durations",
+        "duplicates",
+        "recent",
+        "jobs",
+        "show",
+        "retry",
+        "purge",
+        "metrics",
+        "enqueue",
+    } <= set(names)
     for name in names:
         command = group.commands[name]
         assert command.help and command.help.strip(), f"tether {name} has no help"
@@ -102,9 +114,23 @@ def test_status_json_has_the_documented_schema(ledger: Ledger, tether) -> None:
     r = tether("status", "--json")
     assert r.code == 2
     data = r.json()
-    assert set(data) == {"verdict", "exit_code", "reasons", "checks", "thresholds", "now", "lock_timeout",
-                         "pending", "claimed", "outstanding", "failed", "stuck", "oldest_pending_at",
-                         "oldest_pending_age", "by_type"}
+    assert set(data) == {
+        "verdict",
+        "exit_code",
+        "reasons",
+        "checks",
+        "thresholds",
+        "now",
+        "lock_timeout",
+        "pending",
+        "claimed",
+        "outstanding",
+        "failed",
+        "stuck",
+        "oldest_pending_at",
+        "oldest_pending_age",
+        "by_type",
+    }
     assert (data["verdict"], data["exit_code"], data["stuck"], data["failed"]) == ("error", 2, 1, 2)
     assert data["by_type"] == [{"type": "work", "pending": 3, "claimed": 1, "outstanding": 4}]
     assert data["thresholds"]["backlog_limit"] == 100
@@ -125,7 +151,10 @@ def test_status_exit_codes_follow_the_monitoring_plugin_convention(
     assert r.json()["thresholds"]["backlog_warn"] == 2
     r = tether("status", db_url=f"sqlite:///{tmp_path / 'missing.db'}")
     assert r.code == 3 and r.out == ""
-    assert r.err.strip() == f"tether: UNKNOWN: no ledger at {tmp_path / 'missing.db'} (the file does not exist; check --db or TETHER_DB)"
+    assert (
+        r.err.strip()
+        == f"tether: UNKNOWN: no ledger at {tmp_path / 'missing.db'} (the file does not exist; check --db or TETHER_DB)"
+    )
     assert not (tmp_path / "missing.db").exists()
     r = tether("status", "--json", db_url="postgresql://nobody@127.0.0.1:1/none")
     assert r.code == 3 and r.json()["verdict"] == "unknown"
@@ -241,20 +270,45 @@ def test_purge_dry_run_then_delete(ledger: Ledger, tether) -> None:
 def test_bad_input_is_one_clear_line_and_a_nonzero_exit(ledger: Ledger, tether, tmp_path: Path) -> None:
     cases = {
         ("show", "01NOTAJOB"): "tether: error: no job with id '01NOTAJOB'",
-        ("recent", "--since", "an hour"): "tether: error: --since: 'an hour' is not a duration; use a number and a unit, e.g. 90s, 15m, 1h30m, 7d",
-        ("jobs", "--status", "done"): "tether: error: --status: 'done' is not a status; use one of pending, claimed, completed, failed",
+        (
+            "recent",
+            "--since",
+            "an hour",
+        ): "tether: error: --since: 'an hour' is not a duration; use a number and a unit, e.g. 90s, 15m, 1h30m, 7d",
+        (
+            "jobs",
+            "--status",
+            "done",
+        ): "tether: error: --status: 'done' is not a status; use one of pending, claimed, completed, failed",
         ("retry",): "tether: error: give job ids or --failed (not both, not neither)",
-        ("purge", "--completed", "--older-than", "7"): "tether: error: --older-than: '7' is not a duration; use a number and a unit, e.g. 90s, 15m, 1h30m, 7d",
+        (
+            "purge",
+            "--completed",
+            "--older-than",
+            "7",
+        ): "tether: error: --older-than: '7' is not a duration; use a number and a unit, e.g. 90s, 15m, 1h30m, 7d",
     }
     for args, line in cases.items():
         r = tether(*args)
         assert (r.code, r.err.strip()) == (1, line), args
     missing = tmp_path / "nope" / "tether.db"
-    for command in (["failed"], ["stuck"], ["durations"], ["duplicates"], ["recent"], ["jobs"],
-                    ["show", "X"], ["metrics"], ["retry", "X"], ["purge", "--completed", "--older-than", "7d"]):
+    for command in (
+        ["failed"],
+        ["stuck"],
+        ["durations"],
+        ["duplicates"],
+        ["recent"],
+        ["jobs"],
+        ["show", "X"],
+        ["metrics"],
+        ["retry", "X"],
+        ["purge", "--completed", "--older-than", "7d"],
+    ):
         r = tether(*command, db_url=f"sqlite:///{missing}")
         assert r.code == 1, command
-        assert r.err.strip() == f"tether: error: no ledger at {missing} (the file does not exist; check --db or TETHER_DB)"
+        assert (
+            r.err.strip() == f"tether: error: no ledger at {missing} (the file does not exist; check --db or TETHER_DB)"
+        )
     assert not missing.parent.exists()
 
 

@@ -21,14 +21,18 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def tree_digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_demo_runs_end_to_end_from_a_fresh_directory(tmp_path):
     sample_before = tree_digest(REPO / "sample_data")
-    proc = subprocess.run([sys.executable, "-m", "tether.demo"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tether.demo"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert "REFUSED (InvalidModel), no job recorded" in out
@@ -44,8 +48,11 @@ def test_demo_runs_end_to_end_from_a_fresh_directory(tmp_path):
     alan = orjson.loads((data / "people/alan.json").read_bytes())
     assert alan["email"] == "alan@example.org"
     assert alan["name"] == ("A. M. Turing" if reconciled else "Alan Turing")  # damaged by hand
-    assert not (data / "people/ada.json").exists() if reconciled else \
-        orjson.loads((data / "people/ada.json").read_bytes())["email"] == "ada@lovelace.example"
+    assert (
+        not (data / "people/ada.json").exists()
+        if reconciled
+        else orjson.loads((data / "people/ada.json").read_bytes())["email"] == "ada@lovelace.example"
+    )
     assert not (data / "people/ken.json").exists()
     assert not (data / "people/bob.json").exists()
     assert sorted(p.name for p in (data / "requirements/REQ-025").iterdir()) == ["README.md", "requirement.json"]
@@ -87,8 +94,12 @@ def test_demo_refuses_to_wipe_a_directory_it_did_not_make(tmp_path):
 
 
 def test_outbox_example_keeps_the_row_and_the_job_together(tmp_path):
-    proc = subprocess.run([sys.executable, str(REPO / "examples" / "outbox.py"), "--dir", str(tmp_path / "run")],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "outbox.py"), "--dir", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "rows in orders: ['o-1001']; jobs in tether_jobs: ['orders/o-1001.json']" in proc.stdout
     assert (tmp_path / "run" / "data" / "orders" / "o-1001.json").exists()

@@ -130,7 +130,10 @@ def test_a_retried_write_removes_the_temp_files_its_path_was_left_with(coordinat
     clock.advance(coordinator.lock_timeout + 1)
     coordinator.run_until_idle()
     assert coordinator.get(job_id).attempts == 2
-    assert sorted(p.name for p in root.iterdir() if p.name != ".tether") == [".other.json.0badf00d.tether-tmp", "a.json"]
+    assert sorted(p.name for p in root.iterdir() if p.name != ".tether") == [
+        ".other.json.0badf00d.tether-tmp",
+        "a.json",
+    ]
 
 
 def test_readers_never_see_a_torn_file(root):
@@ -202,9 +205,11 @@ def test_a_path_lock_is_released_when_its_process_dies(root):
     import subprocess
     import sys
 
-    code = (f"import os, sys; from pathlib import Path; from tether import fs\n"
-            f"with fs.path_lock(Path({str(root)!r}), 'a.json'):\n"
-            f"    print('held', flush=True); os._exit(0)\n")
+    code = (
+        f"import os, sys; from pathlib import Path; from tether import fs\n"
+        f"with fs.path_lock(Path({str(root)!r}), 'a.json'):\n"
+        f"    print('held', flush=True); os._exit(0)\n"
+    )
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert child.stdout == "held\n", child.stderr
     with fs.path_lock(root, "a.json"):  # the dead holder's lock went with it
@@ -225,9 +230,11 @@ def test_a_path_lock_held_by_another_process_excludes_this_one(root):
     import subprocess
     import sys
 
-    code = (f"import sys; from pathlib import Path; from tether import fs\n"
-            f"with fs.path_lock(Path({str(root)!r}), 'a.json'):\n"
-            f"    print('held', flush=True); sys.stdin.readline()\n")
+    code = (
+        f"import sys; from pathlib import Path; from tether import fs\n"
+        f"with fs.path_lock(Path({str(root)!r}), 'a.json'):\n"
+        f"    print('held', flush=True); sys.stdin.readline()\n"
+    )
     child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline() == "held\n"
@@ -245,7 +252,6 @@ def test_a_path_lock_held_by_another_process_excludes_this_one(root):
         child.stdin.write("\n")
         child.stdin.close()
         child.wait(60)
-
 
 
 def _try_lock(fd: int, rel: str) -> bool:
@@ -295,7 +301,6 @@ def synced(monkeypatch) -> list[str]:
 
     monkeypatch.setattr(fs, "fsync_dir", record)
     return calls
-
 
 
 def test_new_directories_are_made_durable_parent_first_before_the_rename(root, synced):

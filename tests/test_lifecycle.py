@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from datetime import UTC
+
 import orjson
 import pytest
 import sqlalchemy as sa
 
+from jobkit import Block, BlockType, Note, NoteType, Spawn, SpawnType, registry_with
 from tether import (
     Coordinator,
     CreateFile,
@@ -19,7 +22,6 @@ from tether import (
 )
 from tether.errors import Cancelled
 from tether.worker import Returned
-from jobkit import Block, BlockType, Note, NoteType, Spawn, SpawnType, registry_with
 
 
 @pytest.fixture
@@ -33,8 +35,11 @@ def c(make_coordinator, notes):
 
 
 def events_named(caplog, name):
-    return [orjson.loads(r.getMessage()) for r in caplog.records
-            if r.name == "tether.events" and orjson.loads(r.getMessage())["event"] == name]
+    return [
+        orjson.loads(r.getMessage())
+        for r in caplog.records
+        if r.name == "tether.events" and orjson.loads(r.getMessage())["event"] == name
+    ]
 
 
 def test_enqueue_records_a_pending_job_with_defaults(c, clock):
@@ -113,8 +118,9 @@ def test_retryable_error_returns_the_job_to_pending_with_backoff(c, clock):
 
 
 def test_backoff_grows_exponentially_with_jitter_and_a_cap():
-    from tether import RetryPolicy
     import random
+
+    from tether import RetryPolicy
 
     policy = RetryPolicy(base=2, cap=30, rng=random.Random(7))
     for attempt, full in [(1, 2), (2, 4), (3, 8), (4, 16), (5, 30), (9, 30)]:
@@ -357,7 +363,9 @@ def test_follow_up_jobs_commit_with_the_parent_completion(c):
     parent = c.enqueue(Spawn(children=["x", "y"])).id
     c.worker().run_once()
     with c.engine.connect() as conn:
-        kids = conn.execute(sa.text("SELECT type, parent_id FROM tether_jobs WHERE parent_id = :p"), {"p": parent}).all()
+        kids = conn.execute(
+            sa.text("SELECT type, parent_id FROM tether_jobs WHERE parent_id = :p"), {"p": parent}
+        ).all()
     assert sorted(kids) == [("create_file", parent)] * 2
     assert c.run_until_idle() == 2
 
@@ -444,7 +452,7 @@ def test_jobs_inserted_together_are_stored_exactly_as_each_was_built(c, clock, w
         c.queue._json_sql = None
     elif way == "json in small parts":
         monkeypatch.setattr(queue, "_JSON_CHARS", 40)
-    names = ['plain', 'quote " backslash \\ slash /', "tab\tnewline\n", "caf\u00e9 \u2603 \U0001f600", "nul\x00"]
+    names = ["plain", 'quote " backslash \\ slash /', "tab\tnewline\n", "caf\u00e9 \u2603 \U0001f600", "nul\x00"]
     with c.transaction() as tx:
         for i, name in enumerate(names):
             tx.enqueue(Note(name=name))  # untargeted, each its own enqueue time
@@ -501,7 +509,7 @@ def test_retrying_an_old_failure_may_not_undo_a_newer_job_on_its_target(c):
 
 
 def test_job_ids_are_ulids_in_enqueue_order_even_within_one_millisecond(monkeypatch):
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from ulid import ULID
 
@@ -510,7 +518,7 @@ def test_job_ids_are_ulids_in_enqueue_order_even_within_one_millisecond(monkeypa
 
     monkeypatch.setattr(ids, "_last", "")  # and restored: later tests keep real-time ids
 
-    now = datetime(2026, 3, 1, 12, 0, 0, 123000, tzinfo=timezone.utc)
+    now = datetime(2026, 3, 1, 12, 0, 0, 123000, tzinfo=UTC)
     ids = [new_id(now) for _ in range(1000)]
     assert ids == sorted(ids) and len(set(ids)) == 1000
     assert ULID.from_str(ids[0]).datetime == now
@@ -539,7 +547,7 @@ def test_the_library_and_cli_import_without_test_only_packages():
 
 
 def test_the_id_floor_of_a_moment_sorts_before_every_id_made_at_or_after_it(monkeypatch):
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from ulid import ULID
 
@@ -548,7 +556,7 @@ def test_the_id_floor_of_a_moment_sorts_before_every_id_made_at_or_after_it(monk
 
     monkeypatch.setattr(ids, "_last", "")  # ids made earlier in this process are later than `when`
 
-    when = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=timezone.utc)
+    when = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
     floor = floor_id(when)
     assert ULID.from_str(floor).datetime == when.replace(microsecond=123000)
     assert new_id(when - timedelta(milliseconds=1)) < floor <= new_id(when)

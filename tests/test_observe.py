@@ -7,15 +7,15 @@ stuck and pending jobs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import pytest
 import sqlalchemy as sa
 
-from tether import Coordinator, FakeClock, JobContext, JobStatus, PermanentError
-from tether import health, metrics, observe, retention
+from tether import Coordinator, FakeClock, JobContext, JobStatus, PermanentError, health, metrics, observe, retention
 from tether.errors import ConfigError, JobNotFound
 from tether.jobtypes import CreateFile, JobType, Payload, default_registry
 
@@ -256,10 +256,9 @@ def test_reads_never_create_a_ledger(tmp_path) -> None:  # noqa: ANN001
 
 
 def test_the_coordinator_answers_the_operators_questions_from_python(coordinator, clock):
-    from tether import CreateFile
-
     from datetime import timedelta
 
+    from tether import CreateFile
     from tether.health import Verdict
 
     coordinator.enqueue(CreateFile(path="a.json", content=1))

@@ -8,8 +8,9 @@ their docstrings that they read every row, and are not asked here.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-from typing import Any, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -17,7 +18,7 @@ import sqlalchemy as sa
 from tether import Coordinator, observe, retention
 from tether.jobtypes import default_registry
 
-NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 STATUSES = ["pending", "claimed", "completed", "completed", "completed", "failed"]
 
 # Walks that read only the backlog: partial indexes of pending and of claimed jobs.
@@ -33,8 +34,9 @@ QUESTIONS: dict[str, Callable[[Coordinator], Any]] = {
     **{f"jobs {s}": (lambda c, s=s: observe.jobs(c, status=s)) for s in ("pending", "claimed", "completed", "failed")},
     "jobs completed since": lambda c: observe.jobs(c, status="completed", since=NOW - timedelta(seconds=100)),
     "purge dry run": lambda c: retention.purge(c, older_than=timedelta(seconds=1000), dry_run=True, now=NOW),
-    "purge": lambda c: retention.purge(c, older_than=timedelta(seconds=1000), statuses=("completed", "failed"),
-                                       batch_size=100, now=NOW),
+    "purge": lambda c: retention.purge(
+        c, older_than=timedelta(seconds=1000), statuses=("completed", "failed"), batch_size=100, now=NOW
+    ),
 }
 
 
@@ -51,9 +53,17 @@ def ledger(request, tmp_path):
                 "INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts, created_at,"
                 " run_at, claimed_at, completed_at, locked_at, locked_by, ordering_key)"
                 " VALUES (?, 'create_file', '{}', ?, 0, 1, 3, ?, ?, ?, ?, ?, ?, ?)",
-                (f"{i:026d}", status, at, at, None if status == "pending" else at, finished,
-                 at if status == "claimed" else None, "w" if status == "claimed" else None,
-                 f"file:{i % 50}" if i % 2 else None),
+                (
+                    f"{i:026d}",
+                    status,
+                    at,
+                    at,
+                    None if status == "pending" else at,
+                    finished,
+                    at if status == "claimed" else None,
+                    "w" if status == "claimed" else None,
+                    f"file:{i % 50}" if i % 2 else None,
+                ),
             )
         if request.param == "analyzed":
             conn.exec_driver_sql("ANALYZE")

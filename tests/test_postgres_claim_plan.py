@@ -12,18 +12,18 @@ keyed jobs, as a correlated probe of ix_tether_jobs_target_active (~1 ms per cla
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
+import pg_jobtypes  # noqa: E402  (tests/ is on sys.path, as for jobkit)
 from tether import Coordinator, sql
 from tether.jobtypes import default_registry
 
-
-import pg_jobtypes  # noqa: E402  (tests/ is on sys.path, as for jobkit)
 ACTIVE = 2000
 BATCH = 32
 
@@ -52,7 +52,7 @@ def rows_read_from(plan: dict[str, Any], alias: str) -> float:
 
 def test_claiming_jobs_without_ordering_key_reads_no_other_active_job(pg_coordinator: Coordinator) -> None:
     pg_coordinator.enqueue_many([pg_jobtypes.PgNoop(n=i) for i in range(ACTIVE)])
-    params = {"worker": "w", "now": datetime.now(timezone.utc), "limit": BATCH}
+    params = {"worker": "w", "now": datetime.now(UTC), "limit": BATCH}
     with pg_coordinator.engine.connect() as conn:
         with conn.begin() as tx:
             (plan,) = conn.execute(

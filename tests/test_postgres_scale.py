@@ -18,8 +18,8 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 import sqlalchemy as sa
@@ -79,10 +79,25 @@ class Scale:
         return ids
 
     def start_worker(self, *args: str) -> subprocess.Popen:
-        cmd = [str(TETHER), "--db", self.url, "--root", str(self.root), "--import", "tests.pg_jobtypes",
-               "worker", "--quiet", *args]
-        proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        cmd = [
+            str(TETHER),
+            "--db",
+            self.url,
+            "--root",
+            str(self.root),
+            "--import",
+            "tests.pg_jobtypes",
+            "worker",
+            "--quiet",
+            *args,
+        ]
+        proc = subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         proc.started = time.monotonic()  # type: ignore[attr-defined]
         self.procs.append(proc)
         return proc
@@ -143,8 +158,10 @@ def test_eight_worker_processes_complete_every_job_exactly_once(scale: Scale) ->
     assert [job for job, n in counts.items() if n != 1] == []
     assert set(scale.attempts().values()) == {1}
     assert len(pids) > 1, "one process ran every job: the workers did not run concurrently"
-    print(f"{WORKERS} workers drained {total} jobs in {elapsed:.1f}s ({total / elapsed:.0f} jobs/s, "
-          f"{len(pids)} processes ran jobs)")
+    print(
+        f"{WORKERS} workers drained {total} jobs in {elapsed:.1f}s ({total / elapsed:.0f} jobs/s, "
+        f"{len(pids)} processes ran jobs)"
+    )
 
 
 def test_workers_sigkilled_at_random_and_restarted_lose_no_job(scale: Scale) -> None:
@@ -194,5 +211,7 @@ def test_workers_sigkilled_at_random_and_restarted_lose_no_job(scale: Scale) -> 
     assert {job: n for job, n in twice.items() if not 1 < n <= attempts[job]} == {}
     reclaimed = sum(1 for a in attempts.values() if a > 1)
     assert reclaimed >= 1, "no kill hit a running job: the reclaim path was not exercised"
-    print(f"{kills} SIGKILLs over {elapsed:.1f}s: {total} jobs completed, {reclaimed} reclaimed "
-          f"(attempts > 1), {len(twice)} applied twice")
+    print(
+        f"{kills} SIGKILLs over {elapsed:.1f}s: {total} jobs completed, {reclaimed} reclaimed "
+        f"(attempts > 1), {len(twice)} applied twice"
+    )

@@ -5,15 +5,14 @@ applications can keep separate ledgers in one PostgreSQL database through ``sear
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import sqlalchemy as sa
 
 import tether.engine
 from tether import ConfigError, Coordinator, CreateFile, JobStatus
-
 
 # -- SQLite on a network filesystem ----------------------------------------------------------
 
@@ -46,7 +45,9 @@ def test_cli_reports_the_network_filesystem_refusal_in_one_line(
 
     monkeypatch.setattr(tether.engine, "_filesystem_type", lambda _directory: "nfs4")
     ledger = tmp_path / "tether.db"
-    monkeypatch.setattr(sys, "argv", ["tether", "--db", f"sqlite:///{ledger}", "--root", str(tmp_path), "worker", "--until-idle"])
+    monkeypatch.setattr(
+        sys, "argv", ["tether", "--db", f"sqlite:///{ledger}", "--root", str(tmp_path), "worker", "--until-idle"]
+    )
     with pytest.raises(SystemExit) as info:
         main()
     assert info.value.code == 1
@@ -69,8 +70,10 @@ def two_schemas(pg_database: str) -> Iterator[tuple[str, str, sa.Engine]]:
             conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
             conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
     url = sa.make_url(pg_database)
-    urls = [url.update_query_dict({"options": f"-csearch_path={s}"}).render_as_string(hide_password=False)
-            for s in ("app_a", "app_b")]
+    urls = [
+        url.update_query_dict({"options": f"-csearch_path={s}"}).render_as_string(hide_password=False)
+        for s in ("app_a", "app_b")
+    ]
     yield urls[0], urls[1], admin
     with admin.begin() as conn:
         for schema in ("app_a", "app_b"):
@@ -87,10 +90,14 @@ def test_search_path_option_keeps_two_ledgers_apart_in_one_database(two_schemas,
         assert a.get(job.id).status is JobStatus.COMPLETED
         assert (tmp_path / "a" / "x.json").exists() and not (tmp_path / "b" / "x.json").exists()
     with admin.connect() as conn:
-        tables = conn.execute(sa.text(
-            "SELECT table_schema, count(*) FROM information_schema.tables WHERE table_name = 'tether_jobs' "
-            "GROUP BY table_schema ORDER BY 1")).all()
-        indexes = conn.execute(sa.text(
-            "SELECT schemaname, count(*) FROM pg_indexes WHERE tablename = 'tether_jobs' GROUP BY 1 ORDER BY 1")).all()
+        tables = conn.execute(
+            sa.text(
+                "SELECT table_schema, count(*) FROM information_schema.tables WHERE table_name = 'tether_jobs' "
+                "GROUP BY table_schema ORDER BY 1"
+            )
+        ).all()
+        indexes = conn.execute(
+            sa.text("SELECT schemaname, count(*) FROM pg_indexes WHERE tablename = 'tether_jobs' GROUP BY 1 ORDER BY 1")
+        ).all()
     assert [tuple(t) for t in tables] == [("app_a", 1), ("app_b", 1)]  # nothing in public
     assert indexes[0][0] == "app_a" and indexes[1][0] == "app_b" and indexes[0][1] == indexes[1][1] >= 5

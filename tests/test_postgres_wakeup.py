@@ -7,8 +7,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 import sqlalchemy as sa
@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 import pg_jobtypes  # noqa: E402  (tests/ is on sys.path, as for jobkit)
+
 LISTEN_SQL = f"LISTEN {DEFAULT_CHANNEL}"
 
 
@@ -215,7 +216,10 @@ def start_worker(pg_url: str, root: Path, *args: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.Popen(
         [sys.executable, "-m", "tests.pg_jobtypes", "--db", pg_url, "--root", str(root), *args],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
 
 
@@ -251,7 +255,9 @@ def test_worker_in_another_process_picks_up_a_job_in_well_under_its_30s_poll(pg_
 
 
 @pytest.mark.slow
-def test_worker_that_gets_no_notifications_still_picks_up_jobs_at_its_poll_interval(pg_url, root, pg_coordinator) -> None:
+def test_worker_that_gets_no_notifications_still_picks_up_jobs_at_its_poll_interval(
+    pg_url, root, pg_coordinator
+) -> None:
     poll = 2.0
     proc = start_worker(pg_url, root, "--poll-interval", str(poll), "--no-listen")
     try:

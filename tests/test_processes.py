@@ -16,9 +16,9 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 import sqlalchemy as sa
@@ -94,8 +94,11 @@ def start_worker(tmp_path: Path, ledger: str, root: Path) -> Iterator[Callable[.
     procs: list[Proc] = []
 
     def start(*args: str, env: dict[str, str] | None = None, import_types: bool = True) -> Proc:
-        full_env = {k: v for k, v in os.environ.items()
-                    if k not in ("TETHER_DB", "TETHER_ROOT", "TETHER_IMPORT", pj.HANG_ENV, pj.KILL_ENV)}
+        full_env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("TETHER_DB", "TETHER_ROOT", "TETHER_IMPORT", pj.HANG_ENV, pj.KILL_ENV)
+        }
         full_env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
         full_env.update(env or {})
         stderr = tmp_path / f"worker-{len(procs)}.stderr"
@@ -103,8 +106,9 @@ def start_worker(tmp_path: Path, ledger: str, root: Path) -> Iterator[Callable[.
         if import_types:
             argv += ["--import", "tests.proc_jobtypes"]
         with open(stderr, "wb") as err:
-            popen = subprocess.Popen([*argv, "worker", *args], cwd=REPO, env=full_env,
-                                     stdout=subprocess.DEVNULL, stderr=err)
+            popen = subprocess.Popen(
+                [*argv, "worker", *args], cwd=REPO, env=full_env, stdout=subprocess.DEVNULL, stderr=err
+            )
         procs.append(Proc(popen, stderr))
         return procs[-1]
 
@@ -199,7 +203,9 @@ def reclaim_after_timeout(c: Coordinator, job_id: str) -> None:
     assert pending.attempts == 1 and pending.locked_by is None
 
 
-def rerun_after_reclaim(ledger: str, root: Path, job_id: str, start_worker: Callable[..., Proc]) -> tuple[JobRecord, Proc]:
+def rerun_after_reclaim(
+    ledger: str, root: Path, job_id: str, start_worker: Callable[..., Proc]
+) -> tuple[JobRecord, Proc]:
     """The dead worker's job goes back to pending after the lock timeout; a new worker runs it."""
     with open_coordinator(ledger, root) as c:
         reclaim_after_timeout(c, job_id)
@@ -267,7 +273,7 @@ def test_a_batching_worker_killed_mid_drain_loses_nothing_and_reruns_only_uncomm
     doomed = start_worker("--until-idle", env={pj.KILL_AT_ENV: str(kill_at)})
     assert doomed.wait() == -signal.SIGKILL
     with open_coordinator(ledger, root) as c:
-        held = {j.id for j in c.reclaim_stale(now=datetime.now(timezone.utc) + timedelta(seconds=c.lock_timeout + 1))}
+        held = {j.id for j in c.reclaim_stale(now=datetime.now(UTC) + timedelta(seconds=c.lock_timeout + 1))}
         committed = {job_id for job_id in ids if c.get(job_id).status is JobStatus.COMPLETED}
     assert 0 < len(held) <= 2 * batch  # its batch (and at most the next one, taken in a commit)
     survivor = start_worker("--until-idle")
@@ -281,8 +287,10 @@ def test_a_batching_worker_killed_mid_drain_loses_nothing_and_reruns_only_uncomm
     with open_coordinator(ledger, root) as c:
         assert {c.get(i).status for i in ids} == {JobStatus.COMPLETED}
     twice = {job_id for job_id, pids in runs.items() if len(pids) > 1}
-    print(f"\nkilled after {kill_at} effects: {len(committed)} completions had committed, "
-          f"{len(held)} jobs reclaimed, {len(twice)} effects re-run")
+    print(
+        f"\nkilled after {kill_at} effects: {len(committed)} completions had committed, "
+        f"{len(held)} jobs reclaimed, {len(twice)} effects re-run"
+    )
     assert all(len(pids) <= 2 for pids in runs.values())
     assert twice, "the kill came after effects whose completion had not committed"
     # Only completions that had not committed ran again: every re-run job was held by the dead
@@ -295,6 +303,7 @@ def test_a_batching_worker_killed_mid_drain_loses_nothing_and_reruns_only_uncomm
 
 
 # -- shutdown by signal -----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     ("mode", "signum"),
@@ -317,7 +326,9 @@ def test_first_signal_lets_the_running_job_finish_claims_nothing_more_and_exits_
     wait_for(started.exists, "the slow job to start")
     worker.popen.send_signal(signum)
     wait_for(lambda: worker.events("shutdown") or worker.popen.poll() is not None, "the worker to log the shutdown")
-    assert worker.popen.poll() is None, f"the worker exited mid-job (exit {worker.popen.returncode}) instead of finishing it"
+    assert worker.popen.poll() is None, (
+        f"the worker exited mid-job (exit {worker.popen.returncode}) instead of finishing it"
+    )
     assert [(e["signal"], e["mode"]) for e in worker.events("shutdown")] == [(signum.name, "finish current job")]
     release.touch()
     assert_clean_exit(worker, worker.wait())
@@ -367,7 +378,13 @@ def test_after_run_until_idle_returns_a_signal_stops_the_application_again(
     tmp_path: Path, ledger: str, root: Path, signum: signal.Signals
 ) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    done = subprocess.run([sys.executable, str(REPO / "tests" / "proc_runner.py"), ledger, str(root), signum.name],
-                          env=env, capture_output=True, text=True, timeout=DEADLINE, preexec_fn=_default_signals)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "proc_runner.py"), ledger, str(root), signum.name],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        preexec_fn=_default_signals,
+    )
     assert done.stdout == "ran 1\n", done.stderr[-2000:]
     assert done.returncode == -signum, f"exit {done.returncode}: {done.stderr[-2000:]}"

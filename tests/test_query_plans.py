@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 import sqlalchemy as sa
@@ -10,12 +10,26 @@ import sqlalchemy as sa
 from tether import Coordinator, sql
 from tether.jobtypes import default_registry
 
-NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 PARAMS = {
-    "id": "x", "type": "create_file", "payload": "{}", "priority": 0, "max_attempts": 3,
-    "created_at": NOW, "run_at": NOW, "idempotency_key": "k", "ordering_key": "file:a",
-    "parent_id": None, "worker": "w", "attempt": 1, "now": NOW, "limit": 10, "cutoff": NOW,
-    "result": None, "error": "e", "rows": "{}",
+    "id": "x",
+    "type": "create_file",
+    "payload": "{}",
+    "priority": 0,
+    "max_attempts": 3,
+    "created_at": NOW,
+    "run_at": NOW,
+    "idempotency_key": "k",
+    "ordering_key": "file:a",
+    "parent_id": None,
+    "worker": "w",
+    "attempt": 1,
+    "now": NOW,
+    "limit": 10,
+    "cutoff": NOW,
+    "result": None,
+    "error": "e",
+    "rows": "{}",
 }
 
 HOT = {
@@ -53,8 +67,15 @@ def engine(tmp_path_factory):
     with c.engine.begin() as conn:
         for i in range(2000):
             status = ["pending", "claimed", "completed", "failed"][i % 4]
-            conn.execute(sa.text(sql.INSERT), {**PARAMS, "id": f"{i:026d}", "idempotency_key": f"k{i}" if i % 3 else None,
-                                                     "ordering_key": f"file:{i % 50}"})
+            conn.execute(
+                sa.text(sql.INSERT),
+                {
+                    **PARAMS,
+                    "id": f"{i:026d}",
+                    "idempotency_key": f"k{i}" if i % 3 else None,
+                    "ordering_key": f"file:{i % 50}",
+                },
+            )
             conn.execute(sa.text("UPDATE tether_jobs SET status = :s WHERE id = :id"), {"s": status, "id": f"{i:026d}"})
         conn.exec_driver_sql("ANALYZE")
     yield c.engine
@@ -74,8 +95,11 @@ def plan(engine: sa.Engine, statement: str) -> list[str]:
 def test_hot_statement_neither_scans_nor_sorts(engine, name):
     statement, index = HOT[name]
     steps = plan(engine, statement)
-    scans = [s for s in steps if s.startswith("SCAN") and "CONSTANT ROW" not in s and s not in ORDERED_WALKS
-             and not s.startswith(JSON_WALKS)]
+    scans = [
+        s
+        for s in steps
+        if s.startswith("SCAN") and "CONSTANT ROW" not in s and s not in ORDERED_WALKS and not s.startswith(JSON_WALKS)
+    ]
     assert not scans, f"{name} scans: {steps}"
     assert not [s for s in steps if "TEMP B-TREE" in s], f"{name} sorts: {steps}"
     if index:
@@ -100,4 +124,3 @@ def test_claim_index_holds_pending_jobs_in_the_claim_order():
     ddl = str(sa.schema.CreateIndex(index).compile(dialect=sa.dialects.sqlite.dialect()))
     assert "(priority DESC, created_at, id) WHERE status = 'pending'" in ddl
     assert "ORDER BY j.priority DESC, j.created_at, j.id" in sql.CLAIM_SQLITE
-

@@ -57,7 +57,11 @@ def unreadable(monkeypatch: pytest.MonkeyPatch):
     def fail_if_named(path: str) -> None:
         for name, code in failing.items():
             if path.endswith("/" + name):
-                raise OSError(code, os.strerror(code), path) if code != errno.EACCES else PermissionError(code, os.strerror(code), path)
+                raise (
+                    OSError(code, os.strerror(code), path)
+                    if code != errno.EACCES
+                    else PermissionError(code, os.strerror(code), path)
+                )
 
     def fake_open(path: str) -> int:
         fail_if_named(path)
@@ -108,22 +112,22 @@ def test_each_injected_drift_is_reported_with_exactly_its_status(
 ) -> None:
     docs = root / "docs"
     expected_a = render(CreateFile(path="docs/a.json", content=body(ord("a"))))
-    (docs / "a.json").unlink()                                            # deleted file
+    (docs / "a.json").unlink()  # deleted file
     b = (docs / "b.json").read_bytes()
-    (docs / "b.json").write_bytes(b + b" ")                               # one byte more
+    (docs / "b.json").write_bytes(b + b" ")  # one byte more
     c_before = (docs / "c.json").read_bytes()
     c = bytearray(c_before)
-    c[5] ^= 0x01                                                          # same size, other bytes
+    c[5] ^= 0x01  # same size, other bytes
     (docs / "c.json").write_bytes(bytes(c))
-    (docs / "d.json").write_text("{}")                                    # deleted file recreated
-    (docs / ".e.json.0123abcd.tether-tmp").write_bytes(b"half a wri")     # interrupted write
-    unreadable["f.json"] = errno.EACCES                                   # permission denied
+    (docs / "d.json").write_text("{}")  # deleted file recreated
+    (docs / ".e.json.0123abcd.tether-tmp").write_bytes(b"half a wri")  # interrupted write
+    unreadable["f.json"] = errno.EACCES  # permission denied
     old_j = render(CreateFile(path="docs/j.json", content=body(ord("j"))))
-    (docs / "j.json").write_bytes(old_j)                                  # first of two writes back
+    (docs / "j.json").write_bytes(old_j)  # first of two writes back
     # h: a job still pending on the path, and the disk already differs: in flight, not drift.
     pending = coordinator.enqueue(CreateFile(path="docs/h.json", content=body(7), overwrite=True), delay=3600).id
     (docs / "h.json").unlink()
-    (docs / ".h.json.89abcdef.tether-tmp").write_bytes(b"x")              # a live write's temp file
+    (docs / ".h.json.89abcdef.tether-tmp").write_bytes(b"x")  # a live write's temp file
 
     report = reconcile(coordinator)
 
@@ -137,12 +141,25 @@ def test_each_injected_drift_is_reported_with_exactly_its_status(
         "docs/h.json": "not_checked",
         "docs/j.json": "modified",
     }
-    assert report.counts == {"in_sync": 3, "missing": 1, "modified": 3, "unexpected": 1, "leftover_temp": 1,
-                             "untracked": 0, "not_checked": 1, "unknown": 1}  # e, g, i in sync
+    assert report.counts == {
+        "in_sync": 3,
+        "missing": 1,
+        "modified": 3,
+        "unexpected": 1,
+        "leftover_temp": 1,
+        "untracked": 0,
+        "not_checked": 1,
+        "unknown": 1,
+    }  # e, g, i in sync
     assert report.exit_code == 2 and report.drift == 6
     found = {f.path: f for f in report.findings}
     a = found["docs/a.json"]
-    assert (a.job_id, a.expected_size, a.expected_sha256, a.actual_size) == (store["a"], len(expected_a), sha(expected_a), None)
+    assert (a.job_id, a.expected_size, a.expected_sha256, a.actual_size) == (
+        store["a"],
+        len(expected_a),
+        sha(expected_a),
+        None,
+    )
     # Sizes differ: decided without reading, so no actual hash.
     assert found["docs/b.json"].actual_size == len(b) + 1 and found["docs/b.json"].actual_sha256 is None
     # Same size: the bytes were read, and the report says what is there instead.
@@ -230,7 +247,11 @@ def test_batches_that_split_one_paths_jobs_give_the_same_answer(
     for size in (1, 2, 3, 7):
         seen: list[int] = []
         split = reconcile(coordinator, batch_size=size, progress=seen.append)
-        assert (split.findings, split.counts, split.newest_job_id) == (whole.findings, whole.counts, whole.newest_job_id)
+        assert (split.findings, split.counts, split.newest_job_id) == (
+            whole.findings,
+            whole.counts,
+            whole.newest_job_id,
+        )
         # progress: jobs read so far, once per batch
         assert seen == sorted(seen) and seen[-1] == jobs and len(seen) == jobs // size + 1
 
@@ -307,7 +328,9 @@ def test_a_directory_or_symlink_where_a_file_was_written_is_modified(
     (root / "docs" / "b.json").symlink_to(root / "docs" / "c.json")
     report = reconcile(coordinator)
     assert {(f.path, f.status, f.detail) for f in report.findings} == {
-        ("docs/a.json", "modified", "is a directory"), ("docs/b.json", "modified", "is a symbolic link")}
+        ("docs/a.json", "modified", "is a directory"),
+        ("docs/b.json", "modified", "is a symbolic link"),
+    }
     assert statuses(reconcile(coordinator, content=False)) == {"docs/a.json": "modified"}
 
 
@@ -327,8 +350,11 @@ def test_existence_checks_agree_whether_a_directory_is_listed_or_each_file_stat(
     monkeypatch.setattr(base, "_LIST_AT", 10**9)  # never list: one lstat per file
     stat_each = reconcile(coordinator, content=False)
     assert len(lists) == 1
-    assert statuses(listed) == statuses(stat_each) == {
-        "docs/a.json": "missing", "docs/d.json": "unexpected", "docs/e.json": "modified"}
+    assert (
+        statuses(listed)
+        == statuses(stat_each)
+        == {"docs/a.json": "missing", "docs/d.json": "unexpected", "docs/e.json": "modified"}
+    )
     assert listed.findings == stat_each.findings
 
 
@@ -343,17 +369,17 @@ def test_leftover_temp_files_are_found_in_directories_the_probe_listed_and_below
     monkeypatch.setattr(os, "scandir", lambda path=".": scans.append(os.path.normpath(path)) or real_scandir(path))
     monkeypatch.setattr(base, "_BYTES_PER_WANTED", 10**6)  # list any directory with 8+ of the paths
     report = reconcile(coordinator, content=False)
-    assert statuses(report) == {"docs/.a.json.0123abcd.tether-tmp": "leftover_temp",
-                                "docs/old/.z.json.89abcdef.tether-tmp": "leftover_temp"}
+    assert statuses(report) == {
+        "docs/.a.json.0123abcd.tether-tmp": "leftover_temp",
+        "docs/old/.z.json.89abcdef.tether-tmp": "leftover_temp",
+    }
     assert scans.count(str(root / "docs")) == 1  # listed once, for the probe; the walk reused it
     assert str(root / "docs" / "old") in scans
     monkeypatch.setattr(base, "_LIST_AT", 10**9)  # no listing by the probe: the walk reads docs/
     assert statuses(reconcile(coordinator, content=False)) == statuses(report)
 
 
-def test_targets_of_job_types_this_process_does_not_know_are_reported_not_checked(
-    make_coordinator, root: Path
-) -> None:
+def test_targets_of_job_types_this_process_does_not_know_are_reported_not_checked(make_coordinator, root: Path) -> None:
     registry = default_registry()
     registry.register(WidgetType())
     c = make_coordinator(registry=registry)

@@ -35,8 +35,9 @@ def site(tmp_path: Path) -> dict[str, str]:
 
 def run(args: list[str], cwd: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
-    return subprocess.run([str(CHECK), *args], cwd=cwd, env={**base, **(env or {})}, capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [str(CHECK), *args], cwd=cwd, env={**base, **(env or {})}, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_check_exits_0_when_in_sync_from_another_directory(site: dict[str, str]) -> None:
@@ -52,7 +53,10 @@ def test_check_exits_2_on_drift_and_names_the_path(site: dict[str, str]) -> None
     done = run(["--db", site["db"], "--root", site["root"], "--json"], site["cwd"])
     assert done.returncode == 2, done.stderr
     report = orjson.loads(done.stdout)
-    assert {(f["path"], f["status"]) for f in report["findings"]} == {("people/ada.json", "missing"), ("old.json", "unexpected")}
+    assert {(f["path"], f["status"]) for f in report["findings"]} == {
+        ("people/ada.json", "missing"),
+        ("old.json", "unexpected"),
+    }
     events = [orjson.loads(line) for line in done.stderr.splitlines()]
     drift = [e for e in events if e["event"] == "drift.detected"]
     assert {e["path"] for e in drift} == {"people/ada.json", "old.json"}
@@ -66,8 +70,17 @@ def test_check_reads_the_database_and_root_from_the_environment(site: dict[str, 
     assert run(["--quiet"], site["cwd"], env).returncode == 2
 
 
-@pytest.mark.parametrize("case", ["unreachable database", "root is a file", "unknown flag", "no such python",
-                                  "mistyped database path", "mistyped root"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "unreachable database",
+        "root is a file",
+        "unknown flag",
+        "no such python",
+        "mistyped database path",
+        "mistyped root",
+    ],
+)
 def test_check_exits_1_when_it_cannot_check_never_2(site: dict[str, str], tmp_path: Path, case: str) -> None:
     args, env = ["--db", site["db"], "--root", site["root"]], {}
     if case == "unreachable database":
@@ -118,18 +131,24 @@ def test_tether_reconcile_crash_exits_1_not_2(site: dict[str, str]) -> None:
     assert done.exit_code == 1 and "could not check" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_tether_reconcile_startup_reclaims_a_dead_workers_lock_and_reports_its_path_in_flight(site: dict[str, str]) -> None:
+def test_tether_reconcile_startup_reclaims_a_dead_workers_lock_and_reports_its_path_in_flight(
+    site: dict[str, str],
+) -> None:
     import sqlalchemy as sa
 
     with Coordinator.open(site["db"], root=site["root"]) as c:
         job = c.enqueue(CreateFile(path="people/ada.json", content={"name": "Ada L."}, overwrite=True)).id
         assert [j.id for j in c.queue.claim("dead-worker")] == [job]
         with c.engine.begin() as conn:  # its last heartbeat, long ago
-            conn.execute(sa.text("UPDATE tether_jobs SET locked_at = '2000-01-01 00:00:00.000000' WHERE id = :id"), {"id": job})
+            conn.execute(
+                sa.text("UPDATE tether_jobs SET locked_at = '2000-01-01 00:00:00.000000' WHERE id = :id"), {"id": job}
+            )
     env = {"TETHER_DB": site["db"], "TETHER_ROOT": site["root"]}
     done = invoke(["reconcile", "--startup", "--json", "--quiet"], env)
     assert done.exit_code == 0, done.stdout
     report = orjson.loads(done.stdout)
-    assert [(f["path"], f["status"], f["job_id"]) for f in report["findings"]] == [("people/ada.json", "not_checked", job)]
+    assert [(f["path"], f["status"], f["job_id"]) for f in report["findings"]] == [
+        ("people/ada.json", "not_checked", job)
+    ]
     with Coordinator.open(site["db"], root=site["root"]) as c:
         assert c.get(job).status.value == "pending"

@@ -32,11 +32,22 @@ def completed_rows(coordinator: Coordinator, payloads: list, *, files: bool = Tr
     now = coordinator.clock.now()
     rows = []
     for p in payloads:
-        rows.append({
-            "id": new_id(now), "type": p.job_type, "payload": p.to_json().decode(), "status": "completed",
-            "priority": 0, "attempts": 1, "max_attempts": 3, "created_at": now, "run_at": now,
-            "claimed_at": now, "completed_at": now, "ordering_key": file_target(p.path),
-        })
+        rows.append(
+            {
+                "id": new_id(now),
+                "type": p.job_type,
+                "payload": p.to_json().decode(),
+                "status": "completed",
+                "priority": 0,
+                "attempts": 1,
+                "max_attempts": 3,
+                "created_at": now,
+                "run_at": now,
+                "claimed_at": now,
+                "completed_at": now,
+                "ordering_key": file_target(p.path),
+            }
+        )
         if not files:
             continue
         target = coordinator.root / p.path
@@ -74,7 +85,9 @@ def test_ten_thousand_completed_jobs_in_sync_report_zero_drift_and_exit_0(
 ) -> None:
     c = sqlite_coordinator
     creates = [CreateFile(path=f"d{i % 100}/{i}.json", content={"i": i, "tags": ["a", "b"]}) for i in range(8000)]
-    rewrites = [CreateFile(path=f"d{i % 100}/{i}.json", content={"i": i, "v": 2}, overwrite=True) for i in range(0, 8000, 8)]
+    rewrites = [
+        CreateFile(path=f"d{i % 100}/{i}.json", content={"i": i, "v": 2}, overwrite=True) for i in range(0, 8000, 8)
+    ]
     deletes = [DeleteFile(path=f"d{i % 100}/{i}.json") for i in range(4, 8000, 8)]
     completed_rows(c, creates + rewrites + deletes)
     # ... and the last few by a real worker, so the store is not only hand-made.
@@ -98,8 +111,9 @@ def test_ten_thousand_completed_jobs_in_sync_report_zero_drift_and_exit_0(
 
 
 def test_reconciling_while_a_worker_runs_jobs_reports_no_false_drift(tmp_path: Path) -> None:
-    c = Coordinator.open(f"sqlite:///{tmp_path / 'tether.db'}", root=tmp_path / "data", clock=SystemClock(),
-                         durability="normal")
+    c = Coordinator.open(
+        f"sqlite:///{tmp_path / 'tether.db'}", root=tmp_path / "data", clock=SystemClock(), durability="normal"
+    )
     try:
         # Each p/ path is created, rewritten, deleted and created again: every state changes under
         # the check; the q/ paths are written once, first, so some paths settle early.
@@ -107,8 +121,11 @@ def test_reconciling_while_a_worker_runs_jobs_reports_no_false_drift(tmp_path: P
         for round_ in range(4):
             for n in range(25):
                 path = f"p/{n}.json"
-                payloads.append(DeleteFile(path=path) if round_ == 2 else
-                                CreateFile(path=path, content={"n": n, "round": round_}, overwrite=True))
+                payloads.append(
+                    DeleteFile(path=path)
+                    if round_ == 2
+                    else CreateFile(path=path, content={"n": n, "round": round_}, overwrite=True)
+                )
         c.enqueue_many(payloads)
         worker = c.worker(threads=2, poll_interval=0.005)
         thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
@@ -125,8 +142,9 @@ def test_reconciling_while_a_worker_runs_jobs_reports_no_false_drift(tmp_path: P
             worker.stop()
             thread.join(30)
         assert not thread.is_alive()
-        assert any(r.counts["not_checked"] and r.counts["in_sync"] for r in reports), \
+        assert any(r.counts["not_checked"] and r.counts["in_sync"] for r in reports), (
             "no check overlapped the worker: the test proved nothing"
+        )
         final = reconcile(c)
         assert final.counts["in_sync"] == 35 and final.findings == []
     finally:
@@ -169,8 +187,14 @@ def test_the_ledger_is_read_in_bounded_batches(sqlite_coordinator: Coordinator) 
     assert report.counts["missing"] == 3000
 
 
-PARAMS = {"after_key": "file:m/1.json", "after_id": "0" * 26, "limit": 500, "key": "file:m/1.json",
-          "keys": ["file:m/1.json", "file:m/2.json"], "ids": ["0" * 26, "1" * 26]}
+PARAMS = {
+    "after_key": "file:m/1.json",
+    "after_id": "0" * 26,
+    "limit": 500,
+    "key": "file:m/1.json",
+    "keys": ["file:m/1.json", "file:m/2.json"],
+    "ids": ["0" * 26, "1" * 26],
+}
 
 
 def to_qmark(sql: str) -> tuple[str, list]:
@@ -188,20 +212,26 @@ def to_qmark(sql: str) -> tuple[str, list]:
     return re.sub(r"(?<!:):(\w+)", bind, sql), args
 
 
-@pytest.mark.parametrize("name, statement, index", [
-    ("page", PAGE, "COVERING INDEX ix_tether_jobs_targeted"),  # the stream never reads the table
-    ("page_payloads", PAGE_PAYLOADS, "ix_tether_jobs_targeted"),
-    ("payloads", PAYLOADS, "sqlite_autoindex_tether_jobs_1"),
-    ("recheck", RECHECK, "ix_tether_jobs_targeted"),
-    ("active_on", ACTIVE_ON, "ix_tether_jobs_target_active"),
-    ("known_targets", KNOWN_TARGETS, "ix_tether_jobs_targeted"),
-    ("count_targeted", COUNT_TARGETED, "ix_tether_jobs_targeted"),
-])
+@pytest.mark.parametrize(
+    "name, statement, index",
+    [
+        ("page", PAGE, "COVERING INDEX ix_tether_jobs_targeted"),  # the stream never reads the table
+        ("page_payloads", PAGE_PAYLOADS, "ix_tether_jobs_targeted"),
+        ("payloads", PAYLOADS, "sqlite_autoindex_tether_jobs_1"),
+        ("recheck", RECHECK, "ix_tether_jobs_targeted"),
+        ("active_on", ACTIVE_ON, "ix_tether_jobs_target_active"),
+        ("known_targets", KNOWN_TARGETS, "ix_tether_jobs_targeted"),
+        ("count_targeted", COUNT_TARGETED, "ix_tether_jobs_targeted"),
+    ],
+)
 def test_reconcile_queries_neither_scan_nor_sort(sqlite_coordinator: Coordinator, name, statement, index) -> None:
     c = sqlite_coordinator
-    completed_rows(c, [CreateFile(path=f"m/{i % 300}.json", content=i, overwrite=True) for i in range(3000)], files=False)
-    c.enqueue_many([CreateFile(path=f"m/{i}.json", content=i, overwrite=True) for i in range(0, 300, 3)],
-                   delay=timedelta(hours=1))
+    completed_rows(
+        c, [CreateFile(path=f"m/{i % 300}.json", content=i, overwrite=True) for i in range(3000)], files=False
+    )
+    c.enqueue_many(
+        [CreateFile(path=f"m/{i}.json", content=i, overwrite=True) for i in range(0, 300, 3)], delay=timedelta(hours=1)
+    )
     sql, args = to_qmark(statement.text)
     with c.engine.connect() as conn:
         conn.exec_driver_sql("ANALYZE")

@@ -25,16 +25,25 @@ def shared_db(pg_database):
 
 def test_two_applications_keep_separate_ledgers_in_one_database(shared_db, tmp_path):
     url, admin = shared_db
-    with Coordinator.open(url, root=tmp_path / "one", schema="app_one") as one, \
-            Coordinator.open(url, root=tmp_path / "two", schema="app_two") as two:
+    with (
+        Coordinator.open(url, root=tmp_path / "one", schema="app_one") as one,
+        Coordinator.open(url, root=tmp_path / "two", schema="app_two") as two,
+    ):
         a = one.enqueue(CreateFile(path="a.json", content=1)).id
         assert one.run_until_idle() == 1 and two.run_until_idle() == 0
         assert one.get(a).status is JobStatus.COMPLETED
         with pytest.raises(Exception):
             two.get(a)
     with admin.connect() as conn:
-        tables = conn.execute(sa.text(
-            "SELECT table_schema FROM information_schema.tables WHERE table_name = 'tether_jobs' ORDER BY 1")).scalars().all()
+        tables = (
+            conn.execute(
+                sa.text(
+                    "SELECT table_schema FROM information_schema.tables WHERE table_name = 'tether_jobs' ORDER BY 1"
+                )
+            )
+            .scalars()
+            .all()
+        )
     assert tables == ["app_one", "app_two"]  # created on demand, nothing in public
 
 
@@ -53,8 +62,10 @@ def test_an_application_session_enqueues_into_the_ledgers_schema(shared_db, tmp_
 
     url, admin = shared_db
     app_engine = sa.create_engine(url, connect_args={"options": "-csearch_path=app_two,public"})
-    with Coordinator.open(url, root=tmp_path / "one", schema="app_one") as one, \
-            Coordinator.open(url, root=tmp_path / "two", schema="app_two"):
+    with (
+        Coordinator.open(url, root=tmp_path / "one", schema="app_one") as one,
+        Coordinator.open(url, root=tmp_path / "two", schema="app_two"),
+    ):
         with Session(app_engine) as session:
             job = one.enqueue(CreateFile(path="a.json", content=1), session=session).id
             session.commit()

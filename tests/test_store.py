@@ -8,10 +8,22 @@ from typing import Any, ClassVar
 
 import pytest
 import sqlalchemy as sa
-from pydantic import BaseModel, Field as PydanticField
+from pydantic import BaseModel
+from pydantic import Field as PydanticField
 from sqlmodel import Field, Session, SQLModel
 
-from tether import CreateFile, InvalidPayload, JobContext, JobStatus, JobType, Payload, PermanentError, RetryPolicy, TetherError, UnsafePath
+from tether import (
+    CreateFile,
+    InvalidPayload,
+    JobContext,
+    JobStatus,
+    JobType,
+    Payload,
+    PermanentError,
+    RetryPolicy,
+    TetherError,
+    UnsafePath,
+)
 from tether.demo import (
     ArchiveProject,
     Project,
@@ -218,8 +230,16 @@ def test_wait_cannot_be_combined_with_a_session(invoices):
 
 
 def requirement(req_id: str, project: str = "ingest", status: str = "open") -> Requirement:
-    return Requirement(id=req_id, project=project, title="A title", text="Body.", priority="must",
-                       status=status, owner="ada", tags=["x"])
+    return Requirement(
+        id=req_id,
+        project=project,
+        title="A title",
+        text="Body.",
+        priority="must",
+        status=status,
+        owner="ada",
+        tags=["x"],
+    )
 
 
 @pytest.fixture
@@ -272,8 +292,11 @@ def seed_project(app, slug: str, reqs: list[Requirement]) -> None:
 
 
 def test_children_of_a_completed_parent_exist_and_run(app, root):
-    seed_project(app, "portal", [requirement("REQ-001", "portal"), requirement("REQ-002", "portal"),
-                                 requirement("REQ-003", "other")])
+    seed_project(
+        app,
+        "portal",
+        [requirement("REQ-001", "portal"), requirement("REQ-002", "portal"), requirement("REQ-003", "other")],
+    )
     parent = app.enqueue(ArchiveProject(slug="portal"))
     app.run_until_idle()
     children = [j for j in jobs(app) if j.parent_id == parent.id]
@@ -281,8 +304,9 @@ def test_children_of_a_completed_parent_exist_and_run(app, root):
     assert len(children) == 2 and all(j.status == "completed" for j in children)
     store = JsonStore(app)
     assert store.load(project_path("portal"), Project).status == "archived"
-    assert [store.load(f"requirements/{i}/requirement.json", Requirement).status
-            for i in ("REQ-001", "REQ-002", "REQ-003")] == ["archived", "archived", "open"]
+    assert [
+        store.load(f"requirements/{i}/requirement.json", Requirement).status for i in ("REQ-001", "REQ-002", "REQ-003")
+    ] == ["archived", "archived", "open"]
 
 
 class Spawner(Payload):

@@ -8,9 +8,9 @@ import time
 import pytest
 import sqlalchemy as sa
 
+from jobkit import Note, NoteType, registry_with
 from tether import Coordinator, JobStatus, SystemClock
 from tether.worker import Worker
-from jobkit import Note, NoteType, registry_with
 
 
 def test_threads_drain_every_job_exactly_once(make_coordinator):
@@ -155,8 +155,13 @@ def test_an_idle_worker_wakes_when_another_process_commits(tmp_path, monkeypatch
                 f"c = Coordinator.open('sqlite:///{db}', root='{tmp_path / 'data'}', registry=registry_with(NoteType()));"
                 "print(c.enqueue(Note(name='remote')).id)"
             )
-            job_id = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
-                                    cwd=str(__import__('pathlib').Path(__file__).parent.parent)).stdout.strip()
+            job_id = subprocess.run(
+                [sys.executable, "-c", code],
+                check=True,
+                capture_output=True,
+                text=True,
+                cwd=str(__import__("pathlib").Path(__file__).parent.parent),
+            ).stdout.strip()
             started = time.monotonic()
             while c.get(job_id).status is not JobStatus.COMPLETED:  # the poll interval is 60 s
                 assert time.monotonic() - started < 10, "the WAL watch did not wake the worker"

@@ -15,10 +15,11 @@ import sqlite3
 import threading
 import time
 import weakref
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import cache
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -28,7 +29,7 @@ from .status import JobStatus
 
 _NAMED = re.compile(r"(?<![:\w]):(\w+)")
 _TABLE = re.compile(rf"\b{TABLE}\b")
-_UTC = timezone.utc
+_UTC = UTC
 _TIME_COLUMNS = (9, 10, 11, 12, 13)  # locked_at, created_at, claimed_at, completed_at, run_at
 _STATUS = {s.value: s for s in JobStatus}
 _tuple_new = tuple.__new__
@@ -62,10 +63,18 @@ class Backend:
 
     def insert_values(self, job: JobRecord) -> dict[str, Any]:
         """The named values of ``sql.INSERT`` for a new ``job``, already bound."""
-        return {"id": job.id, "type": job.type, "payload": job.payload, "priority": job.priority,
-                "max_attempts": job.max_attempts, "created_at": self.time(job.created_at),
-                "run_at": self.time(job.run_at),  # most often created_at: the time cache's hit
-                "idempotency_key": job.idempotency_key, "ordering_key": job.ordering_key, "parent_id": job.parent_id}
+        return {
+            "id": job.id,
+            "type": job.type,
+            "payload": job.payload,
+            "priority": job.priority,
+            "max_attempts": job.max_attempts,
+            "created_at": self.time(job.created_at),
+            "run_at": self.time(job.run_at),  # most often created_at: the time cache's hit
+            "idempotency_key": job.idempotency_key,
+            "ordering_key": job.ordering_key,
+            "parent_id": job.parent_id,
+        }
 
     def record(self, row: tuple) -> JobRecord:
         return JobRecord(*row[:3], _STATUS[row[3]], *row[4:])
@@ -196,8 +205,7 @@ def _after_fork_in_child() -> None:
 _pid = os.getpid()  # this process's, kept by the fork hook: os.getpid() is a system call
 
 
-os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
-                    after_in_child=_after_fork_in_child)
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
 
 
 def _sqlite_reads_json() -> bool:
@@ -218,7 +226,14 @@ def _sqlite_time(value: datetime) -> str:
         return last[1]
     if value.tzinfo is _UTC:  # the clock's own: no conversion, and % is twice as fast as isoformat
         text = "%04d-%02d-%02d %02d:%02d:%02d.%06d" % (
-            value.year, value.month, value.day, value.hour, value.minute, value.second, value.microsecond)
+            value.year,
+            value.month,
+            value.day,
+            value.hour,
+            value.minute,
+            value.second,
+            value.microsecond,
+        )
     elif value.tzinfo is None:
         raise ValueError("tether stores timezone-aware UTC times only")
     else:
@@ -255,7 +270,9 @@ class SQLiteBackend(Backend):
         if writer is not None and writer.pid == _pid and writer.driver.in_transaction:
             # Its transaction is still open: a write() inside another on this thread, which would
             # otherwise end the outer transaction and leave its rest to commit statement by statement.
-            raise RuntimeError("a tether write transaction is already open on this thread; nested writes are not supported")
+            raise RuntimeError(
+                "a tether write transaction is already open on this thread; nested writes are not supported"
+            )
         if writer is None or writer.pool is not self.engine.pool or writer.pid != _pid:
             if writer is not None and writer.pid != _pid:
                 _inherited.append(writer)

@@ -6,9 +6,10 @@ inserted and returned in its ``InsertResult``, so nothing is copied on the way t
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 from .clock import Clock
 from .errors import InvalidPayload
@@ -41,8 +42,9 @@ class _Kind(NamedTuple):
             overridden = getattr(type(job_type), name) is not getattr(JobType, name)
             return getattr(job_type, name) if overridden else None
 
-        return cls(job_type.name, hook("prepare"), hook("ordering_key"), hook("idempotency_key"),
-                   encoder(payload_class))
+        return cls(
+            job_type.name, hook("prepare"), hook("ordering_key"), hook("idempotency_key"), encoder(payload_class)
+        )
 
 
 class Builder:
@@ -99,15 +101,41 @@ class Builder:
                 payload = kind.prepare(payload, root)
             ordering_key = None if kind.ordering_key is None else kind.ordering_key(payload)
             if ordering_key is not None and len(ordering_key) > 1024:
-                raise InvalidPayload(kind.name, [f"path: the target {ordering_key[:40]!r}... is longer than 1024 characters"])
+                raise InvalidPayload(
+                    kind.name, [f"path: the target {ordering_key[:40]!r}... is longer than 1024 characters"]
+                )
             idempotency_key = key if key is not None or kind.idempotency_key is None else kind.idempotency_key(payload)
-            jobs.append(tuple_new(NewJob, (job_id, kind.name, kind.encode(payload).decode(), _PENDING, priority, 0,
-                                           max_attempts, None, None, None, now, None, None, run_at, idempotency_key,
-                                           ordering_key, parent_id, None)))
+            jobs.append(
+                tuple_new(
+                    NewJob,
+                    (
+                        job_id,
+                        kind.name,
+                        kind.encode(payload).decode(),
+                        _PENDING,
+                        priority,
+                        0,
+                        max_attempts,
+                        None,
+                        None,
+                        None,
+                        now,
+                        None,
+                        None,
+                        run_at,
+                        idempotency_key,
+                        ordering_key,
+                        parent_id,
+                        None,
+                    ),
+                )
+            )
         return jobs
 
     def _kind(self, payload: Any, kinds: dict[type, _Kind]) -> _Kind:
         if not isinstance(payload, Payload):
-            raise InvalidPayload("(unknown)", [f"expected a payload model such as CreateFile, got {type(payload).__name__}"])
+            raise InvalidPayload(
+                "(unknown)", [f"expected a payload model such as CreateFile, got {type(payload).__name__}"]
+            )
         kind = kinds[type(payload)] = _Kind.of(self.registry.for_payload(payload), type(payload))
         return kind

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import threading
+from datetime import UTC, datetime, timedelta
 from functools import partial
-from datetime import datetime, timedelta, timezone
 from typing import Protocol
 
 
@@ -18,14 +18,14 @@ class SystemClock:
     """The real clock (timezone-aware UTC)."""
 
     # datetime.now(timezone.utc) without a Python frame of its own: every enqueue reads it.
-    now = staticmethod(partial(datetime.now, timezone.utc))
+    now = staticmethod(partial(datetime.now, UTC))
 
 
 class FakeClock:
     """A clock tests move by hand: ``clock.advance(seconds=310)``."""
 
     def __init__(self, start: datetime | None = None) -> None:
-        self._now = start or datetime(2026, 1, 1, tzinfo=timezone.utc)
+        self._now = start or datetime(2026, 1, 1, tzinfo=UTC)
         self._lock = threading.Lock()
 
     def now(self) -> datetime:

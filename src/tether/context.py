@@ -96,8 +96,15 @@ class JobContext:
         """Queue a follow-up job. It is validated now and committed in the same transaction that
         completes this job, so it exists if and only if this job completed."""
         self.children.append(
-            self._queue.build(payload, priority=priority, max_attempts=max_attempts, delay=delay,
-                              run_at=run_at, key=key, parent_id=self.job.id)
+            self._queue.build(
+                payload,
+                priority=priority,
+                max_attempts=max_attempts,
+                delay=delay,
+                run_at=run_at,
+                key=key,
+                parent_id=self.job.id,
+            )
         )
 
     def __repr__(self) -> str:

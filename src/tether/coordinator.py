@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -34,7 +35,9 @@ class Coordinator:
         self.clock = clock
         self.registry = registry
         self.lock_timeout = lock_timeout
-        self.queue = Queue(engine, clock=clock, registry=registry, root=root, wakeup=wakeup_for(engine, _channel(engine)))
+        self.queue = Queue(
+            engine, clock=clock, registry=registry, root=root, wakeup=wakeup_for(engine, _channel(engine))
+        )
 
     @classmethod
     def open(
@@ -72,8 +75,13 @@ class Coordinator:
         except DatabaseUnavailable:
             engine.dispose()
             raise
-        return cls(engine, root=root_path, clock=clock or SystemClock(),
-                   registry=registry or default_registry(), lock_timeout=lock_timeout)
+        return cls(
+            engine,
+            root=root_path,
+            clock=clock or SystemClock(),
+            registry=registry or default_registry(),
+            lock_timeout=lock_timeout,
+        )
 
     def register(self, job_type: JobType) -> JobType:
         """Add an application's own job type."""
@@ -96,13 +104,16 @@ class Coordinator:
         ``session``, inside that session's transaction (it commits with the caller's rows).
         If an active job of the same type has the same idempotency ``key``, that job is returned
         with ``duplicate=True``. Raises InvalidPayload (nothing stored) for bad input."""
-        jobs = self.queue.builder.build_many([payload], priority=priority, max_attempts=max_attempts, delay=delay,
-                                             run_at=run_at, key=key)
+        jobs = self.queue.builder.build_many(
+            [payload], priority=priority, max_attempts=max_attempts, delay=delay, run_at=run_at, key=key
+        )
         if session is not None:
             return self._in_session(session, jobs)[0]
         return self.queue.enqueue_all(jobs)[0]
 
-    def enqueue_many(self, payloads: Sequence[Payload], *, session: Session | None = None, **options: Any) -> list[InsertResult]:
+    def enqueue_many(
+        self, payloads: Sequence[Payload], *, session: Session | None = None, **options: Any
+    ) -> list[InsertResult]:
         """Several jobs in one transaction: all are recorded or none. They share one enqueue
         time (ids keep their order)."""
         jobs = self.queue.builder.build_many(payloads, **options)

@@ -21,9 +21,10 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import orjson
 import sqlalchemy as sa
@@ -40,6 +41,7 @@ from .schema import Job
 from .store import JsonStore
 
 # -- the sample application's models ---------------------------------------------------------
+
 
 class Person(BaseModel):
     handle: str = Field(pattern=r"^[a-z][a-z0-9-]*$")
@@ -197,8 +199,10 @@ class ArchiveProjectType(JobType[ArchiveProject]):
 
 
 def requirements_on_disk(root: Path) -> list[Requirement]:
-    return [Requirement.model_validate(orjson.loads(p.read_bytes()))
-            for p in (Path(root) / "requirements").glob("REQ-*/requirement.json")]
+    return [
+        Requirement.model_validate(orjson.loads(p.read_bytes()))
+        for p in (Path(root) / "requirements").glob("REQ-*/requirement.json")
+    ]
 
 
 class PublishReport(Payload):
@@ -288,9 +292,11 @@ class Demo:
         code = self.observe(rel)
         exe = Path(sys.executable).parent / "tether"
         tether = os.path.relpath(exe) if exe.exists() else "tether"
-        self.say(f"\ndone in {time.monotonic() - started:.1f} s. Explore the ledger, e.g.:\n"
-                 f"   {tether} --db sqlite:///{rel}/tether.db --root {rel}/data --import tether.demo jobs"
-                 "   (or: show ID, recent, reconcile --json)")
+        self.say(
+            f"\ndone in {time.monotonic() - started:.1f} s. Explore the ledger, e.g.:\n"
+            f"   {tether} --db sqlite:///{rel}/tether.db --root {rel}/data --import tether.demo jobs"
+            "   (or: show ID, recent, reconcile --json)"
+        )
         return code
 
     def operations(self, c: Coordinator, store: JsonStore) -> None:
@@ -311,9 +317,15 @@ class Demo:
         except TetherError as e:
             say(f"   save    {person_path('bob'):<34} REFUSED ({type(e).__name__}), no job recorded:")
             say(textwrap.fill(str(e), 100, initial_indent=" " * 11, subsequent_indent=" " * 11))
-        req = Requirement(id="REQ-025", project="ingest", title="Extraction output is valid JSON",
-                          text="Every extraction result is validated against its schema before it is stored.",
-                          priority="must", owner="ada", tags=["extraction", "validation"])
+        req = Requirement(
+            id="REQ-025",
+            project="ingest",
+            title="Extraction output is valid JSON",
+            text="Every extraction result is validated against its schema before it is stored.",
+            priority="must",
+            owner="ada",
+            tags=["extraction", "validation"],
+        )
         r = c.enqueue(SaveRequirement(requirement=req))
         say(f"   save_requirement REQ-025 (requirement.json + README.md, one job)     job {short(r.id)} queued")
         done = store.load(requirement_path("REQ-003"), Requirement).model_copy(update={"status": "done"})
@@ -334,8 +346,10 @@ class Demo:
             if active_jobs(c) == 0 or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
-        self.say(f"\n2. Worker until idle: {ran} attempt(s) in {time.monotonic() - started:.2f} s "
-                 "(a failed attempt is retried after a backoff)\n")
+        self.say(
+            f"\n2. Worker until idle: {ran} attempt(s) in {time.monotonic() - started:.2f} s "
+            "(a failed attempt is retried after a backoff)\n"
+        )
 
     def show_jobs(self, c: Coordinator) -> None:
         cols = [Job.id, Job.type, Job.ordering_key, Job.status, Job.attempts, Job.parent_id, Job.last_error]
@@ -349,8 +363,10 @@ class Demo:
                 note += f"  (attempt 1: {row.last_error.splitlines()[0].split(': ', 1)[-1]})"
             self.say(f"   {short(row.id):<8}{row.type:<18}{target:<42}{row.status:<11}{row.attempts}{note}")
         by_status = ", ".join(f"{sum(r.status == s for r in rows)} {s}" for s in ("completed", "failed", "pending"))
-        self.say(f"   {len(rows)} jobs ({by_status}), {sum(r.attempts for r in rows)} attempts; "
-                 f"{sum(1 for r in rows if r.parent_id)} enqueued by a parent job")
+        self.say(
+            f"   {len(rows)} jobs ({by_status}), {sum(r.attempts for r in rows)} attempts; "
+            f"{sum(1 for r in rows if r.parent_id)} enqueued by a parent job"
+        )
 
     def check_files(self, store: JsonStore) -> None:
         ada = store.load(person_path("ada"), Person)
@@ -359,10 +375,14 @@ class Demo:
         self.say(f"   people/ada.json email      {ada.email}")
         self.say(f"   people/ken.json exists     {store.exists(person_path('ken'))}")
         self.say(f"   people/bob.json exists     {store.exists(person_path('bob'))}  (refused, never queued)")
-        self.say(f"   REQ-025 files              {sorted(p.name for p in (self.root / 'requirements/REQ-025').iterdir())}")
+        self.say(
+            f"   REQ-025 files              {sorted(p.name for p in (self.root / 'requirements/REQ-025').iterdir())}"
+        )
         self.say(f"   REQ-003 status             {store.load(requirement_path('REQ-003'), Requirement).status}")
-        self.say(f"   portal requirements        {len(archived)} archived; projects/portal.json status "
-                 f"{store.load(project_path('portal'), Project).status}")
+        self.say(
+            f"   portal requirements        {len(archived)} archived; projects/portal.json status "
+            f"{store.load(project_path('portal'), Project).status}"
+        )
         self.say(f"   reports/billing.md         {store.exists('reports/billing.md')}")
 
     def observe(self, rel: str) -> int:
@@ -389,14 +409,20 @@ class Demo:
         self.say(f"   edit {rel}/data/{person_path('alan')}; delete {rel}/data/{person_path('ada')}")
         second = self.cli(reconcile)
         ok = first == 0 and second == 2
-        self.say(f"\n   reconcile exit codes: {first} (in sync), then {second} (drift found)"
-                 + ("" if ok else "   UNEXPECTED: expected 0 then 2"))
+        self.say(
+            f"\n   reconcile exit codes: {first} (in sync), then {second} (drift found)"
+            + ("" if ok else "   UNEXPECTED: expected 0 then 2")
+        )
         return 0 if ok else 1
 
     def cli(self, args: list[str]) -> int:
         self.say(f"   $ tether {' '.join(args)}")
-        proc = subprocess.run([sys.executable, "-m", "tether", *args], capture_output=True, text=True,
-                              env={**os.environ, "COLUMNS": "112", "NO_COLOR": "1"})
+        proc = subprocess.run(
+            [sys.executable, "-m", "tether", *args],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "COLUMNS": "112", "NO_COLOR": "1"},
+        )
         for line in (proc.stdout + proc.stderr).rstrip().splitlines():
             self.say(f"     {line.rstrip()}")
         return proc.returncode

@@ -82,5 +82,17 @@ class Report:
         }
 
 
-__all__ = ["DRIFT", "IN_SYNC", "LEFTOVER_TEMP", "MISSING", "MODIFIED", "NOT_CHECKED", "STATUSES", "UNEXPECTED",
-           "UNKNOWN", "UNTRACKED", "Finding", "Report"]
+__all__ = [
+    "DRIFT",
+    "IN_SYNC",
+    "LEFTOVER_TEMP",
+    "MISSING",
+    "MODIFIED",
+    "NOT_CHECKED",
+    "STATUSES",
+    "UNEXPECTED",
+    "UNKNOWN",
+    "UNTRACKED",
+    "Finding",
+    "Report",
+]

@@ -130,9 +130,7 @@ def _filesystem_type(directory: Path) -> str | None:
         if len(parts) < 3:
             continue
         mount_point = parts[1].replace("\\040", " ")
-        if (target == mount_point or target.startswith(mount_point.rstrip("/") + "/")) and len(
-            mount_point
-        ) > len(best):
+        if (target == mount_point or target.startswith(mount_point.rstrip("/") + "/")) and len(mount_point) > len(best):
             best, best_type = mount_point, parts[2]
     return best_type
 

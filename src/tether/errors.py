@@ -18,9 +18,7 @@ class DatabaseUnavailable(TetherError):
 class UnknownJobType(TetherError):
     def __init__(self, name: str, known: list[str]) -> None:
         self.name = name
-        super().__init__(
-            f"unknown job type {name!r}; known types: {', '.join(sorted(known)) or '(none)'}"
-        )
+        super().__init__(f"unknown job type {name!r}; known types: {', '.join(sorted(known)) or '(none)'}")
 
 
 class InvalidPayload(TetherError):
@@ -61,8 +59,7 @@ class DuplicateActiveJob(TetherError):
 
     def __init__(self, job_id: str, other_id: str, key: str) -> None:
         super().__init__(
-            f"job {job_id} cannot be retried: job {other_id} is already active "
-            f"with idempotency key {key!r}"
+            f"job {job_id} cannot be retried: job {other_id} is already active with idempotency key {key!r}"
         )
 
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import orjson
 

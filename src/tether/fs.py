@@ -14,11 +14,10 @@ import secrets
 import stat
 import struct
 import threading
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterator
-
 
 INTERNAL_DIR = ".tether"
 TEMP_SUFFIX = ".tether-tmp"
@@ -222,7 +221,11 @@ def remove_stale_temps(path: str | os.PathLike[str]) -> int:
     with entries:
         for entry in entries:
             name = entry.name
-            if name.startswith(prefix) and name.endswith(TEMP_SUFFIX) and len(name) == len(prefix) + 8 + len(TEMP_SUFFIX):
+            if (
+                name.startswith(prefix)
+                and name.endswith(TEMP_SUFFIX)
+                and len(name) == len(prefix) + 8 + len(TEMP_SUFFIX)
+            ):
                 _unlink_quietly(entry.path)
                 removed += 1
     return removed

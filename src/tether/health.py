@@ -47,8 +47,12 @@ class Thresholds:
         return max(1, int(self.backlog_limit * self.warn_ratio + 0.5))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"backlog_limit": self.backlog_limit, "backlog_warn": self.backlog_warn,
-                "stuck_error": 1, "failed_warn": 1}
+        return {
+            "backlog_limit": self.backlog_limit,
+            "backlog_warn": self.backlog_warn,
+            "stuck_error": 1,
+            "failed_warn": 1,
+        }
 
 
 @dataclass(frozen=True)
@@ -93,14 +97,28 @@ def assess(s: Stats, thresholds: Thresholds | None = None) -> Health:
     if s.outstanding >= th.backlog_limit:
         backlog = Check("backlog", s.outstanding, Verdict.ERROR, f"at or over the soft limit of {th.backlog_limit}")
     elif s.outstanding >= th.backlog_warn:
-        backlog = Check("backlog", s.outstanding, Verdict.WARNING,
-                        f"at or over {th.warn_ratio:.0%} of the soft limit of {th.backlog_limit}")
+        backlog = Check(
+            "backlog",
+            s.outstanding,
+            Verdict.WARNING,
+            f"at or over {th.warn_ratio:.0%} of the soft limit of {th.backlog_limit}",
+        )
     else:
-        backlog = Check("backlog", s.outstanding, Verdict.OK, f"under {th.backlog_warn} (warn) / {th.backlog_limit} (error)")
-    stuck = Check("stuck", s.stuck, Verdict.ERROR if s.stuck else Verdict.OK,
-                  f"claimed with a lock older than {s.lock_timeout:g}s; any stuck job is an error")
-    failed = Check("failed", s.failed, Verdict.WARNING if s.failed else Verdict.OK,
-                   "any failed job is a warning (tether retry --failed, or purge them)")
+        backlog = Check(
+            "backlog", s.outstanding, Verdict.OK, f"under {th.backlog_warn} (warn) / {th.backlog_limit} (error)"
+        )
+    stuck = Check(
+        "stuck",
+        s.stuck,
+        Verdict.ERROR if s.stuck else Verdict.OK,
+        f"claimed with a lock older than {s.lock_timeout:g}s; any stuck job is an error",
+    )
+    failed = Check(
+        "failed",
+        s.failed,
+        Verdict.WARNING if s.failed else Verdict.OK,
+        "any failed job is a warning (tether retry --failed, or purge them)",
+    )
     checks = [backlog, stuck, failed]
     worst = max((c.verdict for c in checks), key=lambda v: v.exit_code)
     return Health(worst, checks, th, s)

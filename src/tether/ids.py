@@ -72,7 +72,7 @@ def new_ids(now: datetime, n: int) -> list[str]:
     while value < end:  # per run of values that share all but their last 10 bits: encode once
         stop = min(end, (value | 1023) + 1)
         head = _encode(value)[:-2]
-        ids.extend([head + pair for pair in _PAIRS[value & 1023:((stop - 1) & 1023) + 1]])
+        ids.extend([head + pair for pair in _PAIRS[value & 1023 : ((stop - 1) & 1023) + 1]])
         value = stop
     return ids
 
@@ -85,6 +85,14 @@ def _time_chars(ms: int) -> str:
 
 def _encode(value: int) -> str:
     p = _PAIRS
-    return (_time_chars(value >> 80) + p[(value >> 70) & 1023] + p[(value >> 60) & 1023] + p[(value >> 50) & 1023]
-            + p[(value >> 40) & 1023] + p[(value >> 30) & 1023] + p[(value >> 20) & 1023] + p[(value >> 10) & 1023]
-            + p[value & 1023])
+    return (
+        _time_chars(value >> 80)
+        + p[(value >> 70) & 1023]
+        + p[(value >> 60) & 1023]
+        + p[(value >> 50) & 1023]
+        + p[(value >> 40) & 1023]
+        + p[(value >> 30) & 1023]
+        + p[(value >> 20) & 1023]
+        + p[(value >> 10) & 1023]
+        + p[value & 1023]
+    )

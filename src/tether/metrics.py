@@ -6,8 +6,9 @@ one process's counters: any number of workers can run, and any process can serve
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric, SummaryMetricFamily
@@ -22,8 +23,14 @@ class LedgerCollector:
     """Collects, per scrape: jobs by status and type, oldest pending age, failed, stuck, health,
     and a summary of completion durations over ``window``."""
 
-    def __init__(self, source: Source, *, lock_timeout: float | None = None,
-                 window: timedelta = timedelta(hours=1), thresholds: Thresholds | None = None) -> None:
+    def __init__(
+        self,
+        source: Source,
+        *,
+        lock_timeout: float | None = None,
+        window: timedelta = timedelta(hours=1),
+        thresholds: Thresholds | None = None,
+    ) -> None:
         self.source = source
         self.lock_timeout = lock_timeout
         self.window = window
@@ -47,12 +54,17 @@ class LedgerCollector:
         yield _gauge("tether_jobs_failed", "Failed jobs (waiting for an operator).", s.failed)
         yield _gauge("tether_jobs_stuck", "Claimed jobs whose lock is older than the lock timeout.", s.stuck)
         yield _gauge("tether_lock_timeout_seconds", "Lock timeout used to count stuck jobs.", s.lock_timeout)
-        yield _gauge("tether_oldest_pending_age_seconds", "Age of the oldest pending job (0 if none).",
-                     s.oldest_pending_age or 0.0)
-        yield _gauge("tether_backlog_soft_limit", "Backlog soft limit of the health verdict.",
-                     self.thresholds.backlog_limit)
-        yield _gauge("tether_health", "Health verdict: 0 ok, 1 warning, 2 error.",
-                     assess(s, self.thresholds).verdict.exit_code)
+        yield _gauge(
+            "tether_oldest_pending_age_seconds",
+            "Age of the oldest pending job (0 if none).",
+            s.oldest_pending_age or 0.0,
+        )
+        yield _gauge(
+            "tether_backlog_soft_limit", "Backlog soft limit of the health verdict.", self.thresholds.backlog_limit
+        )
+        yield _gauge(
+            "tether_health", "Health verdict: 0 ok, 1 warning, 2 error.", assess(s, self.thresholds).verdict.exit_code
+        )
         summary = SummaryMetricFamily(
             "tether_job_duration_seconds",
             f"claimed_at to completed_at of jobs completed in the last {self.window.total_seconds():g}s.",

@@ -106,8 +106,10 @@ def stats(source: Source, *, lock_timeout: float | None = None, now: datetime | 
         backlog: dict[str, dict[str, int]] = {}
         # Each status through its own partial index, so only the backlog is read: the condition
         # is written as the index's own literal, which both databases match when they plan.
-        by_type = [sa.select(t.c.type, t.c.status, sa.func.count()).where(sa.text(cond)).group_by(t.c.type, t.c.status)
-                   for cond in (PENDING_SQL, CLAIMED_SQL)]
+        by_type = [
+            sa.select(t.c.type, t.c.status, sa.func.count()).where(sa.text(cond)).group_by(t.c.type, t.c.status)
+            for cond in (PENDING_SQL, CLAIMED_SQL)
+        ]
         for job_type, status, n in conn.execute(sa.union_all(*by_type)):
             backlog.setdefault(job_type, {})[status] = n
         failed = conn.execute(
@@ -203,7 +205,10 @@ def percentile(ordered: list[float], q: float) -> float:
 
 
 def durations(
-    source: Source, *, since: datetime | timedelta = timedelta(hours=24), job_type: str | None = None,
+    source: Source,
+    *,
+    since: datetime | timedelta = timedelta(hours=24),
+    job_type: str | None = None,
     now: datetime | None = None,
 ) -> list[Durations]:
     """Per type: count, p50, p95, p99, max and mean run time of jobs completed since ``since``
@@ -225,10 +230,17 @@ def durations(
     out = []
     for name in sorted(by_type):
         values = sorted(by_type[name])
-        out.append(Durations(
-            name, len(values), percentile(values, 50), percentile(values, 95), percentile(values, 99),
-            values[-1], sum(values) / len(values),
-        ))
+        out.append(
+            Durations(
+                name,
+                len(values),
+                percentile(values, 50),
+                percentile(values, 95),
+                percentile(values, 99),
+                values[-1],
+                sum(values) / len(values),
+            )
+        )
     return out
 
 
@@ -248,8 +260,15 @@ class DuplicateGroup:
             "type": self.type,
             "idempotency_key": self.idempotency_key,
             "count": len(self.jobs),
-            "jobs": [{"id": j.id, "status": j.status.value, "created_at": j.created_at.isoformat(),
-                      "completed_at": j.completed_at.isoformat() if j.completed_at else None} for j in self.jobs],
+            "jobs": [
+                {
+                    "id": j.id,
+                    "status": j.status.value,
+                    "created_at": j.created_at.isoformat(),
+                    "completed_at": j.completed_at.isoformat() if j.completed_at else None,
+                }
+                for j in self.jobs
+            ],
         }
 
 
@@ -276,8 +295,9 @@ def duplicates(source: Source, *, job_type: str | None = None, limit: int | None
         # A join on the same grouped query: each key's jobs are one index seek when an index
         # on (type, idempotency_key) exists.
         g = groups.subquery()
-        members = records(conn, select_jobs().join(
-            g, sa.and_(t.c.type == g.c.type, t.c.idempotency_key == g.c.idempotency_key)))
+        members = records(
+            conn, select_jobs().join(g, sa.and_(t.c.type == g.c.type, t.c.idempotency_key == g.c.idempotency_key))
+        )
     by_key: dict[tuple[str, str], list[JobRecord]] = {k: [] for k in found}
     for job in sorted(members, key=lambda j: j.id):
         by_key[(job.type, job.idempotency_key)].append(job)  # type: ignore[index]
@@ -299,18 +319,27 @@ class Recent:
 
 
 def recent(
-    source: Source, *, since: datetime | timedelta = timedelta(hours=1), job_type: str | None = None,
-    limit: int | None = 100, now: datetime | None = None,
+    source: Source,
+    *,
+    since: datetime | timedelta = timedelta(hours=1),
+    job_type: str | None = None,
+    limit: int | None = 100,
+    now: datetime | None = None,
 ) -> Recent:
     """What finished in the window: counts by outcome and the newest ``limit`` jobs."""
     until = now_of(source, now)
     if isinstance(since, timedelta):
         since = until - since
     counts: dict[str, int] = {}
-    query = sa.select(t.c.status, sa.func.count()).where(
-        t.c.status.in_((JobStatus.COMPLETED.value, JobStatus.FAILED.value)),
-        t.c.completed_at >= since, t.c.completed_at <= until,
-    ).group_by(t.c.status)
+    query = (
+        sa.select(t.c.status, sa.func.count())
+        .where(
+            t.c.status.in_((JobStatus.COMPLETED.value, JobStatus.FAILED.value)),
+            t.c.completed_at >= since,
+            t.c.completed_at <= until,
+        )
+        .group_by(t.c.status)
+    )
     if job_type is not None:
         query = query.where(t.c.type == job_type)
     with reading(source) as conn:
@@ -319,8 +348,14 @@ def recent(
     return Recent(since, until, counts.get("completed", 0), counts.get("failed", 0), listed)
 
 
-def _finished(conn: sa.Connection, statuses: tuple[JobStatus, ...], job_type: str | None,
-              since: datetime | None, until: datetime | None, limit: int | None) -> list[JobRecord]:
+def _finished(
+    conn: sa.Connection,
+    statuses: tuple[JobStatus, ...],
+    job_type: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    limit: int | None,
+) -> list[JobRecord]:
     query = select_jobs().where(t.c.status.in_([s.value for s in statuses]), finished())
     if since is not None:
         query = query.where(t.c.completed_at >= since)
@@ -332,8 +367,12 @@ def _finished(conn: sa.Connection, statuses: tuple[JobStatus, ...], job_type: st
 
 
 def jobs(
-    source: Source, *, status: JobStatus | str | None = None, job_type: str | None = None,
-    since: datetime | None = None, limit: int | None = 50,
+    source: Source,
+    *,
+    status: JobStatus | str | None = None,
+    job_type: str | None = None,
+    since: datetime | None = None,
+    limit: int | None = 50,
 ) -> list[JobRecord]:
     """Jobs matching the filters. With ``status`` completed/failed, newest finished first;
     otherwise newest enqueued first (``since`` filters on enqueue time)."""

@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from functools import cache
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, Iterable, Iterator, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import orjson
 import sqlalchemy as sa
 
 from . import events, sql
 from .backend import Backend
+from .build import Builder, NewJob, tuple_new
 from .clock import Clock
 from .context import encode_result
 from .errors import (
-    DatabaseUnavailable, DuplicateActiveJob, InvalidPayload, InvalidTransition, JobNotFound, LostLease, Superseded,
+    DatabaseUnavailable,
+    DuplicateActiveJob,
+    InvalidTransition,
+    JobNotFound,
+    LostLease,
+    Superseded,
 )
-from .build import Builder, NewJob, tuple_new
 from .jobtypes import Payload, Registry
 from .record import InsertResult, JobRecord
 from .status import FENCED, TRANSITIONS, JobStatus
@@ -62,12 +68,21 @@ class Decision(NamedTuple):
     def after(self) -> JobRecord:
         """The job as this decision leaves it (for its event, when the row was not read back)."""
         attempts = self.job.attempts - 1 if self.edge == "release" else self.job.attempts
-        return self.job._replace(attempts=attempts, run_at=self.values.get("run_at", self.job.run_at),
-                                 last_error=self.values.get("error", self.job.last_error))
+        return self.job._replace(
+            attempts=attempts,
+            run_at=self.values.get("run_at", self.job.run_at),
+            last_error=self.values.get("error", self.job.last_error),
+        )
 
     @classmethod
-    def complete(cls, job: JobRecord, result: Any, children: Sequence[NewJob] = (), duration: float | None = None,
-                 finished_at: datetime | None = None) -> Decision:
+    def complete(
+        cls,
+        job: JobRecord,
+        result: Any,
+        children: Sequence[NewJob] = (),
+        duration: float | None = None,
+        finished_at: datetime | None = None,
+    ) -> Decision:
         return cls(job, "complete", {"result": encode_result(job.type, result)}, children, duration, finished_at)
 
 
@@ -129,8 +144,10 @@ class Queue:
             cur.execute(sql.INSERT_UNKEYED, self.backend.insert_values(unkeyed[0]))
         elif unkeyed:
             self._insert_unkeyed(cur, unkeyed)
-        return [tuple_new(InsertResult, (job, False)) if job.idempotency_key is None else self.insert(cur, job)
-                for job in jobs]
+        return [
+            tuple_new(InsertResult, (job, False)) if job.idempotency_key is None else self.insert(cur, job)
+            for job in jobs
+        ]
 
     def _insert_unkeyed(self, cur: Any, jobs: list[NewJob]) -> None:
         groups: dict[tuple[Any, ...], list[NewJob]] = {}
@@ -147,14 +164,22 @@ class Queue:
         for (job_type, priority, max_attempts, created_at, run_at, parent_id), group in groups.items():
             if len(group) == 1:
                 continue
-            shared = {"type": job_type, "priority": priority, "max_attempts": max_attempts,
-                      "created_at": created_at, "run_at": run_at, "parent_id": parent_id}
+            shared = {
+                "type": job_type,
+                "priority": priority,
+                "max_attempts": max_attempts,
+                "created_at": created_at,
+                "run_at": run_at,
+                "parent_id": parent_id,
+            }
             for part in _by_size(group):
                 if any(job.ordering_key is not None for job in part):
                     rows = orjson.dumps([_targeted_row(job) for job in part])
                     cur.execute(targeted, {**shared, "rows": rows.decode()})
                 else:
-                    cur.execute(untargeted, {**shared, "rows": orjson.dumps({job.id: job.payload for job in part}).decode()})
+                    cur.execute(
+                        untargeted, {**shared, "rows": orjson.dumps({job.id: job.payload for job in part}).decode()}
+                    )
 
     def enqueue_all(self, jobs: Sequence[NewJob]) -> list[InsertResult]:
         """Insert ``jobs`` in one transaction; returns after the commit is durable."""
@@ -181,8 +206,9 @@ class Queue:
             if not r.duplicate:
                 any_new = True
                 if log:
-                    events.emit("queued", job_id=r.job.id, type=r.job.type, priority=r.job.priority,
-                                parent_id=r.job.parent_id)
+                    events.emit(
+                        "queued", job_id=r.job.id, type=r.job.type, priority=r.job.priority, parent_id=r.job.parent_id
+                    )
             elif log:
                 events.emit("deduplicated", job_id=r.job.id, type=r.job.type)
         if any_new:
@@ -238,7 +264,9 @@ class Queue:
             assert job.status is to_status, (edge, from_status, job.status)
         return job
 
-    def complete_many(self, cur: Any, worker: str, decisions: Sequence[Decision], now: datetime) -> set[tuple[str, int]]:
+    def complete_many(
+        self, cur: Any, worker: str, decisions: Sequence[Decision], now: datetime
+    ) -> set[tuple[str, int]]:
         """``transition(cur, "complete", ...)`` for several of ``worker``'s jobs (distinct ids) in
         one statement, each fenced exactly as ``transition`` fences it; returns the (id, attempt)
         pairs that moved: the others lost their lease."""
@@ -269,7 +297,9 @@ class Queue:
         inserted: list[InsertResult] = []
         claimed: list[JobRecord] = []
         # The worker's group commits (records=False) complete their jobs in one statement.
-        completing = [] if records or self._complete_many_sql is None else [d for d in decisions if d.edge == "complete"]
+        completing = (
+            [] if records or self._complete_many_sql is None else [d for d in decisions if d.edge == "complete"]
+        )
         if len({d.job.id for d in completing}) != len(completing):
             completing = []  # one job twice (never from a worker): one statement each, in order
         with self.backend.write() as cur:
@@ -281,8 +311,9 @@ class Queue:
                     values = dict(d.values)
                     if d.edge in ("complete", "fail"):
                         values["now"] = d.finished_at or now
-                    job = self.transition(cur, d.edge, d.job.id, worker=worker, attempt=d.job.attempts,
-                                          returning=records, **values)
+                    job = self.transition(
+                        cur, d.edge, d.job.id, worker=worker, attempt=d.job.attempts, returning=records, **values
+                    )
                 moved.append(job)
                 if job is not None and d.children:
                     inserted.extend(self.insert_all(cur, d.children))
@@ -304,7 +335,9 @@ class Queue:
             self.wakeup.wake_local()
         return moved, self._claimed(claimed, worker)
 
-    def complete(self, job: JobRecord, worker: str, *, result: Any = None, children: Sequence[NewJob] = ()) -> JobRecord:
+    def complete(
+        self, job: JobRecord, worker: str, *, result: Any = None, children: Sequence[NewJob] = ()
+    ) -> JobRecord:
         """Mark ``job`` completed (with its follow-up jobs); LostLease if it is no longer ours."""
         return self._one(worker, Decision.complete(job, result, children))
 
@@ -334,7 +367,10 @@ class Queue:
         lost = []
         with self.backend.write() as cur:
             for job in jobs:
-                if cur.execute(sql.HEARTBEAT, {"id": job.id, "worker": worker, "attempt": job.attempts, "now": now}) == 0:
+                if (
+                    cur.execute(sql.HEARTBEAT, {"id": job.id, "worker": worker, "attempt": job.attempts, "now": now})
+                    == 0
+                ):
                     lost.append(job.id)
         return lost
 
@@ -409,5 +445,7 @@ class Queue:
             worker=worker,
             duration_ms=None if duration is None else round(duration * 1000, 3),
             run_at=job.run_at.isoformat() if edge == "retry" else None,
-            error=(job.last_error or "").split("\n", 1)[0][:200] if edge in ("retry", "fail", "reclaim", "reclaim_exhausted") else None,
+            error=(job.last_error or "").split("\n", 1)[0][:200]
+            if edge in ("retry", "fail", "reclaim", "reclaim_exhausted")
+            else None,
         )

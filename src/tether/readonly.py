@@ -7,10 +7,11 @@ Used by ``observe`` (the operator's questions) and ``retention``; ``source`` is 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Union
+from typing import TYPE_CHECKING, Union
 
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url

@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
 from . import events, fs
-from .engine import READ_ONLY
-from .drift import DRIFT, IN_SYNC, LEFTOVER_TEMP, NOT_CHECKED, STATUSES, UNKNOWN, UNTRACKED, Finding, Report
 from .backend import Backend
+from .drift import DRIFT, IN_SYNC, LEFTOVER_TEMP, NOT_CHECKED, STATUSES, UNKNOWN, UNTRACKED, Finding, Report
+from .engine import READ_ONLY
 from .jobtypes.base import SYNCED, Check, Probe, file_target, listings
 
 if TYPE_CHECKING:
@@ -51,7 +52,8 @@ PAGE = sa.text(_PAGE.format(payload=""))
 PAGE_PAYLOADS = sa.text(_PAGE.format(payload=", payload"))
 # Payloads of the few latest completed jobs an existence check disagreed on (by primary key).
 PAYLOADS = sa.text("SELECT id, payload FROM tether_jobs WHERE id IN :ids").bindparams(
-    sa.bindparam("ids", expanding=True))
+    sa.bindparam("ids", expanding=True)
+)
 # Asked again after the disk was read, for targets that disagreed: the latest completed job and
 # whether one is active now, per target.
 RECHECK = sa.text("""
@@ -64,9 +66,9 @@ GROUP BY ordering_key
 ACTIVE_ON = sa.text("""
 SELECT 1 FROM tether_jobs WHERE ordering_key = :key AND status IN ('pending', 'claimed') LIMIT 1
 """)
-KNOWN_TARGETS = sa.text(
-    "SELECT DISTINCT ordering_key FROM tether_jobs WHERE ordering_key IN :keys"
-).bindparams(sa.bindparam("keys", expanding=True))
+KNOWN_TARGETS = sa.text("SELECT DISTINCT ordering_key FROM tether_jobs WHERE ordering_key IN :keys").bindparams(
+    sa.bindparam("keys", expanding=True)
+)
 COUNT_TARGETED = sa.text("SELECT count(*) FROM tether_jobs WHERE ordering_key IS NOT NULL")
 
 # ``.<name>.<8 hex>.tether-tmp``: fs.atomic_write's temp file for ``<name>`` in the same directory.
@@ -86,8 +88,9 @@ def reconcile(
     ``content`` false checks existence only (no file is read). ``untracked`` also reports files
     under the root that no job ever named. ``progress`` is called with the number of jobs read
     after each batch."""
-    reconciler = _Reconciler(coordinator.engine, coordinator.root, coordinator.registry, content, untracked,
-                             batch_size, progress)
+    reconciler = _Reconciler(
+        coordinator.engine, coordinator.root, coordinator.registry, content, untracked, batch_size, progress
+    )
     report = reconciler.run(coordinator.clock.now())
     report.finished_at = coordinator.clock.now()
     events.emit("reconcile.finished", **report.summary())
@@ -101,8 +104,16 @@ def count_targeted_jobs(coordinator: Coordinator) -> int:
 
 
 class _Reconciler:
-    def __init__(self, engine: sa.Engine, root: Path, registry: Registry, content: bool, untracked: bool,
-                 batch_size: int, progress: Callable[[int], None] | None) -> None:
+    def __init__(
+        self,
+        engine: sa.Engine,
+        root: Path,
+        registry: Registry,
+        content: bool,
+        untracked: bool,
+        batch_size: int,
+        progress: Callable[[int], None] | None,
+    ) -> None:
         self.engine = engine
         self.root = root
         self.content = content
@@ -194,14 +205,23 @@ class _Reconciler:
         probes = self.probes
         for key, latest_id, latest_type, active_id, payload in ready:
             if active_id is not None:
-                self._found(Finding(_display(key), NOT_CHECKED, active_id, detail="a job on this path is pending or claimed"))
+                self._found(
+                    Finding(_display(key), NOT_CHECKED, active_id, detail="a job on this path is pending or claimed")
+                )
             elif latest_id is None or latest_type is None:
                 continue  # only failed jobs ever named this target: nothing is expected of it
             elif latest_type not in probes:
                 # Said, not skipped: a check run without the application's job types must not
                 # read as "all in sync".
-                self._found(Finding(_display(key), NOT_CHECKED, latest_id, latest_type,
-                                    detail=f"job type {latest_type!r} is not registered here (pass --import MODULE)"))
+                self._found(
+                    Finding(
+                        _display(key),
+                        NOT_CHECKED,
+                        latest_id,
+                        latest_type,
+                        detail=f"job type {latest_type!r} is not registered here (pass --import MODULE)",
+                    )
+                )
             elif probes[latest_type] is None:
                 continue  # a registered type without a probe has nothing on disk to prove
             else:
@@ -229,8 +249,17 @@ class _Reconciler:
                 if check is SYNCED or check.status == IN_SYNC:
                     in_sync += 1
                     continue
-                finding = Finding(_display(key), check.status, job_id, job_type, check.expected_size,
-                                  check.expected_sha256, check.actual_size, check.actual_sha256, check.detail)
+                finding = Finding(
+                    _display(key),
+                    check.status,
+                    job_id,
+                    job_type,
+                    check.expected_size,
+                    check.expected_sha256,
+                    check.actual_size,
+                    check.actual_sha256,
+                    check.detail,
+                )
                 if check.status in DRIFT:
                     self.suspects.append((key, finding))
                 else:
@@ -256,13 +285,20 @@ class _Reconciler:
         be its effect. Only a target on which the ledger still agrees is drift."""
         if not self.suspects:
             return
-        now = {key: (latest, active) for key, latest, active in
-               self._read(RECHECK, {"keys": [key for key, _ in self.suspects]})}
+        now = {
+            key: (latest, active)
+            for key, latest, active in self._read(RECHECK, {"keys": [key for key, _ in self.suspects]})
+        }
         for key, finding in self.suspects:
             latest, active = now.get(key, (None, 0))
             if active or latest != finding.job_id:
-                finding = Finding(finding.path, NOT_CHECKED, finding.job_id, finding.job_type,
-                                  detail="a job touched this path during the check")
+                finding = Finding(
+                    finding.path,
+                    NOT_CHECKED,
+                    finding.job_id,
+                    finding.job_type,
+                    detail="a job touched this path during the check",
+                )
             self._found(finding)
         self.suspects = []
 
@@ -315,7 +351,9 @@ class _Reconciler:
             try:
                 rel.encode()
             except UnicodeEncodeError:  # not UTF-8 on disk: no payload can name it
-                self._found(Finding(rel.encode(errors="surrogateescape").decode(errors="replace"), UNTRACKED, actual_size=size))
+                self._found(
+                    Finding(rel.encode(errors="surrogateescape").decode(errors="replace"), UNTRACKED, actual_size=size)
+                )
                 continue
             keys[file_target(rel)] = (rel, size)
         if not keys:
@@ -326,8 +364,12 @@ class _Reconciler:
                 self._found(Finding(rel, UNTRACKED, actual_size=size, detail="no job ever named this file"))
 
 
-def _entries(root: Path, *, only_temps: bool, listed: dict[str, tuple[list[str], list[str]]] | None = None,
-             ) -> Iterator[tuple[str, os.DirEntry[str] | bool | None]]:
+def _entries(
+    root: Path,
+    *,
+    only_temps: bool,
+    listed: dict[str, tuple[list[str], list[str]]] | None = None,
+) -> Iterator[tuple[str, os.DirEntry[str] | bool | None]]:
     """(relative path, entry) of every non-directory entry under ``root`` (only temp files with
     ``only_temps``), skipping ``.tether/``; (directory, None) for one that could not be listed.
     With ``listed`` (only temp files), the directories in it are taken from it (entry: True)."""

@@ -7,9 +7,10 @@ proves a file against exactly that job; purging it would leave the file unaccoun
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Iterable
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -60,8 +61,13 @@ def _purgeable(status: JobStatus, cutoff: datetime) -> sa.ColumnElement[bool]:
 
 
 def purge(
-    source: Source, *, older_than: timedelta, statuses: Iterable[JobStatus | str] = (JobStatus.COMPLETED,),
-    dry_run: bool = False, now: datetime | None = None, batch_size: int = 1000,
+    source: Source,
+    *,
+    older_than: timedelta,
+    statuses: Iterable[JobStatus | str] = (JobStatus.COMPLETED,),
+    dry_run: bool = False,
+    now: datetime | None = None,
+    batch_size: int = 1000,
 ) -> PurgeResult:
     """Delete jobs with a status in ``statuses`` (completed and/or failed) that finished more
     than ``older_than`` ago, in batches of ``batch_size`` so writers are never held up long.
@@ -79,8 +85,11 @@ def purge(
         planned: dict[tuple[str, str], int] = {}
         with reading(source) as conn:
             for status in chosen:
-                rows = conn.execute(sa.select(t.c.status, t.c.type, sa.func.count())
-                                    .where(_purgeable(status, cutoff)).group_by(t.c.status, t.c.type))
+                rows = conn.execute(
+                    sa.select(t.c.status, t.c.type, sa.func.count())
+                    .where(_purgeable(status, cutoff))
+                    .group_by(t.c.status, t.c.type)
+                )
                 planned.update({(st, ty): n for st, ty, n in rows})
         return PurgeResult(cutoff, chosen, True, planned)
     deleted: dict[tuple[str, str], int] = {}
@@ -89,13 +98,13 @@ def purge(
             _delete_batches(engine_of(source), _purgeable(status, cutoff), batch_size, deleted)
     except sa.exc.OperationalError as e:
         raise DatabaseUnavailable(f"purge stopped after deleting {sum(deleted.values())} job(s): {e.orig}") from e
-    events.emit("purged", count=sum(deleted.values()), cutoff=cutoff.isoformat(),
-                statuses=[s.value for s in chosen])
+    events.emit("purged", count=sum(deleted.values()), cutoff=cutoff.isoformat(), statuses=[s.value for s in chosen])
     return PurgeResult(cutoff, chosen, False, deleted)
 
 
-def _delete_batches(engine: sa.Engine, where: sa.ColumnElement[bool], batch_size: int,
-                    deleted: dict[tuple[str, str], int]) -> None:
+def _delete_batches(
+    engine: sa.Engine, where: sa.ColumnElement[bool], batch_size: int, deleted: dict[tuple[str, str], int]
+) -> None:
     # Walk the (status, completed_at) index forward from where the last batch ended: the kept
     # rows (latest per target) are passed once, not re-read by every batch.
     after: datetime | None = None
@@ -107,8 +116,9 @@ def _delete_batches(engine: sa.Engine, where: sa.ColumnElement[bool], batch_size
             rows = conn.execute(query.order_by(t.c.completed_at).limit(batch_size)).all()
             if not rows:
                 return
-            gone = conn.execute(sa.delete(t).where(t.c.id.in_([r.id for r in rows]))
-                                .returning(t.c.status, t.c.type)).all()
+            gone = conn.execute(
+                sa.delete(t).where(t.c.id.in_([r.id for r in rows])).returning(t.c.status, t.c.type)
+            ).all()
         for st, ty in gone:
             deleted[(st, ty)] = deleted.get((st, ty), 0) + 1
         if len(rows) < batch_size:

@@ -6,7 +6,7 @@ share the database with tether for the outbox, and ``jobs`` is a name they may a
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -30,13 +30,13 @@ class UTCDateTime(sa.TypeDecorator):
             return None
         if value.tzinfo is None:
             raise ValueError("tether stores timezone-aware UTC times only")
-        value = value.astimezone(timezone.utc)
+        value = value.astimezone(UTC)
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
     def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
         if value is None:
             return None
-        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 class TetherModel(SQLModel, registry=registry()):
@@ -149,8 +149,12 @@ sa.Index(
 # "Which keys were used by more than one job?" (tether duplicates): only keyed jobs pay for it.
 _keyed = sa.text("idempotency_key IS NOT NULL")
 sa.Index("ix_tether_jobs_key", _t.c.type, _t.c.idempotency_key, sqlite_where=_keyed, postgresql_where=_keyed)
-sa.Index("ix_tether_jobs_parent", _t.c.parent_id, sqlite_where=sa.text("parent_id IS NOT NULL"),
-         postgresql_where=sa.text("parent_id IS NOT NULL"))
+sa.Index(
+    "ix_tether_jobs_parent",
+    _t.c.parent_id,
+    sqlite_where=sa.text("parent_id IS NOT NULL"),
+    postgresql_where=sa.text("parent_id IS NOT NULL"),
+)
 
 # Indexes of earlier versions, replaced by the partial ones above; ensure_schema drops them.
 RETIRED_INDEXES = (

@@ -46,7 +46,8 @@ INSERT_TARGETED_SQLITE = _INSERT_SELECT.format(
     table=TABLE, rows="json_each(:rows)", **{c: f"json_extract(value, '$[{i}]')" for i, c in enumerate(_TARGETED)}
 )
 INSERT_TARGETED_POSTGRES = _INSERT_SELECT.format(
-    table=TABLE, rows="json_array_elements(CAST(:rows AS json)) AS r(value)",
+    table=TABLE,
+    rows="json_array_elements(CAST(:rows AS json)) AS r(value)",
     **{c: f"value ->> {i}" for i, c in enumerate(_TARGETED)},
 )
 

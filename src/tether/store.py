@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, TypeVar
+from typing import Any, TypeVar
 
 import orjson
 import sqlalchemy as sa
@@ -42,8 +43,10 @@ class InvalidModel(InvalidPayload):
         self.model = model
         self.path = path
         # InvalidPayload's own message is about payload fields; this one is about the model.
-        where = f"the file {path!r} does not hold a valid {model}" if on_disk else (
-            f"refusing to save an invalid {model} to {path!r} (nothing was enqueued)"
+        where = (
+            f"the file {path!r} does not hold a valid {model}"
+            if on_disk
+            else (f"refusing to save an invalid {model} to {path!r} (nothing was enqueued)")
         )
         TetherError.__init__(self, f"{where}: " + "; ".join(problems))
 
@@ -81,8 +84,15 @@ class JsonStore:
     completed. Default keys are none: two saves of one path both run, in enqueue order.
     """
 
-    def __init__(self, coordinator: Coordinator, *, max_attempts: int = 3, priority: int = 0,
-                 wait_timeout: float = DEFAULT_WAIT_TIMEOUT, **worker_config: Any) -> None:
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        *,
+        max_attempts: int = 3,
+        priority: int = 0,
+        wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
+        **worker_config: Any,
+    ) -> None:
         self.coordinator = coordinator
         self.max_attempts = max_attempts
         self.priority = priority
@@ -115,17 +125,32 @@ class JsonStore:
             return checked.model_dump(mode="json", by_alias=True)
         if isinstance(model, Mapping):
             return dict(model)  # CreateFile checks it is a JSON value
-        raise InvalidModel(type(model).__name__, path,
-                           ["(model): expected a pydantic/SQLModel model or a dict"])
+        raise InvalidModel(type(model).__name__, path, ["(model): expected a pydantic/SQLModel model or a dict"])
 
-    def save(self, path: str, model: BaseModel | Mapping[str, Any], *, wait: bool = False,
-             key: str | None = None, session: Session | None = None, **options: Any) -> InsertResult:
+    def save(
+        self,
+        path: str,
+        model: BaseModel | Mapping[str, Any],
+        *,
+        wait: bool = False,
+        key: str | None = None,
+        session: Session | None = None,
+        **options: Any,
+    ) -> InsertResult:
         """Record a job that writes ``model``'s canonical JSON to ``path`` (overwriting).
         Raises InvalidModel / InvalidPayload / UnsafePath before any job exists."""
         return self._record(self.payload(path, model), wait=wait, key=key, session=session, **options)
 
-    def delete(self, path: str, *, wait: bool = False, require_exists: bool = False,
-               key: str | None = None, session: Session | None = None, **options: Any) -> InsertResult:
+    def delete(
+        self,
+        path: str,
+        *,
+        wait: bool = False,
+        require_exists: bool = False,
+        key: str | None = None,
+        session: Session | None = None,
+        **options: Any,
+    ) -> InsertResult:
         """Record a job that deletes ``path`` (a missing file is success unless ``require_exists``)."""
         try:
             payload = DeleteFile(path=path, require_exists=require_exists)
@@ -133,11 +158,14 @@ class JsonStore:
             raise InvalidPayload(DeleteFile.job_type, describe(e)) from e
         return self._record(payload, wait=wait, key=key, session=session, **options)
 
-    def _record(self, payload: Any, *, wait: bool, key: str | None, session: Session | None,
-                **options: Any) -> InsertResult:
+    def _record(
+        self, payload: Any, *, wait: bool, key: str | None, session: Session | None, **options: Any
+    ) -> InsertResult:
         if wait and session is not None:
-            raise TetherError("wait=True cannot be used with session=: the job is not committed "
-                              "until your session commits; call store.flush() after the commit")
+            raise TetherError(
+                "wait=True cannot be used with session=: the job is not committed "
+                "until your session commits; call store.flush() after the commit"
+            )
         options.setdefault("max_attempts", self.max_attempts)
         options.setdefault("priority", self.priority)
         result = self.coordinator.enqueue(payload, key=key, session=session, **options)
@@ -149,7 +177,6 @@ class JsonStore:
             return result
         self.wait([result.id])
         return InsertResult(self.coordinator.get(result.id), result.duplicate)
-
 
     def _track(self, job_id: str) -> None:
         with self._lock:
@@ -223,7 +250,9 @@ class JsonStore:
         try:
             return model.model_validate(orjson.loads(data))
         except orjson.JSONDecodeError as e:
-            raise InvalidModel(model.__name__, path, [f"not valid JSON ({e.msg} at position {e.pos})"], on_disk=True) from e
+            raise InvalidModel(
+                model.__name__, path, [f"not valid JSON ({e.msg} at position {e.pos})"], on_disk=True
+            ) from e
         except ValidationError as e:
             raise InvalidModel(model.__name__, path, describe(e), on_disk=True) from e
 
@@ -235,7 +264,9 @@ class JsonStore:
         except (FileNotFoundError, IsADirectoryError) as e:
             raise ModelNotFound(path, str(self.coordinator.root)) from e
         except orjson.JSONDecodeError as e:
-            raise InvalidModel("JSON value", path, [f"not valid JSON ({e.msg} at position {e.pos})"], on_disk=True) from e
+            raise InvalidModel(
+                "JSON value", path, [f"not valid JSON ({e.msg} at position {e.pos})"], on_disk=True
+            ) from e
 
 
 def _error_line(last_error: str | None) -> str:

@@ -136,7 +136,15 @@ class PgWakeup(Wakeup):
             # once it is garbage.
             self._thread = threading.Thread(
                 target=_listen_loop,
-                args=(weakref.ref(self), conninfo, self.channel, self.token, self._stop, self.listening, self.max_backoff),
+                args=(
+                    weakref.ref(self),
+                    conninfo,
+                    self.channel,
+                    self.token,
+                    self._stop,
+                    self.listening,
+                    self.max_backoff,
+                ),
                 name=f"tether-listen-{self.channel}",
                 daemon=True,
             )

@@ -8,10 +8,11 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
 
@@ -182,7 +183,9 @@ class Worker:
         try:
             return self.decide(job, outcome, duration)
         except Exception as e:  # e.g. a retry policy that raises: the job fails, visibly
-            return Decision(job, "fail", {"error": error_text(e)}, duration=duration, finished_at=self.queue.clock.now())
+            return Decision(
+                job, "fail", {"error": error_text(e)}, duration=duration, finished_at=self.queue.clock.now()
+            )
 
     def report(self, job: JobRecord, outcome: Returned | BaseException, duration: float) -> None:
         """Record one outcome now; LostLease if the job is no longer this worker's."""
@@ -209,8 +212,9 @@ class Worker:
                 # that went through unseen must not leave a second batch claimed: retry without.
                 claim = 0
                 backoff = self._next_backoff(backoff)
-                events.emit("db_error", worker=self.id, error=type(e.orig or e).__name__, retry_in=backoff,
-                            jobs=len(decisions))
+                events.emit(
+                    "db_error", worker=self.id, error=type(e.orig or e).__name__, retry_in=backoff, jobs=len(decisions)
+                )
                 if self._stopping.wait(backoff) and self._cancel.is_set():
                     return []
             except sa.exc.SQLAlchemyError as e:
@@ -276,8 +280,12 @@ class Worker:
 
         def handle(signum: int, _frame: Any) -> None:
             first = not self._stopping.is_set()
-            events.emit("shutdown", worker=self.id, signal=signal.Signals(signum).name,
-                        mode="finish current job" if first else "cancel at next checkpoint")
+            events.emit(
+                "shutdown",
+                worker=self.id,
+                signal=signal.Signals(signum).name,
+                mode="finish current job" if first else "cancel at next checkpoint",
+            )
             self.stop(cancel=not first)
 
         previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -8,10 +8,23 @@ import sqlalchemy as sa
 import typer
 
 from ..errors import TetherError
+
 # Importing a command module registers its command.
 from . import (  # noqa: F401
-    duplicates, durations, enqueue, failed, jobs, metrics, purge, recent, reconcile, retry, show, status,
-    stuck, worker,
+    duplicates,
+    durations,
+    enqueue,
+    failed,
+    jobs,
+    metrics,
+    purge,
+    recent,
+    reconcile,
+    retry,
+    show,
+    status,
+    stuck,
+    worker,
 )
 from .app import app, err
 

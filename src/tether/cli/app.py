@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import orjson
 import typer
@@ -40,11 +40,37 @@ settings = Settings()
 
 @app.callback()
 def _global(
-    db: Optional[str] = typer.Option(None, "--db", envvar="TETHER_DB", help="SQLAlchemy URL of the ledger (default sqlite:///tether.db in the working directory)."),
-    root: Optional[str] = typer.Option(None, "--root", envvar="TETHER_ROOT", help="The data root all payload paths are relative to (default: the working directory)."),
-    imports: list[str] = typer.Option([], "--import", "-i", envvar="TETHER_IMPORT", help="Python module that registers your own job types (repeatable)."),
-    schema: Optional[str] = typer.Option(None, "--schema", envvar="TETHER_SCHEMA", help="PostgreSQL schema holding the ledger, for a database shared with other applications."),
-    durability: Optional[str] = typer.Option(None, "--durability", envvar="TETHER_DURABILITY", help="SQLite commit durability: 'full' (default; survives power loss) or 'normal' (may lose the last commits on power loss)."),
+    db: str | None = typer.Option(
+        None,
+        "--db",
+        envvar="TETHER_DB",
+        help="SQLAlchemy URL of the ledger (default sqlite:///tether.db in the working directory).",
+    ),
+    root: str | None = typer.Option(
+        None,
+        "--root",
+        envvar="TETHER_ROOT",
+        help="The data root all payload paths are relative to (default: the working directory).",
+    ),
+    imports: list[str] = typer.Option(
+        [],
+        "--import",
+        "-i",
+        envvar="TETHER_IMPORT",
+        help="Python module that registers your own job types (repeatable).",
+    ),
+    schema: str | None = typer.Option(
+        None,
+        "--schema",
+        envvar="TETHER_SCHEMA",
+        help="PostgreSQL schema holding the ledger, for a database shared with other applications.",
+    ),
+    durability: str | None = typer.Option(
+        None,
+        "--durability",
+        envvar="TETHER_DURABILITY",
+        help="SQLite commit durability: 'full' (default; survives power loss) or 'normal' (may lose the last commits on power loss).",
+    ),
 ) -> None:
     settings.db, settings.root, settings.imports = db, root, tuple(imports)
     settings.durability = durability

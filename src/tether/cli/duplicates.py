@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Optional
 
 import typer
 
@@ -14,7 +13,7 @@ from .output import JSON_OPTION, ledger, limit_value, table
 
 @app.command()
 def duplicates(
-    job_type: Optional[str] = typer.Option(None, "--type", "-t", help="Only keys of this type."),
+    job_type: str | None = typer.Option(None, "--type", "-t", help="Only keys of this type."),
     limit: int = typer.Option(50, "--limit", "-n", help="Show at most this many keys (0 for all)."),
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -33,8 +32,18 @@ def duplicates(
     rows = []
     for g in groups:
         by_status = Counter(j.status.value for j in g.jobs)
-        rows.append((g.type, g.idempotency_key, len(g.jobs),
-                     ", ".join(f"{n} {s}" for s, n in sorted(by_status.items())),
-                     " ".join(j.id for j in g.jobs[-3:]) + (" …" if len(g.jobs) > 3 else "")))
-    table("Keys used by more than one job", ["type", "key", "jobs", "statuses", "latest ids"], rows,
-          empty="no duplicate keys")
+        rows.append(
+            (
+                g.type,
+                g.idempotency_key,
+                len(g.jobs),
+                ", ".join(f"{n} {s}" for s, n in sorted(by_status.items())),
+                " ".join(j.id for j in g.jobs[-3:]) + (" …" if len(g.jobs) > 3 else ""),
+            )
+        )
+    table(
+        "Keys used by more than one job",
+        ["type", "key", "jobs", "statuses", "latest ids"],
+        rows,
+        empty="no duplicate keys",
+    )

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from .. import observe
@@ -14,7 +12,7 @@ from .output import JSON_OPTION, ledger, parse_duration, seconds, table
 @app.command()
 def durations(
     since: str = typer.Option("24h", "--since", help="Window of completion times, back from now, e.g. 1h, 7d."),
-    job_type: Optional[str] = typer.Option(None, "--type", "-t", help="Only jobs of this type."),
+    job_type: str | None = typer.Option(None, "--type", "-t", help="Only jobs of this type."),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """How long jobs take: count, p50, p95, p99, max per type over a window.
@@ -30,6 +28,9 @@ def durations(
     if as_json:
         print_json({"window_seconds": window.total_seconds(), "types": [d.to_dict() for d in rows]})
         return
-    table(f"Durations of jobs completed in the last {since}", ["type", "count", "p50", "p95", "p99", "max"],
-          [(d.type, d.count, seconds(d.p50), seconds(d.p95), seconds(d.p99), seconds(d.max)) for d in rows],
-          empty="no jobs completed")
+    table(
+        f"Durations of jobs completed in the last {since}",
+        ["type", "count", "p50", "p95", "p99", "max"],
+        [(d.type, d.count, seconds(d.p50), seconds(d.p95), seconds(d.p99), seconds(d.max)) for d in rows],
+        empty="no jobs completed",
+    )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
 
 import orjson
 import typer
@@ -27,12 +26,20 @@ def _load_payload(job_type: str, raw: str) -> dict:
 @app.command()
 def enqueue(
     job_type: str = typer.Argument(..., metavar="TYPE", help="Job type, e.g. create_file or delete_file."),
-    payload: Optional[str] = typer.Option(None, "--payload", "-p", help="Payload as JSON, or @file to read it from a file."),
-    jsonl: Optional[str] = typer.Option(None, "--jsonl", help="File with one JSON payload per line ('-' for stdin); all are enqueued in one transaction."),
+    payload: str | None = typer.Option(
+        None, "--payload", "-p", help="Payload as JSON, or @file to read it from a file."
+    ),
+    jsonl: str | None = typer.Option(
+        None,
+        "--jsonl",
+        help="File with one JSON payload per line ('-' for stdin); all are enqueued in one transaction.",
+    ),
     priority: int = typer.Option(0, "--priority", help="Higher runs first."),
-    key: Optional[str] = typer.Option(None, "--key", help="Idempotency key: an active job of this type with the same key is returned instead."),
+    key: str | None = typer.Option(
+        None, "--key", help="Idempotency key: an active job of this type with the same key is returned instead."
+    ),
     max_attempts: int = typer.Option(3, "--max-attempts", help="Attempts before the job fails."),
-    delay: Optional[float] = typer.Option(None, "--delay", help="Seconds to wait before the job may run."),
+    delay: float | None = typer.Option(None, "--delay", help="Seconds to wait before the job may run."),
     as_json: bool = typer.Option(False, "--json", help="Print the whole job record(s) as JSON."),
 ) -> None:
     """Record a job; prints its id (or the id of the active duplicate it matched).

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from .. import observe
@@ -14,8 +12,8 @@ from .output import JSON_OPTION, LIMIT_HELP, first_line, job_dicts, ledger, limi
 
 @app.command()
 def failed(
-    job_type: Optional[str] = typer.Option(None, "--type", "-t", help="Only jobs of this type."),
-    since: Optional[str] = typer.Option(None, "--since", help="Only jobs that failed within this window, e.g. 1h, 7d."),
+    job_type: str | None = typer.Option(None, "--type", "-t", help="Only jobs of this type."),
+    since: str | None = typer.Option(None, "--since", help="Only jobs that failed within this window, e.g. 1h, 7d."),
     limit: int = typer.Option(50, "--limit", "-n", help=LIMIT_HELP),
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -34,6 +32,12 @@ def failed(
     if as_json:
         print_json({"jobs": job_dicts(jobs)})
         return
-    table("Failed jobs", ["type", "id", "attempts", "failed at (UTC)", "last error"],
-          [(j.type, j.id, f"{j.attempts}/{j.max_attempts}", when(j.completed_at), first_line(j.last_error))
-           for j in jobs], empty="no failed jobs")
+    table(
+        "Failed jobs",
+        ["type", "id", "attempts", "failed at (UTC)", "last error"],
+        [
+            (j.type, j.id, f"{j.attempts}/{j.max_attempts}", when(j.completed_at), first_line(j.last_error))
+            for j in jobs
+        ],
+        empty="no failed jobs",
+    )

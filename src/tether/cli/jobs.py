@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from .. import observe
@@ -17,9 +15,9 @@ from .output import JSON_OPTION, LIMIT_HELP, first_line, job_dicts, ledger, limi
 
 @app.command()
 def jobs(
-    status: Optional[str] = typer.Option(None, "--status", "-s", help="pending, claimed, completed or failed."),
-    job_type: Optional[str] = typer.Option(None, "--type", "-t", help="Only jobs of this type."),
-    since: Optional[str] = typer.Option(None, "--since", help="Only jobs enqueued within this window, e.g. 30m, 2d."),
+    status: str | None = typer.Option(None, "--status", "-s", help="pending, claimed, completed or failed."),
+    job_type: str | None = typer.Option(None, "--type", "-t", help="Only jobs of this type."),
+    since: str | None = typer.Option(None, "--since", help="Only jobs enqueued within this window, e.g. 30m, 2d."),
     limit: int = typer.Option(50, "--limit", "-n", help=LIMIT_HELP),
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -43,9 +41,24 @@ def jobs(
     if as_json:
         print_json({"jobs": job_dicts(found)})
         return
-    table(None, ["id", "type", "status", "attempts", "created (UTC)", "when (UTC)", "worker", "last error"],
-          [(j.id, j.type, j.status.value, f"{j.attempts}/{j.max_attempts}", when(j.created_at), _when(j),
-            j.locked_by, first_line(j.last_error, 60)) for j in found], empty="no jobs match")
+    table(
+        None,
+        ["id", "type", "status", "attempts", "created (UTC)", "when (UTC)", "worker", "last error"],
+        [
+            (
+                j.id,
+                j.type,
+                j.status.value,
+                f"{j.attempts}/{j.max_attempts}",
+                when(j.created_at),
+                _when(j),
+                j.locked_by,
+                first_line(j.last_error, 60),
+            )
+            for j in found
+        ],
+        empty="no jobs match",
+    )
 
 
 def _when(job: JobRecord) -> str:

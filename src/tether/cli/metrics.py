@@ -14,9 +14,13 @@ from .output import ledger, parse_duration
 
 @app.command()
 def metrics(
-    lock_timeout: float = typer.Option(DEFAULT_LOCK_TIMEOUT, "--lock-timeout", help="Seconds after which a claimed job counts as stuck."),
+    lock_timeout: float = typer.Option(
+        DEFAULT_LOCK_TIMEOUT, "--lock-timeout", help="Seconds after which a claimed job counts as stuck."
+    ),
     window: str = typer.Option("1h", "--window", help="Window of the duration summary, e.g. 5m, 1h."),
-    backlog_limit: int = typer.Option(100, "--backlog-limit", envvar="TETHER_BACKLOG_LIMIT", help="Backlog soft limit used for tether_health."),
+    backlog_limit: int = typer.Option(
+        100, "--backlog-limit", envvar="TETHER_BACKLOG_LIMIT", help="Backlog soft limit used for tether_health."
+    ),
 ) -> None:
     """Print the ledger's numbers in Prometheus text format.
 
@@ -29,7 +33,8 @@ def metrics(
 
     span = parse_duration(window, "--window")
     with ledger() as engine:
-        text = exposition(engine, lock_timeout=lock_timeout, window=span,
-                          thresholds=Thresholds(backlog_limit=backlog_limit))
+        text = exposition(
+            engine, lock_timeout=lock_timeout, window=span, thresholds=Thresholds(backlog_limit=backlog_limit)
+        )
     sys.stdout.write(text.decode())
     sys.stdout.flush()

@@ -13,8 +13,12 @@ from .output import ledger, parse_duration, table, when
 
 @app.command()
 def purge(
-    older_than: str = typer.Option(..., "--older-than", help="Delete jobs that finished longer ago than this, e.g. 7d, 12h."),
-    completed: bool = typer.Option(False, "--completed", help="Delete completed jobs (the latest per file/target is kept)."),
+    older_than: str = typer.Option(
+        ..., "--older-than", help="Delete jobs that finished longer ago than this, e.g. 7d, 12h."
+    ),
+    completed: bool = typer.Option(
+        False, "--completed", help="Delete completed jobs (the latest per file/target is kept)."
+    ),
     failed: bool = typer.Option(False, "--failed", help="Delete failed jobs."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only print what would be deleted."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (schema: docs/cli-json.md)."),
@@ -37,5 +41,9 @@ def purge(
         return
     verb = "would delete" if dry_run else "deleted"
     out.print(f"{verb} {result.total} job(s) that finished before {when(result.cutoff)} UTC", markup=False)
-    table(None, ["status", "type", "jobs"], [(st, ty, n) for (st, ty), n in sorted(result.by_status_type.items())],
-          empty="nothing to purge")
+    table(
+        None,
+        ["status", "type", "jobs"],
+        [(st, ty, n) for (st, ty), n in sorted(result.by_status_type.items())],
+        empty="nothing to purge",
+    )

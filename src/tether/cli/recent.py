@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from .. import observe
 from .app import app, out, print_json
-from .output import JSON_OPTION, LIMIT_HELP, first_line, job_dicts, ledger, limit_value, parse_duration, seconds, table, when
+from .output import (
+    JSON_OPTION,
+    LIMIT_HELP,
+    first_line,
+    job_dicts,
+    ledger,
+    limit_value,
+    parse_duration,
+    seconds,
+    table,
+    when,
+)
 
 
 @app.command()
 def recent(
     since: str = typer.Option("1h", "--since", help="Window back from now, e.g. 15m, 1h, 2d."),
-    job_type: Optional[str] = typer.Option(None, "--type", "-t", help="Only jobs of this type."),
+    job_type: str | None = typer.Option(None, "--type", "-t", help="Only jobs of this type."),
     limit: int = typer.Option(100, "--limit", "-n", help=LIMIT_HELP),
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -27,12 +36,34 @@ def recent(
     with ledger() as engine:
         r = observe.recent(engine, since=window, job_type=job_type, limit=n)
     if as_json:
-        print_json({"since": r.since.isoformat(), "until": r.until.isoformat(), "completed": r.completed,
-                    "failed": r.failed, "jobs": job_dicts(r.jobs)})
+        print_json(
+            {
+                "since": r.since.isoformat(),
+                "until": r.until.isoformat(),
+                "completed": r.completed,
+                "failed": r.failed,
+                "jobs": job_dicts(r.jobs),
+            }
+        )
         return
     out.print(f"{r.completed} completed, {r.failed} failed since {when(r.since)} UTC", markup=False)
     rows = []
     for j in r.jobs:
         took = seconds((j.completed_at - j.claimed_at).total_seconds()) if j.completed_at and j.claimed_at else ""
-        rows.append((when(j.completed_at), j.status.value, j.type, j.id, j.attempts, took, first_line(j.last_error, 60) if j.status.value == "failed" else ""))
-    table(None, ["finished (UTC)", "status", "type", "id", "attempts", "took", "error"], rows, empty="nothing finished in the window")
+        rows.append(
+            (
+                when(j.completed_at),
+                j.status.value,
+                j.type,
+                j.id,
+                j.attempts,
+                took,
+                first_line(j.last_error, 60) if j.status.value == "failed" else "",
+            )
+        )
+    table(
+        None,
+        ["finished (UTC)", "status", "type", "id", "attempts", "took", "error"],
+        rows,
+        empty="nothing finished in the window",
+    )

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -17,19 +18,32 @@ from rich.table import Table
 from .. import events
 from ..errors import ConfigError
 from ..readonly import open_ledger
-from ..reconcile import DRIFT, STATUSES, Report, count_targeted_jobs, reconcile as run_reconcile
+from ..reconcile import DRIFT, STATUSES, Report, count_targeted_jobs
+from ..reconcile import reconcile as run_reconcile
 from .app import app, err, open_coordinator, out, print_json, settings
 
 
 @app.command()
 def reconcile(
     as_json: bool = typer.Option(False, "--json", help="Print the whole report as JSON."),
-    exists_only: bool = typer.Option(False, "--exists-only", help="Only check that files exist or are absent (no file is read): fast, but misses changed bytes."),
-    untracked: bool = typer.Option(False, "--untracked", help="Also report files under the root that no job ever named."),
-    startup: bool = typer.Option(False, "--startup", help="Reclaim stale locks first (Coordinator.startup_check): what to run before workers start. Without it the check writes nothing."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print events (drift.detected, reconcile.finished: JSON lines on stderr)."),
-    db: Optional[str] = typer.Option(None, "--db", help="Ledger URL (same as the global --db / TETHER_DB)."),
-    root: Optional[str] = typer.Option(None, "--root", help="Data root (same as the global --root / TETHER_ROOT)."),
+    exists_only: bool = typer.Option(
+        False,
+        "--exists-only",
+        help="Only check that files exist or are absent (no file is read): fast, but misses changed bytes.",
+    ),
+    untracked: bool = typer.Option(
+        False, "--untracked", help="Also report files under the root that no job ever named."
+    ),
+    startup: bool = typer.Option(
+        False,
+        "--startup",
+        help="Reclaim stale locks first (Coordinator.startup_check): what to run before workers start. Without it the check writes nothing.",
+    ),
+    quiet: bool = typer.Option(
+        False, "--quiet", "-q", help="Do not print events (drift.detected, reconcile.finished: JSON lines on stderr)."
+    ),
+    db: str | None = typer.Option(None, "--db", help="Ledger URL (same as the global --db / TETHER_DB)."),
+    root: str | None = typer.Option(None, "--root", help="Data root (same as the global --root / TETHER_ROOT)."),
 ) -> None:
     """Compare the ledger with the data root and report drift; never repairs anything.
 
@@ -87,8 +101,14 @@ class _progress:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         total = count_targeted_jobs(self.coordinator)
-        self.bar = Progress(TextColumn("reconciling jobs"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                            console=err, transient=True)
+        self.bar = Progress(
+            TextColumn("reconciling jobs"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            transient=True,
+        )
         self.bar.start()
         task = self.bar.add_task("reconcile", total=total)
         bar = self.bar
@@ -103,19 +123,24 @@ def _print(report: Report) -> None:
     counts = ", ".join(f"{report.counts[s]} {s}" for s in STATUSES if report.counts[s] or s == "in_sync")
     newest = report.newest_job_id or "none"
     mode = "content" if report.content else "existence only"
-    out.print(f"checked {report.checked} path(s) at {report.checked_at.isoformat()} ({mode}; newest job {newest}): {counts}")
+    out.print(
+        f"checked {report.checked} path(s) at {report.checked_at.isoformat()} ({mode}; newest job {newest}): {counts}"
+    )
     if report.findings:
         table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
         for column in ("status", "path", "job", "expected", "actual"):
             wrap = column in ("path", "actual")
-            table.add_column(column, overflow="fold" if wrap else "ellipsis", no_wrap=not wrap, ratio=1 if wrap else None)
+            table.add_column(
+                column, overflow="fold" if wrap else "ellipsis", no_wrap=not wrap, ratio=1 if wrap else None
+            )
         for f in report.findings:
             style = "red" if f.status in DRIFT else "yellow" if f.status == "unknown" else None
             actual = _bytes(f.actual_size, f.actual_sha256)
             if f.detail and f.status in ("unknown", "modified", "not_checked", "missing"):
                 actual = f.detail if actual == "-" else f"{actual} ({f.detail})"
-            table.add_row(f.status, f.path, f.job_id or "-", _bytes(f.expected_size, f.expected_sha256), actual,
-                          style=style)
+            table.add_row(
+                f.status, f.path, f.job_id or "-", _bytes(f.expected_size, f.expected_sha256), actual, style=style
+            )
         out.print(table)
     verdict = {0: "in sync", 1: "could not check every path", 2: f"drift found ({report.drift})"}[report.exit_code]
     out.print(verdict)

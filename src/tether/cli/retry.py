@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from .. import observe
@@ -14,9 +12,9 @@ from .output import ledger, table
 
 @app.command()
 def retry(
-    job_ids: Optional[list[str]] = typer.Argument(None, metavar="[ID]...", help="Ids of failed jobs to retry."),
+    job_ids: list[str] | None = typer.Argument(None, metavar="[ID]...", help="Ids of failed jobs to retry."),
     all_failed: bool = typer.Option(False, "--failed", help="Retry every failed job (with --type: of that type)."),
-    job_type: Optional[str] = typer.Option(None, "--type", "-t", help="With --failed: only jobs of this type."),
+    job_type: str | None = typer.Option(None, "--type", "-t", help="With --failed: only jobs of this type."),
     as_json: bool = typer.Option(False, "--json", help="Print what was retried as JSON (schema: docs/cli-json.md)."),
 ) -> None:
     """Put failed jobs back to pending, attempts reset (by id, or all with --failed).
@@ -43,8 +41,12 @@ def retry(
         print_json({"retried": [j.to_dict() for j in retried], "errors": errors})
     else:
         if retried or not errors:
-            table(None, ["retried", "type", "status"], [(j.id, j.type, j.status.value) for j in retried],
-                  empty="no failed jobs to retry")
+            table(
+                None,
+                ["retried", "type", "status"],
+                [(j.id, j.type, j.status.value) for j in retried],
+                empty="no failed jobs to retry",
+            )
         for e in errors:
             err.print(f"tether: error: {e['error']}", markup=False, soft_wrap=True)
         if retried:

@@ -14,7 +14,9 @@ from .output import ledger, when
 @app.command()
 def show(
     job_id: str = typer.Argument(..., metavar="ID", help="The job id (a ULID, as printed by enqueue or jobs)."),
-    payload: bool = typer.Option(False, "--payload", help="Also print the payload (it may hold file contents or prompts)."),
+    payload: bool = typer.Option(
+        False, "--payload", help="Also print the payload (it may hold file contents or prompts)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the job record as JSON (schema: docs/cli-json.md)."),
 ) -> None:
     """Everything about one job: every column, the whole last error, result, children.

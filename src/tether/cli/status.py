@@ -16,9 +16,18 @@ _STYLE = {Verdict.OK: "green", Verdict.WARNING: "yellow", Verdict.ERROR: "red", 
 
 @app.command()
 def status(
-    backlog_limit: int = typer.Option(100, "--backlog-limit", envvar="TETHER_BACKLOG_LIMIT", help="Backlog soft limit: warning at --warn-ratio of it, error at it. Jobs are never refused."),
-    warn_ratio: float = typer.Option(0.8, "--warn-ratio", help="Fraction of the backlog limit at which the verdict becomes warning."),
-    lock_timeout: float = typer.Option(DEFAULT_LOCK_TIMEOUT, "--lock-timeout", help="Seconds after which a claimed job's lock is stale (stuck)."),
+    backlog_limit: int = typer.Option(
+        100,
+        "--backlog-limit",
+        envvar="TETHER_BACKLOG_LIMIT",
+        help="Backlog soft limit: warning at --warn-ratio of it, error at it. Jobs are never refused.",
+    ),
+    warn_ratio: float = typer.Option(
+        0.8, "--warn-ratio", help="Fraction of the backlog limit at which the verdict becomes warning."
+    ),
+    lock_timeout: float = typer.Option(
+        DEFAULT_LOCK_TIMEOUT, "--lock-timeout", help="Seconds after which a claimed job's lock is stale (stuck)."
+    ),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Health verdict, outstanding jobs by type, failed, stuck, oldest pending age.
@@ -51,13 +60,22 @@ def status(
 def _render(h: Health) -> None:
     s = h.stats
     style = _STYLE[h.verdict]
-    out.print(f"[bold {style}]{h.verdict.label.upper()}[/]  {s.outstanding} outstanding "
-              f"({s.pending} pending, {s.claimed} claimed), {s.failed} failed, {s.stuck} stuck; "
-              f"oldest pending {age(s.oldest_pending_age)}")
+    out.print(
+        f"[bold {style}]{h.verdict.label.upper()}[/]  {s.outstanding} outstanding "
+        f"({s.pending} pending, {s.claimed} claimed), {s.failed} failed, {s.stuck} stuck; "
+        f"oldest pending {age(s.oldest_pending_age)}"
+    )
     for reason in h.reasons:
         out.print(f"  - {reason}", markup=False)
-    table("Outstanding by type", ["type", "pending", "claimed", "outstanding"],
-          [(b.type, b.pending, b.claimed, b.outstanding) for b in s.by_type], empty="no outstanding jobs")
-    table("Checks", ["check", "value", "verdict", "threshold"],
-          [(c.name, int(c.value), c.verdict.label, c.rule) for c in h.checks])
+    table(
+        "Outstanding by type",
+        ["type", "pending", "claimed", "outstanding"],
+        [(b.type, b.pending, b.claimed, b.outstanding) for b in s.by_type],
+        empty="no outstanding jobs",
+    )
+    table(
+        "Checks",
+        ["check", "value", "verdict", "threshold"],
+        [(c.name, int(c.value), c.verdict.label, c.rule) for c in h.checks],
+    )
     out.print(f"as of {when(s.now)} UTC; oldest pending enqueued {when(s.oldest_pending_at) or '-'}", markup=False)

@@ -12,7 +12,9 @@ from .output import JSON_OPTION, LIMIT_HELP, age, ledger, limit_value, table, wh
 
 @app.command()
 def stuck(
-    lock_timeout: float = typer.Option(DEFAULT_LOCK_TIMEOUT, "--lock-timeout", help="Seconds after which a claimed job's lock is stale."),
+    lock_timeout: float = typer.Option(
+        DEFAULT_LOCK_TIMEOUT, "--lock-timeout", help="Seconds after which a claimed job's lock is stale."
+    ),
     limit: int = typer.Option(100, "--limit", "-n", help=LIMIT_HELP),
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -27,13 +29,20 @@ def stuck(
     with ledger() as engine:
         found = observe.stuck(engine, lock_timeout=lock_timeout, limit=n)
     if as_json:
-        print_json({
-            "now": found.now.isoformat(),
-            "lock_timeout": found.lock_timeout,
-            "jobs": [{**j.to_dict(), "held_for": found.held_for(j)} for j in found.jobs],
-        })
+        print_json(
+            {
+                "now": found.now.isoformat(),
+                "lock_timeout": found.lock_timeout,
+                "jobs": [{**j.to_dict(), "held_for": found.held_for(j)} for j in found.jobs],
+            }
+        )
         return
-    table(f"Stuck jobs (lock older than {lock_timeout:g}s)",
-          ["type", "id", "worker", "locked since (UTC)", "held for", "attempt"],
-          [(j.type, j.id, j.locked_by, when(j.locked_at), age(found.held_for(j)), f"{j.attempts}/{j.max_attempts}")
-           for j in found.jobs], empty="no stuck jobs")
+    table(
+        f"Stuck jobs (lock older than {lock_timeout:g}s)",
+        ["type", "id", "worker", "locked since (UTC)", "held for", "attempt"],
+        [
+            (j.type, j.id, j.locked_by, when(j.locked_at), age(found.held_for(j)), f"{j.attempts}/{j.max_attempts}")
+            for j in found.jobs
+        ],
+        empty="no stuck jobs",
+    )

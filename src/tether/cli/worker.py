@@ -13,8 +13,18 @@ from .app import app, err, open_coordinator
 def worker(
     until_idle: bool = typer.Option(False, "--until-idle", help="Sweep stale locks, run every ready job, then exit 0."),
     threads: int = typer.Option(1, "--threads", min=1, help="Threads claiming jobs independently."),
-    poll_interval: float = typer.Option(1.0, "--poll-interval", min=0.001, help="Seconds between polls when idle (enqueues in this process wake it at once)."),
-    lock_timeout: float = typer.Option(DEFAULT_LOCK_TIMEOUT, "--lock-timeout", min=0.001, help="Seconds after which a claimed job without heartbeat is reclaimed."),
+    poll_interval: float = typer.Option(
+        1.0,
+        "--poll-interval",
+        min=0.001,
+        help="Seconds between polls when idle (enqueues in this process wake it at once).",
+    ),
+    lock_timeout: float = typer.Option(
+        DEFAULT_LOCK_TIMEOUT,
+        "--lock-timeout",
+        min=0.001,
+        help="Seconds after which a claimed job without heartbeat is reclaimed.",
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print lifecycle events (JSON lines on stderr)."),
 ) -> None:
     """Run jobs until SIGINT/SIGTERM (the current job finishes; a second signal cancels it at

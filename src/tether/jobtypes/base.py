@@ -7,11 +7,12 @@ import hashlib
 import os
 import stat
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import orjson
 from pydantic import BaseModel, ConfigDict

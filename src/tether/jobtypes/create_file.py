@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
 from pydantic import JsonValue, model_validator
@@ -12,8 +13,18 @@ from pydantic import JsonValue, model_validator
 from .. import fs
 from ..errors import PermanentError
 from .base import (
-    IN_SYNC, SYNCED, Check, JobType, Payload, Probe, with_expected, check_file, checked_path, file_paths, file_target,
+    IN_SYNC,
+    SYNCED,
+    Check,
+    JobType,
+    Payload,
+    Probe,
+    check_file,
+    checked_path,
+    file_paths,
+    file_target,
     files_exist,
+    with_expected,
 )
 
 if TYPE_CHECKING:
@@ -108,9 +119,7 @@ class CreateFileType(JobType[CreateFile]):
                 # A re-run after the write landed but its completion did not commit.
                 return {"bytes": len(data), "sha256": digest, "written": False}
             if size is not None and not payload.overwrite:
-                raise PermanentError(
-                    f"{payload.path} exists with different content and overwrite is false"
-                )
+                raise PermanentError(f"{payload.path} exists with different content and overwrite is false")
             ctx.confirm_lease()
             fs.atomic_write(target, data)
         return {"bytes": len(data), "sha256": digest, "written": True}
