@@ -17,7 +17,7 @@ from .clock import Clock, SystemClock
 from .engine import Durability, create_engine, ensure_schema, schema_of
 from .errors import ConfigError, DatabaseUnavailable
 from .jobtypes import JobType, Payload, Registry, default_registry
-from .queue import NewJob, Queue
+from .queue import Queue
 from .record import InsertResult, JobRecord
 from .wakeup import wakeup_for
 from .worker import Worker, WorkerConfig
@@ -127,7 +127,7 @@ class Coordinator:
         yield batch
         batch.results = self.queue.enqueue_all(batch.jobs)
 
-    def _in_session(self, session: Session, jobs: list[NewJob]) -> list[InsertResult]:
+    def _in_session(self, session: Session, jobs: list[JobRecord]) -> list[InsertResult]:
         with self.queue.backend.write(session.connection()) as cur:
             results = self.queue.insert_all(cur, jobs)
             self.queue.wakeup.notify_in(cur)  # delivered only if the application commits
@@ -221,7 +221,7 @@ class Batch:
 
     def __init__(self, coordinator: Coordinator) -> None:
         self._coordinator = coordinator
-        self.jobs: list[NewJob] = []
+        self.jobs: list[JobRecord] = []
         self.results: list[InsertResult] = []
 
     def enqueue(self, payload: Payload, **options: Any) -> None:

@@ -25,7 +25,7 @@ from .retry import RetryPolicy
 from .walwatch import WalWatcher
 
 if TYPE_CHECKING:
-    from .queue import NewJob, Queue
+    from .queue import Queue
 
 
 @dataclass
@@ -64,7 +64,7 @@ class Returned(NamedTuple):
     """The handler returned normally."""
 
     result: Any
-    children: list[NewJob]
+    children: list[JobRecord]
 
 
 class Worker:
