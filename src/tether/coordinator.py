@@ -12,13 +12,16 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from . import config, fs
+from . import config, events, fs, observe
 from .clock import Clock, SystemClock
 from .engine import Durability, create_engine, ensure_schema, schema_of
 from .errors import ConfigError, DatabaseUnavailable
+from .health import Health, Thresholds, health
 from .jobtypes import JobType, Payload, Registry, default_registry
 from .queue import Queue
+from .reconcile import Report, reconcile
 from .record import InsertResult, JobRecord
+from .retention import PurgeResult, purge
 from .wakeup import wakeup_for
 from .worker import Worker, WorkerConfig
 
@@ -129,11 +132,11 @@ class Coordinator:
         return self.queue.enqueue_all(jobs)
 
     @contextmanager
-    def transaction(self) -> Iterator[Batch]:
+    def transaction(self) -> Iterator[Transaction]:
         """``with coordinator.transaction() as tx: tx.enqueue(...)``: commits all at the end."""
-        batch = Batch(self)
-        yield batch
-        batch.results = self.queue.enqueue_all(batch.jobs)
+        tx = Transaction(self)
+        yield tx
+        tx.results = self.queue.enqueue_all(tx.jobs)
 
     def _in_session(self, session: Session, jobs: list[JobRecord]) -> list[InsertResult]:
         with self.queue.backend.write(session.connection()) as cur:
@@ -176,35 +179,28 @@ class Coordinator:
     def reclaim_stale(self, *, now: datetime | None = None) -> list[JobRecord]:
         return self.queue.reclaim_stale(self.lock_timeout, now=now)
 
-    def startup_check(self, **options: Any) -> Any:
+    def startup_check(self, **options: Any) -> Report:
         """Run before workers start: reclaim stale locks (so their paths show as in flight, not
         drift), reconcile the ledger with the data root, log the result and return the
         ``reconcile.Report`` (``report.exit_code``: 0 in sync, 2 drift, 1 could not check).
         Keyword arguments go to ``reconcile.reconcile`` (``content``, ``untracked``)."""
-        from . import events
-        from .reconcile import reconcile
-
         reclaimed = self.reclaim_stale()
         report = reconcile(self, **options)
         events.emit("startup_check", reclaimed=len(reclaimed), **report.summary())
         return report
 
-    def stats(self, **options: Any) -> Any:
+    def stats(self, **options: Any) -> observe.Stats:
         """Outstanding, failed, stuck and oldest pending, by type (see ``tether.observe.stats``)."""
-        from . import observe
-
         return observe.stats(self, **options)
 
-    def health(self, thresholds: Any = None) -> Any:
+    def health(self, thresholds: Thresholds | None = None) -> Health:
         """The ok / warning / error verdict of ``tether status`` (see ``tether.health``)."""
-        from .health import health
-
         return health(self, thresholds)
 
-    def purge(self, *, older_than: timedelta, statuses: Sequence[str] = ("completed",), dry_run: bool = False) -> Any:
+    def purge(
+        self, *, older_than: timedelta, statuses: Sequence[str] = ("completed",), dry_run: bool = False
+    ) -> PurgeResult:
         """Delete finished jobs older than ``older_than`` (keeping what reconcile needs)."""
-        from .retention import purge
-
         return purge(self, older_than=older_than, statuses=statuses, dry_run=dry_run)
 
     def close(self) -> None:
@@ -224,7 +220,7 @@ def _channel(engine: sa.Engine) -> str:
     return f"tether_jobs_{schema}" if schema else "tether_jobs"
 
 
-class Batch:
+class Transaction:
     """Jobs gathered in ``Coordinator.transaction()``; committed together when the block ends."""
 
     def __init__(self, coordinator: Coordinator) -> None:

@@ -86,6 +86,21 @@ class Decision(NamedTuple):
     ) -> Decision:
         return cls(job, "complete", {"result": encode_result(job.type, result)}, children, duration, finished_at)
 
+    @classmethod
+    def retry(cls, job: JobRecord, error: str, run_at: datetime, duration: float | None = None) -> Decision:
+        return cls(job, "retry", {"error": error, "run_at": run_at}, duration=duration)
+
+    @classmethod
+    def fail(
+        cls, job: JobRecord, error: str, duration: float | None = None, finished_at: datetime | None = None
+    ) -> Decision:
+        return cls(job, "fail", {"error": error}, duration=duration, finished_at=finished_at)
+
+    @classmethod
+    def release(cls, job: JobRecord, duration: float | None = None) -> Decision:
+        """Given back untouched (shutdown, a batch that turned slow): the attempt is not counted."""
+        return cls(job, "release", {}, duration=duration)
+
 
 # What varies between jobs enqueued together, and what they share (one JSON insert per share).
 # type, priority, max_attempts, created_at, run_at, parent_id, timeout
@@ -338,22 +353,8 @@ class Queue:
             self.wakeup.wake_local()
         return moved, self._claimed(claimed, worker)
 
-    def complete(
-        self, job: JobRecord, worker: str, *, result: Any = None, children: Sequence[JobRecord] = ()
-    ) -> JobRecord:
-        """Mark ``job`` completed (with its follow-up jobs); LostLease if it is no longer ours."""
-        return self._one(worker, Decision.complete(job, result, children))
-
-    def retry(self, job: JobRecord, worker: str, *, error: str, run_at: datetime) -> JobRecord:
-        return self._one(worker, Decision(job, "retry", {"error": error, "run_at": run_at}))
-
-    def fail(self, job: JobRecord, worker: str, *, error: str) -> JobRecord:
-        return self._one(worker, Decision(job, "fail", {"error": error}))
-
-    def release(self, job: JobRecord, worker: str) -> JobRecord:
-        return self._one(worker, Decision(job, "release", {}))
-
-    def _one(self, worker: str, decision: Decision) -> JobRecord:
+    def finish_one(self, worker: str, decision: Decision) -> JobRecord:
+        """Record one outcome in its own transaction; LostLease if the job is no longer ours."""
         [moved] = self.finish(worker, [decision])
         if moved is None:
             raise LostLease(decision.job.id, worker, decision.job.attempts)
