@@ -291,7 +291,7 @@ def main() -> None:
             "counts by status, type (metrics)",
             "purge --completed --older-than 7d --dry-run",
         ):
-            for statement, steps in plans(engine, cases[name]):
+            for _statement, steps in plans(engine, cases[name]):
                 print(f"{name}: {' | '.join(steps)}")
     engine.dispose()
     print(

@@ -454,7 +454,7 @@ def test_jobs_inserted_together_are_stored_exactly_as_each_was_built(c, clock, w
         monkeypatch.setattr(queue, "_JSON_CHARS", 40)
     names = ["plain", 'quote " backslash \\ slash /', "tab\tnewline\n", "caf\u00e9 \u2603 \U0001f600", "nul\x00"]
     with c.transaction() as tx:
-        for i, name in enumerate(names):
+        for name in names:
             tx.enqueue(Note(name=name))  # untargeted, each its own enqueue time
         tx.enqueue(Note(name="late"), delay=30)
     many = c.enqueue_many([Note(name=n, target=f"t{i % 2}") for i, n in enumerate(names)], priority=2)

@@ -164,7 +164,7 @@ def test_four_worker_processes_drain_8000_jobs_applying_each_effect_exactly_once
     codes = [p.wait(timeout=DRAIN_DEADLINE) for p in procs]
     elapsed = time.monotonic() - started
     print(f"\n{WORKERS} worker processes drained {total} jobs in {elapsed:.1f}s ({total / elapsed:.0f} jobs/s)")
-    for p, code in zip(procs, codes):
+    for p, code in zip(procs, codes, strict=True):
         assert_clean_exit(p, code)
 
     lines = log.read_text().splitlines()

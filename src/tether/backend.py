@@ -225,7 +225,7 @@ def _sqlite_time(value: datetime) -> str:
     if last[0] is value:  # a group commit binds one time for many rows
         return last[1]
     if value.tzinfo is _UTC:  # the clock's own: no conversion, and % is twice as fast as isoformat
-        text = "%04d-%02d-%02d %02d:%02d:%02d.%06d" % (
+        text = "%04d-%02d-%02d %02d:%02d:%02d.%06d" % (  # noqa: UP031 (measured ~1.8x faster than an f-string)
             value.year,
             value.month,
             value.day,

@@ -95,7 +95,7 @@ class Builder:
         root = self.root
         jobs = []
         ids = [new_id(now)] if len(payloads) == 1 else new_ids(now, len(payloads))
-        for payload, job_id in zip(payloads, ids):
+        for payload, job_id in zip(payloads, ids, strict=True):
             kind = kinds.get(type(payload)) or self._kind(payload, kinds)
             if kind.prepare is not None:
                 payload = kind.prepare(payload, root)

@@ -323,7 +323,7 @@ class Queue:
                 claimed = self._claim_in(cur, worker, self.clock.now(), claim)
         requeued = False
         log = events.enabled()
-        for d, job in zip(decisions, moved):
+        for d, job in zip(decisions, moved, strict=True):
             if job is None:
                 self._lost(d.job, worker)
                 continue

@@ -235,17 +235,18 @@ class _Reconciler:
             probe = self.probes[job_type]
             assert probe is not None
             with_payload = probe.wants_payload(content=self.content)
-            checks = self._ask(probe, list(zip(keys, payloads)))
+            checks = self._ask(probe, list(zip(keys, payloads, strict=True)))
             if not with_payload:
                 # The report says what was expected: ask again, with payloads, about the few
                 # targets that disagree.
                 again = [n for n, c in enumerate(checks) if c is not SYNCED and c.status != IN_SYNC]
                 if again:
                     found = self._payloads([ids[n] for n in again])
-                    for n, check in zip(again, self._ask(probe, [(keys[n], found.get(ids[n])) for n in again])):
+                    asked = self._ask(probe, [(keys[n], found.get(ids[n])) for n in again])
+                    for n, check in zip(again, asked, strict=True):
                         checks[n] = check
             in_sync = 0
-            for key, job_id, check in zip(keys, ids, checks):
+            for key, job_id, check in zip(keys, ids, checks, strict=True):
                 if check is SYNCED or check.status == IN_SYNC:
                     in_sync += 1
                     continue

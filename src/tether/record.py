@@ -53,7 +53,7 @@ class JobRecord(NamedTuple):
     def to_dict(self, *, include_payload: bool = False) -> dict[str, Any]:
         """JSON-ready form; the payload (which may hold file bodies, prompts) only on request."""
         out: dict[str, Any] = {}
-        for name, value in zip(self._fields, self):
+        for name, value in zip(self._fields, self, strict=True):
             if name == "payload":
                 if include_payload:
                     out["payload"] = self.payload_data

@@ -113,7 +113,7 @@ class Worker:
         trusted_until = batch.leased_at + self.config.lock_timeout / 2
         contexts = [JobContext(job, self.queue, self._cancel, self.id, trusted_until=trusted_until) for job in jobs]
         with self._running_lock:
-            for job, ctx in zip(jobs, contexts):
+            for job, ctx in zip(jobs, contexts, strict=True):
                 self._running[job.id] = (job, ctx)
         pending: list[Decision] = []
         flush_at = 0.0
@@ -122,7 +122,7 @@ class Worker:
         finished = False
         following = _Batch()
         try:
-            for job, ctx in zip(jobs, contexts):
+            for job, ctx in zip(jobs, contexts, strict=True):
                 if (self._stopping.is_set() and ran) or slow:
                     # Shutting down, or the batch turned out slow: the jobs not yet started go
                     # back untouched, for any worker to take.
@@ -229,7 +229,8 @@ class Worker:
                     return []  # even the plain failure is refused; the lock will go stale
                 refused_once = True
                 [d] = decisions
-                error = f"tether could not record this job's outcome ({d.edge}): {type(e.orig or e).__name__}: {e.orig or e}"
+                cause = e.orig or e
+                error = f"tether could not record this job's outcome ({d.edge}): {type(cause).__name__}: {cause}"
                 decisions = [Decision(d.job, "fail", {"error": error}, duration=d.duration)]
 
     def heartbeat_once(self, now: datetime | None = None) -> list[str]:
