@@ -37,7 +37,7 @@ class _Kind(NamedTuple):
     encode: Callable[[Payload], bytes]
 
     @classmethod
-    def of(cls, job_type: JobType, payload_class: type[Payload]) -> _Kind:
+    def of(cls, job_type: JobType[Any], payload_class: type[Payload]) -> _Kind:
         def hook(name: str) -> Any:
             overridden = getattr(type(job_type), name) is not getattr(JobType, name)
             return getattr(job_type, name) if overridden else None

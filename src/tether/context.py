@@ -15,8 +15,9 @@ from .errors import Cancelled, PermanentError, TetherError
 from .record import JobRecord
 
 if TYPE_CHECKING:
+    from .build import NewJob
     from .jobtypes import Payload
-    from .queue import NewJob, Queue
+    from .queue import Queue
 
 
 class _Flag:

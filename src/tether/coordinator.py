@@ -13,11 +13,12 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from . import fs
+from .build import NewJob
 from .clock import Clock, SystemClock
 from .engine import Durability, create_engine, ensure_schema, schema_of
 from .errors import ConfigError, DatabaseUnavailable
 from .jobtypes import JobType, Payload, Registry, default_registry
-from .queue import NewJob, Queue
+from .queue import Queue
 from .record import InsertResult, JobRecord
 from .wakeup import wakeup_for
 from .worker import Worker, WorkerConfig
@@ -83,7 +84,7 @@ class Coordinator:
             lock_timeout=lock_timeout,
         )
 
-    def register(self, job_type: JobType) -> JobType:
+    def register(self, job_type: JobType[Any]) -> JobType[Any]:
         """Add an application's own job type."""
         return self.registry.register(job_type)
 

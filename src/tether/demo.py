@@ -29,6 +29,7 @@ from typing import Any, ClassVar, Literal
 import orjson
 import sqlalchemy as sa
 from pydantic import BaseModel, Field
+from sqlmodel import col
 
 from . import fs, observe
 from .context import JobContext
@@ -352,9 +353,13 @@ class Demo:
         )
 
     def show_jobs(self, c: Coordinator) -> None:
-        cols = [Job.id, Job.type, Job.ordering_key, Job.status, Job.attempts, Job.parent_id, Job.last_error]
+        # col(): sqlmodel types class attributes as their values; col() types them as columns.
+        cols = [
+            col(a)
+            for a in (Job.id, Job.type, Job.ordering_key, Job.status, Job.attempts, Job.parent_id, Job.last_error)
+        ]
         with c.engine.connect() as conn:
-            rows = conn.execute(sa.select(*cols).order_by(Job.created_at, Job.id)).all()
+            rows = conn.execute(sa.select(*cols).order_by(col(Job.created_at), col(Job.id))).all()
         self.say(f"   {'job':<8}{'type':<18}{'target':<42}{'status':<11}attempts")
         for row in rows:
             target = (row.ordering_key or "").removeprefix("file:")
@@ -439,7 +444,11 @@ def active_jobs(c: Coordinator) -> int:
 def cli_commands() -> set[str]:
     from .cli import app
 
-    return {cmd.name or cmd.callback.__name__.replace("_", "-") for cmd in app.registered_commands}
+    names = set()
+    for cmd in app.registered_commands:
+        assert cmd.callback is not None  # each is a decorated function
+        names.add(cmd.name or cmd.callback.__name__.replace("_", "-"))
+    return names
 
 
 def main(argv: list[str] | None = None) -> int:

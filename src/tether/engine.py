@@ -6,7 +6,7 @@ import os
 import re
 import weakref
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
@@ -94,7 +94,7 @@ def _sqlite_engine(url: sa.URL, durability: Durability, busy_timeout: float) -> 
     synchronous = "FULL" if durability == "full" else "NORMAL"
 
     @sa.event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn, _record):  # noqa: ANN001
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute(f"PRAGMA synchronous={synchronous}")

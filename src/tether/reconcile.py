@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -150,7 +150,7 @@ class _Reconciler:
 
     # -- the ledger ------------------------------------------------------------------------
 
-    def _read(self, statement: sa.TextClause, params: dict[str, Any]) -> list[Any]:
+    def _read(self, statement: sa.TextClause, params: dict[str, Any]) -> Sequence[Any]:
         """One short read-only transaction: a long check never holds a snapshot open (which on
         SQLite would stop WAL checkpoints for its whole duration)."""
         with self.engine.connect().execution_options(**READ_ONLY) as conn:
@@ -176,7 +176,7 @@ class _Reconciler:
                 job_id, job_type, status, row_key = row[0], row[1], row[2], row[3]
                 if row_key != key:
                     if key is not None:
-                        ready.append((key, latest_id, latest_type, active_id, latest_payload))  # type: ignore[arg-type]
+                        ready.append((key, latest_id, latest_type, active_id, latest_payload))
                     key, latest_id, latest_type, active_id, latest_payload = row_key, None, None, None, None
                 if status == "completed":
                     latest_id, latest_type = job_id, job_type
@@ -190,7 +190,7 @@ class _Reconciler:
             self.report.newest_job_id = newest or None
             if len(rows) < self.batch_size:
                 if key is not None:
-                    ready.append((key, latest_id, latest_type, active_id, latest_payload))  # type: ignore[arg-type]
+                    ready.append((key, latest_id, latest_type, active_id, latest_payload))
                 yield ready, read
                 return
             yield ready, read
@@ -323,6 +323,7 @@ class _Reconciler:
             elif rel.endswith(fs.TEMP_SUFFIX):
                 self._temp(rel)
             elif self.untracked:
+                assert not isinstance(entry, bool)  # True only with only_temps, never when untracked
                 pending.append((rel, _size(entry)))
                 if len(pending) >= 500:
                     self._untracked(pending)

@@ -40,11 +40,12 @@ class JobRecord(NamedTuple):
     @classmethod
     def from_row(cls, row: Any) -> JobRecord:
         values = tuple(row)
-        return cls(*values[:3], JobStatus(values[3]), *values[4:])
+        return cls(*values[:3], JobStatus(values[3]), *values[4:])  # type: ignore[call-arg]  # mypy cannot count a *values[4:]
 
     @property
     def payload_data(self) -> dict[str, Any]:
-        return orjson.loads(self.payload)
+        data: dict[str, Any] = orjson.loads(self.payload)  # always an object: payloads are models
+        return data
 
     @property
     def result_data(self) -> Any:

@@ -25,7 +25,8 @@ from .retry import RetryPolicy
 from .walwatch import WalWatcher
 
 if TYPE_CHECKING:
-    from .queue import NewJob, Queue
+    from .build import NewJob
+    from .queue import Queue
 
 
 @dataclass
@@ -220,7 +221,12 @@ class Worker:
             except sa.exc.SQLAlchemyError as e:
                 # The database refuses this outcome (a value it cannot store): retrying would
                 # never end, so record each alone and fail the ones it refuses.
-                events.emit("db_refused", worker=self.id, error=type(e.orig or e).__name__, jobs=len(decisions))
+                events.emit(
+                    "db_refused",
+                    worker=self.id,
+                    error=type(getattr(e, "orig", None) or e).__name__,
+                    jobs=len(decisions),
+                )
                 if len(decisions) > 1:
                     for d in decisions:
                         self._record([d])
@@ -229,7 +235,7 @@ class Worker:
                     return []  # even the plain failure is refused; the lock will go stale
                 refused_once = True
                 [d] = decisions
-                cause = e.orig or e
+                cause = getattr(e, "orig", None) or e  # not every SQLAlchemyError wraps a driver error
                 error = f"tether could not record this job's outcome ({d.edge}): {type(cause).__name__}: {cause}"
                 decisions = [Decision(d.job, "fail", {"error": error}, duration=d.duration)]
 
@@ -305,8 +311,9 @@ class Worker:
             for i in range(self.config.threads)
         ]
         watcher = None
-        if not until_idle and self.queue.backend.name == "sqlite":
-            watcher = WalWatcher(self.queue.engine.url.database, self.queue.wakeup).start()
+        database = self.queue.engine.url.database
+        if not until_idle and self.queue.backend.name == "sqlite" and database:  # not in-memory
+            watcher = WalWatcher(database, self.queue.wakeup).start()
         for t in threads:
             t.start()
         try:
@@ -339,7 +346,7 @@ class Worker:
                 try:
                     self.sweep_once()
                 except sa.exc.SQLAlchemyError as e:
-                    events.emit("db_error", worker=self.id, error=type(e.orig or e).__name__)
+                    events.emit("db_error", worker=self.id, error=type(getattr(e, "orig", None) or e).__name__)
                 next_sweep = now + self.config.sweep_every
 
     def _beat_quietly(self) -> None:
@@ -349,7 +356,7 @@ class Worker:
             self.heartbeat_once()
             self._last_beat = time.monotonic()
         except sa.exc.SQLAlchemyError as e:
-            events.emit("db_error", worker=self.id, error=type(e.orig or e).__name__)
+            events.emit("db_error", worker=self.id, error=type(getattr(e, "orig", None) or e).__name__)
             if time.monotonic() - self._last_beat > self.config.lock_timeout / 2:
                 with self._running_lock:
                     contexts = [ctx for _, ctx in self._running.values()]
@@ -382,7 +389,9 @@ class Worker:
                 backoff = 0.0
             except sa.exc.SQLAlchemyError as e:
                 backoff = self._next_backoff(backoff)
-                events.emit("db_error", worker=self.id, error=type(e.orig or e).__name__, retry_in=backoff)
+                events.emit(
+                    "db_error", worker=self.id, error=type(getattr(e, "orig", None) or e).__name__, retry_in=backoff
+                )
                 ran = -1
             finally:
                 with self._idle:

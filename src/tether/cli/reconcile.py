@@ -10,7 +10,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -21,6 +21,9 @@ from ..readonly import open_ledger
 from ..reconcile import DRIFT, STATUSES, Report, count_targeted_jobs
 from ..reconcile import reconcile as run_reconcile
 from .app import app, err, open_coordinator, out, print_json, settings
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 @app.command()
@@ -94,7 +97,8 @@ class _progress:
     """A rich progress bar on stderr for long checks; a no-op when not on a terminal."""
 
     def __init__(self, coordinator: Any, *, enabled: bool) -> None:
-        self.coordinator, self.enabled, self.bar = coordinator, enabled, None
+        self.coordinator, self.enabled = coordinator, enabled
+        self.bar: Progress | None = None
 
     def __enter__(self) -> Callable[[int], None] | None:
         if not self.enabled:
