@@ -245,7 +245,7 @@ def test_a_worker_that_lost_its_lock_does_not_write_late(make_coordinator, root,
 def test_a_lease_younger_than_half_the_lock_timeout_is_confirmed_without_a_read(make_coordinator, monkeypatch):
     import threading
 
-    from tether import CreateFile, context
+    from tether import CreateFile
     from tether.context import JobContext
 
     c = make_coordinator()
@@ -255,7 +255,7 @@ def test_a_lease_younger_than_half_the_lock_timeout_is_confirmed_without_a_read(
     real = c.queue.holds
     monkeypatch.setattr(c.queue, "holds", lambda *a, **k: asked.append(1) or real(*a, **k))
     now = [1000.0]
-    monkeypatch.setattr(context.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr("tether.context.time.monotonic", lambda: now[0])
     ctx = JobContext(job, c.queue, threading.Event(), "w", trusted_until=1000.0 + c.lock_timeout / 2)
     now[0] += c.lock_timeout / 2 - 1
     ctx.confirm_lease()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import UTC
+from typing import Any
 
 import orjson
 import pytest
@@ -478,7 +479,7 @@ def test_a_json_insert_is_split_where_its_payloads_pass_the_size_cap(monkeypatch
 
     Job = namedtuple("Job", "payload")
     monkeypatch.setattr(queue, "_JSON_CHARS", 10)
-    jobs = [Job("x" * n) for n in (4, 4, 4, 30, 2, 3)]
+    jobs: list[Any] = [Job("x" * n) for n in (4, 4, 4, 30, 2, 3)]  # stand-ins: only .payload is read
     parts = list(queue._by_size(jobs))
     assert [[len(j.payload) for j in part] for part in parts] == [[4, 4], [4], [30], [2, 3]]
     assert [j for part in parts for j in part] == jobs  # every job once, in order
@@ -519,9 +520,9 @@ def test_job_ids_are_ulids_in_enqueue_order_even_within_one_millisecond(monkeypa
     monkeypatch.setattr(ids, "_last", "")  # and restored: later tests keep real-time ids
 
     now = datetime(2026, 3, 1, 12, 0, 0, 123000, tzinfo=UTC)
-    ids = [new_id(now) for _ in range(1000)]
-    assert ids == sorted(ids) and len(set(ids)) == 1000
-    assert ULID.from_str(ids[0]).datetime == now
+    made = [new_id(now) for _ in range(1000)]
+    assert made == sorted(made) and len(set(made)) == 1000
+    assert ULID.from_str(made[0]).datetime == now
 
 
 def test_job_ids_encode_like_the_ulid_reference_for_any_128_bit_value():

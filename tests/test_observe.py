@@ -131,7 +131,7 @@ def test_failed_lists_permanent_and_exhausted_failures_with_their_errors(ledger:
     bad, flaky = jobs
     assert bad.last_error == "PermanentError: bad can never work\nsecond line of detail"
     assert (flaky.attempts, flaky.max_attempts) == (2, 2)
-    assert "flaky broke on run 2" in flaky.last_error
+    assert flaky.last_error is not None and "flaky broke on run 2" in flaky.last_error
     assert observe.failed(ledger.coordinator, job_type="create_file") == []
     assert observe.failed(ledger.coordinator, since=ledger.clock.now() - timedelta(seconds=1)) == []
 
