@@ -15,7 +15,6 @@ from .errors import Cancelled, PermanentError, TetherError
 from .record import JobRecord
 
 if TYPE_CHECKING:
-    from .build import NewJob
     from .jobtypes import Payload
     from .queue import Queue
 
@@ -55,7 +54,7 @@ class JobContext:
         self._queue = queue
         self._cancel = cancel
         self.lease_lost = _Flag()
-        self.children: list[NewJob] = []
+        self.children: list[JobRecord] = []
         # Until then (time.monotonic()), the worker knows without asking that it holds the job.
         self._trusted_until = trusted_until
 

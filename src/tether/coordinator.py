@@ -12,8 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from . import fs
-from .build import NewJob
+from . import config, fs
 from .clock import Clock, SystemClock
 from .engine import Durability, create_engine, ensure_schema, schema_of
 from .errors import ConfigError, DatabaseUnavailable
@@ -23,7 +22,6 @@ from .record import InsertResult, JobRecord
 from .wakeup import wakeup_for
 from .worker import Worker, WorkerConfig
 
-DEFAULT_DB = "sqlite:///tether.db"
 _SESSION_KEY = "tether.enqueued"
 
 
@@ -48,7 +46,7 @@ class Coordinator:
         root: str | os.PathLike[str] | None = None,
         clock: Clock | None = None,
         durability: Durability | None = None,
-        lock_timeout: float = 300.0,
+        lock_timeout: float = config.DEFAULT_LOCK_TIMEOUT,
         registry: Registry | None = None,
         schema: str | None = None,
     ) -> Coordinator:
@@ -58,8 +56,8 @@ class Coordinator:
         last commits on power loss (never on a process crash) for speed, on SQLite. ``schema``
         (default ``$TETHER_SCHEMA``; PostgreSQL only) keeps the ledger in its own schema of a
         database shared with other applications."""
-        db_url = db_url or os.environ.get("TETHER_DB") or DEFAULT_DB
-        root_path = Path(root or os.environ.get("TETHER_ROOT") or ".").expanduser().absolute()
+        db_url = config.db_url(db_url)
+        root_path = Path(config.root(root)).expanduser().absolute()
         if root_path.exists() and not root_path.is_dir():
             raise ConfigError(f"data root {root_path} is not a directory")
         try:
@@ -68,8 +66,8 @@ class Coordinator:
             raise ConfigError(f"cannot create the data root {root_path}: {e.strerror}") from e
         engine = create_engine(
             db_url,
-            durability=durability or os.environ.get("TETHER_DURABILITY") or "full",  # type: ignore[arg-type]
-            schema=schema or os.environ.get("TETHER_SCHEMA") or None,
+            durability=config.durability(durability),  # type: ignore[arg-type]
+            schema=config.schema(schema),
         )
         try:
             ensure_schema(engine)
@@ -129,7 +127,7 @@ class Coordinator:
         yield batch
         batch.results = self.queue.enqueue_all(batch.jobs)
 
-    def _in_session(self, session: Session, jobs: list[NewJob]) -> list[InsertResult]:
+    def _in_session(self, session: Session, jobs: list[JobRecord]) -> list[InsertResult]:
         with self.queue.backend.write(session.connection()) as cur:
             results = self.queue.insert_all(cur, jobs)
             self.queue.wakeup.notify_in(cur)  # delivered only if the application commits
@@ -223,7 +221,7 @@ class Batch:
 
     def __init__(self, coordinator: Coordinator) -> None:
         self._coordinator = coordinator
-        self.jobs: list[NewJob] = []
+        self.jobs: list[JobRecord] = []
         self.results: list[InsertResult] = []
 
     def enqueue(self, payload: Payload, **options: Any) -> None:

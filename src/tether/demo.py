@@ -36,7 +36,8 @@ from .context import JobContext
 from .coordinator import Coordinator
 from .errors import RetryableError, TetherError
 from .jobtypes import CreateFile, JobType, Payload, Registry, default_registry, render
-from .jobtypes.base import IN_SYNC, SYNCED, Check, Probe, check_file, checked_path, file_target, files_exist
+from .jobtypes.base import IN_SYNC, SYNCED, Check, Probe, check_file, checked_path, files_exist
+from .jobtypes.target import Target, display
 from .retry import RetryPolicy
 from .schema import Job
 from .store import JsonStore
@@ -159,9 +160,9 @@ class SaveRequirementType(JobType[SaveRequirement]):
             checked_path(self.name, "requirement.id", root, rel)
         return payload
 
-    def ordering_key(self, payload: SaveRequirement) -> str:
+    def target(self, payload: SaveRequirement) -> Target:
         # Shared with create_file/delete_file jobs on the model file: all apply in enqueue order.
-        return file_target(requirement_path(payload.requirement.id))
+        return Target.file(requirement_path(payload.requirement.id))
 
     def run(self, payload: SaveRequirement, ctx: JobContext) -> dict[str, Any]:
         files = requirement_files(payload.requirement)
@@ -181,8 +182,8 @@ class ArchiveProjectType(JobType[ArchiveProject]):
     payload_model = ArchiveProject
     probe = ExistsProbe(ArchiveProject, lambda p: project_path(p.slug))
 
-    def ordering_key(self, payload: ArchiveProject) -> str:
-        return file_target(project_path(payload.slug))
+    def target(self, payload: ArchiveProject) -> Target:
+        return Target.file(project_path(payload.slug))
 
     def run(self, payload: ArchiveProject, ctx: JobContext) -> dict[str, Any]:
         project = Project.model_validate(orjson.loads(fs.resolve(ctx.root, project_path(payload.slug)).read_bytes()))
@@ -227,8 +228,8 @@ class PublishReportType(JobType[PublishReport]):
     def idempotency_key(self, payload: PublishReport) -> str:
         return f"report:{payload.slug}"
 
-    def ordering_key(self, payload: PublishReport) -> str:
-        return file_target(report_path(payload.slug))
+    def target(self, payload: PublishReport) -> Target:
+        return Target.file(report_path(payload.slug))
 
     def run(self, payload: PublishReport, ctx: JobContext) -> dict[str, Any]:
         if self.fail_first_attempt and ctx.job.attempts == 1:
@@ -362,7 +363,7 @@ class Demo:
             rows = conn.execute(sa.select(*cols).order_by(col(Job.created_at), col(Job.id))).all()
         self.say(f"   {'job':<8}{'type':<18}{'target':<42}{'status':<11}attempts")
         for row in rows:
-            target = (row.ordering_key or "").removeprefix("file:")
+            target = display(row.ordering_key) if row.ordering_key else ""
             note = f"  child of {short(row.parent_id)}" if row.parent_id else ""
             if row.attempts > 1 and row.last_error:
                 note += f"  (attempt 1: {row.last_error.splitlines()[0].split(': ', 1)[-1]})"

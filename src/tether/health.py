@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from . import config
 from .errors import ConfigError
 from .observe import Source, Stats, stats
 
@@ -32,7 +33,7 @@ class Thresholds:
     """When the verdict changes. Defaults: backlog soft limit 100, warning at 80% of it, error
     at 100%; any stuck job is an error; any failed job is a warning."""
 
-    backlog_limit: int = 100
+    backlog_limit: int = config.DEFAULT_BACKLOG_LIMIT
     warn_ratio: float = 0.8
 
     def __post_init__(self) -> None:

@@ -26,7 +26,8 @@ from . import events, fs
 from .backend import Backend
 from .drift import DRIFT, IN_SYNC, LEFTOVER_TEMP, NOT_CHECKED, STATUSES, UNKNOWN, UNTRACKED, Finding, Report
 from .engine import READ_ONLY
-from .jobtypes.base import SYNCED, Check, Probe, file_target, listings
+from .jobtypes.base import SYNCED, Check, Probe, listings
+from .jobtypes.target import display, file_key
 
 if TYPE_CHECKING:
     from .coordinator import Coordinator
@@ -206,7 +207,7 @@ class _Reconciler:
         for key, latest_id, latest_type, active_id, payload in ready:
             if active_id is not None:
                 self._found(
-                    Finding(_display(key), NOT_CHECKED, active_id, detail="a job on this path is pending or claimed")
+                    Finding(display(key), NOT_CHECKED, active_id, detail="a job on this path is pending or claimed")
                 )
             elif latest_id is None or latest_type is None:
                 continue  # only failed jobs ever named this target: nothing is expected of it
@@ -215,7 +216,7 @@ class _Reconciler:
                 # read as "all in sync".
                 self._found(
                     Finding(
-                        _display(key),
+                        display(key),
                         NOT_CHECKED,
                         latest_id,
                         latest_type,
@@ -251,7 +252,7 @@ class _Reconciler:
                     in_sync += 1
                     continue
                 finding = Finding(
-                    _display(key),
+                    display(key),
                     check.status,
                     job_id,
                     job_type,
@@ -336,7 +337,7 @@ class _Reconciler:
         match = _TEMP_NAME.match(name)
         if match:
             target = f"{directory}/{match['target']}" if directory else match["target"]
-            if self._read(ACTIVE_ON, {"key": file_target(target)}):
+            if self._read(ACTIVE_ON, {"key": file_key(target)}):
                 return  # a running job's write in progress
         try:  # asked after the ledger: gone means a write finished meanwhile
             size = os.lstat(os.path.join(self.root, rel)).st_size
@@ -357,7 +358,7 @@ class _Reconciler:
                     Finding(rel.encode(errors="surrogateescape").decode(errors="replace"), UNTRACKED, actual_size=size)
                 )
                 continue
-            keys[file_target(rel)] = (rel, size)
+            keys[file_key(rel)] = (rel, size)
         if not keys:
             return
         known = {row[0] for row in self._read(KNOWN_TARGETS, {"keys": list(keys)})}
@@ -415,8 +416,3 @@ def _size(entry: os.DirEntry[str]) -> int | None:
         return entry.stat(follow_symlinks=False).st_size
     except OSError:
         return None
-
-
-def _display(key: str) -> str:
-    """``file:notes/a.json`` -> ``notes/a.json``: the target as the operator names it."""
-    return key.partition(":")[2] or key

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
 
-from . import events
+from . import config, events
 from .context import JobContext, encode_result, error_text
 from .errors import Cancelled, InvalidPayload, LostLease, PermanentError
 from .queue import Decision
@@ -25,7 +25,6 @@ from .retry import RetryPolicy
 from .walwatch import WalWatcher
 
 if TYPE_CHECKING:
-    from .build import NewJob
     from .queue import Queue
 
 
@@ -35,7 +34,7 @@ class WorkerConfig:
 
     threads: int = 1
     poll_interval: float = 1.0
-    lock_timeout: float = 300.0
+    lock_timeout: float = config.DEFAULT_LOCK_TIMEOUT
     heartbeat_interval: float | None = None  # default: lock_timeout / 4
     sweep_interval: float | None = None  # default: min(60, lock_timeout / 2)
     max_db_backoff: float = 30.0
@@ -65,7 +64,7 @@ class Returned(NamedTuple):
     """The handler returned normally."""
 
     result: Any
-    children: list[NewJob]
+    children: list[JobRecord]
 
 
 class Worker:
