@@ -399,12 +399,12 @@ def profile(base: Path, n: int, top: int, options: dict[str, Any]) -> None:
             c = open_ledger(d)
             if fig == "enqueue":
                 payloads = [note(i) for i in range(n)]
-                body: Callable[[], Any] = lambda c=c, payloads=payloads: [c.enqueue(p) for p in payloads]  # noqa: E731
+                body: Callable[[], Any] = lambda c=c, payloads=payloads: [c.enqueue(p) for p in payloads]  # noqa: E731 (one name for either body)
             else:
                 _prepare_root(d)
                 c.enqueue_many([Noop(n=i) for i in range(n)] if fig == "drain" else [note(i) for i in range(n)])
                 w = c.worker(threads=1, **options)
-                body = lambda w=w: [None for _ in iter(w.run_once, 0)]  # noqa: E731
+                body = lambda w=w: [None for _ in iter(w.run_once, 0)]  # noqa: E731 (as above)
             prof = cProfile.Profile()
             t0 = time.perf_counter()
             prof.runcall(body)

@@ -163,7 +163,7 @@ def test_status_exit_codes_follow_the_monitoring_plugin_convention(
     assert r.json()["error"].startswith("cannot open the database at") and "\n" not in r.json()["error"]
 
 
-def test_status_is_a_warning_when_only_failed_jobs_remain(make_coordinator, tether) -> None:  # noqa: ANN001
+def test_status_is_a_warning_when_only_failed_jobs_remain(make_coordinator, tether) -> None:
     registry_c = make_coordinator()
     registry_c.register(WorkType())
     registry_c.enqueue(Work(name="bad", fail_times=1, permanent=True))

@@ -46,7 +46,7 @@ class WorkType(JobType[Work]):
     def run(self, payload: Work, ctx: JobContext) -> dict[str, Any]:
         self.runs[payload.name] = n = self.runs.get(payload.name, 0) + 1
         if payload.seconds:
-            ctx.clock.advance(payload.seconds)  # type: ignore[attr-defined]
+            ctx.clock.advance(payload.seconds)  # type: ignore[attr-defined]  # these tests run on a FakeClock
         if n <= payload.fail_times:
             if payload.permanent:
                 raise PermanentError(f"{payload.name} can never work\nsecond line of detail")
@@ -244,7 +244,7 @@ def test_purge_deletes_old_finished_jobs_but_keeps_the_latest_per_target(
         retention.purge(c, older_than=timedelta(days=7), statuses=["pending"])
 
 
-def test_reads_never_create_a_ledger(tmp_path) -> None:  # noqa: ANN001
+def test_reads_never_create_a_ledger(tmp_path) -> None:
     missing = tmp_path / "nowhere" / "tether.db"
     with pytest.raises(observe.NoLedger, match=f"no ledger at {missing}"):
         observe.open_ledger(f"sqlite:///{missing}")

@@ -99,7 +99,6 @@ class Scale:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
-        proc.started = time.monotonic()  # type: ignore[attr-defined]
         self.procs.append(proc)
         return proc
 

@@ -66,7 +66,7 @@ class Coordinator:
             raise ConfigError(f"cannot create the data root {root_path}: {e.strerror}") from e
         engine = create_engine(
             db_url,
-            durability=config.durability(durability),  # type: ignore[arg-type]
+            durability=config.durability(durability),  # type: ignore[arg-type]  # create_engine checks the value
             schema=config.schema(schema),
         )
         try:

@@ -290,7 +290,7 @@ def duplicates(source: Source, *, job_type: str | None = None, limit: int | None
         )
     by_key: dict[tuple[str, str], list[JobRecord]] = {k: [] for k in found}
     for job in sorted(members, key=lambda j: j.id):
-        by_key[(job.type, job.idempotency_key)].append(job)  # type: ignore[index]
+        by_key[(job.type, job.idempotency_key)].append(job)  # type: ignore[index]  # joined on a key: never None
     return [DuplicateGroup(name, key, by_key[(name, key)]) for name, key in found]
 
 

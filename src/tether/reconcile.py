@@ -163,7 +163,7 @@ class _Reconciler:
         read so far. One target is carried between batches: its jobs arrive together, oldest
         first. Without payloads the stream reads only the target index, never the table."""
         probed = {name for name, probe in self.probes.items() if probe is not None}
-        wide = any(self.probes[name].wants_payload(content=self.content) for name in probed)  # type: ignore[union-attr]
+        wide = any(self.probes[name].wants_payload(content=self.content) for name in probed)  # type: ignore[union-attr]  # probed: not None
         page = PAGE_PAYLOADS if wide else PAGE
         after_key, after_id, read, newest = "", "", 0, ""
         key: str | None = None
@@ -270,7 +270,7 @@ class _Reconciler:
 
     def _ask(self, probe: Probe, items: list[tuple[str, str | None]]) -> list[Check]:
         try:
-            return probe.check_many(items, self.root, content=self.content)  # type: ignore[arg-type]
+            return probe.check_many(items, self.root, content=self.content)  # type: ignore[arg-type]  # None: not wanted
         except Exception:  # one bad payload: ask one at a time so only it is unknown
             return [self._check_one(probe, target, payload) for target, payload in items]
 
@@ -278,7 +278,7 @@ class _Reconciler:
         if payload is None and probe.wants_payload(content=self.content):
             return Check(UNKNOWN, detail="the job's row was removed during the check")
         try:
-            return probe.check(target, payload, self.root, content=self.content)  # type: ignore[arg-type]
+            return probe.check(target, payload, self.root, content=self.content)  # type: ignore[arg-type]  # None: not wanted
         except Exception as e:  # a probe bug or a payload it cannot read: this target is unknown
             return Check(UNKNOWN, detail=f"probe failed: {type(e).__name__}")
 

@@ -264,7 +264,7 @@ def files_exist(root: Path, rels: Sequence[str], *, present: bool) -> list[Check
                 out[n] = SYNCED
             else:
                 out[n] = _exists(prefix + rels[n], present)
-    return out  # type: ignore[return-value]
+    return out  # type: ignore[return-value]  # every slot was filled above
 
 
 def _exists(path: str, present: bool) -> Check:
