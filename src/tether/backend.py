@@ -74,6 +74,7 @@ class Backend:
             "idempotency_key": job.idempotency_key,
             "ordering_key": job.ordering_key,
             "parent_id": job.parent_id,
+            "timeout": job.timeout,
         }
 
     def record(self, row: tuple[Any, ...]) -> JobRecord:

@@ -65,6 +65,7 @@ class Builder:
         run_at: datetime | None = None,
         key: str | None = None,
         parent_id: str | None = None,
+        timeout: float | None = None,
         now: datetime | None = None,
     ) -> list[JobRecord]:
         """Validate jobs that share their options (and enqueue time); raises InvalidPayload for
@@ -82,6 +83,10 @@ class Builder:
             raise InvalidPayload(name, [f"max_attempts: must be an integer >= 1, got {max_attempts!r}"])
         if key is not None and len(key) > 512:
             raise InvalidPayload(name, [f"key: at most 512 characters, got {len(key)}"])
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < 1e9
+        ):
+            raise InvalidPayload(name, [f"timeout: must be a number of seconds > 0, got {timeout!r}"])
         now = now or self.clock.now()
         if run_at is not None and delay is not None:
             raise InvalidPayload(name, ["give run_at or delay, not both"])
@@ -125,6 +130,7 @@ class Builder:
                         ordering_key,
                         parent_id,
                         None,
+                        None if timeout is None else float(timeout),
                     ),
                 )
             )

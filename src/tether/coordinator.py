@@ -97,14 +97,22 @@ class Coordinator:
         delay: float | timedelta | None = None,
         run_at: datetime | None = None,
         key: str | None = None,
+        timeout: float | None = None,
         session: Session | None = None,
     ) -> InsertResult:
         """Record a job. Returns once the job is durably committed, or, with an application
         ``session``, inside that session's transaction (it commits with the caller's rows).
         If an active job of the same type has the same idempotency ``key``, that job is returned
-        with ``duplicate=True``. Raises InvalidPayload (nothing stored) for bad input."""
+        with ``duplicate=True``. ``timeout`` (seconds) overrides the job type's for this job.
+        Raises InvalidPayload (nothing stored) for bad input."""
         jobs = self.queue.builder.build_many(
-            [payload], priority=priority, max_attempts=max_attempts, delay=delay, run_at=run_at, key=key
+            [payload],
+            priority=priority,
+            max_attempts=max_attempts,
+            delay=delay,
+            run_at=run_at,
+            key=key,
+            timeout=timeout,
         )
         if session is not None:
             return self._in_session(session, jobs)[0]

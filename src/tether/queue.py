@@ -16,7 +16,6 @@ from . import events, sql
 from .backend import Backend
 from .build import Builder
 from .clock import Clock
-from .context import encode_result
 from .errors import (
     DatabaseUnavailable,
     DuplicateActiveJob,
@@ -27,6 +26,7 @@ from .errors import (
 )
 from .jobtypes import Payload, Registry
 from .jobtypes.target import display
+from .outcome import encode_result
 from .record import InsertResult, JobRecord, make_tuple
 from .status import FENCED, TRANSITIONS, JobStatus
 from .wakeup import Wakeup
@@ -88,7 +88,8 @@ class Decision(NamedTuple):
 
 
 # What varies between jobs enqueued together, and what they share (one JSON insert per share).
-_shared = itemgetter(1, 4, 6, 10, 13, 16)  # type, priority, max_attempts, created_at, run_at, parent_id
+# type, priority, max_attempts, created_at, run_at, parent_id, timeout
+_shared = itemgetter(1, 4, 6, 10, 13, 16, 18)
 _targeted_row = itemgetter(0, 2, 15)  # id, payload, ordering_key
 # A JSON insert's rows travel as one value: past this many payload characters, another statement.
 _JSON_CHARS = 16 << 20
@@ -162,7 +163,7 @@ class Queue:
         if self._json_sql is None:
             return
         untargeted, targeted = self._json_sql
-        for (job_type, priority, max_attempts, created_at, run_at, parent_id), group in groups.items():
+        for (job_type, priority, max_attempts, created_at, run_at, parent_id, timeout), group in groups.items():
             if len(group) == 1:
                 continue
             shared = {
@@ -172,6 +173,7 @@ class Queue:
                 "created_at": created_at,
                 "run_at": run_at,
                 "parent_id": parent_id,
+                "timeout": timeout,
             }
             for part in _by_size(group):
                 if any(job.ordering_key is not None for job in part):

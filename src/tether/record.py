@@ -41,6 +41,7 @@ class JobRecord(NamedTuple):
     ordering_key: str | None
     parent_id: str | None
     result: str | None
+    timeout: float | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> JobRecord:

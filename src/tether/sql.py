@@ -15,9 +15,9 @@ _FENCE = "id = :id AND status = 'claimed' AND locked_by = :worker AND attempts =
 # (the caller already knows every value).
 INSERT_UNKEYED = f"""
 INSERT INTO {TABLE} (id, type, payload, status, priority, attempts, max_attempts,
-                     created_at, run_at, idempotency_key, ordering_key, parent_id)
+                     created_at, run_at, idempotency_key, ordering_key, parent_id, timeout)
 VALUES (:id, :type, :payload, 'pending', :priority, 0, :max_attempts,
-        :created_at, :run_at, :idempotency_key, :ordering_key, :parent_id)
+        :created_at, :run_at, :idempotency_key, :ordering_key, :parent_id, :timeout)
 """
 # A keyed job: nothing is inserted while an active job of its type holds the key.
 INSERT = f"""{INSERT_UNKEYED.rstrip()}
@@ -31,9 +31,9 @@ RETURNING {_COLS}
 # {id: payload}, which the database walks without parsing each row again (4.6 against 7.0 us).
 _INSERT_SELECT = """
 INSERT INTO {table} (id, type, payload, status, priority, attempts, max_attempts,
-                     created_at, run_at, idempotency_key, ordering_key, parent_id)
+                     created_at, run_at, idempotency_key, ordering_key, parent_id, timeout)
 SELECT {id}, :type, {payload}, 'pending', :priority, 0, :max_attempts,
-       :created_at, :run_at, NULL, {ordering_key}, :parent_id
+       :created_at, :run_at, NULL, {ordering_key}, :parent_id, :timeout
 FROM {rows}
 """
 # The two dialects differ only in how they read JSON: SQLite's json_each / json_extract against

@@ -17,14 +17,16 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import sqlalchemy as sa
 
 from . import config, events
-from .context import JobContext, encode_result, error_text
-from .errors import Cancelled, InvalidPayload, LostLease, PermanentError
+from .context import LEASE_LOST, SHUTDOWN, TIMEOUT, JobContext
+from .errors import Cancelled, InvalidPayload, JobTimedOut, LostLease, PermanentError
+from .outcome import encode_result, error_text
 from .queue import Decision
 from .record import JobRecord
 from .retry import RetryPolicy
 from .walwatch import WalWatcher
 
 if TYPE_CHECKING:
+    from .jobtypes import JobType, Payload
     from .queue import Queue
 
 
@@ -160,7 +162,8 @@ class Worker:
         try:
             job_type = self.queue.registry.get(job.type)
             payload = job_type.prepare(self.queue.registry.parse(job.type, job.payload), self.queue.root)
-            result = job_type.run(payload, ctx)
+            timeout = job.timeout if job.timeout is not None else job_type.timeout
+            result = job_type.run(payload, ctx) if timeout is None else _run_bounded(job_type, payload, ctx, timeout)
             outcome: Returned | Exception = Returned(encode_result(job_type.name, result), ctx.children)
         except Exception as e:  # a handler error never kills the worker
             outcome = e
@@ -245,7 +248,7 @@ class Worker:
         lost = self.queue.heartbeat(self.id, [job for job, _ in running], now=now)
         for job, ctx in running:
             if job.id in lost:
-                ctx.lease_lost.set()
+                ctx.cancel(LEASE_LOST)
                 events.emit("lost_lease", job_id=job.id, type=job.type, attempt=job.attempts, worker=self.id)
         return lost
 
@@ -272,6 +275,10 @@ class Worker:
         self._stopping.set()
         if cancel:
             self._cancel.set()
+            with self._running_lock:
+                contexts = [ctx for _, ctx in self._running.values()]
+            for ctx in contexts:
+                ctx.cancel(SHUTDOWN)
         self.queue.wakeup.wake_local()
         with self._idle:
             self._idle.notify_all()
@@ -360,7 +367,7 @@ class Worker:
                 with self._running_lock:
                     contexts = [ctx for _, ctx in self._running.values()]
                 for ctx in contexts:
-                    ctx.lease_lost.set()
+                    ctx.cancel(LEASE_LOST)
 
     def _loop(self, until_idle: bool) -> None:
         # Jobs claimed in the commit that recorded the last batch: taken back if the loop ends
@@ -415,3 +422,31 @@ class Worker:
 
     def _next_backoff(self, current: float) -> float:
         return min(self.config.max_db_backoff, max(self.config.poll_interval, current * 2))
+
+
+def _run_bounded(job_type: JobType[Any], payload: Payload, ctx: JobContext, timeout: float) -> Any:
+    """``job_type.run`` in a thread of its own, waited for at most ``timeout`` seconds. Past it
+    the job is cancelled (``ctx.cancelled`` is set) and the attempt ends as a retryable
+    JobTimedOut at once: the worker moves on. A handler that ignores the cancellation keeps
+    its daemon thread until it returns; what it returns then is dropped, its follow-up jobs are
+    never committed, and a write through ``files.locked_write`` (which confirms the lease and so
+    checks cancellation) is refused."""
+    box: list[Any] = []
+
+    def run() -> None:
+        try:
+            box.append((True, job_type.run(payload, ctx)))
+        except BaseException as e:  # handed to the worker thread, which decides
+            box.append((False, e))
+        finally:
+            done.set()
+
+    done = threading.Event()
+    threading.Thread(target=run, name=f"tether-job-{ctx.job.id}", daemon=True).start()
+    if not done.wait(timeout):
+        ctx.cancel(TIMEOUT)
+        raise JobTimedOut(ctx.job.type, ctx.job.id, timeout)
+    returned, value = box[0]
+    if returned:
+        return value
+    raise value

@@ -62,6 +62,9 @@ class JobType(ABC, Generic[P]):
     payload_model: ClassVar[type[Payload]]
     probe: ClassVar[Probe | None] = None
     """How the reconciler checks this type's effect; None for types it cannot check."""
+    timeout: ClassVar[float | None] = None
+    """Seconds an attempt may run (``enqueue(timeout=)`` overrides it per job); past it the
+    handler is cancelled and the attempt retried. None: no limit."""
 
     def prepare(self, payload: P, root: Path) -> P:
         """Checks the model cannot make alone (paths against the data root); returns the payload
