@@ -145,7 +145,10 @@ def _index_names(conn: sa.Connection, dialect: str) -> set[str]:
 
 def _column_names(conn: sa.Connection, dialect: str, table: str) -> set[str]:
     if dialect == "postgresql":
-        query = "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = :table"
+        query = (
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_schema = current_schema() AND table_name = :table"
+        )
         return set(conn.execute(sa.text(query), {"table": table}).scalars())
     return {row[1] for row in conn.exec_driver_sql(f"PRAGMA table_info({table})")}
 
