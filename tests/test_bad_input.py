@@ -93,7 +93,7 @@ def test_invalid_payload_names_the_field_and_stores_nothing(coordinator, data, m
 
 
 def test_invalid_enqueue_options_are_refused(coordinator):
-    with pytest.raises(InvalidPayload, match="max_attempts: must be an integer >= 1"):
+    with pytest.raises(InvalidPayload, match="max_attempts: must be between 1 and 2147483647, got 0"):
         coordinator.enqueue(CreateFile(path="a", content=1), max_attempts=0)
     with pytest.raises(InvalidPayload, match="priority: must be an integer"):
         coordinator.enqueue(CreateFile(path="a", content=1), priority="high")

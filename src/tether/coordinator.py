@@ -17,6 +17,7 @@ from .clock import Clock, SystemClock
 from .engine import Durability, create_engine, ensure_schema, schema_of
 from .errors import ConfigError, DatabaseUnavailable
 from .jobtypes import JobType, Payload, Registry, default_registry
+from .limits import DEFAULT_MAX_PAYLOAD_BYTES
 from .queue import NewJob, Queue
 from .record import InsertResult, JobRecord
 from .wakeup import wakeup_for
@@ -29,14 +30,28 @@ _SESSION_KEY = "tether.enqueued"
 class Coordinator:
     """``Coordinator.open(db_url, root=...)``, then ``enqueue`` jobs and run a ``worker``."""
 
-    def __init__(self, engine: sa.Engine, *, root: Path, clock: Clock, registry: Registry, lock_timeout: float) -> None:
+    def __init__(
+        self,
+        engine: sa.Engine,
+        *,
+        root: Path,
+        clock: Clock,
+        registry: Registry,
+        lock_timeout: float,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> None:
         self.engine = engine
         self.root = root
         self.clock = clock
         self.registry = registry
         self.lock_timeout = lock_timeout
         self.queue = Queue(
-            engine, clock=clock, registry=registry, root=root, wakeup=wakeup_for(engine, _channel(engine))
+            engine,
+            clock=clock,
+            registry=registry,
+            root=root,
+            wakeup=wakeup_for(engine, _channel(engine)),
+            max_payload_bytes=max_payload_bytes,
         )
 
     @classmethod
@@ -50,13 +65,17 @@ class Coordinator:
         lock_timeout: float = 300.0,
         registry: Registry | None = None,
         schema: str | None = None,
+        max_payload_bytes: int | None = None,
     ) -> Coordinator:
         """Open (creating if needed) the ledger at ``db_url`` (default ``$TETHER_DB`` or
         ``sqlite:///tether.db``) for the data root ``root`` (default ``$TETHER_ROOT`` or ``.``).
         ``durability`` (default ``$TETHER_DURABILITY`` or ``"full"``): ``"normal"`` trades the
         last commits on power loss (never on a process crash) for speed, on SQLite. ``schema``
         (default ``$TETHER_SCHEMA``; PostgreSQL only) keeps the ledger in its own schema of a
-        database shared with other applications."""
+        database shared with other applications. ``max_payload_bytes`` (default
+        ``$TETHER_MAX_PAYLOAD_BYTES`` or 16 MiB): the largest payload (its stored JSON) enqueue
+        accepts."""
+        max_payload_bytes = _payload_limit(max_payload_bytes)
         db_url = db_url or os.environ.get("TETHER_DB") or DEFAULT_DB
         root_path = Path(root or os.environ.get("TETHER_ROOT") or ".").expanduser().absolute()
         if root_path.exists() and not root_path.is_dir():
@@ -81,6 +100,7 @@ class Coordinator:
             clock=clock or SystemClock(),
             registry=registry or default_registry(),
             lock_timeout=lock_timeout,
+            max_payload_bytes=max_payload_bytes,
         )
 
     def register(self, job_type: JobType) -> JobType:
@@ -210,6 +230,20 @@ class Coordinator:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+def _payload_limit(value: int | None) -> int:
+    if value is None:
+        text = os.environ.get("TETHER_MAX_PAYLOAD_BYTES")
+        if not text:
+            return DEFAULT_MAX_PAYLOAD_BYTES
+        try:
+            value = int(text)
+        except ValueError:
+            raise ConfigError(f"TETHER_MAX_PAYLOAD_BYTES must be a number of bytes, not {text!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"max_payload_bytes must be a positive number of bytes, not {value!r}")
+    return value
 
 
 def _channel(engine: sa.Engine) -> str:

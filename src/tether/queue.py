@@ -26,6 +26,7 @@ from .errors import (
     Superseded,
 )
 from .jobtypes import Payload, Registry
+from .limits import DEFAULT_MAX_PAYLOAD_BYTES
 from .record import InsertResult, JobRecord
 from .status import FENCED, TRANSITIONS, JobStatus
 from .wakeup import Wakeup
@@ -106,7 +107,16 @@ def _by_size(jobs: list[NewJob]) -> Iterator[list[NewJob]]:
 
 
 class Queue:
-    def __init__(self, engine: sa.Engine, *, clock: Clock, registry: Registry, root: Path, wakeup: Wakeup) -> None:
+    def __init__(
+        self,
+        engine: sa.Engine,
+        *,
+        clock: Clock,
+        registry: Registry,
+        root: Path,
+        wakeup: Wakeup,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> None:
         self.engine = engine
         self.clock = clock
         self.registry = registry
@@ -114,7 +124,7 @@ class Queue:
         self.wakeup = wakeup
         self.backend = Backend.for_engine(engine)
         self._claim_sql = sql.claim_sql(engine.dialect.name)
-        self.builder = Builder(registry, root, clock)
+        self.builder = Builder(registry, root, clock, max_payload_bytes=max_payload_bytes)
         self._json_sql = sql.insert_json_sql(engine.dialect.name) if self.backend.reads_json else None
         self._complete_many_sql = sql.complete_many_sql(engine.dialect.name) if self.backend.reads_json else None
 
