@@ -33,6 +33,25 @@ def schema_of(engine: sa.Engine) -> str | None:
     return _schemas.get(engine)
 
 
+def mask_url(url: str | sa.URL) -> str:
+    """A database URL as it may be printed: its password (and any ``password=`` query value)
+    replaced by ``***``. A string that is not a URL at all is masked from its first ``user:``
+    to its last ``@``, so a mistyped URL does not leak its password in the error about it."""
+    try:
+        parsed = url if isinstance(url, sa.URL) else make_url(url)
+    except sa.exc.ArgumentError:
+        text = str(url)
+        at = text.rfind("@")
+        if at < 0:
+            return text
+        start = text.find("//") + 2 if "//" in text[:at] else 0
+        colon = text.find(":", start, at)
+        return text if colon < 0 else f"{text[: colon + 1]}***{text[at:]}"
+    if any(key.lower() == "password" for key in parsed.query):
+        parsed = parsed.update_query_dict({key: "***" for key in parsed.query if key.lower() == "password"})
+    return parsed.render_as_string(hide_password=True)
+
+
 def create_engine(
     url: str, *, durability: Durability = "full", busy_timeout: float = 30.0, schema: str | None = None
 ) -> sa.Engine:
@@ -43,7 +62,7 @@ def create_engine(
     try:
         parsed = make_url(url)
     except sa.exc.ArgumentError as e:
-        raise ConfigError(f"not a database URL: {url!r} (expected e.g. sqlite:///tether.db)") from e
+        raise ConfigError(f"not a database URL: {mask_url(url)!r} (expected e.g. sqlite:///tether.db)") from None
     if parsed.get_backend_name() == "sqlite":
         if schema is not None:
             raise ConfigError("schema applies to PostgreSQL only: a SQLite ledger is its own file, use another file")
@@ -167,4 +186,4 @@ def ensure_schema(engine: sa.Engine) -> None:
                 if name in present:
                     conn.exec_driver_sql(f"DROP INDEX {name}")
     except sa.exc.OperationalError as e:
-        raise DatabaseUnavailable(f"cannot open the database at {engine.url!r}: {e.orig}") from e
+        raise DatabaseUnavailable(f"cannot open the database at {mask_url(engine.url)}: {e.orig}") from e

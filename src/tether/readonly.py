@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from .clock import SystemClock
-from .engine import READ_ONLY, create_engine
+from .engine import READ_ONLY, create_engine, mask_url
 from .errors import DatabaseUnavailable
 from .record import JobRecord
 from .schema import FINISHED_SQL, TABLE, Job
@@ -62,10 +62,10 @@ def open_ledger(db_url: str | None = None, *, schema: str | None = None) -> sa.E
     except sa.exc.OperationalError as e:
         engine.dispose()
         reason = " ".join(str(e.orig).split())  # drivers' messages span lines; ours are one
-        raise DatabaseUnavailable(f"cannot open the database at {engine.url!r}: {reason}") from e
+        raise DatabaseUnavailable(f"cannot open the database at {mask_url(engine.url)}: {reason}") from e
     if not present:
         engine.dispose()
-        raise NoLedger(f"no ledger at {engine.url!r} (the database has no {TABLE} table)")
+        raise NoLedger(f"no ledger at {mask_url(engine.url)} (the database has no {TABLE} table)")
     return engine
 
 
