@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import weakref
 from pathlib import Path
 from typing import Literal
@@ -11,7 +12,8 @@ from typing import Literal
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from .errors import ConfigError, DatabaseUnavailable
+from . import faults
+from .errors import ConfigError, DatabaseUnavailable, LedgerFault
 from .schema import RETIRED_INDEXES, TABLE, metadata
 
 Durability = Literal["full", "normal"]
@@ -52,16 +54,22 @@ def mask_url(url: str | sa.URL) -> str:
     return parsed.render_as_string(hide_password=True)
 
 
+def ledger_name(engine: sa.Engine) -> str:
+    """The ledger as messages name it: a SQLite file's path, or the URL with its password masked."""
+    return (engine.url.database or "") if engine.dialect.name == "sqlite" else mask_url(engine.url)
+
+
 def create_engine(
     url: str, *, durability: Durability = "full", busy_timeout: float = 30.0, schema: str | None = None
 ) -> sa.Engine:
-    """An engine for ``url``; SQLite files (and their directory) are created when missing.
+    """An engine for ``url``; SQLite files (and their directory) are created when missing, a new
+    file whole with its table; an empty (0-byte) one is refused as a LedgerFault.
     ``schema`` (PostgreSQL) keeps the ledger in its own schema of a shared database."""
     if durability not in ("full", "normal"):
         raise ConfigError(f"durability must be 'full' or 'normal', not {durability!r}")
     try:
         parsed = make_url(url)
-    except sa.exc.ArgumentError as e:
+    except sa.exc.ArgumentError:
         raise ConfigError(f"not a database URL: {mask_url(url)!r} (expected e.g. sqlite:///tether.db)") from None
     if parsed.get_backend_name() == "sqlite":
         if schema is not None:
@@ -104,6 +112,55 @@ def _sqlite_engine(url: sa.URL, durability: Durability, busy_timeout: float) -> 
             "the ledger can be corrupted; keep the SQLite file on a local disk, or use PostgreSQL "
             "to share the ledger between machines"
         )
+    try:
+        size: int | None = path.stat().st_size
+    except FileNotFoundError:
+        size = None
+    except OSError as e:
+        raise DatabaseUnavailable(f"cannot open the ledger file {path}: {e.strerror}") from e
+    if size == 0:
+        # SQLite would take an empty file for a new database and tether would fill it with an
+        # empty ledger: the jobs that were in it would be gone without a word.
+        raise LedgerFault(
+            faults.CORRUPT,
+            f"the ledger file {path} is empty (0 bytes): it was truncated, or something other than "
+            "tether created it; tether creates a new ledger only where no file exists. Restore it "
+            "from a backup, or remove it to start an empty ledger",
+        )
+    if size is None:
+        _create_sqlite_ledger(url, path, durability, busy_timeout)
+    return _sqlite_engine_at(url, path, durability, busy_timeout)
+
+
+def _create_sqlite_ledger(url: sa.URL, path: Path, durability: Durability, busy_timeout: float) -> None:
+    """Make a new ledger at ``path`` whole before it appears: built under a temporary name and
+    linked into place, so no process ever finds tether's ledger empty (and an empty file at
+    the path always means one was lost). A process that links first wins; the others use its."""
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tether-new")
+    engine = _sqlite_engine_at(url, temp, durability, busy_timeout)
+    try:
+        ensure_schema(engine)
+    finally:
+        engine.dispose()  # the last connection checkpoints and removes the temp WAL
+    try:
+        os.link(temp, path)
+    except FileExistsError:
+        pass  # another process created it meanwhile
+    except OSError:
+        # A filesystem without hard links: SQLite creates the file in place, as it always did.
+        pass
+    else:
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+    finally:
+        for leftover in (temp, temp.with_name(temp.name + "-wal"), temp.with_name(temp.name + "-shm")):
+            leftover.unlink(missing_ok=True)
+
+
+def _sqlite_engine_at(url: sa.URL, path: Path, durability: Durability, busy_timeout: float) -> sa.Engine:
     engine = sa.create_engine(
         url.set(database=str(path)),
         connect_args={"timeout": busy_timeout, "check_same_thread": False, "isolation_level": None},
@@ -185,5 +242,10 @@ def ensure_schema(engine: sa.Engine) -> None:
             for name in RETIRED_INDEXES:
                 if name in present:
                     conn.exec_driver_sql(f"DROP INDEX {name}")
-    except sa.exc.OperationalError as e:
+    except sa.exc.SQLAlchemyError as e:
+        fault = faults.ledger_fault(e, ledger_name(engine))
+        if fault is not None:
+            raise fault from e
+        if not isinstance(e, sa.exc.OperationalError):
+            raise
         raise DatabaseUnavailable(f"cannot open the database at {mask_url(engine.url)}: {e.orig}") from e

@@ -12,11 +12,12 @@ from typing import Any, NamedTuple
 import orjson
 import sqlalchemy as sa
 
-from . import events, sql
+from . import events, faults, sql
 from .backend import Backend
 from .build import Builder, NewJob, tuple_new
 from .clock import Clock
 from .context import encode_result
+from .engine import ledger_name
 from .errors import (
     DatabaseUnavailable,
     DuplicateActiveJob,
@@ -128,6 +129,11 @@ class Queue:
         self._json_sql = sql.insert_json_sql(engine.dialect.name) if self.backend.reads_json else None
         self._complete_many_sql = sql.complete_many_sql(engine.dialect.name) if self.backend.reads_json else None
 
+    @property
+    def where(self) -> str:
+        """The ledger as messages name it (``engine.ledger_name``)."""
+        return ledger_name(self.engine)
+
     # -- enqueue ---------------------------------------------------------------------------
 
     def build(self, payload: Payload, **options: Any) -> NewJob:
@@ -203,7 +209,12 @@ class Queue:
                     results = self.insert_all(cur, jobs)
                     if any(not r.duplicate for r in results):
                         self.wakeup.notify_in(cur)
-        except sa.exc.OperationalError as e:
+        except sa.exc.SQLAlchemyError as e:
+            fault = faults.ledger_fault(e, self.where)
+            if fault is not None:
+                raise fault from e
+            if not isinstance(e, sa.exc.OperationalError):
+                raise
             raise DatabaseUnavailable(f"could not record the job(s), nothing was enqueued: {e.orig}") from e
         self.committed(results)
         return results

@@ -6,6 +6,7 @@ import sqlalchemy as sa
 import typer
 
 from ..errors import TetherError
+from ..faults import describe
 from ..health import Health, Thresholds, Verdict, health
 from ..readonly import DEFAULT_LOCK_TIMEOUT
 from .app import app, err, out, print_json
@@ -44,7 +45,7 @@ def status(
             h = health(engine, thresholds, lock_timeout=lock_timeout)
     except (TetherError, sa.exc.SQLAlchemyError, OSError) as e:
         # Could not tell: never let an unreadable ledger look healthy (exit 3, not 0 or 1).
-        reason = " ".join(str(e).split())
+        reason = describe(e) if isinstance(e, sa.exc.SQLAlchemyError) else " ".join(str(e).split())
         if as_json:
             print_json({"verdict": Verdict.UNKNOWN.label, "exit_code": 3, "error": reason})
         else:
