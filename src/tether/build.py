@@ -84,21 +84,16 @@ class Builder:
             kinds = {}
             self._kinds = (self.registry, self.registry.generation, kinds)
         name = (kinds.get(type(payloads[0])) or self._kind(payloads[0], kinds)).name
-        problem = limits.check_int("priority", priority, limits.INT_MIN) or limits.check_int(
-            "max_attempts", max_attempts, 1
-        )
+        now = now or self.clock.now()
+        problem = limits.option_problem(priority, max_attempts, delay, now)
         if problem:
             raise InvalidPayload(name, [problem])
         if key is not None and len(key) > 512:
             raise InvalidPayload(name, [f"key: at most 512 characters, got {len(key)}"])
-        now = now or self.clock.now()
         if run_at is not None and delay is not None:
             raise InvalidPayload(name, ["give run_at or delay, not both"])
         if delay is not None:
-            try:
-                run_at = limits.delay_until(now, delay)
-            except ValueError as e:
-                raise InvalidPayload(name, [f"delay: {e}"]) from None
+            run_at = limits.delay_until(now, delay)
         elif run_at is not None and run_at.tzinfo is None:
             raise InvalidPayload(name, ["run_at: must be timezone-aware (UTC)"])
         run_at = run_at or now

@@ -36,22 +36,23 @@ def schema_of(engine: sa.Engine) -> str | None:
 
 
 def mask_url(url: str | sa.URL) -> str:
-    """A database URL as it may be printed: its password (and any ``password=`` query value)
-    replaced by ``***``. A string that is not a URL at all is masked from its first ``user:``
-    to its last ``@``, so a mistyped URL does not leak its password in the error about it."""
-    try:
-        parsed = url if isinstance(url, sa.URL) else make_url(url)
-    except sa.exc.ArgumentError:
-        text = str(url)
-        at = text.rfind("@")
-        if at < 0:
-            return text
-        start = text.find("//") + 2 if "//" in text[:at] else 0
+    """A database URL as it may be printed: its password, and any ``password=`` query value,
+    replaced by ``***``. Done on the text, so a mistyped URL that does not parse is masked too:
+    everything from the first ``user:`` to the last ``@`` of the authority."""
+    text = url.render_as_string(hide_password=False) if isinstance(url, sa.URL) else str(url)
+    first_at = text.find("@")
+    if first_at >= 0:
+        slashes = text.find("//")
+        start = slashes + 2 if 0 <= slashes < first_at else 0
+        ends = [i for i in (text.find("/", first_at), text.find("?", first_at)) if i >= 0]
+        at = text.rfind("@", 0, min(ends, default=len(text)))
         colon = text.find(":", start, at)
-        return text if colon < 0 else f"{text[: colon + 1]}***{text[at:]}"
-    if any(key.lower() == "password" for key in parsed.query):
-        parsed = parsed.update_query_dict({key: "***" for key in parsed.query if key.lower() == "password"})
-    return parsed.render_as_string(hide_password=True)
+        if colon >= 0:
+            text = f"{text[: colon + 1]}***{text[at:]}"
+    return _PASSWORD_PARAMETER.sub(r"\1***", text)
+
+
+_PASSWORD_PARAMETER = re.compile(r"(?i)([?&]password=)[^&]*")
 
 
 def ledger_name(engine: sa.Engine) -> str:

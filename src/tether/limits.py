@@ -42,6 +42,17 @@ def check_int(field: str, value: Any, low: int) -> str | None:
     return None
 
 
+def option_problem(priority: Any, max_attempts: Any, delay: Any, now: datetime) -> str | None:
+    """What is wrong with a job's options (``field: rule``), or None."""
+    problem = check_int("priority", priority, INT_MIN) or check_int("max_attempts", max_attempts, 1)
+    if problem is None and delay is not None:
+        try:
+            delay_until(now, delay)
+        except ValueError as e:
+            problem = f"delay: {e}"
+    return problem
+
+
 def delay_until(now: datetime, delay: float | timedelta) -> datetime:
     """``now + delay``; ValueError with the rule if the delay is not a finite number of seconds
     >= 0 or lands past what a date can hold."""

@@ -55,6 +55,8 @@ def open_ledger(db_url: str | None = None, *, schema: str | None = None) -> sa.E
         path = Path(url.database).expanduser().absolute()
         if not path.is_file():
             raise NoLedger(f"no ledger at {path} (the file does not exist; check --db or TETHER_DB)")
+        if path.stat().st_size == 0:
+            raise NoLedger(f"no ledger at {path} (the file is empty, 0 bytes, so it has no {TABLE} table)")
     engine = create_engine(db_url, schema=schema or os.environ.get("TETHER_SCHEMA") or None)
     try:
         with engine.connect() as conn:

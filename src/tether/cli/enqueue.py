@@ -8,7 +8,9 @@ from pathlib import Path
 import orjson
 import typer
 
+from ..clock import SystemClock
 from ..errors import InvalidPayload
+from ..limits import option_problem
 from .app import app, open_coordinator, out, print_json
 
 
@@ -82,7 +84,10 @@ def enqueue(
     if (payload is None) == (jsonl is None):
         raise typer.BadParameter("give exactly one of --payload or --jsonl")
     options = dict(priority=priority, key=key, max_attempts=max_attempts, delay=delay)
-    # Read and parse before the ledger is opened: bad input creates nothing.
+    # Check options, read and parse before the ledger is opened: bad input creates nothing.
+    problem = option_problem(priority, max_attempts, delay, SystemClock().now())
+    if problem:
+        raise InvalidPayload(job_type, [problem])
     if payload is not None:
         items = [(None, _load_payload(job_type, payload))]
     else:
