@@ -7,6 +7,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,9 +23,10 @@ from tether import Coordinator, CreateFile
 from tether.errors import LedgerFault
 from tether.faults import EXIT_LEDGER_FAULT
 from tether.status import JobStatus
+from tether.worker import Worker
 
 
-def cli(db: Path, root: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+def cli(db: Path, root: Path, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:
     env = {**os.environ, "TETHER_DB": f"sqlite:///{db}", "TETHER_ROOT": str(root)}
     return subprocess.run(
         [sys.executable, "-m", "tether", *args], env=env, capture_output=True, text=True, timeout=timeout
@@ -48,6 +50,29 @@ def ledger_with_jobs(tmp_path: Path, n: int = 300) -> tuple[Path, Path]:
         c.enqueue_many([CreateFile(path=f"f{i}.json", content={"i": i, "pad": "x" * 200}) for i in range(n)])
     assert not Path(f"{db}-wal").exists()  # checkpointed: every page is in the file itself
     return db, root
+
+
+def run_bounded(worker: Worker, seconds: float = 30) -> int:
+    """``worker.run_until_idle()``, failing the test if it is still retrying after ``seconds``
+    (a fault must stop it at once, not after a backoff that never ends)."""
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(worker.run_until_idle(install_signals=False))
+        except BaseException as e:
+            outcome.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        worker.stop(cancel=True)
+        thread.join(30)
+        pytest.fail(f"the worker was still retrying after {seconds} s")
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]  # type: ignore[return-value]
 
 
 def overwrite(path: Path, offset: int, data: bytes) -> None:
@@ -209,7 +234,7 @@ def test_a_full_ledger_stops_the_worker_and_no_job_is_lost_once_space_returns(tm
         c.queue.backend.close()
         c.engine.dispose()
         with pytest.raises(LedgerFault, match=r"is full \(OperationalError: database or disk is full\)"):
-            c.worker(poll_interval=0.01, max_db_backoff=0.02).run_until_idle(install_signals=False)
+            run_bounded(c.worker(poll_interval=0.01, max_db_backoff=0.02))
 
         sa.event.remove(c.engine, "connect", no_room)
         c.queue.backend.close()
@@ -292,7 +317,7 @@ def test_on_postgres_a_killed_connection_passes_but_a_dropped_ledger_table_stops
                     conn.exec_driver_sql("SELECT 1")
                     assert c.queue.claim("warm-up", limit=0) == []  # the pool holds a connection
                     conn.exec_driver_sql(kill)
-                assert c.worker(poll_interval=0.01, max_db_backoff=0.05).run_until_idle(install_signals=False) == 1
+                assert run_bounded(c.worker(poll_interval=0.01, max_db_backoff=0.05)) == 1
                 assert notes.seen == {"a": 1}
 
                 c.enqueue(Note(name="b"))
@@ -301,6 +326,6 @@ def test_on_postgres_a_killed_connection_passes_but_a_dropped_ledger_table_stops
                 with pytest.raises(
                     LedgerFault, match=r"is gone \(UndefinedTable: relation \"tether_jobs\" does not exist"
                 ):
-                    c.worker(poll_interval=0.01, max_db_backoff=0.05).run_until_idle(install_signals=False)
+                    run_bounded(c.worker(poll_interval=0.01, max_db_backoff=0.05))
             finally:
                 admin.dispose()
