@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from conftest import scratch_pg_database
 from jobkit import Note, NoteType, registry_with
 from tether import Coordinator, CreateFile
+from tether import engine as tether_engine
 from tether.errors import LedgerFault
 from tether.faults import EXIT_LEDGER_FAULT
 from tether.status import JobStatus
@@ -125,22 +126,34 @@ def test_a_zero_byte_ledger_is_refused_never_recreated_as_an_empty_one(tmp_path)
     assert db.stat().st_size == 0
 
 
-def test_a_new_ledger_never_shows_as_an_empty_file_to_processes_opening_it_at_once(tmp_path):
-    # Only a path with no file is a new ledger; tether builds it aside and links it in whole,
-    # so a process that finds the file a moment after another created it never sees 0 bytes.
+def test_a_new_ledger_is_never_seen_empty_at_its_path(tmp_path, monkeypatch):
+    # Only a path with no file is a new ledger, so tether must never leave one empty there, not
+    # even for the moment between SQLite creating the file and writing its header: another
+    # process opening it then would refuse it. It is built aside and linked in whole.
     db = tmp_path / "new" / "tether.db"
-    script = "import sys; from tether import Coordinator; Coordinator.open(sys.argv[1], root=sys.argv[2]).close()"
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", script, f"sqlite:///{db}", str(tmp_path / "data")],
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(8)
+    seen: list[int] = []
+    real_create_engine = tether_engine.sa.create_engine
+
+    def watched(url, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
+        engine = real_create_engine(url, *args, **kwargs)
+        if engine.url.database == str(db):
+            # First in line: what any connection at the ledger's path finds before touching it.
+            sa.event.listen(engine, "connect", lambda *_: seen.append(db.stat().st_size), insert=True)
+        return engine
+
+    monkeypatch.setattr(tether_engine.sa, "create_engine", watched)
+    openers = [
+        threading.Thread(target=lambda: Coordinator.open(f"sqlite:///{db}", root=tmp_path).close()) for _ in range(4)
     ]
-    results = [(p.wait(60), p.stderr.read()) for p in procs]
-    assert [code for code, _ in results] == [0] * 8, results
-    assert sorted(p.name for p in db.parent.iterdir() if not p.name.startswith("tether.db")) == []
+    for t in openers:
+        t.start()
+    for t in openers:
+        t.join(60)
+    monkeypatch.undo()
+    assert seen and 0 not in seen, seen
+    with Coordinator.open(f"sqlite:///{db}", root=tmp_path) as c:  # one ledger, usable
+        c.enqueue(CreateFile(path="a.json", text="x"))
+    assert [p.name for p in db.parent.iterdir() if "tether-new" in p.name] == []
 
 
 def test_a_ledger_deleted_or_emptied_under_a_running_worker_stops_it(tmp_path):
