@@ -8,6 +8,7 @@ import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -22,7 +23,7 @@ from tether.limits import DEFAULT_MAX_PAYLOAD_BYTES, MAX_DEPTH
 
 def count_jobs(c: Coordinator) -> int:
     with c.engine.connect() as conn:
-        return conn.execute(sa.text("SELECT count(*) FROM tether_jobs")).scalar()
+        return conn.execute(sa.text("SELECT count(*) FROM tether_jobs")).scalar_one()
 
 
 def tree(root: Path) -> list[str]:
@@ -284,14 +285,15 @@ def test_cli_import_finds_modules_in_the_working_directory(tmp_path):
 
 def test_out_of_range_options_are_refused_by_the_api_too(coordinator):
     payload = CreateFile(path="a", content=1)
-    for options, message in [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"priority": 2**31}, "priority: must be between -2147483648 and 2147483647, got 2147483648"),
         ({"max_attempts": 2**31}, "max_attempts: must be between 1 and 2147483647"),
         ({"delay": float("nan")}, "delay: must be a number of seconds >= 0, got nan"),
         ({"delay": -1}, "delay: must be a number of seconds >= 0, got -1"),
         ({"delay": timedelta(seconds=-1)}, "delay: must be a number of seconds >= 0"),
         ({"delay": 1e300}, "delay: 1e+300 seconds from now is past the last date a run time can hold"),
-    ]:
+    ]
+    for options, message in cases:
         with pytest.raises(InvalidPayload, match=re.escape(message)):
             coordinator.enqueue(payload, **options)
     coordinator.enqueue(payload, priority=2**31 - 1, max_attempts=2**31 - 1, delay=0)
@@ -299,8 +301,8 @@ def test_out_of_range_options_are_refused_by_the_api_too(coordinator):
     assert count_jobs(coordinator) == 2
 
 
-def nested(depth: int) -> object:
-    value: object = 1
+def nested(depth: int) -> Any:
+    value: Any = 1
     for _ in range(depth):
         value = [value]
     return value

@@ -14,9 +14,9 @@ import pytest
 from jobkit import Note, NoteType, registry_with
 from tether import SystemClock
 from tether.cli import main
-from tether.context import error_text
 from tether.engine import mask_url
 from tether.errors import PermanentError
+from tether.outcome import error_text
 
 
 def run_main(monkeypatch, capsys, *args: str) -> tuple[int, str]:

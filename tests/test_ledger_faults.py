@@ -20,7 +20,6 @@ import sqlalchemy as sa
 from conftest import scratch_pg_database
 from jobkit import Note, NoteType, registry_with
 from tether import Coordinator, CreateFile
-from tether import engine as tether_engine
 from tether.errors import LedgerFault
 from tether.faults import EXIT_LEDGER_FAULT
 from tether.status import JobStatus
@@ -132,7 +131,7 @@ def test_a_new_ledger_is_never_seen_empty_at_its_path(tmp_path, monkeypatch):
     # process opening it then would refuse it. It is built aside and linked in whole.
     db = tmp_path / "new" / "tether.db"
     seen: list[int] = []
-    real_create_engine = tether_engine.sa.create_engine
+    real_create_engine = sa.create_engine  # what tether.engine calls
 
     def watched(url, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
         engine = real_create_engine(url, *args, **kwargs)
@@ -141,7 +140,7 @@ def test_a_new_ledger_is_never_seen_empty_at_its_path(tmp_path, monkeypatch):
             sa.event.listen(engine, "connect", lambda *_: seen.append(db.stat().st_size), insert=True)
         return engine
 
-    monkeypatch.setattr(tether_engine.sa, "create_engine", watched)
+    monkeypatch.setattr(sa, "create_engine", watched)
     openers = [
         threading.Thread(target=lambda: Coordinator.open(f"sqlite:///{db}", root=tmp_path).close()) for _ in range(4)
     ]
@@ -178,6 +177,7 @@ def test_a_ledger_deleted_or_emptied_under_a_running_worker_stops_it(tmp_path):
             code = proc.wait(timeout=30)
         finally:
             proc.kill()
+        assert proc.stderr is not None
         stderr = proc.stderr.read()
         assert code == 74 and "Traceback" not in stderr, stderr
         line = stderr.strip().splitlines()[-1]
@@ -254,7 +254,9 @@ def test_a_full_ledger_stops_the_worker_and_no_job_is_lost_once_space_returns(tm
         c.engine.dispose()
         c.worker(poll_interval=0.01).run_until_idle(install_signals=False)
         with c.engine.connect() as conn:
-            counts = dict(conn.exec_driver_sql("SELECT status, count(*) FROM tether_jobs GROUP BY status").all())
+            counts: dict[str, int] = dict(
+                conn.exec_driver_sql("SELECT status, count(*) FROM tether_jobs GROUP BY status").all()
+            )
         assert counts == {"completed": 300} and set(notes.seen) == {f"n{i}" for i in range(300)}
     finally:
         c.close()
@@ -265,7 +267,7 @@ def test_a_full_ledger_stops_the_worker_and_no_job_is_lost_once_space_returns(tm
 
 def sqlite_error(message: str, code: int) -> sa.exc.OperationalError:
     error = sqlite3.OperationalError(message)
-    error.sqlite_errorcode = code  # type: ignore[attr-defined]
+    error.sqlite_errorcode = code
     return sa.exc.OperationalError("UPDATE tether_jobs ...", {}, error)
 
 

@@ -18,9 +18,11 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 
-DEFAULT_MAX_PAYLOAD_BYTES = 16 * 1024 * 1024
+from . import config
+
+DEFAULT_MAX_PAYLOAD_BYTES = config.DEFAULT_MAX_PAYLOAD_BYTES
 """Largest stored payload (its JSON, in bytes) by default: ``TETHER_MAX_PAYLOAD_BYTES`` or
-``Coordinator.open(max_payload_bytes=...)`` change it."""
+``Coordinator.open(max_payload_bytes=...)`` change it (``tether.config``)."""
 
 MAX_DEPTH = 64
 """Deepest JSON nesting of a payload, its own object counted as one level. The JSON parser that

@@ -7,13 +7,13 @@ import sys
 import sqlalchemy as sa
 import typer
 
-from ..coordinator import DEFAULT_DB
+from .. import config
 from ..engine import mask_url
 from ..errors import LedgerFault, TetherError
 from ..faults import EXIT_LEDGER_FAULT, describe, ledger_fault
 
 # Importing a command module registers its command.
-from . import (  # noqa: F401
+from . import (  # noqa: F401  (imported for the commands they register)
     duplicates,
     durations,
     enqueue,
@@ -46,7 +46,7 @@ def main() -> None:
     except LedgerFault as e:
         _fail(f"tether: ledger fault: {e}", EXIT_LEDGER_FAULT)
     except sa.exc.SQLAlchemyError as e:
-        fault = ledger_fault(e, mask_url(settings.db or DEFAULT_DB))
+        fault = ledger_fault(e, mask_url(config.db_url(settings.db)))
         if fault is not None:
             _fail(f"tether: ledger fault: {fault}", EXIT_LEDGER_FAULT)
         _fail(f"tether: error: {describe(e)}", 1)  # never the statement and its parameters

@@ -11,9 +11,10 @@ import orjson
 import typer
 from rich.console import Console
 
-from ..context import error_text
+from .. import config
 from ..coordinator import Coordinator
 from ..errors import ConfigError
+from ..outcome import error_text
 
 app = typer.Typer(
     name="tether",
@@ -46,33 +47,34 @@ def _global(
     db: str | None = typer.Option(
         None,
         "--db",
-        envvar="TETHER_DB",
+        envvar=config.ENV_DB,
         help="SQLAlchemy URL of the ledger (default sqlite:///tether.db in the working directory).",
     ),
     root: str | None = typer.Option(
         None,
         "--root",
-        envvar="TETHER_ROOT",
+        envvar=config.ENV_ROOT,
         help="The data root all payload paths are relative to (default: the working directory).",
     ),
     imports: list[str] = typer.Option(
         [],
         "--import",
         "-i",
-        envvar="TETHER_IMPORT",
+        envvar=config.ENV_IMPORT,
         help="Python module that registers your own job types (repeatable).",
     ),
     schema: str | None = typer.Option(
         None,
         "--schema",
-        envvar="TETHER_SCHEMA",
+        envvar=config.ENV_SCHEMA,
         help="PostgreSQL schema holding the ledger, for a database shared with other applications.",
     ),
     durability: str | None = typer.Option(
         None,
         "--durability",
-        envvar="TETHER_DURABILITY",
-        help="SQLite commit durability: 'full' (default; survives power loss) or 'normal' (may lose the last commits on power loss).",
+        envvar=config.ENV_DURABILITY,
+        help="SQLite commit durability: 'full' (default; survives power loss) "
+        "or 'normal' (may lose the last commits on power loss).",
     ),
 ) -> None:
     settings.db, settings.root, settings.imports = db, root, tuple(imports)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 import typer
@@ -14,7 +15,7 @@ from ..limits import option_problem
 from .app import app, open_coordinator, out, print_json
 
 
-def _load_payload(job_type: str, raw: str) -> dict:
+def _load_payload(job_type: str, raw: str) -> dict[str, Any]:
     if raw.startswith("@"):
         source = f"--payload {raw}"
         try:
@@ -28,7 +29,7 @@ def _load_payload(job_type: str, raw: str) -> dict:
     return _parse_object(job_type, source, text)
 
 
-def _parse_object(job_type: str, source: str, text: bytes) -> dict:
+def _parse_object(job_type: str, source: str, text: bytes) -> dict[str, Any]:
     """A JSON object from ``text``; InvalidPayload naming ``source`` if it is not UTF-8, not
     JSON, or not an object."""
     try:
@@ -88,9 +89,11 @@ def enqueue(
     problem = option_problem(priority, max_attempts, delay, SystemClock().now())
     if problem:
         raise InvalidPayload(job_type, [problem])
+    items: list[tuple[int | None, dict[str, Any]]]
     if payload is not None:
         items = [(None, _load_payload(job_type, payload))]
     else:
+        assert jsonl is not None  # exactly one of the two, checked above
         source = "stdin" if jsonl == "-" else f"--jsonl {jsonl}"
         items = [(n, _parse_object(job_type, f"{source} line {n}", line)) for n, line in _read_lines(job_type, jsonl)]
     with open_coordinator() as coordinator:

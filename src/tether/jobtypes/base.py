@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from .. import fs
 from ..errors import UnsafePath
+from .target import FILE, Target, file_key
 
 if TYPE_CHECKING:
     from ..context import JobContext
@@ -61,15 +62,24 @@ class JobType(ABC, Generic[P]):
     payload_model: ClassVar[type[Payload]]
     probe: ClassVar[Probe | None] = None
     """How the reconciler checks this type's effect; None for types it cannot check."""
+    timeout: ClassVar[float | None] = None
+    """Seconds an attempt may run (``enqueue(timeout=)`` overrides it per job); past it the
+    handler is cancelled and the attempt retried. None: no limit."""
 
     def prepare(self, payload: P, root: Path) -> P:
         """Checks the model cannot make alone (paths against the data root); returns the payload
         in canonical form. Runs at enqueue and again before every attempt."""
         return payload
 
-    def ordering_key(self, payload: P) -> str | None:
-        """The target this job acts on: jobs with one key take effect in enqueue order."""
+    def target(self, payload: P) -> Target | None:
+        """What this job acts on (``Target.file(path)``, an AWS resource): jobs with one target
+        take effect in enqueue order, and the reconciler checks each target's latest job."""
         return None
+
+    def ordering_key(self, payload: P) -> str | None:
+        """The target as stored in the ledger; override ``target``, not this."""
+        target = self.target(payload)
+        return None if target is None else target.key
 
     def idempotency_key(self, payload: P) -> str | None:
         """A key derived from the payload itself (explicit keys passed to enqueue win)."""
@@ -91,7 +101,7 @@ def checked_path(job_type: str, field: str, root: Path, rel: str) -> str:
 
 def file_target(rel: str) -> str:
     """The ordering key of a data file: every job touching one path shares it."""
-    return f"file:{rel}"
+    return file_key(rel)
 
 
 # -- reconcile probes ----------------------------------------------------------------------------
@@ -103,20 +113,63 @@ UNEXPECTED = "unexpected"
 UNKNOWN = "unknown"
 
 
+ADD = "ADD"
+REMOVE = "REMOVE"
+NOT_EQUAL = "NOT_EQUAL"
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    """One field that does not hold what the ledger expects (CloudFormation's
+    PropertyDifference): ``path`` names the field (``tags.env``, ``size``); ``kind`` is ADD (present,
+    not expected), REMOVE (expected, absent) or NOT_EQUAL. Values are what a probe may show:
+    sizes, hashes, settings; never file contents or secrets."""
+
+    path: str
+    expected: Any
+    actual: Any
+    kind: str = NOT_EQUAL
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "expected": self.expected, "actual": self.actual, "kind": self.kind}
+
+
 @dataclass(frozen=True, slots=True)
 class Check:
-    """What a probe found for one target. Sizes in bytes, hashes sha256 hex; a hash is given only
-    when it was cheap or needed (never file contents)."""
+    """What a probe found for one target: its status, what was expected and what is there (small
+    JSON values: a file's ``{"size", "sha256"}``, a resource's declared settings), the fields that
+    differ, and a detail for the operator."""
 
     status: str
-    expected_size: int | None = None
-    expected_sha256: str | None = None
-    actual_size: int | None = None
-    actual_sha256: str | None = None
+    expected: Any = None
+    actual: Any = None
+    differences: tuple[Difference, ...] = ()
     detail: str | None = None
 
 
+def file_facts(size: int | None, sha256: str | None = None) -> dict[str, Any]:
+    """A file's side of a check: its size in bytes and, when read, its sha256 (never its bytes)."""
+    return {"size": size, "sha256": sha256}
+
+
+def differences_of(expected: Any, actual: Any) -> tuple[Difference, ...]:
+    """The fields of two flat dicts that differ (a field either side lacks is ADD or REMOVE; a
+    None value on the actual side means unknown, not different)."""
+    if not isinstance(expected, dict) or not isinstance(actual, dict):
+        return ()
+    out = []
+    for name in sorted(expected.keys() | actual.keys()):
+        if name not in actual:
+            out.append(Difference(name, expected[name], None, REMOVE))
+        elif name not in expected:
+            out.append(Difference(name, None, actual[name], ADD))
+        elif actual[name] is not None and expected[name] != actual[name]:
+            out.append(Difference(name, expected[name], actual[name], NOT_EQUAL))
+    return tuple(out)
+
+
 SYNCED = Check(IN_SYNC)
+UNREADABLE_PAYLOAD = Check(UNKNOWN, detail="the job's stored payload could not be read")
 
 
 class Probe(ABC):
@@ -251,13 +304,13 @@ def files_exist(root: Path, rels: Sequence[str], *, present: bool) -> list[Check
                 out[n] = _exists(prefix + rels[n], present)
             continue
         get = listing.get
-        for n, name in zip(indexes, names):
+        for n, name in zip(indexes, names, strict=True):
             is_dir = get(name)
             if (is_dir is False) if present else (is_dir is None):
                 out[n] = SYNCED
             else:
                 out[n] = _exists(prefix + rels[n], present)
-    return out  # type: ignore[return-value]
+    return out  # type: ignore[return-value]  # every slot was filled above
 
 
 def _exists(path: str, present: bool) -> Check:
@@ -270,7 +323,7 @@ def _exists(path: str, present: bool) -> Check:
     if present:
         return SYNCED if st.st_mode & _S_IFMT != _S_IFDIR else Check(MODIFIED, detail="is a directory")
     kind = _kind(st.st_mode)
-    return Check(UNEXPECTED, actual_size=st.st_size if kind is None else None, detail=kind)
+    return Check(UNEXPECTED, actual=file_facts(st.st_size) if kind is None else None, detail=kind)
 
 
 def check_file(root: Path, rel: str, expected: bytes) -> Check:
@@ -293,7 +346,7 @@ def check_file(root: Path, rel: str, expected: bytes) -> Check:
         if kind is not None:
             return with_expected(Check(MODIFIED, detail=kind), expected)
         if st.st_size != len(expected):
-            return with_expected(Check(MODIFIED, actual_size=st.st_size), expected)
+            return with_expected(Check(MODIFIED, actual=file_facts(st.st_size)), expected)
         actual = _differs(fd, expected)
     except OSError as e:
         return Check(UNKNOWN, detail=_reason(e))
@@ -301,7 +354,7 @@ def check_file(root: Path, rel: str, expected: bytes) -> Check:
         os.close(fd)
     if actual is None:
         return SYNCED
-    return with_expected(Check(MODIFIED, actual_size=actual[0], actual_sha256=actual[1]), expected)
+    return with_expected(Check(MODIFIED, actual=file_facts(actual[0], actual[1])), expected)
 
 
 def _differs(fd: int, expected: bytes) -> tuple[int, str] | None:
@@ -335,13 +388,18 @@ def file_paths(items: Sequence[tuple[str, str]]) -> list[str]:
     """The data paths of file jobs' ``(target, payload)`` pairs: from the ordering key
     (``file_target``) when there is one, else the payload's ``path`` (no need to validate the
     whole model for it)."""
-    return [t[5:] if t.startswith("file:") else orjson.loads(p)["path"] for t, p in items]
+    out = []
+    for key, payload in items:
+        target = Target.parse(key)
+        out.append(target.identity if target.kind == FILE else orjson.loads(payload)["path"])
+    return out
 
 
 def with_expected(check: Check, expected: bytes | None) -> Check:
     if expected is None:
         return check
-    return replace(check, expected_size=len(expected), expected_sha256=fs.sha256(expected))
+    facts = file_facts(len(expected), fs.sha256(expected))
+    return replace(check, expected=facts, differences=differences_of(facts, check.actual))
 
 
 def _kind(mode: int) -> str | None:

@@ -15,6 +15,7 @@ from ..errors import PermanentError
 from .base import (
     IN_SYNC,
     SYNCED,
+    UNREADABLE_PAYLOAD,
     Check,
     JobType,
     Payload,
@@ -22,10 +23,10 @@ from .base import (
     check_file,
     checked_path,
     file_paths,
-    file_target,
     files_exist,
     with_expected,
 )
+from .target import Target
 
 if TYPE_CHECKING:
     from ..context import JobContext
@@ -77,11 +78,19 @@ class CreateFileProbe(Probe):
         if content:
             out = []
             for _, payload in items:
-                fields = orjson.loads(payload)
-                out.append(check_file(root, fields["path"], render_fields(fields.get("content"), fields.get("text"))))
+                try:
+                    fields = orjson.loads(payload)
+                    rel, expected = fields["path"], render_fields(fields.get("content"), fields.get("text"))
+                except (orjson.JSONDecodeError, TypeError, KeyError, AttributeError):
+                    out.append(UNREADABLE_PAYLOAD)  # only a row changed by hand: the ledger validated it
+                    continue
+                out.append(check_file(root, rel, expected))
             return out
         found = files_exist(root, file_paths(items), present=True)
-        return [c if c is SYNCED or c.status == IN_SYNC else _expecting(c, p) for c, (_, p) in zip(found, items)]
+        return [
+            c if c is SYNCED or c.status == IN_SYNC else _expecting(c, p)
+            for c, (_, p) in zip(found, items, strict=True)
+        ]
 
 
 def _expecting(check: Check, payload: str | None) -> Check:
@@ -89,8 +98,11 @@ def _expecting(check: Check, payload: str | None) -> Check:
     is at hand; the reconciler adds it otherwise)."""
     if payload is None:
         return check
-    fields = orjson.loads(payload)
-    return with_expected(check, render_fields(fields.get("content"), fields.get("text")))
+    try:
+        fields = orjson.loads(payload)
+        return with_expected(check, render_fields(fields.get("content"), fields.get("text")))
+    except (orjson.JSONDecodeError, TypeError, AttributeError):
+        return check
 
 
 class CreateFileType(JobType[CreateFile]):
@@ -102,8 +114,8 @@ class CreateFileType(JobType[CreateFile]):
         path = checked_path(self.name, "path", root, payload.path)
         return payload if path == payload.path else payload.model_copy(update={"path": path})
 
-    def ordering_key(self, payload: CreateFile) -> str:
-        return file_target(payload.path)
+    def target(self, payload: CreateFile) -> Target:
+        return Target.file(payload.path)
 
     def run(self, payload: CreateFile, ctx: JobContext) -> dict[str, Any]:
         data = render(payload)
