@@ -104,6 +104,9 @@ def test_a_corrupt_ledger_stops_the_worker_at_once_with_one_line_and_exit_74(tmp
     assert not events(proc, "db_error")
     proc = cli(db, root, "enqueue", "create_file", "--payload", '{"path": "new.json", "text": "x"}')
     assert proc.returncode == 74 and last_line(proc).startswith(f"tether: ledger fault: the ledger at {db}")
+    if offset == 0:  # every read fails (a damaged page deep in the file may be one reconcile never reads)
+        proc = cli(db, root, "reconcile")  # could not check: 1, never 2 (drift), and it says why
+        assert proc.returncode == 1 and "is corrupt (DatabaseError: file is not a database)" in last_line(proc)
 
 
 # -- empty and missing ---------------------------------------------------------------------------

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any, Union
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from . import config
+from . import config, faults
 from .clock import SystemClock
-from .engine import READ_ONLY, create_engine, mask_url
+from .engine import READ_ONLY, create_engine, ledger_name, mask_url
 from .errors import DatabaseUnavailable
 from .record import JobRecord
 from .schema import FINISHED_SQL, TABLE, Job
@@ -57,8 +57,13 @@ def open_ledger(db_url: str | None = None, *, schema: str | None = None) -> sa.E
     try:
         with engine.connect() as conn:
             present = sa.inspect(conn).has_table(TABLE)
-    except sa.exc.OperationalError as e:
+    except sa.exc.SQLAlchemyError as e:
         engine.dispose()
+        fault = faults.ledger_fault(e, ledger_name(engine))
+        if fault is not None:
+            raise fault from e
+        if not isinstance(e, sa.exc.OperationalError):
+            raise
         reason = " ".join(str(e.orig).split())  # drivers' messages span lines; ours are one
         raise DatabaseUnavailable(f"cannot open the database at {mask_url(engine.url)}: {reason}") from e
     if not present:
