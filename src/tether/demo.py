@@ -32,6 +32,7 @@ from pydantic import BaseModel, Field
 from . import fs, observe
 from .context import JobContext
 from .coordinator import Coordinator
+from .engine import mask_url
 from .errors import RetryableError, TetherError
 from .jobtypes import CreateFile, JobType, Payload, Registry, default_registry, render
 from .jobtypes.base import IN_SYNC, SYNCED, Check, Probe, check_file, checked_path, files_exist
@@ -280,7 +281,8 @@ class Demo:
         rel = os.path.relpath(self.workdir)
         self.say(f"tether demo: scratch directory {rel}/ (wiped first)")
         self.say(f"  data root  {rel}/data   ({files} files copied from sample_data/data)")
-        self.say(f"  ledger     sqlite:///{rel}/tether.db   (embedded SQLite, WAL, synchronous=FULL)\n")
+        ledger = mask_url(f"sqlite:///{rel}/tether.db")  # as every URL tether prints
+        self.say(f"  ledger     {ledger}   (embedded SQLite, WAL, synchronous=FULL)\n")
         registry = register(default_registry(), flaky=True)
         with Coordinator.open(self.db_url, root=self.root, registry=registry) as c:
             store = JsonStore(c, retry=FAST_RETRY)
