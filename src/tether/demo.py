@@ -35,7 +35,8 @@ from .context import JobContext
 from .coordinator import Coordinator
 from .errors import RetryableError, TetherError
 from .jobtypes import CreateFile, JobType, Payload, Registry, default_registry, render
-from .jobtypes.base import IN_SYNC, SYNCED, Check, Probe, check_file, checked_path, file_target, files_exist
+from .jobtypes.base import IN_SYNC, SYNCED, Check, Probe
+from .jobtypes.files import check_file, checked_path, file_target, files_exist
 from .retry import RetryPolicy
 from .schema import Job
 from .store import JsonStore

@@ -26,7 +26,8 @@ from . import events, fs
 from .backend import Backend
 from .drift import DRIFT, IN_SYNC, LEFTOVER_TEMP, NOT_CHECKED, STATUSES, UNKNOWN, UNTRACKED, Finding, Report
 from .engine import READ_ONLY
-from .jobtypes.base import SYNCED, Check, Probe, file_target, listings
+from .jobtypes.base import SYNCED, Check, Probe
+from .jobtypes.files import file_target, listings
 
 if TYPE_CHECKING:
     from .coordinator import Coordinator

@@ -12,20 +12,8 @@ from pydantic import JsonValue, model_validator
 
 from .. import fs
 from ..errors import PermanentError
-from .base import (
-    IN_SYNC,
-    SYNCED,
-    Check,
-    JobType,
-    Payload,
-    Probe,
-    check_file,
-    checked_path,
-    file_paths,
-    file_target,
-    files_exist,
-    with_expected,
-)
+from .base import IN_SYNC, SYNCED, Check, JobType, Payload, Probe
+from .files import check_file, checked_path, file_paths, file_target, files_exist, with_expected
 
 if TYPE_CHECKING:
     from ..context import JobContext

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import fs
 from ..errors import PermanentError
-from .base import Check, JobType, Payload, Probe, checked_path, file_paths, file_target, files_exist
+from .base import Check, JobType, Payload, Probe
+from .files import checked_path, file_paths, file_target, files_exist
 
 if TYPE_CHECKING:
     from ..context import JobContext
