@@ -36,7 +36,7 @@ from .coordinator import Coordinator
 from .errors import RetryableError, TetherError
 from .jobtypes import CreateFile, JobType, Payload, Registry, default_registry, render
 from .jobtypes.base import IN_SYNC, SYNCED, Check, Probe
-from .jobtypes.files import check_file, checked_path, file_target, files_exist
+from .jobtypes.files import check_file, checked_path, file_target, files_exist, write_locked
 from .retry import RetryPolicy
 from .schema import Job
 from .store import JsonStore
@@ -103,18 +103,9 @@ def requirement_files(req: Requirement) -> dict[str, bytes]:
 
 
 def write_file(ctx: JobContext, rel: str, data: bytes) -> bool:
-    """The one way the sample handlers write: per-path lock, atomic write, skip if unchanged."""
-    with fs.path_lock(ctx.root, rel):
-        target = fs.resolve(ctx.root, rel)
-        fs.remove_stale_temps(target)
-        try:
-            if target.read_bytes() == data:
-                return False  # a re-run after the write landed but the completion did not commit
-        except FileNotFoundError:
-            pass
-        ctx.confirm_lease()  # a worker that lost this job's lock must not write late
-        fs.atomic_write(target, data)
-        return True
+    """The one way the sample handlers write: tether's locked write (lock, no symlink followed,
+    skip if unchanged, confirm the lease, atomic write), on the path's canonical name."""
+    return write_locked(ctx, fs.canonical(ctx.root, rel), data)
 
 
 # -- one logical operation, one job ------------------------------------------------------------
@@ -185,7 +176,9 @@ class ArchiveProjectType(JobType[ArchiveProject]):
         return file_target(project_path(payload.slug))
 
     def run(self, payload: ArchiveProject, ctx: JobContext) -> dict[str, Any]:
-        project = Project.model_validate(orjson.loads(fs.resolve(ctx.root, project_path(payload.slug)).read_bytes()))
+        project = Project.model_validate(
+            orjson.loads(fs.read(ctx.root, fs.canonical(ctx.root, project_path(payload.slug))))
+        )
         write_file(ctx, project_path(project.slug), json_bytes(project.model_copy(update={"status": "archived"})))
         children = 0
         # Reads the requirements as they are on disk now. A save of one of them still queued

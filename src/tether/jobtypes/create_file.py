@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -11,9 +10,17 @@ import orjson
 from pydantic import JsonValue, model_validator
 
 from .. import fs
-from ..errors import PermanentError
 from .base import IN_SYNC, SYNCED, Check, JobType, Payload, Probe
-from .files import check_file, checked_path, file_paths, file_target, files_exist, with_expected
+from .files import (
+    check_file,
+    checked_path,
+    enqueue_collision,
+    file_paths,
+    file_target,
+    files_exist,
+    with_expected,
+    write_locked,
+)
 
 if TYPE_CHECKING:
     from ..context import JobContext
@@ -88,6 +95,7 @@ class CreateFileType(JobType[CreateFile]):
 
     def prepare(self, payload: CreateFile, root: Path) -> CreateFile:
         path = checked_path(self.name, "path", root, payload.path)
+        enqueue_collision(self.name, "path", root, path)
         return payload if path == payload.path else payload.model_copy(update={"path": path})
 
     def ordering_key(self, payload: CreateFile) -> str:
@@ -95,32 +103,5 @@ class CreateFileType(JobType[CreateFile]):
 
     def run(self, payload: CreateFile, ctx: JobContext) -> dict[str, Any]:
         data = render(payload)
-        digest = fs.sha256(data)
-        with fs.path_lock(ctx.root, payload.path):
-            target = fs.absolute(ctx.root, payload.path)
-            if ctx.job.attempts > 1:
-                # An earlier attempt may have died mid-write; only a re-run can have left a
-                # temp file for this path, so first attempts skip the directory scan.
-                fs.remove_stale_temps(target)
-            size = _size(target)
-            if size == len(data) and _read(target) == data:
-                # A re-run after the write landed but its completion did not commit.
-                return {"bytes": len(data), "sha256": digest, "written": False}
-            if size is not None and not payload.overwrite:
-                raise PermanentError(f"{payload.path} exists with different content and overwrite is false")
-            ctx.confirm_lease()
-            fs.atomic_write(target, data)
-        return {"bytes": len(data), "sha256": digest, "written": True}
-
-
-def _read(target: str) -> bytes:
-    with open(target, "rb") as f:
-        return f.read()
-
-
-def _size(target: str) -> int | None:
-    """The size of the file at ``target``, None if there is none (one stat answers both)."""
-    try:
-        return os.stat(target).st_size
-    except FileNotFoundError:
-        return None
+        written = write_locked(ctx, payload.path, data, overwrite=payload.overwrite)
+        return {"bytes": len(data), "sha256": fs.sha256(data), "written": written}

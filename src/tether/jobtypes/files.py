@@ -1,8 +1,10 @@
-"""Data files: path checks at enqueue, the reconciler's file probes, and the one locked write.
+"""Data files: path checks at enqueue, the one locked write, file errors, and the file probes.
 
 Everything a job type that acts on files under the data root shares: ``checked_path`` and
-``file_target`` for ``prepare``/``ordering_key``, ``check_file``/``files_exist`` for probes, and
-``write_locked`` for handlers.
+``file_target`` for ``prepare``/``ordering_key``; ``write_locked``/``delete_locked`` for handlers
+(lock, open without following symlinks, clean up, confirm the lease, act durably); ``file_error``,
+the one mapping from a file system error to a job's outcome; ``check_file``/``files_exist`` for
+probes.
 """
 
 from __future__ import annotations
@@ -11,18 +13,34 @@ import errno
 import hashlib
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
-from .. import fs
-from ..errors import UnsafePath
+from .. import beneath, fs
+from ..errors import InvalidPayload, PermanentError, RetryableError, UnsafePath
 from .base import IN_SYNC, MISSING, MODIFIED, SYNCED, UNEXPECTED, UNKNOWN, Check
 
-__all__ = ["IN_SYNC", "check_file", "checked_path", "file_paths", "file_target", "files_exist", "with_expected"]
+if TYPE_CHECKING:
+    from ..context import JobContext
+
+__all__ = [
+    "IN_SYNC",
+    "check_file",
+    "checked_path",
+    "delete_locked",
+    "file_error",
+    "file_paths",
+    "file_target",
+    "files_exist",
+    "with_expected",
+    "write_locked",
+]
 
 
 def checked_path(job_type: str, field: str, root: Path, rel: str) -> str:
@@ -38,6 +56,116 @@ def file_target(rel: str) -> str:
     return f"file:{rel}"
 
 
+def enqueue_collision(job_type: str, field: str, root: Path, rel: str) -> None:
+    """Refuse ``rel`` at enqueue when a directory on its way is a regular file now (``a.json`` for
+    ``a.json/b.json``): the job could never succeed. Only a hint: the handler's own open is the
+    authority, so a file made or removed after this check is still found at run time."""
+    parts = rel.split("/")[:-1]
+    if not parts:
+        return
+    real = f"{os.fspath(root)}/"
+    for n in range(1, len(parts) + 1):
+        try:
+            mode = os.lstat(real + "/".join(parts[:n])).st_mode
+        except OSError:
+            return  # missing (made at run time) or unreadable: the run decides
+        if stat.S_ISREG(mode):
+            comp = "/".join(parts[:n])
+            raise InvalidPayload(job_type, [f"{field}: {rel!r} cannot be made: {comp} is a file, not a directory"])
+        if not stat.S_ISDIR(mode):
+            return  # a symlink (canonical resolved it) or something odd: the run decides
+
+
+# -- the locked write ---------------------------------------------------------------------------
+
+
+def write_locked(ctx: JobContext, rel: str, data: bytes, *, overwrite: bool = True) -> bool:
+    """Make the data file ``rel`` (canonical, from ``checked_path``) hold exactly ``data``, the one
+    way a handler writes: under the path's lock, through a directory opened from the root without
+    following symlinks, after removing temp files an interrupted earlier attempt left, and only
+    while this worker still holds the job (``ctx.confirm_lease()``). False when the file already
+    held ``data`` (a re-run after the write landed but the completion did not commit; the file is
+    fsynced again first). PermanentError when a different file is there and not ``overwrite``,
+    or when what is there is not a regular file; any file system error goes through
+    ``file_error``."""
+    with _locked(ctx, rel, create=True) as f:
+        st = f.regular()
+        if st is not None:
+            if st.st_size == len(data) and f.holds(data):
+                return False
+            if not overwrite:
+                raise PermanentError(f"{rel} exists with different content and overwrite is false")
+        ctx.confirm_lease()  # a worker that lost this job's lock must not write late
+        f.write(data)
+        return True
+
+
+def delete_locked(ctx: JobContext, rel: str) -> bool:
+    """Remove the data file ``rel`` durably, as ``write_locked`` writes; False if it was not there
+    (a missing directory included). A directory or other non-regular file there is a
+    PermanentError (delete_file removes files)."""
+    try:
+        with _locked(ctx, rel, create=False, doing="delete_file removes files") as f:
+            ctx.confirm_lease()
+            return f.delete()
+    except FileNotFoundError:
+        return False  # a directory on the way is missing: so is the file
+
+
+@contextmanager
+def _locked(ctx: JobContext, rel: str, *, create: bool, doing: str = "") -> Iterator[fs.DataFile]:
+    try:
+        with fs.path_lock(ctx.root, rel), fs.data_file(ctx.root, rel, create=create) as f:
+            if ctx.job.attempts > 1:
+                # An earlier attempt may have died mid-write; only a re-run can have left a
+                # temp file for this path, so first attempts skip the directory scan.
+                f.remove_stale_temps()
+            yield f
+    except OSError as e:
+        outcome = file_error(e, rel, doing)
+        if outcome is e:
+            raise
+        raise outcome from e
+
+
+# -- file system errors -> outcomes -------------------------------------------------------------
+
+# Can never succeed as given: fail at once.
+_PERMANENT = {
+    errno.ENOTDIR: "is a file, not a directory",
+    errno.EISDIR: "is a directory",
+    errno.ENAMETOOLONG: "has a name too long for the file system",
+    errno.ELOOP: "is a symbolic link, which tether does not follow inside the data root",
+}
+# May succeed once an operator fixes permissions or a mount: retried, the cause in the message.
+_OPERATOR = frozenset((errno.EACCES, errno.EPERM, errno.EROFS))
+# Transient (a full disk, an I/O error, a busy file): retried with backoff.
+_TRANSIENT = frozenset((errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EAGAIN, errno.EBUSY))
+
+
+def file_error(e: OSError, rel: str, doing: str = "") -> Exception:
+    """The one mapping from a file system error met on the data path ``rel`` to a job's outcome:
+
+    - ENOTDIR, EISDIR, ENAMETOOLONG, ELOOP (a symlink where none may be), and an existing
+      file that is not a regular file: PermanentError naming the path and the cause;
+    - ENOSPC, EDQUOT, EIO, EAGAIN, EBUSY: RetryableError (retried with backoff);
+    - EACCES, EPERM, EROFS: RetryableError whose message says an operator can fix it;
+    - anything else: ``e`` itself (retried).
+    """
+    where = e.filename if isinstance(e.filename, str) and e.filename else rel
+    on_the_way = f" (on the way to {rel})" if where != rel else ""
+    cause = e.strerror if isinstance(e, fs.NotRegularFile) else _PERMANENT.get(e.errno or 0)
+    if cause is not None:
+        tail = f"; {doing}" if doing and where == rel and e.errno != errno.ELOOP else ""
+        return PermanentError(f"{where} {cause}{on_the_way}{tail}")
+    reason = e.strerror or type(e).__name__
+    if e.errno in _OPERATOR:
+        return RetryableError(f"{where}: {reason}{on_the_way}; retried: fix the permissions or mount of the data root")
+    if e.errno in _TRANSIENT:
+        return RetryableError(f"{where}: {reason}{on_the_way}")
+    return e
+
+
 # -- reconcile probes of data files ------------------------------------------------------------
 
 # Absent: no such entry, or a parent is not a directory (so the file cannot exist).
@@ -47,24 +175,28 @@ _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEX
 _noatime = getattr(os, "O_NOATIME", 0)
 
 
-def open_data_file(path: str) -> int:
-    """Open a data file to check it: read-only, never through a final symlink, never blocking on
-    a FIFO, and without touching its access time where the OS allows (O_NOATIME needs ownership)."""
+def open_data_file(root: Path, rel: str) -> int:
+    """Open a data file to check it: from the root, read-only, following no symlink (on the way
+    or at the end: ELOOP), never blocking on a FIFO, and without touching its access time where
+    the OS allows (O_NOATIME needs ownership)."""
     global _noatime
     if _noatime:
         try:
-            return os.open(path, _OPEN_FLAGS | _noatime)
+            return fs.open_beneath(root, rel, _OPEN_FLAGS | _noatime)
         except PermissionError as e:
             if e.errno != errno.EPERM:
                 raise
             _noatime = 0
-    return os.open(path, _OPEN_FLAGS)
+    return fs.open_beneath(root, rel, _OPEN_FLAGS)
 
 
-# Module attributes, so a test can swap in a fake that fails (tests run as root, where a
-# chmod 000 file is still readable).
-lstat_data_file = os.lstat
-_S_IFMT, _S_IFDIR = 0o170000, 0o040000
+def lstat_data_file(name: str, dir_fd: int) -> os.stat_result:
+    """What is at ``name`` in the open directory ``dir_fd``, not followed if a symlink."""
+    return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+
+
+# Module attributes (open_data_file, lstat_data_file, list_data_dir), so a test can swap in a
+# fake that fails (tests run as root, where a chmod 000 file is still readable).
 
 
 _OUTSIDE = Check(UNKNOWN, detail="the ledger names a path outside the data root")
@@ -81,6 +213,7 @@ def _outside(rel: str) -> bool:
 # flat directory would be read whole for every batch.
 _LIST_AT = 8
 _BYTES_PER_WANTED = 64
+_REGULAR, _DIRECTORY, _OTHER = 0, 1, 2
 
 
 # Set by the reconciler for one check: directory -> (temp file names, subdirectory names) of
@@ -89,44 +222,49 @@ _BYTES_PER_WANTED = 64
 listings: ContextVar[dict[str, tuple[list[str], list[str]]] | None] = ContextVar("tether_listings", default=None)
 
 
-def list_data_dir(path: str, wanted: set[str]) -> dict[str, bool] | None:
-    """Of the ``wanted`` names in a directory, those present -> whether each is a directory (from
-    d_type, no stat); {} if the directory does not exist; None when listing it does not pay or
-    fails (the caller then uses lstat). Holds no more than ``wanted`` (and, during a check, the
-    directory's temp files and subdirectories)."""
+def list_data_dir(path: str, wanted: set[str], dir_fd: int) -> dict[str, int] | None:
+    """Of the ``wanted`` names in the open directory ``dir_fd`` (at ``path``), those present ->
+    what each is (_REGULAR, _DIRECTORY, _OTHER, from d_type, no stat); None when listing it does
+    not pay or fails (the caller then uses lstat). Holds no more than ``wanted`` (and, during a
+    check, the directory's temp files and subdirectories)."""
     try:
-        if len(wanted) * _BYTES_PER_WANTED < os.stat(path).st_size:
+        if len(wanted) * _BYTES_PER_WANTED < os.fstat(dir_fd).st_size:
             return None
         seen = listings.get()
-        with os.scandir(path) as entries:
+        with os.scandir(dir_fd) as entries:
             if seen is None:
-                return {e.name: e.is_dir(follow_symlinks=False) for e in entries if e.name in wanted}
-            found: dict[str, bool] = {}
+                return {e.name: _entry_kind(e) for e in entries if e.name in wanted}
+            found: dict[str, int] = {}
             temps: list[str] = []
             subdirs: list[str] = []
             for e in entries:
                 name = e.name
-                if name.endswith(fs.TEMP_SUFFIX):
-                    temps.append(name)
-                elif name in wanted:
-                    if is_dir := e.is_dir(follow_symlinks=False):
+                if name in wanted:
+                    if (kind := _entry_kind(e)) == _DIRECTORY:
                         subdirs.append(name)
-                    found[name] = is_dir
+                    found[name] = kind
                 elif e.is_dir(follow_symlinks=False):
-                    subdirs.append(name)
+                    subdirs.append(name)  # a data directory named ``x.tether-tmp`` is no temp file
+                elif name.endswith(fs.TEMP_SUFFIX):
+                    temps.append(name)
         seen[os.path.normpath(path)] = (temps, subdirs)
         return found
-    except (FileNotFoundError, NotADirectoryError):
-        return {}
     except OSError:
         return None
 
 
+def _entry_kind(e: os.DirEntry[str]) -> int:
+    if e.is_file(follow_symlinks=False):
+        return _REGULAR
+    return _DIRECTORY if e.is_dir(follow_symlinks=False) else _OTHER
+
+
 def files_exist(root: Path, rels: Sequence[str], *, present: bool) -> list[Check]:
-    """Existence of data files, nothing read: each must exist (``present``; anything but a
-    directory counts) or be absent. A directory with many of the paths is listed once; a listing
-    decides only the expected answer, anything else is looked at again with ``lstat``. A
-    ``missing`` answer carries no expectation; the caller adds it."""
+    """Existence of data files, nothing read: each must be a regular file (``present``) or be
+    absent. Each directory is opened once from the root without following symlinks; one with
+    many of the paths is listed once; a listing decides only the expected answer, anything else
+    is looked at again with ``lstat``. A ``missing`` answer carries no expectation; the caller
+    adds it."""
     prefix = f"{os.fspath(root)}/"
     out: list[Check | None] = [None] * len(rels)
     by_dir: dict[str, tuple[list[int], list[str]]] = {}  # directory -> (indexes, names)
@@ -140,50 +278,82 @@ def files_exist(root: Path, rels: Sequence[str], *, present: bool) -> list[Check
             group = by_dir[directory] = ([], [])
         group[0].append(n)
         group[1].append(name)
-    for directory, (indexes, names) in by_dir.items():
-        listing = None
-        if len(indexes) >= _LIST_AT:
-            listing = list_data_dir(prefix + directory if directory else prefix, set(names))
-        if listing is None:
-            for n in indexes:
-                out[n] = _exists(prefix + rels[n], present)
-            continue
-        get = listing.get
-        for n, name in zip(indexes, names):
-            is_dir = get(name)
-            if (is_dir is False) if present else (is_dir is None):
-                out[n] = SYNCED
-            else:
-                out[n] = _exists(prefix + rels[n], present)
+    with fs.opened_root(root) as root_fd:
+        for directory, (indexes, names) in by_dir.items():
+            try:
+                dir_fd = beneath.open_dir(root_fd, directory)
+            except OSError as e:
+                unreachable = _unreachable(e, present)
+                for n in indexes:
+                    out[n] = unreachable
+                continue
+            try:
+                _exist_in(dir_fd, prefix + directory if directory else prefix, indexes, names, present, out)
+            finally:
+                os.close(dir_fd)
     return out  # type: ignore[return-value]
 
 
-def _exists(path: str, present: bool) -> Check:
+def _exist_in(
+    dir_fd: int, path: str, indexes: list[int], names: list[str], present: bool, out: list[Check | None]
+) -> None:
+    listing = None
+    if len(indexes) >= _LIST_AT:
+        listing = list_data_dir(path, set(names), dir_fd)
+    if listing is None:
+        for n, name in zip(indexes, names, strict=True):
+            out[n] = _exists(dir_fd, name, present)
+        return
+    get = listing.get
+    for n, name in zip(indexes, names, strict=True):
+        kind = get(name)
+        if (kind == _REGULAR) if present else (kind is None):
+            out[n] = SYNCED
+        else:
+            out[n] = _exists(dir_fd, name, present)
+
+
+def _unreachable(e: OSError, present: bool) -> Check:
+    """The answer for every file of a directory that could not be opened."""
+    if e.errno in _ABSENT:
+        return _MISSING if present else SYNCED
+    if e.errno == errno.ELOOP:
+        return Check(MODIFIED if present else UNEXPECTED, detail=_through_link(e.filename))
+    return Check(UNKNOWN, detail=_reason(e))
+
+
+def _through_link(component: object) -> str:
+    return f"goes through {component}, a symbolic link"
+
+
+def _exists(dir_fd: int, name: str, present: bool) -> Check:
     try:
-        st = lstat_data_file(path)
+        st = lstat_data_file(name, dir_fd)
     except OSError as e:
         if e.errno in _ABSENT:
             return _MISSING if present else SYNCED
         return Check(UNKNOWN, detail=_reason(e))
-    if present:
-        return SYNCED if st.st_mode & _S_IFMT != _S_IFDIR else Check(MODIFIED, detail="is a directory")
     kind = _kind(st.st_mode)
+    if present:
+        return SYNCED if kind is None else Check(MODIFIED, detail=kind)
     return Check(UNEXPECTED, actual_size=st.st_size if kind is None else None, detail=kind)
 
 
 def check_file(root: Path, rel: str, expected: bytes) -> Check:
     """Check that one data file holds exactly ``expected``: size first, bytes only when the sizes
-    agree, a hash only when the bytes differ."""
+    agree, a hash only when the bytes differ. Only a regular file is read (found by fstat of a
+    non-blocking open, before any read)."""
     if _outside(rel):
         return _OUTSIDE
-    path = f"{os.fspath(root)}/{rel}"
     try:
-        fd = open_data_file(path)
+        fd = open_data_file(root, rel)
     except OSError as e:
         if e.errno in _ABSENT:
             return with_expected(Check(MISSING), expected)
         if e.errno == errno.ELOOP:
-            return with_expected(Check(MODIFIED, detail="is a symbolic link"), expected)
+            where = e.filename if isinstance(e.filename, str) else rel
+            detail = "is a symbolic link" if where == rel else _through_link(where)
+            return with_expected(Check(MODIFIED, detail=detail), expected)
         return Check(UNKNOWN, detail=_reason(e))
     try:
         st = os.fstat(fd)
