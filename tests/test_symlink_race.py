@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tether import Coordinator, CreateFile, DeleteFile, JobStatus
+from tether import Coordinator, CreateFile, DeleteFile, JobStatus, beneath
 from tether.jobtypes import default_registry
 
 SOAK = bool(os.environ.get("TETHER_SOAK"))
@@ -55,6 +55,13 @@ print("exchanges", n, flush=True)
 
 def snapshot(directory: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in directory.iterdir()}
+
+
+@pytest.fixture(autouse=True, params=["openat2", "walk"])
+def lookup(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test with Linux openat2 (where the kernel has it) and with the portable walk."""
+    monkeypatch.setattr(beneath, "_usable", None if request.param == "openat2" else False)
+    return request.param
 
 
 @pytest.mark.skipif(not hasattr(_libc, "renameat2"), reason="no renameat2 in this C library")

@@ -1,8 +1,10 @@
-"""The data root: safe path resolution, the one atomic write, delete, per-path locks.
+"""The data root: path checks, the one atomic write and delete (``DataFile``), per-path locks.
 
 A reader of a data file sees the old complete file or the new complete file, never a torn one.
-tether's own files are the ``.tether/`` directory under the root and ``*.tether-tmp`` temp
-files; neither is ever data.
+Every operation on data goes through a descriptor of its directory opened from the root without
+following any symlink (``beneath``); only regular files are read or replaced. tether's own files
+are the ``.tether/`` directory under the root and ``*.tether-tmp`` temp files; neither is ever
+data, however it is reached.
 """
 
 from __future__ import annotations
