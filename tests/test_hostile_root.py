@@ -17,7 +17,7 @@ import pytest
 
 from tether import CreateFile, DeleteFile, InvalidPayload, JobStatus, beneath, fs
 from tether.context import JobContext
-from tether.jobtypes import render
+from tether.jobtypes import files, render
 from tether.reconcile import reconcile
 
 
@@ -94,8 +94,9 @@ def test_a_directory_swapped_for_a_symlink_before_the_unlink_cannot_delete_outsi
 def test_a_symlinked_directory_met_at_run_time_fails_the_job_and_touches_nothing_outside(
     coordinator, root, outside, monkeypatch
 ):
-    (root / "d").mkdir()
-    job_id = coordinator.enqueue(CreateFile(path="d/f.json", content=1), max_attempts=5).id
+    (root / "d/sub").mkdir(parents=True)
+    (outside / "sub").mkdir()
+    job_id = coordinator.enqueue(CreateFile(path="d/sub/f.json", content=1), max_attempts=5).id
     swap_for_symlink(root / "d", outside)
     # the run-time prepare resolves d/f.json through the link (outside: refused); skip it to
     # show that the open itself refuses, whatever a check before it said
@@ -104,7 +105,7 @@ def test_a_symlinked_directory_met_at_run_time_fails_the_job_and_touches_nothing
     job = coordinator.get(job_id)
     assert job.status is JobStatus.FAILED and job.attempts == 1
     assert "d is a symbolic link" in job.last_error
-    assert list(outside.iterdir()) == []
+    assert list((outside / "sub").iterdir()) == []
 
 
 # -- 2. only regular files are read or replaced; nothing blocks ---------------------------------
@@ -310,13 +311,17 @@ def test_a_component_over_name_max_and_a_path_over_path_max_are_refused_at_enque
 # -- 9. a data directory named like a temp file is data ----------------------------------------
 
 
-def test_a_data_directory_named_like_a_temp_file_is_not_a_leftover_temp(coordinator, root):
-    coordinator.enqueue(CreateFile(path="docs/a.json", content=1))
+@pytest.mark.parametrize("files_in_docs", [1, 12])  # one: docs/ is walked; twelve: the probe lists it
+def test_a_data_directory_named_like_a_temp_file_is_not_a_leftover_temp(coordinator, root, files_in_docs, monkeypatch):
+    monkeypatch.setattr(files, "_BYTES_PER_WANTED", 10**6)  # list any directory with 8+ of the paths
+    for n in range(files_in_docs):
+        coordinator.enqueue(CreateFile(path=f"docs/{n}.json", content=n))
     coordinator.run_until_idle()
     (root / "docs/x.tether-tmp").mkdir()
     (root / "docs/x.tether-tmp/inner.json").write_text("{}")
     (root / "y.tether-tmp").mkdir()
-    assert reconcile(coordinator).findings == []
-    assert [(f.path, f.status) for f in reconcile(coordinator, untracked=True).findings] == [
-        ("docs/x.tether-tmp/inner.json", "untracked")
-    ]
+    for content in (True, False):  # existence only: the probe lists docs/ and the walk reuses it
+        assert reconcile(coordinator, content=content).findings == []
+        assert [(f.path, f.status) for f in reconcile(coordinator, content=content, untracked=True).findings] == [
+            ("docs/x.tether-tmp/inner.json", "untracked")
+        ]
