@@ -166,12 +166,16 @@ def _named(e: OSError, rel: str) -> OSError:
 
 
 def _classified(e: OSError, part: str, parent: int, rel: str) -> OSError:
-    """``e`` naming ``rel``; a symlink opened with O_DIRECTORY | O_NOFOLLOW fails with ENOTDIR
-    (Linux checks O_DIRECTORY first), so say ELOOP when it is one."""
+    """``e`` naming ``rel``. A symlink opened with O_DIRECTORY | O_NOFOLLOW fails with ENOTDIR
+    (Linux checks O_DIRECTORY first): say ELOOP when it is one, and EAGAIN (retryable) when it
+    is a directory again by now, swapped back and forth while it was opened."""
     if e.errno == errno.ENOTDIR:
         try:
-            if stat.S_ISLNK(os.stat(part, dir_fd=parent, follow_symlinks=False).st_mode):
-                return OSError(errno.ELOOP, "is a symbolic link", rel)
+            mode = os.stat(part, dir_fd=parent, follow_symlinks=False).st_mode
         except OSError:
-            pass
+            return _named(e, rel)
+        if stat.S_ISLNK(mode):
+            return OSError(errno.ELOOP, "is a symbolic link", rel)
+        if stat.S_ISDIR(mode):
+            return OSError(errno.EAGAIN, "changed while it was being opened", rel)
     return _named(e, rel)

@@ -194,7 +194,7 @@ class ArchiveProjectType(JobType[ArchiveProject]):
 
 def requirements_on_disk(root: Path) -> list[Requirement]:
     return [
-        Requirement.model_validate(orjson.loads(p.read_bytes()))
+        Requirement.model_validate(orjson.loads(fs.read(root, p.relative_to(root).as_posix())))
         for p in (Path(root) / "requirements").glob("REQ-*/requirement.json")
     ]
 

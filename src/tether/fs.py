@@ -125,7 +125,15 @@ def _resolve(root: Path, rel: str) -> tuple[str, str]:
 
 
 def _resolve_links(real_root: str, norm: str) -> tuple[str, str]:
-    target = os.path.realpath(os.path.join(real_root, norm))
+    for _ in range(3):
+        try:
+            target = os.path.realpath(os.path.join(real_root, norm))
+            break
+        except OSError as e:  # a symlink replaced by a directory between lstat and readlink
+            if e.errno != errno.EINVAL:
+                raise
+    else:
+        raise PathRejected("kept changing while it was resolved (a symlink swapped back and forth)")
     if target != real_root and not target.startswith(real_root + os.sep):
         raise PathRejected("resolves (through a symlink) outside the data root")
     if target == real_root:
@@ -208,7 +216,7 @@ def data_file(root: str | os.PathLike[str], rel: str, *, create: bool = False) -
     with opened_root(root) as root_fd:
         dir_fd = beneath.open_dir(root_fd, directory, create=create)
         try:
-            yield DataFile(root_fd, _real_root(os.fspath(root)), directory, name, dir_fd)
+            yield DataFile(_real_root(os.fspath(root)), directory, name, dir_fd)
         finally:
             os.close(dir_fd)
 
@@ -220,16 +228,10 @@ class DataFile:
     """One data path, held by its directory's descriptor: every call acts inside that directory,
     whatever is renamed or swapped for a symlink above it meanwhile."""
 
-    __slots__ = ("dir_fd", "directory", "name", "real_root", "rel", "root_fd")
+    __slots__ = ("dir_fd", "directory", "name", "real_root", "rel")
 
-    def __init__(self, root_fd: int, real_root: str, directory: str, name: str, dir_fd: int) -> None:
-        self.root_fd, self.real_root, self.directory, self.name, self.dir_fd = (
-            root_fd,
-            real_root,
-            directory,
-            name,
-            dir_fd,
-        )
+    def __init__(self, real_root: str, directory: str, name: str, dir_fd: int) -> None:
+        self.real_root, self.directory, self.name, self.dir_fd = real_root, directory, name, dir_fd
         self.rel = f"{directory}/{name}" if directory else name
 
     def lstat(self) -> os.stat_result | None:

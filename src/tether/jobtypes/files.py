@@ -102,8 +102,8 @@ def write_locked(ctx: JobContext, rel: str, data: bytes, *, overwrite: bool = Tr
 
 def delete_locked(ctx: JobContext, rel: str) -> bool:
     """Remove the data file ``rel`` durably, as ``write_locked`` writes; False if it was not there
-    (a missing directory included). A directory or other non-regular file there is a
-    PermanentError (delete_file removes files)."""
+    (a missing directory included). A directory there is a PermanentError (delete_file removes
+    files); a FIFO or socket is removed like a file (unlinking one neither reads nor blocks)."""
     try:
         with _locked(ctx, rel, create=False, doing="delete_file removes files") as f:
             ctx.confirm_lease()
