@@ -75,6 +75,7 @@ class Job(TetherModel, table=True):
     ordering_key: str | None = Field(default=None, max_length=1024)
     parent_id: str | None = Field(default=None, max_length=26)
     result: str | None = Field(default=None, sa_type=sa.Text)
+    timeout: float | None = None  # seconds an attempt may take; None: the job type's timeout, if any
 
 
 _t = Job.__table__

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from .target import Target
+
 if TYPE_CHECKING:
     from ..context import JobContext
 
@@ -52,15 +54,24 @@ class JobType(ABC, Generic[P]):
     payload_model: ClassVar[type[Payload]]
     probe: ClassVar[Probe | None] = None
     """How the reconciler checks this type's effect; None for types it cannot check."""
+    timeout: ClassVar[float | None] = None
+    """Seconds an attempt may run (``enqueue(timeout=)`` overrides it per job); past it the
+    handler is cancelled and the attempt retried. None: no limit."""
 
     def prepare(self, payload: P, root: Path) -> P:
         """Checks the model cannot make alone (paths against the data root); returns the payload
         in canonical form. Runs at enqueue and again before every attempt."""
         return payload
 
-    def ordering_key(self, payload: P) -> str | None:
-        """The target this job acts on: jobs with one key take effect in enqueue order."""
+    def target(self, payload: P) -> Target | None:
+        """What this job acts on (``Target.file(path)``, an AWS resource): jobs with one target
+        take effect in enqueue order, and the reconciler checks each target's latest job."""
         return None
+
+    def ordering_key(self, payload: P) -> str | None:
+        """The target as stored in the ledger; override ``target``, not this."""
+        target = self.target(payload)
+        return None if target is None else target.key
 
     def idempotency_key(self, payload: P) -> str | None:
         """A key derived from the payload itself (explicit keys passed to enqueue win)."""

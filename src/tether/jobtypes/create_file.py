@@ -16,11 +16,11 @@ from .files import (
     checked_path,
     enqueue_collision,
     file_paths,
-    file_target,
     files_exist,
     with_expected,
     write_locked,
 )
+from .target import Target
 
 if TYPE_CHECKING:
     from ..context import JobContext
@@ -98,8 +98,8 @@ class CreateFileType(JobType[CreateFile]):
         enqueue_collision(self.name, "path", root, path)
         return payload if path == payload.path else payload.model_copy(update={"path": path})
 
-    def ordering_key(self, payload: CreateFile) -> str:
-        return file_target(payload.path)
+    def target(self, payload: CreateFile) -> Target:
+        return Target.file(payload.path)
 
     def run(self, payload: CreateFile, ctx: JobContext) -> dict[str, Any]:
         data = render(payload)

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import PermanentError
 from .base import Check, JobType, Payload, Probe
-from .files import checked_path, delete_locked, enqueue_collision, file_paths, file_target, files_exist
+from .files import checked_path, delete_locked, enqueue_collision, file_paths, files_exist
+from .target import Target
 
 if TYPE_CHECKING:
     from ..context import JobContext
@@ -46,8 +47,8 @@ class DeleteFileType(JobType[DeleteFile]):
         enqueue_collision(self.name, "path", root, path)
         return payload if path == payload.path else payload.model_copy(update={"path": path})
 
-    def ordering_key(self, payload: DeleteFile) -> str:
-        return file_target(payload.path)
+    def target(self, payload: DeleteFile) -> Target:
+        return Target.file(payload.path)
 
     def run(self, payload: DeleteFile, ctx: JobContext) -> dict[str, Any]:
         deleted = delete_locked(ctx, payload.path)

@@ -25,6 +25,7 @@ import orjson
 from .. import beneath, fs
 from ..errors import InvalidPayload, PermanentError, RetryableError, UnsafePath
 from .base import IN_SYNC, MISSING, MODIFIED, SYNCED, UNEXPECTED, UNKNOWN, Check
+from .target import FILE, Target, file_key
 
 if TYPE_CHECKING:
     from ..context import JobContext
@@ -53,7 +54,7 @@ def checked_path(job_type: str, field: str, root: Path, rel: str) -> str:
 
 def file_target(rel: str) -> str:
     """The ordering key of a data file: every job touching one path shares it."""
-    return f"file:{rel}"
+    return file_key(rel)
 
 
 def enqueue_collision(job_type: str, field: str, root: Path, rel: str) -> None:
@@ -403,7 +404,11 @@ def file_paths(items: Sequence[tuple[str, str]]) -> list[str]:
     """The data paths of file jobs' ``(target, payload)`` pairs: from the ordering key
     (``file_target``) when there is one, else the payload's ``path`` (no need to validate the
     whole model for it)."""
-    return [t[5:] if t.startswith("file:") else orjson.loads(p)["path"] for t, p in items]
+    out = []
+    for key, payload in items:
+        target = Target.parse(key)
+        out.append(target.identity if target.kind == FILE else orjson.loads(payload)["path"])
+    return out
 
 
 def with_expected(check: Check, expected: bytes | None) -> Check:
