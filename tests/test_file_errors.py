@@ -10,20 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from tether import CreateFile, DeleteFile, InvalidPayload, JobStatus, beneath, fs
+from tether import CreateFile, DeleteFile, InvalidPayload, JobStatus, fs
 from tether.jobtypes import create_file, delete_file
+
+# Each test with Linux openat2 (where the kernel has it) and with the portable walk.
+pytestmark = pytest.mark.usefixtures("lookup")
 
 
 @pytest.fixture
 def db_url(tmp_path: Path) -> Iterator[str]:
     yield f"sqlite:///{tmp_path / 'ledger' / 'tether.db'}"
-
-
-@pytest.fixture(autouse=True, params=["openat2", "walk"])
-def lookup(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Each test with Linux openat2 (where the kernel has it) and with the portable walk."""
-    monkeypatch.setattr(beneath, "_usable", None if request.param == "openat2" else False)
-    return request.param
 
 
 def first_line(text: str | None) -> str:

@@ -15,22 +15,18 @@ from typing import Any
 
 import pytest
 
-from tether import CreateFile, DeleteFile, InvalidPayload, JobStatus, beneath, fs
+from tether import CreateFile, DeleteFile, InvalidPayload, JobStatus, fs
 from tether.context import JobContext
 from tether.jobtypes import files, render
 from tether.reconcile import reconcile
+
+# Each test with Linux openat2 (where the kernel has it) and with the portable walk.
+pytestmark = pytest.mark.usefixtures("lookup")
 
 
 @pytest.fixture
 def db_url(tmp_path: Path) -> Iterator[str]:
     yield f"sqlite:///{tmp_path / 'ledger' / 'tether.db'}"
-
-
-@pytest.fixture(autouse=True, params=["openat2", "walk"])
-def lookup(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Each test with Linux openat2 (where the kernel has it) and with the portable walk."""
-    monkeypatch.setattr(beneath, "_usable", None if request.param == "openat2" else False)
-    return request.param
 
 
 @pytest.fixture

@@ -19,8 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from tether import Coordinator, CreateFile, DeleteFile, JobStatus, beneath
+from tether import Coordinator, CreateFile, DeleteFile, JobStatus
 from tether.jobtypes import default_registry
+
+# Each test with Linux openat2 (where the kernel has it) and with the portable walk.
+pytestmark = pytest.mark.usefixtures("lookup")
 
 SOAK = bool(os.environ.get("TETHER_SOAK"))
 JOBS = 3000 if SOAK else 200  # creates, and as many deletes
@@ -60,13 +63,6 @@ REFUSALS = ("through a symlink", "is a symbolic link", "changed while it was bei
 
 def snapshot(directory: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in directory.iterdir()}
-
-
-@pytest.fixture(autouse=True, params=["openat2", "walk"])
-def lookup(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Each test with Linux openat2 (where the kernel has it) and with the portable walk."""
-    monkeypatch.setattr(beneath, "_usable", None if request.param == "openat2" else False)
-    return request.param
 
 
 @pytest.mark.skipif(not hasattr(_libc, "renameat2"), reason="no renameat2 in this C library")
