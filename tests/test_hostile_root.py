@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tether import CreateFile, DeleteFile, InvalidPayload, JobStatus, fs
+from tether import CreateFile, DeleteFile, InvalidPayload, JobStatus, beneath, fs
 from tether.context import JobContext
 from tether.jobtypes import files, render
 from tether.reconcile import reconcile
@@ -321,3 +321,42 @@ def test_a_data_directory_named_like_a_temp_file_is_not_a_leftover_temp(coordina
         assert [(f.path, f.status) for f in reconcile(coordinator, content=content, untracked=True).findings] == [
             ("docs/x.tether-tmp/inner.json", "untracked")
         ]
+
+
+# -- what a swap in the middle of a lookup looks like ---------------------------------------------
+
+
+def test_a_component_met_as_a_symlink_is_classified_by_what_it_is_now(tmp_path):
+    # O_DIRECTORY | O_NOFOLLOW on a symlink says ENOTDIR; the walk looks again to say why.
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "dir")
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        met = OSError(errno.ENOTDIR, "Not a directory")
+        assert beneath._classified(met, "link", fd, "a/link").errno == errno.ELOOP
+        assert beneath._classified(met, "file", fd, "a/file").errno == errno.ENOTDIR
+        swapped_back = beneath._classified(met, "dir", fd, "a/dir")  # a directory again by now
+        assert swapped_back.errno == errno.EAGAIN and swapped_back.filename == "a/dir"
+    finally:
+        os.close(fd)
+
+
+def test_a_symlink_swapped_away_while_it_is_resolved_is_resolved_again_then_refused(root, monkeypatch):
+    (root / "real").mkdir()
+    (root / "link").symlink_to("real")
+    real_realpath, fails = os.path.realpath, []
+
+    def realpath_racing(path, *args, **kwargs):
+        if os.fspath(path).endswith(".json") and len(fails) < fails_wanted:
+            fails.append(path)
+            raise OSError(errno.EINVAL, "Invalid argument")  # readlink of what is a directory now
+        return real_realpath(path, *args, **kwargs)
+
+    monkeypatch.setattr(os.path, "realpath", realpath_racing)
+    fails_wanted = 2
+    assert fs.canonical(root, "link/a.json") == "real/a.json"
+    fails.clear()
+    fails_wanted = 3
+    with pytest.raises(fs.PathRejected, match="kept changing"):
+        fs.canonical(root, "link/b.json")
