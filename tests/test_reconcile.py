@@ -64,9 +64,9 @@ def unreadable(monkeypatch: pytest.MonkeyPatch):
                     else PermissionError(code, os.strerror(code), path)
                 )
 
-    def fake_open(root: Path, rel: str) -> int:
-        fail_if_named("/" + rel)
-        return real_open(root, rel)
+    def fake_open(dir_fd: int, name: str) -> int:
+        fail_if_named("/" + name)
+        return real_open(dir_fd, name)
 
     def fake_lstat(name: str, dir_fd: int) -> os.stat_result:
         fail_if_named("/" + name)
@@ -182,8 +182,8 @@ def test_existence_only_mode_reads_no_file_and_sees_only_presence(
     (docs / "c.json").write_bytes(b"changed bytes")
     (docs / "d.json").write_text("{}")
 
-    def no_reads(root: Path, rel: str) -> int:
-        raise AssertionError(f"existence-only check opened {rel}")
+    def no_reads(dir_fd: int, name: str) -> int:
+        raise AssertionError(f"existence-only check opened {name}")
 
     monkeypatch.setattr(files, "open_data_file", no_reads)
     report = reconcile(coordinator, content=False)

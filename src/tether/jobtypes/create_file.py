@@ -12,7 +12,7 @@ from pydantic import JsonValue, model_validator
 from .. import fs
 from .base import IN_SYNC, SYNCED, Check, JobType, Payload, Probe
 from .files import (
-    check_file,
+    check_files,
     checked_path,
     enqueue_collision,
     file_paths,
@@ -70,13 +70,14 @@ class CreateFileProbe(Probe):
 
     def check_many(self, items: Sequence[tuple[str, str]], root: Path, *, content: bool) -> list[Check]:
         if content:
-            out = []
-            for _, payload in items:
-                fields = orjson.loads(payload)
-                out.append(check_file(root, fields["path"], render_fields(fields.get("content"), fields.get("text"))))
-            return out
+            return check_files(root, (_expected(payload) for _, payload in items))
         found = files_exist(root, file_paths(items), present=True)
         return [c if c is SYNCED or c.status == IN_SYNC else _expecting(c, p) for c, (_, p) in zip(found, items)]
+
+
+def _expected(payload: str) -> tuple[str, bytes]:
+    fields = orjson.loads(payload)
+    return fields["path"], render_fields(fields.get("content"), fields.get("text"))
 
 
 def _expecting(check: Check, payload: str | None) -> Check:

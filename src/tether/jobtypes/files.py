@@ -13,7 +13,7 @@ import errno
 import hashlib
 import os
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import replace
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "IN_SYNC",
     "check_file",
+    "check_files",
     "checked_path",
     "delete_locked",
     "file_error",
@@ -176,19 +177,19 @@ _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEX
 _noatime = getattr(os, "O_NOATIME", 0)
 
 
-def open_data_file(root: Path, rel: str) -> int:
-    """Open a data file to check it: from the root, read-only, following no symlink (on the way
-    or at the end: ELOOP), never blocking on a FIFO, and without touching its access time where
-    the OS allows (O_NOATIME needs ownership)."""
+def open_data_file(dir_fd: int, name: str) -> int:
+    """Open a data file to check it: in its directory (opened from the root without following
+    symlinks), read-only, not through a symlink (ELOOP), never blocking on a FIFO, and without
+    touching its access time where the OS allows (O_NOATIME needs ownership)."""
     global _noatime
     if _noatime:
         try:
-            return fs.open_beneath(root, rel, _OPEN_FLAGS | _noatime)
+            return os.open(name, _OPEN_FLAGS | _noatime, dir_fd=dir_fd)
         except PermissionError as e:
             if e.errno != errno.EPERM:
                 raise
             _noatime = 0
-    return fs.open_beneath(root, rel, _OPEN_FLAGS)
+    return os.open(name, _OPEN_FLAGS, dir_fd=dir_fd)
 
 
 def lstat_data_file(name: str, dir_fd: int) -> os.stat_result:
@@ -344,17 +345,68 @@ def check_file(root: Path, rel: str, expected: bytes) -> Check:
     """Check that one data file holds exactly ``expected``: size first, bytes only when the sizes
     agree, a hash only when the bytes differ. Only a regular file is read (found by fstat of a
     non-blocking open, before any read)."""
-    if _outside(rel):
-        return _OUTSIDE
+    return check_files(root, [(rel, expected)])[0]
+
+
+def check_files(root: Path, items: Iterable[tuple[str, bytes]]) -> list[Check]:
+    """``check_file`` for several ``(path, expected bytes)``: the root is opened once, and each
+    directory once for the paths in it (up to ``_DIRS_OPEN`` directories held at a time)."""
+    out: list[Check] = []
+    opened: dict[str, int | OSError] = {}
+    with fs.opened_root(root) as root_fd:
+        try:
+            for rel, expected in items:
+                if _outside(rel):
+                    out.append(_OUTSIDE)
+                    continue
+                directory, _, name = rel.rpartition("/")
+                dir_fd = opened.get(directory)
+                if dir_fd is None:
+                    if len(opened) >= _DIRS_OPEN:
+                        _close_all(opened)
+                    dir_fd = opened[directory] = _open_dir(root_fd, directory)
+                out.append(
+                    _opened_error(dir_fd, expected) if isinstance(dir_fd, OSError) else _check(dir_fd, name, expected)
+                )
+        finally:
+            _close_all(opened)
+    return out
+
+
+_DIRS_OPEN = 64
+
+
+def _close_all(opened: dict[str, int | OSError]) -> None:
+    for fd in opened.values():
+        if isinstance(fd, int):
+            os.close(fd)
+    opened.clear()
+
+
+def _open_dir(root_fd: int, directory: str) -> int | OSError:
     try:
-        fd = open_data_file(root, rel)
+        return beneath.open_dir(root_fd, directory)
+    except OSError as e:
+        return e
+
+
+def _opened_error(e: OSError, expected: bytes) -> Check:
+    """The answer for a file whose directory could not be opened."""
+    if e.errno in _ABSENT:
+        return with_expected(Check(MISSING), expected)
+    if e.errno == errno.ELOOP:
+        return with_expected(Check(MODIFIED, detail=_through_link(e.filename)), expected)
+    return Check(UNKNOWN, detail=_reason(e))
+
+
+def _check(dir_fd: int, name: str, expected: bytes) -> Check:
+    try:
+        fd = open_data_file(dir_fd, name)
     except OSError as e:
         if e.errno in _ABSENT:
             return with_expected(Check(MISSING), expected)
         if e.errno == errno.ELOOP:
-            where = e.filename if isinstance(e.filename, str) else rel
-            detail = "is a symbolic link" if where == rel else _through_link(where)
-            return with_expected(Check(MODIFIED, detail=detail), expected)
+            return with_expected(Check(MODIFIED, detail="is a symbolic link"), expected)
         return Check(UNKNOWN, detail=_reason(e))
     try:
         st = os.fstat(fd)
