@@ -245,7 +245,7 @@ class DataFile:
         """``lstat``, refusing anything but a regular file (NotRegularFile, ELOOP for a symlink)."""
         st = self.lstat()
         if st is not None and not stat.S_ISREG(st.st_mode):
-            raise not_regular(st.st_mode, self.rel)
+            raise _not_regular(st.st_mode, self.rel)
         return st
 
     def holds(self, data: bytes) -> bool:
@@ -262,7 +262,7 @@ class DataFile:
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):  # swapped since the lstat: check before any read
-                raise not_regular(st.st_mode, self.rel)
+                raise _not_regular(st.st_mode, self.rel)
             if st.st_size != len(data) or _read_all(fd, len(data) + 1) != data:
                 return False
             fsync_fd(fd)
@@ -309,7 +309,7 @@ class DataFile:
             deleted = False
         except OSError as e:
             if e.errno in (errno.EISDIR, errno.EPERM) and (st := self.lstat()) and stat.S_ISDIR(st.st_mode):
-                raise not_regular(st.st_mode, self.rel) from None
+                raise _not_regular(st.st_mode, self.rel) from None
             raise beneath._named(e, self.rel) from None
         fsync_fd(self.dir_fd)
         return deleted
@@ -333,7 +333,7 @@ class DataFile:
         return removed
 
 
-def not_regular(mode: int, rel: str) -> OSError:
+def _not_regular(mode: int, rel: str) -> OSError:
     if stat.S_ISLNK(mode):
         return OSError(errno.ELOOP, "is a symbolic link", rel)
     return NotRegularFile(errno.EINVAL, "is a directory" if stat.S_ISDIR(mode) else "is not a regular file", rel)
@@ -356,26 +356,8 @@ def read(root: str | os.PathLike[str], rel: str) -> bytes:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise not_regular(st.st_mode, rel)
+            raise _not_regular(st.st_mode, rel)
         return _read_all(fd, 1 << 62)
-    finally:
-        os.close(fd)
-
-
-def open_beneath(root: str | os.PathLike[str], rel: str, flags: int) -> int:
-    """``beneath.open_beneath`` from the data root ``root`` (for readers such as the probes)."""
-    with opened_root(root) as root_fd:
-        return beneath.open_beneath(root_fd, rel, flags)
-
-
-@contextmanager
-def data_dir(root: str | os.PathLike[str], rel: str) -> Iterator[int]:
-    """A descriptor of the data directory ``rel`` ("" for the root), opened without following
-    any symlink; closed on exit."""
-    with opened_root(root) as root_fd:
-        fd = beneath.open_dir(root_fd, rel)
-    try:
-        yield fd
     finally:
         os.close(fd)
 
