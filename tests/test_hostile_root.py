@@ -195,7 +195,8 @@ class FsyncRecorder:
     call (1-based) once with EIO."""
 
     def __init__(self, fail_at: int | None = None) -> None:
-        self.real, self.fail_at, self.calls, self.paths = os.fsync, fail_at, 0, []
+        self.real, self.fail_at, self.calls = os.fsync, fail_at, 0
+        self.paths: list[str] = []
 
     def __call__(self, fd: int) -> None:
         self.calls += 1
@@ -345,7 +346,7 @@ def test_a_component_met_as_a_symlink_is_classified_by_what_it_is_now(tmp_path):
 def test_a_symlink_swapped_away_while_it_is_resolved_is_resolved_again_then_refused(root, monkeypatch):
     (root / "real").mkdir()
     (root / "link").symlink_to("real")
-    real_realpath, fails = os.path.realpath, []
+    real_realpath, fails = os.path.realpath, list[str]()
 
     def realpath_racing(path, *args, **kwargs):
         if os.fspath(path).endswith(".json") and len(fails) < fails_wanted:

@@ -7,6 +7,7 @@ import logging
 import os
 import threading
 from datetime import UTC
+from typing import Any
 
 import orjson
 import pytest
@@ -412,7 +413,7 @@ def test_jobs_on_one_target_apply_in_enqueue_order_across_a_retry(make_coordinat
 def test_older_write_retried_still_lands_before_the_newer_one(make_coordinator, root, clock, monkeypatch):
     c = make_coordinator()
     # The older write fails once: an I/O error on the rename (retryable).
-    real_replace, failed = os.replace, []
+    real_replace, failed = os.replace, list[int]()
 
     def replace_failing_once(*args, **kwargs):
         if not failed:
@@ -465,7 +466,7 @@ def test_jobs_inserted_together_are_stored_exactly_as_each_was_built(c, clock, w
         monkeypatch.setattr(queue, "_JSON_CHARS", 40)
     names = ["plain", 'quote " backslash \\ slash /', "tab\tnewline\n", "caf\u00e9 \u2603 \U0001f600", "nul\x00"]
     with c.transaction() as tx:
-        for i, name in enumerate(names):
+        for name in names:
             tx.enqueue(Note(name=name))  # untargeted, each its own enqueue time
         tx.enqueue(Note(name="late"), delay=30)
     many = c.enqueue_many([Note(name=n, target=f"t{i % 2}") for i, n in enumerate(names)], priority=2)
@@ -489,7 +490,7 @@ def test_a_json_insert_is_split_where_its_payloads_pass_the_size_cap(monkeypatch
 
     Job = namedtuple("Job", "payload")
     monkeypatch.setattr(queue, "_JSON_CHARS", 10)
-    jobs = [Job("x" * n) for n in (4, 4, 4, 30, 2, 3)]
+    jobs: list[Any] = [Job("x" * n) for n in (4, 4, 4, 30, 2, 3)]  # stand-ins: only .payload is read
     parts = list(queue._by_size(jobs))
     assert [[len(j.payload) for j in part] for part in parts] == [[4, 4], [4], [30], [2, 3]]
     assert [j for part in parts for j in part] == jobs  # every job once, in order
@@ -530,9 +531,9 @@ def test_job_ids_are_ulids_in_enqueue_order_even_within_one_millisecond(monkeypa
     monkeypatch.setattr(ids, "_last", "")  # and restored: later tests keep real-time ids
 
     now = datetime(2026, 3, 1, 12, 0, 0, 123000, tzinfo=UTC)
-    ids = [new_id(now) for _ in range(1000)]
-    assert ids == sorted(ids) and len(set(ids)) == 1000
-    assert ULID.from_str(ids[0]).datetime == now
+    made = [new_id(now) for _ in range(1000)]
+    assert made == sorted(made) and len(set(made)) == 1000
+    assert ULID.from_str(made[0]).datetime == now
 
 
 def test_job_ids_encode_like_the_ulid_reference_for_any_128_bit_value():

@@ -283,7 +283,7 @@ class WidgetProbe(Probe):
 class WidgetType(JobType[Widget]):
     name = "widget"
     payload_model = Widget
-    probe = WidgetProbe()
+    probe: ClassVar[Probe | None] = WidgetProbe()
 
     def ordering_key(self, payload: Widget) -> str:
         return f"widget:{payload.name}"
@@ -304,7 +304,7 @@ class Gadget(Widget):
 GadgetType.payload_model = Gadget
 
 
-def test_each_job_type_is_checked_by_its_own_probe_and_types_without_one_are_skipped(
+def test_each_job_type_is_checked_by_its_own_probe_and_types_without_one_are_reported_not_checked(
     make_coordinator, root: Path
 ) -> None:
     registry = default_registry()
@@ -316,8 +316,11 @@ def test_each_job_type_is_checked_by_its_own_probe_and_types_without_one_are_ski
     c.enqueue(CreateFile(path="x.json", content=1))
     c.run_until_idle()
     report = reconcile(c, content=False)
-    assert statuses(report) == {"w1": "missing"}
-    assert report.findings[0].detail == "no widget (content=False)" and report.counts["in_sync"] == 1
+    assert statuses(report) == {"w1": "missing", "g1": "not_checked"}
+    found = {f.path: f for f in report.findings}
+    assert found["w1"].detail == "no widget (content=False)" and report.counts["in_sync"] == 1
+    assert found["g1"].detail == "type 'gadget' has no probe: its effect cannot be checked"
+    assert report.counts["not_checked"] == 1
 
 
 def test_a_directory_or_symlink_where_a_file_was_written_is_modified(
@@ -399,5 +402,5 @@ def test_targets_of_job_types_this_process_does_not_know_are_reported_not_checke
     bare = make_coordinator()  # opened without the application's job types (no --import)
     report = reconcile(bare, content=False)
     assert statuses(report) == {"w1": "not_checked"}
-    assert "not registered here (pass --import MODULE)" in report.findings[0].detail
+    assert "not registered here (pass --import MODULE)" in (report.findings[0].detail or "")
     assert report.exit_code == 0

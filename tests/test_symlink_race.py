@@ -90,7 +90,7 @@ def test_swapping_a_directory_for_a_symlink_never_lets_an_effect_out_of_the_root
             stdout=subprocess.PIPE,
             text=True,
         )
-        assert attacker.stdout.readline() == "swapping\n"
+        assert attacker.stdout is not None and attacker.stdout.readline() == "swapping\n"
         started = time.monotonic()
         try:
             c.run_until_idle(threads=2)
@@ -109,7 +109,7 @@ def test_swapping_a_directory_for_a_symlink_never_lets_an_effect_out_of_the_root
             f"outside the root: {len(set(after) - set(before))} files appeared, "
             f"{len(set(before) - set(after))} disappeared"
         )
-        outcomes = Counter()
+        outcomes: Counter[str] = Counter()
         for kind, ids in (("create", creates), ("delete", deletes)):
             for n, job in enumerate(c.get(job_id) for job_id in ids):
                 outcomes[f"{kind} {job.status.value}"] += 1

@@ -156,12 +156,18 @@ def _real_root(root: str) -> str:
 _ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
+def open_root(root: str | os.PathLike[str]) -> int:
+    """A descriptor of the data root, opened for this operation (the caller closes it): the root
+    is the operator's to choose (it may itself be a symlink); nothing below it is followed. Not
+    cached: a root removed and made again must not leave writes going into the old, unlinked
+    directory."""
+    return os.open(_real_root(os.fspath(root)), _ROOT_FLAGS)
+
+
 @contextmanager
 def opened_root(root: str | os.PathLike[str]) -> Iterator[int]:
-    """A descriptor of the data root, opened for this operation: the root is the operator's to
-    choose (it may itself be a symlink); nothing below it is followed. Not cached: a root
-    removed and made again must not leave writes going into the old, unlinked directory."""
-    fd = os.open(_real_root(os.fspath(root)), _ROOT_FLAGS)
+    """``open_root``, closed on exit."""
+    fd = open_root(root)
     try:
         yield fd
     finally:

@@ -1,8 +1,8 @@
 """Jobs as read back from the ledger: plain, immutable, cheap to build on the hot path.
 
 Both are NamedTuples rather than frozen dataclasses: a frozen dataclass sets each field through
-``object.__setattr__``, and building one JobRecord cost 3.5-5 us against 0.7 us, which was a
-third of the Python of a single enqueue and most of it for 10,000 in one call.
+``object.__setattr__``, several times the cost of a tuple, on a path that builds one per job
+(benchmarks/README.md, "Figures behind the code").
 """
 
 from __future__ import annotations
@@ -46,11 +46,12 @@ class JobRecord(NamedTuple):
     @classmethod
     def from_row(cls, row: Any) -> JobRecord:
         values = tuple(row)
-        return cls(*values[:3], JobStatus(values[3]), *values[4:])
+        return cls(*values[:3], JobStatus(values[3]), *values[4:])  # type: ignore[call-arg]  # mypy cannot count a *values[4:]
 
     @property
     def payload_data(self) -> dict[str, Any]:
-        return orjson.loads(self.payload)
+        data: dict[str, Any] = orjson.loads(self.payload)  # always an object: payloads are models
+        return data
 
     @property
     def result_data(self) -> Any:
@@ -59,7 +60,7 @@ class JobRecord(NamedTuple):
     def to_dict(self, *, include_payload: bool = False) -> dict[str, Any]:
         """JSON-ready form; the payload (which may hold file bodies, prompts) only on request."""
         out: dict[str, Any] = {}
-        for name, value in zip(self._fields, self):
+        for name, value in zip(self._fields, self, strict=True):
             if name == "payload":
                 if include_payload:
                     out["payload"] = self.payload_data

@@ -18,7 +18,7 @@ from .status import JobStatus
 TABLE = "tether_jobs"
 
 
-class UTCDateTime(sa.TypeDecorator):
+class UTCDateTime(sa.TypeDecorator[datetime]):
     """Timezone-aware UTC in Python on every backend (SQLite keeps a fixed-width text form,
     so ``<`` on the column is time order)."""
 
@@ -78,7 +78,7 @@ class Job(TetherModel, table=True):
     timeout: float | None = None  # seconds an attempt may take; None: the job type's timeout, if any
 
 
-_t = Job.__table__
+_t = Job.__table__  # type: ignore[attr-defined]  # sqlmodel sets it; its types do not declare it
 
 # Most jobs carry no idempotency key, ordering key or parent, and most rows are finished: every
 # index below is partial to the rows its queries ask about, so a job without them is in one index

@@ -9,8 +9,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import orjson
 import typer
 from rich.table import Table
 
@@ -20,6 +21,9 @@ from ..readonly import open_ledger
 from ..reconcile import DRIFT, STATUSES, Report, count_targeted_jobs
 from ..reconcile import reconcile as run_reconcile
 from .app import app, err, open_coordinator, out, print_json, settings
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 @app.command()
@@ -36,7 +40,8 @@ def reconcile(
     startup: bool = typer.Option(
         False,
         "--startup",
-        help="Reclaim stale locks first (Coordinator.startup_check): what to run before workers start. Without it the check writes nothing.",
+        help="Reclaim stale locks first (Coordinator.startup_check): what to run before workers start. "
+        "Without it the check writes nothing.",
     ),
     quiet: bool = typer.Option(
         False, "--quiet", "-q", help="Do not print events (drift.detected, reconcile.finished: JSON lines on stderr)."
@@ -92,7 +97,8 @@ class _progress:
     """A rich progress bar on stderr for long checks; a no-op when not on a terminal."""
 
     def __init__(self, coordinator: Any, *, enabled: bool) -> None:
-        self.coordinator, self.enabled, self.bar = coordinator, enabled, None
+        self.coordinator, self.enabled = coordinator, enabled
+        self.bar: Progress | None = None
 
     def __enter__(self) -> Callable[[int], None] | None:
         if not self.enabled:
@@ -134,15 +140,26 @@ def _print(report: Report) -> None:
             )
         for f in report.findings:
             style = "red" if f.status in DRIFT else "yellow" if f.status == "unknown" else None
-            actual = _bytes(f.actual_size, f.actual_sha256)
+            expected, actual = _bytes(f.expected_size, f.expected_sha256), _bytes(f.actual_size, f.actual_sha256)
+            if f.differences and f.expected_size is None:  # not a file: say which fields differ
+                expected = "; ".join(f"{d.path}={_value(d.expected)}" for d in f.differences)
+                actual = "; ".join(f"{d.path}={_value(d.actual)}" for d in f.differences)
             if f.detail and f.status in ("unknown", "modified", "not_checked", "missing"):
                 actual = f.detail if actual == "-" else f"{actual} ({f.detail})"
-            table.add_row(
-                f.status, f.path, f.job_id or "-", _bytes(f.expected_size, f.expected_sha256), actual, style=style
-            )
+            table.add_row(f.status, f.path, f.job_id or "-", expected, actual, style=style)
         out.print(table)
     verdict = {0: "in sync", 1: "could not check every path", 2: f"drift found ({report.drift})"}[report.exit_code]
+    if report.exit_code == 0 and report.counts["not_checked"]:
+        verdict = f"in sync where checked; {report.counts['not_checked']} not checked (see the table)"
     out.print(verdict)
+
+
+def _value(value: Any) -> str:
+    """A differing field's value, short: JSON, cut at 40 characters; absent as ``-``."""
+    if value is None:
+        return "-"
+    text = orjson.dumps(value, default=str).decode()
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def _bytes(size: int | None, sha256: str | None) -> str:

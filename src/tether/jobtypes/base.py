@@ -92,20 +92,63 @@ UNEXPECTED = "unexpected"
 UNKNOWN = "unknown"
 
 
+ADD = "ADD"
+REMOVE = "REMOVE"
+NOT_EQUAL = "NOT_EQUAL"
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    """One field that does not hold what the ledger expects (CloudFormation's
+    PropertyDifference): ``path`` names the field (``tags.env``, ``size``); ``kind`` is ADD (present,
+    not expected), REMOVE (expected, absent) or NOT_EQUAL. Values are what a probe may show:
+    sizes, hashes, settings; never file contents or secrets."""
+
+    path: str
+    expected: Any
+    actual: Any
+    kind: str = NOT_EQUAL
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "expected": self.expected, "actual": self.actual, "kind": self.kind}
+
+
 @dataclass(frozen=True, slots=True)
 class Check:
-    """What a probe found for one target. Sizes in bytes, hashes sha256 hex; a hash is given only
-    when it was cheap or needed (never file contents)."""
+    """What a probe found for one target: its status, what was expected and what is there (small
+    JSON values: a file's ``{"size", "sha256"}``, a resource's declared settings), the fields that
+    differ, and a detail for the operator."""
 
     status: str
-    expected_size: int | None = None
-    expected_sha256: str | None = None
-    actual_size: int | None = None
-    actual_sha256: str | None = None
+    expected: Any = None
+    actual: Any = None
+    differences: tuple[Difference, ...] = ()
     detail: str | None = None
 
 
+def file_facts(size: int | None, sha256: str | None = None) -> dict[str, Any]:
+    """A file's side of a check: its size in bytes and, when read, its sha256 (never its bytes)."""
+    return {"size": size, "sha256": sha256}
+
+
+def differences_of(expected: Any, actual: Any) -> tuple[Difference, ...]:
+    """The fields of two flat dicts that differ (a field either side lacks is ADD or REMOVE; a
+    None value on the actual side means unknown, not different)."""
+    if not isinstance(expected, dict) or not isinstance(actual, dict):
+        return ()
+    out = []
+    for name in sorted(expected.keys() | actual.keys()):
+        if name not in actual:
+            out.append(Difference(name, expected[name], None, REMOVE))
+        elif name not in expected:
+            out.append(Difference(name, None, actual[name], ADD))
+        elif actual[name] is not None and expected[name] != actual[name]:
+            out.append(Difference(name, expected[name], actual[name], NOT_EQUAL))
+    return tuple(out)
+
+
 SYNCED = Check(IN_SYNC)
+UNREADABLE_PAYLOAD = Check(UNKNOWN, detail="the job's stored payload could not be read")
 
 
 class Probe(ABC):

@@ -10,7 +10,7 @@ import orjson
 from pydantic import JsonValue, model_validator
 
 from .. import fs
-from .base import IN_SYNC, SYNCED, Check, JobType, Payload, Probe
+from .base import IN_SYNC, SYNCED, UNREADABLE_PAYLOAD, Check, JobType, Payload, Probe
 from .files import (
     check_files,
     checked_path,
@@ -70,14 +70,24 @@ class CreateFileProbe(Probe):
 
     def check_many(self, items: Sequence[tuple[str, str]], root: Path, *, content: bool) -> list[Check]:
         if content:
-            return check_files(root, (_expected(payload) for _, payload in items))
+            expected = [_expected(payload) for _, payload in items]
+            checked = iter(check_files(root, [e for e in expected if e is not None]))
+            return [UNREADABLE_PAYLOAD if e is None else next(checked) for e in expected]
         found = files_exist(root, file_paths(items), present=True)
-        return [c if c is SYNCED or c.status == IN_SYNC else _expecting(c, p) for c, (_, p) in zip(found, items)]
+        return [
+            c if c is SYNCED or c.status == IN_SYNC else _expecting(c, p)
+            for c, (_, p) in zip(found, items, strict=True)
+        ]
 
 
-def _expected(payload: str) -> tuple[str, bytes]:
-    fields = orjson.loads(payload)
-    return fields["path"], render_fields(fields.get("content"), fields.get("text"))
+def _expected(payload: str) -> tuple[str, bytes] | None:
+    """The path and bytes a stored payload promises; None if the row cannot be read as one (only
+    a row changed by hand: the ledger validated it)."""
+    try:
+        fields = orjson.loads(payload)
+        return fields["path"], render_fields(fields.get("content"), fields.get("text"))
+    except (orjson.JSONDecodeError, TypeError, KeyError, AttributeError):
+        return None
 
 
 def _expecting(check: Check, payload: str | None) -> Check:
@@ -85,8 +95,11 @@ def _expecting(check: Check, payload: str | None) -> Check:
     is at hand; the reconciler adds it otherwise)."""
     if payload is None:
         return check
-    fields = orjson.loads(payload)
-    return with_expected(check, render_fields(fields.get("content"), fields.get("text")))
+    try:
+        fields = orjson.loads(payload)
+        return with_expected(check, render_fields(fields.get("content"), fields.get("text")))
+    except (orjson.JSONDecodeError, TypeError, AttributeError):
+        return check
 
 
 class CreateFileType(JobType[CreateFile]):

@@ -24,7 +24,7 @@ import orjson
 
 from .. import beneath, fs
 from ..errors import InvalidPayload, PermanentError, RetryableError, UnsafePath
-from .base import IN_SYNC, MISSING, MODIFIED, SYNCED, UNEXPECTED, UNKNOWN, Check
+from .base import IN_SYNC, MISSING, MODIFIED, SYNCED, UNEXPECTED, UNKNOWN, Check, differences_of, file_facts
 from .target import FILE, Target, file_key
 
 if TYPE_CHECKING:
@@ -280,20 +280,23 @@ def files_exist(root: Path, rels: Sequence[str], *, present: bool) -> list[Check
             group = by_dir[directory] = ([], [])
         group[0].append(n)
         group[1].append(name)
-    with fs.opened_root(root) as root_fd:
-        for directory, (indexes, names) in by_dir.items():
-            try:
-                dir_fd = beneath.open_dir(root_fd, directory)
-            except OSError as e:
-                unreachable = _unreachable(e, present)
-                for n in indexes:
-                    out[n] = unreachable
-                continue
-            try:
-                _exist_in(dir_fd, prefix + directory if directory else prefix, indexes, names, present, out)
-            finally:
-                os.close(dir_fd)
-    return out  # type: ignore[return-value]
+    try:
+        with fs.opened_root(root) as root_fd:
+            for directory, (indexes, names) in by_dir.items():
+                try:
+                    dir_fd = beneath.open_dir(root_fd, directory)
+                except OSError as e:
+                    unreachable = _unreachable(e, present)
+                    for n in indexes:
+                        out[n] = unreachable
+                    continue
+                try:
+                    _exist_in(dir_fd, prefix + directory if directory else prefix, indexes, names, present, out)
+                finally:
+                    os.close(dir_fd)
+    except OSError as e:  # the root itself could not be opened: nothing under it can be checked
+        out = [c or Check(UNKNOWN, detail=_reason(e)) for c in out]
+    return out  # type: ignore[return-value]  # every slot was filled above
 
 
 def _exist_in(
@@ -338,7 +341,7 @@ def _exists(dir_fd: int, name: str, present: bool) -> Check:
     kind = _kind(st.st_mode)
     if present:
         return SYNCED if kind is None else Check(MODIFIED, detail=kind)
-    return Check(UNEXPECTED, actual_size=st.st_size if kind is None else None, detail=kind)
+    return Check(UNEXPECTED, actual=file_facts(st.st_size) if kind is None else None, detail=kind)
 
 
 def check_file(root: Path, rel: str, expected: bytes) -> Check:
@@ -353,23 +356,27 @@ def check_files(root: Path, items: Iterable[tuple[str, bytes]]) -> list[Check]:
     directory once for the paths in it (up to ``_DIRS_OPEN`` directories held at a time)."""
     out: list[Check] = []
     opened: dict[str, int | OSError] = {}
-    with fs.opened_root(root) as root_fd:
-        try:
-            for rel, expected in items:
-                if _outside(rel):
-                    out.append(_OUTSIDE)
-                    continue
-                directory, _, name = rel.rpartition("/")
-                dir_fd = opened.get(directory)
-                if dir_fd is None:
-                    if len(opened) >= _DIRS_OPEN:
-                        _close_all(opened)
-                    dir_fd = opened[directory] = _open_dir(root_fd, directory)
-                out.append(
-                    _opened_error(dir_fd, expected) if isinstance(dir_fd, OSError) else _check(dir_fd, name, expected)
-                )
-        finally:
-            _close_all(opened)
+    try:
+        root_fd = fs.open_root(root)
+    except OSError as e:  # the root itself could not be opened: nothing under it can be checked
+        return [_OUTSIDE if _outside(rel) else Check(UNKNOWN, detail=_reason(e)) for rel, _ in items]
+    try:
+        for rel, expected in items:
+            if _outside(rel):
+                out.append(_OUTSIDE)
+                continue
+            directory, _, name = rel.rpartition("/")
+            dir_fd = opened.get(directory)
+            if dir_fd is None:
+                if len(opened) >= _DIRS_OPEN:
+                    _close_all(opened)
+                dir_fd = opened[directory] = _open_dir(root_fd, directory)
+            out.append(
+                _opened_error(dir_fd, expected) if isinstance(dir_fd, OSError) else _check(dir_fd, name, expected)
+            )
+    finally:
+        _close_all(opened)
+        os.close(root_fd)
     return out
 
 
@@ -414,7 +421,7 @@ def _check(dir_fd: int, name: str, expected: bytes) -> Check:
         if kind is not None:
             return with_expected(Check(MODIFIED, detail=kind), expected)
         if st.st_size != len(expected):
-            return with_expected(Check(MODIFIED, actual_size=st.st_size), expected)
+            return with_expected(Check(MODIFIED, actual=file_facts(st.st_size)), expected)
         actual = _differs(fd, expected)
     except OSError as e:
         return Check(UNKNOWN, detail=_reason(e))
@@ -422,7 +429,7 @@ def _check(dir_fd: int, name: str, expected: bytes) -> Check:
         os.close(fd)
     if actual is None:
         return SYNCED
-    return with_expected(Check(MODIFIED, actual_size=actual[0], actual_sha256=actual[1]), expected)
+    return with_expected(Check(MODIFIED, actual=file_facts(actual[0], actual[1])), expected)
 
 
 def _differs(fd: int, expected: bytes) -> tuple[int, str] | None:
@@ -466,7 +473,8 @@ def file_paths(items: Sequence[tuple[str, str]]) -> list[str]:
 def with_expected(check: Check, expected: bytes | None) -> Check:
     if expected is None:
         return check
-    return replace(check, expected_size=len(expected), expected_sha256=fs.sha256(expected))
+    facts = file_facts(len(expected), fs.sha256(expected))
+    return replace(check, expected=facts, differences=differences_of(facts, check.actual))
 
 
 def _kind(mode: int) -> str | None:
