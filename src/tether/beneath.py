@@ -50,6 +50,7 @@ def _load_openat2() -> Any:
 _syscall = _load_openat2()
 _HOW_SIZE = ctypes.sizeof(_OpenHow)
 _usable: bool | None = None  # found out on first use
+_hows: dict[tuple[int, int], Any] = {}  # (flags, mode) -> pointer to its struct open_how
 
 
 def _openat2(dir_fd: int, rel: str, flags: int, mode: int) -> int:
@@ -61,8 +62,10 @@ def _openat2(dir_fd: int, rel: str, flags: int, mode: int) -> int:
         _usable = _try_openat2(dir_fd)
     if not _usable:
         return -1
-    how = _OpenHow(flags, mode if flags & os.O_CREAT else 0, _RESOLVE)
-    fd = _syscall(_SYS_OPENAT2, dir_fd, os.fsencode(rel), ctypes.byref(how), _HOW_SIZE)
+    how = _hows.get((flags, mode))
+    if how is None:  # a handful of (flags, mode) pairs in all: each struct is built once
+        how = _hows[flags, mode] = ctypes.pointer(_OpenHow(flags, mode if flags & os.O_CREAT else 0, _RESOLVE))
+    fd = _syscall(_SYS_OPENAT2, dir_fd, os.fsencode(rel), how, _HOW_SIZE)
     if fd >= 0:
         return int(fd)
     code = ctypes.get_errno()
