@@ -16,7 +16,7 @@ LAYERS: list[tuple[str, ...]] = [
     # ids, plain records, the limits a job must keep
     ("config", "clock", "errors", "status", "ids", "retry", "events", "record", "outcome", "faults", "limits"),
     # what a job is and what its handler may touch: the data root, targets, the handler context
-    ("fs", "jobtypes", "context"),
+    ("beneath", "fs", "jobtypes", "context"),
     # the ledger: the table, its engine and statements, enqueue/claim/transition, wake-ups
     ("schema", "engine", "meta", "sql", "backend", "build", "queue", "wakeup", "walwatch"),
     # running jobs
