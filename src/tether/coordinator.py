@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from . import config, events, fs, meta, observe
+from . import schedule as schedules
 from .clock import Clock, SystemClock
 from .engine import Durability, create_engine, ensure_schema, opening_error, schema_of
 from .errors import ConfigError
@@ -57,6 +58,7 @@ class Coordinator:
             wakeup=wakeup_for(engine, _channel(engine)),
             max_payload_bytes=max_payload_bytes,
         )
+        self.scheduler = schedules.Scheduler(engine, self.queue)
 
     @classmethod
     def open(
@@ -182,12 +184,46 @@ class Coordinator:
     def _session_rolled_back(self, session: Session) -> None:
         session.info.pop((_SESSION_KEY, self), None)  # those jobs never existed
 
+    def schedule(
+        self,
+        name: str,
+        cron: str,
+        payload: Payload,
+        *,
+        timezone: str = "UTC",
+        start: datetime | None = None,
+        end: datetime | None = None,
+        limit: int | None = None,
+        catch_up: str = "latest",
+        **options: Any,
+    ) -> None:
+        """Enqueue ``payload`` at every slot of ``cron`` (five fields, or six with seconds
+        first) in ``timezone``, from ``start`` to ``end``, at most ``limit`` times, each slot
+        exactly once across every worker of this ledger (see ``tether.schedule``). Workers of
+        this coordinator fire it; ``catch_up`` ("latest", "all" or "none") says what to do with
+        slots missed while no worker ran. ``options`` (priority, max_attempts, timeout) apply
+        to every run. Raises InvalidSchedule or InvalidPayload, recording nothing."""
+        schedules.validate(name, cron, timezone, start, end, limit, catch_up)
+        allowed = {"priority", "max_attempts", "timeout"}
+        if set(options) - allowed:
+            raise schedules.InvalidSchedule(
+                f"schedule {name}: unknown option(s) {', '.join(sorted(set(options) - allowed))}; "
+                f"use {', '.join(sorted(allowed))}"
+            )
+        job = self.queue.builder.build_many([payload], **options)[0]  # bad payloads fail here, not at 3 a.m.
+        spec = schedules.Spec(
+            name, cron, payload, timezone, start, end, limit, catch_up, job.type, tuple(sorted(options.items()))
+        )
+        self.scheduler.add(spec, self.clock.now())
+
     # -- running -----------------------------------------------------------------------------
 
     def worker(self, **config: Any) -> Worker:
         """A worker for this ledger; keyword arguments are WorkerConfig fields."""
         config.setdefault("lock_timeout", self.lock_timeout)
-        return Worker(self.queue, WorkerConfig(**config))
+        worker = Worker(self.queue, WorkerConfig(**config))
+        worker.scheduler = self.scheduler
+        return worker
 
     def run_until_idle(self, **config: Any) -> int:
         """Run every ready job in this process, then return how many ran."""

@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -30,6 +31,7 @@ import orjson
 from pydantic import BaseModel, Field
 
 from . import fs, observe
+from . import schedule as periodic
 from .context import JobContext
 from .coordinator import Coordinator
 from .engine import mask_url
@@ -285,6 +287,7 @@ class Demo:
             self.show_jobs(c)
             self.check_files(store)
         code = self.observe(rel)
+        self.periodic(rel)
         exe = Path(sys.executable).parent / "tether"
         tether = os.path.relpath(exe) if exe.exists() else "tether"
         self.say(
@@ -400,6 +403,25 @@ class Demo:
             + ("" if ok else "   UNEXPECTED: expected 0 then 2")
         )
         return 0 if ok else 1
+
+    def periodic(self, rel: str) -> None:
+        """A schedule firing in a real worker for a few seconds, then the operator's view of it."""
+        self.say("\n7. A periodic job: `heartbeat` every second (cron `* * * * * *`), each slot enqueued once")
+        with Coordinator.open(self.db_url, root=self.root, registry=register(default_registry())) as c:
+            payload = CreateFile(path="reports/heartbeat.json", content={"from": "schedule"})
+            c.schedule("heartbeat", "* * * * * *", payload, catch_up="none")
+            worker = c.worker(poll_interval=0.2)
+            thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
+            thread.start()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and worker.processed < 3:
+                time.sleep(0.05)  # a demo watching a clock: three slots, then stop
+            periodic.set_paused(c.engine, "heartbeat", True, c.clock.now())  # the demo's ledger stays quiet
+            worker.stop()
+            thread.join()
+        base = ["--db", f"sqlite:///{rel}/tether.db", "--root", f"{rel}/data"]
+        self.cli(base + ["schedules"])
+        self.cli(base + ["jobs", "--schedule", "heartbeat"])
 
     def cli(self, args: list[str]) -> int:
         self.say(f"   $ tether {' '.join(args)}")

@@ -212,12 +212,12 @@ def _filesystem_type(directory: Path) -> str | None:
     return best_type
 
 
-def _index_names(conn: sa.Connection, dialect: str) -> set[str]:
+def _index_names(conn: sa.Connection, dialect: str, table: str = TABLE) -> set[str]:
     if dialect == "postgresql":
         query = "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() AND tablename = :table"
     else:
         query = "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = :table"
-    return set(conn.execute(sa.text(query), {"table": TABLE}).scalars())
+    return set(conn.execute(sa.text(query), {"table": table}).scalars())
 
 
 def _column_names(conn: sa.Connection, dialect: str, table: str) -> set[str]:
@@ -262,8 +262,9 @@ def ensure_schema(engine: sa.Engine) -> bool:
             # CREATE INDEX IF NOT EXISTS locks the table against writers first.
             present = _index_names(conn, engine.dialect.name)
             for table in metadata.sorted_tables:
+                on_table = present if table.name == TABLE else _index_names(conn, engine.dialect.name, table.name)
                 for index in table.indexes:
-                    if index.name not in present:
+                    if index.name not in on_table:
                         conn.execute(sa.schema.CreateIndex(index))
             for name in RETIRED_INDEXES:
                 if name in present:

@@ -89,6 +89,30 @@ class Meta(TetherModel, table=True):
     value: str = Field(sa_type=sa.Text)
 
 
+class Schedule(TetherModel, table=True):
+    """One periodic job's coordination state (schedule.py): its spec, the last slot enqueued and
+    the next one due. The payload stays in the application's code; this row only makes each
+    slot's enqueue a durable fact, advanced in the transaction that inserts the slot's job."""
+
+    __tablename__ = "tether_schedules"
+
+    name: str = Field(primary_key=True, max_length=128)
+    cron: str = Field(max_length=256)
+    timezone: str = Field(default="UTC", max_length=64)
+    job_type: str = Field(max_length=64)
+    start_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    end_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    run_limit: int | None = None
+    catch_up: str = Field(default="latest", max_length=16)
+    last_slot: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    last_job_id: str | None = Field(default=None, max_length=26)
+    next_slot: datetime | None = Field(default=None, sa_type=UTCDateTime)  # None: finished (end or limit)
+    paused: bool = False
+    run_count: int = 0
+    missed: int = 0  # slots skipped by catch_up (none, latest, or past the bound of all)
+    updated_at: datetime = Field(sa_type=UTCDateTime)
+
+
 _t = Job.__table__  # type: ignore[attr-defined]  # sqlmodel sets it; its types do not declare it
 
 # Most jobs carry no idempotency key, ordering key or parent, and most rows are finished: every
@@ -167,6 +191,11 @@ sa.Index(
     sqlite_where=sa.text("parent_id IS NOT NULL"),
     postgresql_where=sa.text("parent_id IS NOT NULL"),
 )
+
+# The worker's one query per poll: "which schedules are due?" reads only active schedules' next slots.
+DUE_SQL = "NOT paused AND next_slot IS NOT NULL"
+_s = Schedule.__table__  # type: ignore[attr-defined]
+sa.Index("ix_tether_schedules_due", _s.c.next_slot, sqlite_where=sa.text(DUE_SQL), postgresql_where=sa.text(DUE_SQL))
 
 # Indexes of earlier versions, replaced by the partial ones above; ensure_schema drops them.
 RETIRED_INDEXES = (

@@ -28,6 +28,7 @@ from .walwatch import WalWatcher
 if TYPE_CHECKING:
     from .jobtypes import JobType, Payload
     from .queue import Queue
+    from .schedule import Scheduler
 
 
 @dataclass
@@ -90,6 +91,7 @@ class Worker:
         self._slow = False
         self._last_beat = time.monotonic()
         self.fault: LedgerFault | None = None  # what stopped this worker, if the ledger did
+        self.scheduler: Scheduler | None = None  # enqueues due periodic jobs each poll (schedule.py)
 
     # -- single steps ------------------------------------------------------------------------
 
@@ -98,6 +100,7 @@ class Worker:
         slow), run them in order, record their outcomes in group commits. Returns jobs run;
         LedgerFault if the ledger is corrupt, full, read-only or gone."""
         try:
+            self._fire_schedules(now)
             ran = self._run_batch(self._claim(now), claim_next=False)[0]
         except sa.exc.SQLAlchemyError as e:
             self._fatal(e)
@@ -105,6 +108,11 @@ class Worker:
         if self.fault is not None:
             raise self.fault
         return ran
+
+    def _fire_schedules(self, now: datetime | None = None) -> None:
+        """Enqueue the periodic jobs now due (one indexed query when none is), before claiming."""
+        if self.scheduler is not None:
+            self.scheduler.tick(now)
 
     def _claim(self, now: datetime | None = None) -> _Claimed:
         leased_at = time.monotonic()
@@ -403,6 +411,7 @@ class Worker:
                     return
                 self._busy += 1
             try:
+                self._fire_schedules()
                 batch = _Claimed(carried.jobs, carried.leased_at) if carried.jobs else self._claim()
                 carried.jobs = []
                 ran, following = self._run_batch(batch, claim_next=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import orjson
@@ -13,7 +14,7 @@ from rich.console import Console
 
 from .. import config
 from ..coordinator import Coordinator
-from ..errors import ConfigError
+from ..errors import ConfigError, TetherError
 from ..outcome import error_text
 
 app = typer.Typer(
@@ -95,15 +96,35 @@ def open_coordinator(**kwargs: Any) -> Coordinator:
     from ..jobtypes import default_registry
 
     registry = default_registry()
-    for module in settings.imports:
-        register_module(module, registry)
+    modules = [register_module(module, registry) for module in settings.imports]
     kwargs.setdefault("durability", settings.durability)
     kwargs.setdefault("schema", settings.schema)
     kwargs.setdefault("moved", settings.moved)
-    return Coordinator.open(settings.db, root=settings.root, registry=registry, **kwargs)
+    coordinator = Coordinator.open(settings.db, root=settings.root, registry=registry, **kwargs)
+    try:
+        for name, mod in zip(settings.imports, modules, strict=True):
+            declare_schedules(name, mod, coordinator)
+    except BaseException:
+        coordinator.close()
+        raise
+    return coordinator
 
 
-def register_module(module: str, registry: Any) -> None:
+def declare_schedules(name: str, module: Any, coordinator: Coordinator) -> None:
+    """An --import module's optional ``schedules(coordinator)``: it declares periodic jobs with
+    ``coordinator.schedule(...)`` (after register(registry), so their job types are known)."""
+    declare = getattr(module, "schedules", None)
+    if not callable(declare) or isinstance(declare, ModuleType):  # a submodule named schedules is not the hook
+        return
+    try:
+        declare(coordinator)
+    except TetherError as e:
+        raise ConfigError(f"--import {name}: its schedules(coordinator) failed: {e}") from e
+    except Exception as e:
+        raise ConfigError(f"--import {name}: its schedules(coordinator) raised {_one_line(e)}") from e
+
+
+def register_module(module: str, registry: Any) -> Any:
     """Import ``module`` (the working directory first on ``sys.path``, as ``python -m`` puts it)
     and call its ``register(registry)``; any failure is a ConfigError naming the module."""
     import importlib
@@ -121,6 +142,7 @@ def register_module(module: str, registry: Any) -> None:
         register(registry)
     except Exception as e:
         raise ConfigError(f"--import {module}: its register(registry) raised {_one_line(e)}") from e
+    return mod
 
 
 def _one_line(error: BaseException) -> str:

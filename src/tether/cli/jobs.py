@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from .. import observe
+from .. import observe, schedule
 from ..clock import SystemClock
 from ..errors import ConfigError
 from ..record import JobRecord
@@ -29,6 +29,9 @@ def jobs(
     status: str | None = typer.Option(None, "--status", "-s", help="pending, claimed, completed or failed."),
     job_type: str | None = typer.Option(None, "--type", "-t", help="Only jobs of this type."),
     since: str | None = typer.Option(None, "--since", help="Only jobs enqueued within this window, e.g. 30m, 2d."),
+    schedule_name: str | None = typer.Option(
+        None, "--schedule", help="Only the runs of this schedule (newest slot first; other filters apply too)."
+    ),
     limit: int = typer.Option(50, "--limit", "-n", help=LIMIT_HELP),
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -48,7 +51,16 @@ def jobs(
     n = limit_value(limit)
     with ledger() as engine:
         start = SystemClock().now() - window if window else None
-        found = observe.jobs(engine, status=status, job_type=job_type, since=start, limit=n)
+        if schedule_name is not None:
+            found = [
+                j
+                for j in schedule.runs(engine, schedule_name, limit=None)
+                if (status is None or j.status.value == status)
+                and (job_type is None or j.type == job_type)
+                and (start is None or j.created_at >= start)
+            ][:n]
+        else:
+            found = observe.jobs(engine, status=status, job_type=job_type, since=start, limit=n)
     if as_json:
         print_json({"jobs": job_dicts(found)})
         return

@@ -1,0 +1,77 @@
+"""``tether schedules``: the periodic jobs, their next and last runs; pause and resume."""
+
+from __future__ import annotations
+
+import typer
+
+from .. import schedule
+from ..clock import SystemClock
+from .app import app, out, print_json
+from .output import JSON_OPTION, ledger, table, when
+
+schedules_app = typer.Typer(
+    help="Periodic jobs (declared in code): list them, pause or resume one.\n\nExample: tether schedules --json",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+app.add_typer(schedules_app, name="schedules")
+
+
+@schedules_app.callback()
+def schedules(ctx: typer.Context, as_json: bool = JSON_OPTION) -> None:
+    """List schedules: name, cron, timezone, next run, last run and its job's status, paused.
+
+    A schedule is declared in code (coordinator.schedule, or a schedules(coordinator) function
+    in an --import module); this lists what the ledger recorded. Its runs: tether jobs --schedule NAME.
+
+    Example: tether schedules
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    with ledger() as engine:
+        rows = schedule.listing(engine)
+    if as_json:
+        print_json({"schedules": rows})
+        return
+    table(
+        None,
+        ["name", "cron", "timezone", "next run (UTC)", "last run (UTC)", "last status", "runs", "paused"],
+        [
+            (
+                r["name"],
+                r["cron"],
+                r["timezone"],
+                when(r["next_run"]) if r["next_run"] else "finished",
+                when(r["last_run"]) if r["last_run"] else "never",
+                r["last_status"] or ("purged" if r["last_job_id"] else "-"),
+                f"{r['runs']}/{r['limit']}" if r["limit"] else str(r["runs"]),
+                "yes" if r["paused"] else "no",
+            )
+            for r in rows
+        ],
+        empty="no schedules",
+    )
+
+
+@schedules_app.command()
+def pause(name: str = typer.Argument(..., help="The schedule's name.")) -> None:
+    """Stop a schedule from enqueueing until it is resumed (its row and history stay).
+
+    Example: tether schedules pause nightly-sync
+    """
+    with ledger() as engine:
+        schedule.set_paused(engine, name, True, SystemClock().now())
+    out.print(f"paused {name}")
+
+
+@schedules_app.command()
+def resume(name: str = typer.Argument(..., help="The schedule's name.")) -> None:
+    """Let a paused schedule enqueue again, from its next slot after now (slots that fell while it
+    was paused are skipped).
+
+    Example: tether schedules resume nightly-sync
+    """
+    with ledger() as engine:
+        result = schedule.set_paused(engine, name, False, SystemClock().now())
+    nxt = result["next_run"]
+    out.print(f"resumed {name}; next run {when(nxt) if nxt else 'none (finished)'}")

@@ -1,0 +1,246 @@
+"""Periodic jobs (tether.schedule): each slot enqueued exactly once, across DST, with start, end,
+limit and every catch-up mode, on both backends (a fake clock drives every step)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+import sqlalchemy as sa
+
+from jobkit import Note, NoteType
+from tether import Coordinator, schedule
+from tether.clock import FakeClock
+from tether.errors import InvalidPayload
+from tether.jobtypes import CreateFile, default_registry
+
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+@pytest.fixture
+def open_two(make_coordinator: Callable[..., Coordinator]) -> Callable[[], tuple[Coordinator, Coordinator]]:
+    """Two coordinators on one ledger: two workers (as on two machines) sharing the fake clock."""
+
+    def two() -> tuple[Coordinator, Coordinator]:
+        made = []
+        for _ in range(2):
+            registry = default_registry()
+            registry.register(NoteType())
+            made.append(make_coordinator(registry))
+        return made[0], made[1]
+
+    return two
+
+
+def slots_of(c: Coordinator, name: str) -> Counter[str]:
+    return Counter(str(j.idempotency_key) for j in schedule.runs(c.engine, name, limit=None))
+
+
+def row(c: Coordinator, name: str) -> dict:
+    return next(r for r in schedule.listing(c.engine) if r["name"] == name)
+
+
+@pytest.mark.parametrize(
+    ("day", "hours"),
+    [(datetime(2026, 3, 29, tzinfo=BERLIN), 23), (datetime(2026, 10, 25, tzinfo=BERLIN), 25)],
+    ids=["spring-forward", "fall-back"],
+)
+def test_every_quarter_hour_of_a_berlin_dst_day_is_enqueued_once(open_two, clock: FakeClock, day, hours) -> None:
+    start = day.astimezone(UTC)
+    following = (day + timedelta(days=1)).replace(tzinfo=BERLIN).astimezone(UTC)
+    assert following - start == timedelta(hours=hours)
+    clock.set(start)
+    a, b = open_two()
+    for c in (a, b):  # both deployments declare it; the ledger keeps one row
+        c.schedule(
+            "quarter", "*/15 * * * *", Note(name="q"), timezone="Europe/Berlin", end=following - timedelta(seconds=1)
+        )
+    workers = [a.worker(), b.worker()]
+    while clock.now() < following + timedelta(minutes=30):
+        for w in workers:
+            w.run_once(clock.now())
+        clock.advance(minutes=5)
+    # Berlin's offsets are whole hours: its quarter-hours are UTC's, 4 per hour of that local day.
+    expected = {schedule.key_for("quarter", start + timedelta(minutes=15 * i)) for i in range(hours * 4)}
+    counts = slots_of(a, "quarter")
+    assert set(counts) == expected
+    assert set(counts.values()) == {1}
+    r = row(a, "quarter")
+    assert (r["runs"], r["missed"], r["next_run"]) == (hours * 4, 0, None)
+
+
+def test_start_end_and_limit_bound_the_slots(open_two, clock: FakeClock) -> None:
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    clock.set(base)
+    a, _ = open_two()
+    a.schedule("window", "*/10 * * * *", Note(name="w"), start=base + timedelta(hours=1), end=base + timedelta(hours=2))
+    a.schedule("limited", "*/10 * * * *", Note(name="l"), start=base + timedelta(hours=1), limit=3)
+    while clock.now() < base + timedelta(hours=3):
+        a.scheduler.tick(clock.now())
+        clock.advance(minutes=1)
+    window = [schedule.key_for("window", base + timedelta(hours=1, minutes=10 * i)) for i in range(7)]
+    assert sorted(slots_of(a, "window")) == window  # 01:00 to 02:00 inclusive
+    limited = [schedule.key_for("limited", base + timedelta(hours=1, minutes=10 * i)) for i in range(3)]
+    assert sorted(slots_of(a, "limited")) == limited
+    assert row(a, "limited")["next_run"] is None and row(a, "window")["next_run"] is None
+
+
+@pytest.mark.parametrize(
+    ("catch_up", "enqueued", "missed"),
+    [
+        ("latest", ["03:00"], 11),
+        ("all", [f"{h:02d}:{m:02d}" for h in range(3) for m in (0, 15, 30, 45)][1:] + ["03:00"], 0),
+        ("none", [], 12),
+    ],
+)
+def test_catch_up_after_a_three_hour_outage(open_two, clock: FakeClock, catch_up, enqueued, missed) -> None:
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    clock.set(base)
+    a, b = open_two()
+    a.schedule("q", "*/15 * * * *", Note(name="q"), catch_up=catch_up)
+    a.scheduler.tick(clock.now())  # 00:00 runs, then every worker is down until 03:07
+    clock.set(base + timedelta(hours=3, minutes=7))
+    b.schedule("q", "*/15 * * * *", Note(name="q"), catch_up=catch_up)  # a restarted deployment
+    b.scheduler.tick(clock.now())
+    keys = {schedule.key_for("q", base + timedelta(hours=int(t[:2]), minutes=int(t[3:]))) for t in enqueued}
+    assert set(slots_of(a, "q")) == keys | {schedule.key_for("q", base)}
+    r = row(a, "q")
+    assert (r["catch_up"], r["missed"], r["next_run"]) == (catch_up, missed, base + timedelta(hours=3, minutes=15))
+
+
+def test_catch_up_all_is_bounded(open_two, clock: FakeClock) -> None:
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    clock.set(base)
+    a, _ = open_two()
+    a.schedule("s", "* * * * * *", Note(name="s"), catch_up="all")
+    clock.advance(hours=1)
+    a.scheduler.tick(clock.now())
+    r = row(a, "s")
+    on_time = int(schedule.ON_TIME.total_seconds()) + 1
+    assert r["runs"] == schedule.CATCH_UP_BOUND + on_time
+    assert r["missed"] == 3601 - r["runs"]
+
+
+def test_a_slot_read_by_two_workers_is_enqueued_by_one(open_two, clock: FakeClock) -> None:
+    a, b = open_two()
+    a.schedule("q", "*/15 * * * *", Note(name="q"))
+    b.schedule("q", "*/15 * * * *", Note(name="q"))
+    seen = row(a, "q")["next_run"]
+    clock.set(seen + timedelta(seconds=5))
+    first = a.scheduler.fire(a.scheduler.specs["q"], seen, 0, clock.now())
+    second = b.scheduler.fire(b.scheduler.specs["q"], seen, 0, clock.now())  # it read the same row
+    assert len(first) == 1 and second == []
+    a.run_until_idle()  # the first job finished: its key no longer blocks a duplicate insert
+    assert b.scheduler.fire(b.scheduler.specs["q"], seen, 0, clock.now()) == []
+    assert list(slots_of(a, "q").values()) == [1]
+
+
+def test_pause_and_resume(open_two, clock: FakeClock) -> None:
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    clock.set(base)
+    a, _ = open_two()
+    a.schedule("q", "*/15 * * * *", Note(name="q"))
+    schedule.set_paused(a.engine, "q", True, clock.now())
+    clock.advance(hours=1)
+    a.scheduler.tick(clock.now())
+    assert slots_of(a, "q") == Counter()
+    resumed = schedule.set_paused(a.engine, "q", False, base + timedelta(hours=1, minutes=1))
+    assert resumed["next_run"] == base + timedelta(hours=1, minutes=15)  # slots while paused are skipped
+    with pytest.raises(schedule.UnknownSchedule, match="no schedule named 'nope'; known: q"):
+        schedule.set_paused(a.engine, "nope", True, clock.now())
+
+
+def test_a_changed_cron_reschedules_from_now(open_two, clock: FakeClock) -> None:
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    clock.set(base + timedelta(minutes=1))
+    a, b = open_two()
+    a.schedule("q", "0 * * * *", Note(name="q"))
+    assert row(a, "q")["next_run"] == base + timedelta(hours=1)
+    b.schedule("q", "*/5 * * * *", Note(name="q"))
+    assert (row(a, "q")["cron"], row(a, "q")["next_run"]) == ("*/5 * * * *", base + timedelta(minutes=5))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("bad name!", "* * * * *"), "schedule name 'bad name!'"),
+        (("q", "61 * * * *"), "bad cron expression '61 \\* \\* \\* \\*'"),
+        (("q", "* * * * *", {"timezone": "Mars/Olympus"}), "unknown timezone 'Mars/Olympus'"),
+        (("q", "* * * * *", {"catch_up": "some"}), "catch_up must be one of latest, all, none"),
+        (("q", "* * * * *", {"limit": 0}), "limit must be a positive number"),
+        (("q", "* * * * *", {"start": datetime(2026, 1, 1)}), "start must be a timezone-aware datetime"),
+    ],
+)
+def test_bad_schedules_are_refused_and_nothing_is_recorded(coordinator: Coordinator, args, message) -> None:
+    name, cron, *rest = args
+    with pytest.raises(schedule.InvalidSchedule, match=message):
+        coordinator.schedule(name, cron, Note(name="q"), **(rest[0] if rest else {}))
+    assert schedule.listing(coordinator.engine) == []
+
+
+def test_a_bad_payload_is_refused_when_declared(coordinator: Coordinator) -> None:
+    with pytest.raises(InvalidPayload):
+        coordinator.schedule("q", "* * * * *", CreateFile(path="../escape.json", content={}))
+    assert schedule.listing(coordinator.engine) == []
+
+
+def test_the_due_check_reads_the_due_index(coordinator: Coordinator) -> None:
+    with coordinator.engine.connect() as conn:
+        if conn.dialect.name == "sqlite":
+            explain = sa.text("EXPLAIN QUERY PLAN " + str(schedule.DUE))
+            plan = " ".join(r[-1] for r in conn.execute(explain, {"now": "2026-01-01 00:00:00.000000"}))
+            assert "USING INDEX ix_tether_schedules_due" in plan, plan
+            assert "TEMP B-TREE" not in plan, plan
+        else:
+            conn.exec_driver_sql("SET enable_seqscan = off")  # an empty table: ask which plan it can use
+            plan = " ".join(
+                r[0] for r in conn.execute(sa.text("EXPLAIN " + str(schedule.DUE)), {"now": datetime.now(UTC)})
+            )
+            assert "ix_tether_schedules_due" in plan, plan
+
+
+def run_cli(capsys, monkeypatch, db_url: str, *args: str) -> tuple[int, str, str]:
+    from tether.cli import main
+
+    capsys.readouterr()
+    monkeypatch.setenv("COLUMNS", "250")
+    monkeypatch.setattr("sys.argv", ["tether", "--db", db_url, *args])
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_operators_list_pause_resume_and_see_a_schedules_runs(
+    open_two, clock: FakeClock, db_url: str, capsys, monkeypatch
+) -> None:
+    import json
+
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    clock.set(base)
+    a, _ = open_two()
+    a.schedule("sync", "*/15 * * * *", Note(name="s"), timezone="Europe/Berlin")
+    a.worker().run_once(clock.now())
+    code, out, _ = run_cli(capsys, monkeypatch, db_url, "schedules", "--json")
+    listed = json.loads(out)["schedules"]
+    assert code == 0 and [(s["name"], s["cron"], s["timezone"], s["paused"]) for s in listed] == [
+        ("sync", "*/15 * * * *", "Europe/Berlin", False)
+    ]
+    assert (listed[0]["last_run"], listed[0]["last_status"]) == (base.isoformat(), "completed")
+    assert listed[0]["next_run"] == (base + timedelta(minutes=15)).isoformat()
+    code, out, _ = run_cli(capsys, monkeypatch, db_url, "schedules")
+    assert code == 0 and "sync" in out and "completed" in out
+    assert run_cli(capsys, monkeypatch, db_url, "schedules", "pause", "sync")[0] == 0
+    assert json.loads(run_cli(capsys, monkeypatch, db_url, "schedules", "--json")[1])["schedules"][0]["paused"] is True
+    assert run_cli(capsys, monkeypatch, db_url, "schedules", "resume", "sync")[0] == 0
+    code, _, err = run_cli(capsys, monkeypatch, db_url, "schedules", "pause", "nope")
+    assert code == 1 and "no schedule named 'nope'" in err
+    a.enqueue(Note(name="other"))
+    code, out, _ = run_cli(capsys, monkeypatch, db_url, "jobs", "--schedule", "sync", "--json")
+    assert [j["idempotency_key"] for j in json.loads(out)["jobs"]] == [schedule.key_for("sync", base)]
