@@ -244,3 +244,14 @@ def test_operators_list_pause_resume_and_see_a_schedules_runs(
     a.enqueue(Note(name="other"))
     code, out, _ = run_cli(capsys, monkeypatch, db_url, "jobs", "--schedule", "sync", "--json")
     assert [j["idempotency_key"] for j in json.loads(out)["jobs"]] == [schedule.key_for("sync", base)]
+
+
+def test_a_named_hour_follows_the_timezone_through_the_dst_gap_and_repeat() -> None:
+    # 02:30 does not exist in Berlin on 29 March: it fires once, at 03:00 CEST (01:00 UTC);
+    # on 25 October 02:30 happens twice: it fires once, at the first (00:30 UTC).
+    spring = schedule.first_slot("30 2 * * *", "Europe/Berlin", datetime(2026, 3, 28, 12, tzinfo=UTC))
+    after_spring = schedule.slot_after("30 2 * * *", "Europe/Berlin", spring)  # type: ignore[arg-type]
+    assert (spring, after_spring) == (datetime(2026, 3, 29, 1, tzinfo=UTC), datetime(2026, 3, 30, 0, 30, tzinfo=UTC))
+    fall = schedule.first_slot("30 2 * * *", "Europe/Berlin", datetime(2026, 10, 24, 12, tzinfo=UTC))
+    after_fall = schedule.slot_after("30 2 * * *", "Europe/Berlin", fall)  # type: ignore[arg-type]
+    assert (fall, after_fall) == (datetime(2026, 10, 25, 0, 30, tzinfo=UTC), datetime(2026, 10, 26, 1, 30, tzinfo=UTC))
