@@ -57,9 +57,14 @@ def test_demo_runs_end_to_end_from_a_fresh_directory(tmp_path):
 
     engine = sa.create_engine(f"sqlite:///{tmp_path / 'demo-run' / 'tether.db'}")
     with engine.connect() as conn:
-        rows = conn.execute(sa.text("SELECT type, status, attempts, parent_id FROM tether_jobs")).all()
+        rows = conn.execute(sa.text("SELECT type, status, attempts, parent_id, idempotency_key FROM tether_jobs")).all()
     engine.dispose()
     assert {r.status for r in rows} == {"completed"}
+    heartbeats = [r for r in rows if (r.idempotency_key or "").startswith("schedule:heartbeat@")]
+    assert len(heartbeats) >= 3 and re.search(
+        r"heartbeat +│ \* \* \* \* \* \*", out
+    )  # fired; tether schedules lists it
+    rows = [r for r in rows if r not in heartbeats]
     assert len(rows) == 15 and sum(1 for r in rows if r.parent_id) == 8
     assert [r.attempts for r in rows if r.type == "publish_report"] == [2]  # one job despite two enqueues
     assert tree_digest(REPO / "sample_data") == sample_before
