@@ -8,7 +8,7 @@ index, never the whole table, except where a docstring says so (see benchmarks/s
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -36,6 +36,8 @@ class TypeBacklog:
     type: str
     pending: int = 0
     claimed: int = 0
+    oldest_ready_at: datetime | None = None
+    """When the longest-waiting pending job that may run now became ready (its ``run_at``)."""
 
     @property
     def outstanding(self) -> int:
@@ -83,8 +85,22 @@ class Stats:
             "stuck": self.stuck,
             "oldest_pending_at": self.oldest_pending_at.isoformat() if self.oldest_pending_at else None,
             "oldest_pending_age": self.oldest_pending_age,
-            "by_type": [{**asdict(b), "outstanding": b.outstanding} for b in self.by_type],
+            "by_type": [
+                {
+                    **asdict(b),
+                    "outstanding": b.outstanding,
+                    "oldest_ready_at": b.oldest_ready_at.isoformat() if b.oldest_ready_at else None,
+                }
+                for b in self.by_type
+            ],
         }
+
+
+def _utc(value: Any) -> datetime | None:
+    """A time read through an aggregate (min, max): SQLite gives text, PostgreSQL a datetime."""
+    if value is None or isinstance(value, datetime):
+        return value if value is None or value.tzinfo else value.replace(tzinfo=UTC)
+    return datetime.fromisoformat(str(value)).replace(tzinfo=UTC)
 
 
 def stats(source: Source, *, lock_timeout: float | None = None, now: datetime | None = None) -> Stats:
@@ -93,15 +109,18 @@ def stats(source: Source, *, lock_timeout: float | None = None, now: datetime | 
     lock_timeout = lock_timeout_of(source, lock_timeout)
     cutoff = now - timedelta(seconds=lock_timeout)
     with reading(source) as conn:
-        backlog: dict[str, dict[str, int]] = {}
+        backlog: dict[str, dict[str, Any]] = {}
         # Each status through its own partial index, so only the backlog is read: the condition
         # is written as the index's own literal, which both databases match when they plan.
+        ready = sa.func.min(sa.case((t.c.run_at <= now, t.c.run_at)))
         per_status = [
-            sa.select(t.c.type, t.c.status, sa.func.count()).where(sa.text(cond)).group_by(t.c.type, t.c.status)
+            sa.select(t.c.type, t.c.status, sa.func.count(), ready).where(sa.text(cond)).group_by(t.c.type, t.c.status)
             for cond in (PENDING_SQL, CLAIMED_SQL)
         ]
-        for job_type, status, n in conn.execute(sa.union_all(*per_status)):
+        for job_type, status, n, ready_at in conn.execute(sa.union_all(*per_status)):
             backlog.setdefault(job_type, {})[status] = n
+            if status == JobStatus.PENDING.value:
+                backlog[job_type]["ready"] = _utc(ready_at)
         failed = conn.execute(
             sa.select(sa.func.count()).where(t.c.status == JobStatus.FAILED.value, finished())
         ).scalar_one()
@@ -111,7 +130,9 @@ def stats(source: Source, *, lock_timeout: float | None = None, now: datetime | 
         oldest = conn.execute(
             sa.select(sa.func.min(t.c.created_at)).where(t.c.status == JobStatus.PENDING.value)
         ).scalar_one()
-    by_type = [TypeBacklog(k, v.get("pending", 0), v.get("claimed", 0)) for k, v in sorted(backlog.items())]
+    by_type = [
+        TypeBacklog(k, v.get("pending", 0), v.get("claimed", 0), v.get("ready")) for k, v in sorted(backlog.items())
+    ]
     return Stats(now, lock_timeout, by_type, failed, stuck, oldest)
 
 
