@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("coordinator",),
     ("store",),
     # the edges: the command line, the sample application, the package's front door
-    ("cli", "demo", "__main__", "__init__"),
+    ("cli", "ui", "demo", "__main__", "__init__"),
 ]
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from . import ids
-from .errors import JobNotFound
+from .errors import ConfigError, JobNotFound
 from .readonly import NoLedger as NoLedger  # `X as X`: NoLedger, Source, open_ledger are this API too
 from .readonly import Source as Source
 from .readonly import engine_of, finished, lock_timeout_of, now_of, reading, records, select_jobs, t
@@ -409,3 +409,160 @@ def counts(source: Source) -> dict[tuple[str, str], int]:
     with reading(source) as conn:
         rows = conn.execute(sa.select(t.c.status, t.c.type, sa.func.count()).group_by(t.c.status, t.c.type))
         return {(status, name): n for status, name, n in rows}
+
+
+# -- pages of jobs (keyset) and failures by error: what the web page asks ----------------------
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """What ``jobs_page`` selects: each field narrows, ``None`` leaves it open. ``target`` is an
+    ``ordering_key`` as stored (``file:a/b.json``); ``key`` an idempotency key, which is unique per
+    type only, so it needs ``job_type`` (the index on keys starts with the type)."""
+
+    status: str | None = None
+    job_type: str | None = None
+    target: str | None = None
+    key: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.status is not None:
+            object.__setattr__(self, "status", _status_str(self.status))
+        if self.key is not None and self.job_type is None:
+            raise ConfigError("a key filter needs a type: idempotency keys are unique per type only")
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """One page of ``jobs_page``: ``after`` is the cursor of the next page (``None``: last page)."""
+
+    jobs: list[JobRecord]
+    after: str | None
+    by_finish: bool
+
+
+def jobs_page(
+    source: Source, where: JobFilter, *, after: str | None = None, oldest_first: bool = False, limit: int = 50
+) -> JobPage:
+    """A page of jobs by keyset, never OFFSET: each page starts after the last row of the one
+    before (``after``, the cursor it returned), so jobs added meanwhile never shift a page.
+
+    Completed and failed jobs are ordered by finish time (cursor ``completed_at|id``) through
+    ``ix_tether_jobs_done``; every other listing by id, i.e. enqueue order, through the index of
+    its most selective filter: the target's, the key's, the status's, or the primary key's range."""
+    if limit < 1:
+        raise ConfigError(f"a page holds at least one job, not {limit}")
+    by_finish = where.status in ("completed", "failed")
+    query = select_jobs()
+    if where.status is not None:
+        query = query.where(t.c.status == where.status)
+    if where.job_type is not None:
+        query = query.where(t.c.type == where.job_type)
+    if where.target is not None:
+        query = query.where(t.c.ordering_key == where.target)
+    if where.key is not None:
+        query = query.where(t.c.idempotency_key == where.key)
+    if by_finish:
+        query = query.where(finished())
+        if where.since is not None:
+            query = query.where(t.c.completed_at >= where.since)
+        if where.until is not None:
+            query = query.where(t.c.completed_at < where.until)
+        order = [t.c.completed_at, t.c.id]
+    else:
+        if where.since is not None:  # ids are time-ordered: "enqueued since" is a primary-key range
+            query = query.where(t.c.id >= ids.floor_id(where.since), t.c.created_at >= where.since)
+        if where.until is not None:
+            query = query.where(t.c.id < ids.floor_id(where.until), t.c.created_at < where.until)
+        order = [t.c.id]
+    if after is not None:
+        query = query.where(_after(after, order, oldest_first))
+    query = query.order_by(*(c if oldest_first else c.desc() for c in order)).limit(limit + 1)
+    with reading(source) as conn:
+        found = records(conn, query)
+    more = len(found) > limit
+    found = found[:limit]
+    cursor = _cursor(found[-1], by_finish) if more else None
+    return JobPage(found, cursor, by_finish)
+
+
+def _cursor(job: JobRecord, by_finish: bool) -> str:
+    if by_finish:
+        assert job.completed_at is not None  # finished rows only
+        return f"{job.completed_at.isoformat()}|{job.id}"
+    return job.id
+
+
+def _after(cursor: str, order: list[Any], ascending: bool) -> sa.ColumnElement[bool]:
+    """Rows strictly past ``cursor`` in the listing's order. The leading column's bound is
+    written on its own (``<=``), so the index range starts at the cursor, not at its end."""
+    if len(order) == 1:
+        return order[0] > cursor if ascending else order[0] < cursor  # type: ignore[no-any-return]
+    at_text, _, job_id = cursor.partition("|")
+    try:
+        at = datetime.fromisoformat(at_text)
+    except ValueError as e:
+        raise ConfigError(f"page cursor {cursor!r} is not one this page gave out") from e
+    if at.tzinfo is None or not job_id:
+        raise ConfigError(f"page cursor {cursor!r} is not one this page gave out")
+    col, tie = order
+    if ascending:
+        return sa.and_(col >= at, sa.or_(col > at, tie > job_id))
+    return sa.and_(col <= at, sa.or_(col < at, tie < job_id))
+
+
+@dataclass(frozen=True)
+class ErrorGroup:
+    """Failed jobs that share an error message (``error_summary`` of their ``last_error``)."""
+
+    message: str
+    count: int
+    types: dict[str, int]
+    latest: JobRecord
+
+
+@dataclass(frozen=True)
+class FailedGroups:
+    groups: list[ErrorGroup]
+    looked_at: int
+    total: int
+    """Failed jobs in the ledger; when above ``looked_at``, only the latest were grouped."""
+
+
+def error_summary(text: str | None) -> str:
+    """The line that names an error: a traceback's last line (its exception), else the first."""
+    lines = [line.strip() for line in (text or "").strip().splitlines() if line.strip()]
+    if not lines:
+        return "(no error recorded)"
+    return lines[-1] if lines[0].startswith("Traceback") else lines[0]
+
+
+def failed_by_error(source: Source, *, job_type: str | None = None, latest: int = 10_000) -> FailedGroups:
+    """Failed jobs grouped by error message, largest group first: the latest ``latest`` failures
+    (through ``ix_tether_jobs_done``), so the page stays fast when failures pile up."""
+    jobs = failed(source, job_type=job_type, limit=latest)
+    groups: dict[str, list[JobRecord]] = {}
+    for job in jobs:  # newest first, so each group's first job is its latest
+        groups.setdefault(error_summary(job.last_error), []).append(job)
+    with reading(source) as conn:
+        query = sa.select(sa.func.count()).where(t.c.status == JobStatus.FAILED.value, finished())
+        if job_type is not None:
+            query = query.where(t.c.type == job_type)
+        total = conn.execute(query).scalar_one()
+    out = []
+    for message, members in groups.items():
+        types: dict[str, int] = {}
+        for job in members:
+            types[job.type] = types.get(job.type, 0) + 1
+        out.append(ErrorGroup(message, len(members), types, members[0]))
+    out.sort(key=lambda g: (-g.count, g.message))
+    return FailedGroups(out, len(jobs), total)
+
+
+def on_target(source: Source, target: str, *, limit: int = 20) -> list[JobRecord]:
+    """Jobs on one target (``ordering_key``) in enqueue order, the latest ``limit`` of them."""
+    query = select_jobs().where(t.c.ordering_key == target).order_by(t.c.id.desc()).limit(limit)
+    with reading(source) as conn:
+        return list(reversed(records(conn, query)))
