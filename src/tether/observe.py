@@ -15,9 +15,9 @@ import sqlalchemy as sa
 
 from . import ids
 from .errors import ConfigError, JobNotFound
+from .readonly import COLUMNS, engine_of, finished, lock_timeout_of, now_of, reading, records, select_jobs, t
 from .readonly import NoLedger as NoLedger  # `X as X`: NoLedger, Source, open_ledger are this API too
 from .readonly import Source as Source
-from .readonly import engine_of, finished, lock_timeout_of, now_of, reading, records, select_jobs, t
 from .readonly import open_ledger as open_ledger
 from .record import JobRecord
 from .schema import CLAIMED_SQL, PENDING_SQL
@@ -450,49 +450,57 @@ def jobs_page(
     before (``after``, the cursor it returned), so jobs added meanwhile never shift a page.
 
     Completed and failed jobs are ordered by finish time (cursor ``completed_at|id``) through
-    ``ix_tether_jobs_done``; every other listing by id, i.e. enqueue order, through the index of
-    its most selective filter: the target's, the key's, the status's, or the primary key's range."""
+    ``ix_tether_jobs_done``; pending and claimed ones by enqueue time (``created_at|id``) through
+    their status's partial index, sorting only that backlog's ids; any other listing by id (enqueue
+    order too) through the primary key, or the target's or key's index when one is given. A type
+    alone has no index: its pages walk the primary key and skip other types' jobs."""
     if limit < 1:
         raise ConfigError(f"a page holds at least one job, not {limit}")
     by_finish = where.status in ("completed", "failed")
-    query = select_jobs()
-    if where.status is not None:
-        query = query.where(t.c.status == where.status)
-    if where.job_type is not None:
-        query = query.where(t.c.type == where.job_type)
-    if where.target is not None:
-        query = query.where(t.c.ordering_key == where.target)
-    if where.key is not None:
-        query = query.where(t.c.idempotency_key == where.key)
+    query = sa.select(t.c.id)
+    for column, value in (
+        (t.c.status, where.status),
+        (t.c.type, where.job_type),
+        (t.c.ordering_key, where.target),
+        (t.c.idempotency_key, where.key),
+    ):
+        if value is not None:
+            query = query.where(column == value)
     if by_finish:
         query = query.where(finished())
         if where.since is not None:
             query = query.where(t.c.completed_at >= where.since)
         if where.until is not None:
             query = query.where(t.c.completed_at < where.until)
-        order = [t.c.completed_at, t.c.id]
     else:
         if where.since is not None:  # ids are time-ordered: "enqueued since" is a primary-key range
             query = query.where(t.c.id >= ids.floor_id(where.since), t.c.created_at >= where.since)
         if where.until is not None:
             query = query.where(t.c.id < ids.floor_id(where.until), t.c.created_at < where.until)
-        order = [t.c.id]
+    # Ordering a backlog by id would walk the primary key through every finished job to find it.
+    time = t.c.completed_at if by_finish else t.c.created_at if where.status is not None else None
+    order = [t.c.id] if time is None else [time, t.c.id]
     if after is not None:
         query = query.where(_after(after, order, oldest_first))
-    query = query.order_by(*(c if oldest_first else c.desc() for c in order)).limit(limit + 1)
+    sort = [c if oldest_first else c.desc() for c in order]
+    picked = query.order_by(*sort).limit(limit + 1)
+    if time is not None:  # the sort takes ids; only the chosen rows are read in full
+        picked = select_jobs().where(t.c.id.in_(picked)).order_by(*sort)
+    else:
+        picked = picked.with_only_columns(*COLUMNS)
     with reading(source) as conn:
-        found = records(conn, query)
+        found = records(conn, picked)
     more = len(found) > limit
     found = found[:limit]
-    cursor = _cursor(found[-1], by_finish) if more else None
+    cursor = _cursor(found[-1], time) if more else None
     return JobPage(found, cursor, by_finish)
 
 
-def _cursor(job: JobRecord, by_finish: bool) -> str:
-    if by_finish:
-        assert job.completed_at is not None  # finished rows only
-        return f"{job.completed_at.isoformat()}|{job.id}"
-    return job.id
+def _cursor(job: JobRecord, time: Any) -> str:
+    if time is None:
+        return job.id
+    at = getattr(job, time.name)
+    return f"{at.isoformat()}|{job.id}"
 
 
 def _after(cursor: str, order: list[Any], ascending: bool) -> sa.ColumnElement[bool]:
