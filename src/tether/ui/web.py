@@ -16,6 +16,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from .. import observe
 from ..cli.output import age, first_line, parse_duration, seconds, when
+from ..drift import DRIFT, UNKNOWN
 from ..errors import ConfigError, JobNotFound, TetherError
 from ..health import Thresholds, assess
 from ..jobtypes.target import display
@@ -180,11 +181,18 @@ class Pages:
 
     # -- drift -----------------------------------------------------------------------------------
 
+    def _drift(self) -> dict[str, Any]:
+        state = self.drift.state() if self.drift else None
+        findings = state.report.findings if state and state.report else []
+        # Drift first, then what could not be read, then what was in flight.
+        rank = {s: 0 for s in DRIFT} | {UNKNOWN: 1}
+        return {"state": state, "findings": sorted(findings, key=lambda f: (rank.get(f.status, 2), f.path))}
+
     async def drift_page(self, request: Request) -> Response:
-        return self.render(request, "drift.html", page="drift", state=self.drift.state() if self.drift else None)
+        return self.render(request, "drift.html", page="drift", **self._drift())
 
     async def drift_live(self, request: Request) -> Response:
-        return self.render(request, "drift_live.html", state=self.drift.state() if self.drift else None)
+        return self.render(request, "drift_live.html", **self._drift())
 
     async def drift_run(self, request: Request) -> Response:
         fields = await form(request)
