@@ -87,8 +87,8 @@ def main() -> None:
         "jobs, enqueued within 1h": "/jobs?window=1h",
         "one job": f"/jobs/{one_failed}",
         "failed (by error)": "/failed",
-        "durations (24h)": "/durations",
-        "durations (1h)": "/durations?window=1h",
+        "durations (1h, the page's default)": "/durations",
+        "durations (24h)": "/durations?window=24h",
         "drift (no check run)": "/drift",
     }
     under = {

@@ -369,3 +369,12 @@ def test_mounted_inside_an_application_the_links_keep_its_prefix(ledger, clock):
         one = web.get(f"/ops/tether/jobs/{ids['boom']}")
     assert f'href="/ops/tether/jobs/{ids["boom"]}"' in page and "/ops/tether/static/tether.css" in page
     assert one.status_code == 200
+
+
+def test_a_traceback_is_grouped_by_its_exception_line():
+    from tether import observe
+
+    trace = 'Traceback (most recent call last):\n  File "h.py", line 3, in run\nValueError: bad row\n'
+    assert observe.error_summary(trace) == "ValueError: bad row"
+    assert observe.error_summary("PermanentError: no\nmore detail") == "PermanentError: no"
+    assert observe.error_summary(None) == "(no error recorded)"

@@ -523,20 +523,14 @@ def _after(cursor: str, order: list[Any], ascending: bool) -> sa.ColumnElement[b
 
 @dataclass(frozen=True)
 class ErrorGroup:
-    """Failed jobs that share an error message (``error_summary`` of their ``last_error``)."""
+    """Failed jobs that share an error message (``error_summary`` of their ``last_error``):
+    how many, of which types, when the last of them failed, and the newest of them."""
 
     message: str
     count: int
     types: dict[str, int]
-    latest: JobRecord
-
-
-@dataclass(frozen=True)
-class FailedGroups:
-    groups: list[ErrorGroup]
-    looked_at: int
-    total: int
-    """Failed jobs in the ledger; when above ``looked_at``, only the latest were grouped."""
+    last_failed_at: datetime
+    newest_id: str
 
 
 def error_summary(text: str | None) -> str:
@@ -547,26 +541,27 @@ def error_summary(text: str | None) -> str:
     return lines[-1] if lines[0].startswith("Traceback") else lines[0]
 
 
-def failed_by_error(source: Source, *, job_type: str | None = None, latest: int = 10_000) -> FailedGroups:
-    """Failed jobs grouped by error message, largest group first: the latest ``latest`` failures
-    (through ``ix_tether_jobs_done``), so the page stays fast when failures pile up."""
-    jobs = failed(source, job_type=job_type, limit=latest)
-    groups: dict[str, list[JobRecord]] = {}
-    for job in jobs:  # newest first, so each group's first job is its latest
-        groups.setdefault(error_summary(job.last_error), []).append(job)
+def failed_by_error(source: Source, *, job_type: str | None = None) -> list[ErrorGroup]:
+    """Failed jobs grouped by error message, largest group first. The database groups the
+    failed rows (through ``ix_tether_jobs_done``) by type and whole error text; only those
+    groups are merged here by their summary line, so no job is built in Python."""
+    query = (
+        sa.select(t.c.type, t.c.last_error, sa.func.count(), sa.func.max(t.c.completed_at), sa.func.max(t.c.id))
+        .where(t.c.status == JobStatus.FAILED.value, finished())
+        .group_by(t.c.type, t.c.last_error)
+    )
+    if job_type is not None:
+        query = query.where(t.c.type == job_type)
+    merged: dict[str, dict[str, Any]] = {}
     with reading(source) as conn:
-        query = sa.select(sa.func.count()).where(t.c.status == JobStatus.FAILED.value, finished())
-        if job_type is not None:
-            query = query.where(t.c.type == job_type)
-        total = conn.execute(query).scalar_one()
-    out = []
-    for message, members in groups.items():
-        types: dict[str, int] = {}
-        for job in members:
-            types[job.type] = types.get(job.type, 0) + 1
-        out.append(ErrorGroup(message, len(members), types, members[0]))
+        for name, error, n, last_at, newest in conn.execute(query):
+            group = merged.setdefault(error_summary(error), {"count": 0, "types": {}, "at": last_at, "id": newest})
+            group["count"] += n
+            group["types"][name] = group["types"].get(name, 0) + n
+            group["at"], group["id"] = max(group["at"], last_at), max(group["id"], newest)
+    out = [ErrorGroup(m, g["count"], dict(sorted(g["types"].items())), g["at"], g["id"]) for m, g in merged.items()]
     out.sort(key=lambda g: (-g.count, g.message))
-    return FailedGroups(out, len(jobs), total)
+    return out
 
 
 def on_target(source: Source, target: str, *, limit: int = 20) -> list[JobRecord]:

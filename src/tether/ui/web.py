@@ -127,7 +127,7 @@ class Pages:
             )
         except TetherError as e:
             return self.render(request, "jobs.html", 400, page="jobs", args=args, listing=None, error=str(e), types=[])
-        types = [b.type for b in observe.stats(self.source).by_type]
+        types = self.coordinator.registry.names() if self.coordinator is not None else []
         next_args = {k: v for k, v in args.items() if v and k != "after"}
         return self.render(
             request, "jobs.html", page="jobs", args=args, listing=page, error=None, next_args=next_args, types=types
@@ -166,10 +166,11 @@ class Pages:
     async def failed(self, request: Request) -> Response:
         job_type = request.query_params.get("type") or None
         groups = observe.failed_by_error(self.source, job_type=job_type)
-        return self.render(request, "failed.html", page="failed", groups=groups, job_type=job_type)
+        total = sum(g.count for g in groups)
+        return self.render(request, "failed.html", page="failed", groups=groups, total=total, job_type=job_type)
 
     async def durations(self, request: Request) -> Response:
-        window_text = request.query_params.get("window") or "24h"
+        window_text = request.query_params.get("window") or "1h"
         try:
             window = parse_duration(window_text, "window")
         except TetherError as e:
