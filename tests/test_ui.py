@@ -378,3 +378,15 @@ def test_a_traceback_is_grouped_by_its_exception_line():
     assert observe.error_summary(trace) == "ValueError: bad row"
     assert observe.error_summary("PermanentError: no\nmore detail") == "PermanentError: no"
     assert observe.error_summary(None) == "(no error recorded)"
+
+
+def test_one_job_shows_its_progress(ledger, clock):
+    job = ledger.enqueue(CreateFile(path="p.json", content={})).id
+    with ledger.engine.begin() as conn:  # what ctx.progress() leaves on a running job
+        conn.execute(
+            sa.text("UPDATE tether_jobs SET progress = :p WHERE id = :id"),
+            {"p": '{"done": 40, "total": 100, "note": "copying"}', "id": job},
+        )
+    with client(ledger) as web:
+        page = web.get(f"/jobs/{job}").text
+    assert "<th>progress</th><td>40/100 (40%) copying</td>" in page

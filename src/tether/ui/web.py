@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from .. import observe
-from ..cli.output import age, first_line, parse_duration, seconds, when
+from ..cli.output import age, first_line, parse_duration, progress_text, seconds, when
 from ..drift import DRIFT, UNKNOWN
 from ..errors import ConfigError, JobNotFound, TetherError
 from ..health import Thresholds, assess
@@ -64,6 +64,7 @@ class Pages:
             age=age,
             seconds=seconds,
             first_line=first_line,
+            progress_text=progress_text,
             display=display,
             htmx=HTMX,
             statuses=[s.value for s in JobStatus],
