@@ -390,3 +390,19 @@ def test_one_job_shows_its_progress(ledger, clock):
     with client(ledger) as web:
         page = web.get(f"/jobs/{job}").text
     assert "<th>progress</th><td>40/100 (40%) copying</td>" in page
+
+
+def test_tether_ui_refuses_a_public_address_without_a_token_before_serving(tmp_path, ledger):
+    from typer.testing import CliRunner
+
+    from tether.cli import app
+
+    url = f"sqlite:///{ledger.engine.url.database}"
+    result = CliRunner().invoke(app, ["--db", url, "--root", str(ledger.root), "ui", "--host", "192.0.2.1"])
+    assert isinstance(result.exception, ConfigError) and "--token-file" in str(result.exception)
+    token = tmp_path / "token"
+    token.write_text("x" * 8)
+    result = CliRunner().invoke(
+        app, ["--db", url, "ui", "--host", "192.0.2.1", "--token-file", str(token)], catch_exceptions=True
+    )
+    assert isinstance(result.exception, ConfigError) and "at least 16" in str(result.exception)
