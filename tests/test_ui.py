@@ -12,7 +12,7 @@ from starlette.testclient import TestClient
 from jobkit import Note, NoteType, registry_with
 from tether import Coordinator, FakeClock, ui
 from tether.errors import ConfigError
-from tether.health import Thresholds
+from tether.health import Thresholds, health
 from tether.jobtypes import CreateFile, DeleteFile
 from tether.status import JobStatus
 
@@ -67,8 +67,10 @@ def test_overview_shows_the_health_verdict_backlog_and_last_hour(ledger, clock):
     with client(ledger) as web:
         page = web.get("/")
         live = web.get("/live/overview")
+    verdict = health(ledger)  # what `tether status` judges, alerting rules included
     assert page.status_code == 200
-    assert "WARNING" in page.text and "2 failed" in page.text  # any failed job is a warning
+    assert f"<strong>{verdict.verdict.label.upper()}</strong>" in page.text and "2 failed" in page.text
+    assert all(f"<td>{c.name}</td>" in page.text for c in verdict.checks)
     assert "delete_file" in page.text  # outstanding by type
     assert 'hx-get="/live/overview"' in page.text and "/static/htmx-2.0.11.min.js" in page.text
     assert live.status_code == 200 and "<html" not in live.text and "2 failed" in live.text

@@ -18,7 +18,7 @@ from .. import observe
 from ..cli.output import age, first_line, parse_duration, progress_text, seconds, when
 from ..drift import DRIFT, UNKNOWN
 from ..errors import ConfigError, JobNotFound, TetherError
-from ..health import Thresholds, assess
+from ..health import Thresholds, health
 from ..jobtypes.target import display
 from ..readonly import engine_of, now_of
 from ..record import JobRecord
@@ -88,9 +88,10 @@ class Pages:
     # -- overview --------------------------------------------------------------------------------
 
     def _overview(self) -> dict[str, Any]:
-        s = observe.stats(self.source)
+        verdict = health(self.source, self.thresholds)  # what `tether status` judges, alerting rules too
+        s = verdict.stats
         return {
-            "health": assess(s, self.thresholds),
+            "health": verdict,
             "stats": s,
             "recent": observe.recent(self.source, since=timedelta(hours=1), limit=10, now=s.now),
             "stuck": observe.stuck(self.source, now=s.now, limit=10),
