@@ -29,6 +29,7 @@ from starlette.testclient import TestClient
 from _common import machine
 from status import SCRATCH, build
 from tether import Coordinator, SystemClock, observe, ui
+from tether.health import health
 
 BUDGET_MS = 200.0
 
@@ -92,7 +93,7 @@ def main() -> None:
         "drift (no check run)": "/drift",
     }
     under = {
-        "overview": lambda: observe.stats(coordinator),
+        "overview": lambda: health(coordinator),  # stats + the alert window's activity, as tether status
         "failed (by error)": lambda: observe.failed_by_error(coordinator),
         "durations (24h)": lambda: observe.durations(coordinator, since=timedelta(hours=24)),
     }
