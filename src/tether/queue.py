@@ -36,6 +36,7 @@ _EDGE_SQL = {
     "retry": sql.RETRY,
     "fail": sql.FAIL,
     "release": sql.RELEASE,
+    "defer": sql.DEFER,
     "manual_retry": sql.MANUAL_RETRY,
 }
 _EDGE_EVENT = {
@@ -44,6 +45,7 @@ _EDGE_EVENT = {
     "retry": "retrying",
     "fail": "failed",
     "release": "released",
+    "defer": "deferred",
     "reclaim": "reclaimed",
     "reclaim_exhausted": "failed",
     "manual_retry": "requeued",
@@ -68,7 +70,7 @@ class Decision(NamedTuple):
 
     def after(self) -> JobRecord:
         """The job as this decision leaves it (for its event, when the row was not read back)."""
-        attempts = self.job.attempts - 1 if self.edge == "release" else self.job.attempts
+        attempts = self.job.attempts - 1 if self.edge in ("release", "defer") else self.job.attempts
         return self.job._replace(
             attempts=attempts,
             run_at=self.values.get("run_at", self.job.run_at),
@@ -100,6 +102,12 @@ class Decision(NamedTuple):
     def release(cls, job: JobRecord, duration: float | None = None) -> Decision:
         """Given back untouched (shutdown, a batch that turned slow): the attempt is not counted."""
         return cls(job, "release", {}, duration=duration)
+
+    @classmethod
+    def defer(cls, job: JobRecord, error: str, run_at: datetime, duration: float | None = None) -> Decision:
+        """Given back until ``run_at`` (a rate limit's reset), with every pending job of its type:
+        the attempt is not counted."""
+        return cls(job, "defer", {"error": error, "run_at": run_at}, duration=duration)
 
 
 # What varies between jobs enqueued together, and what they share (one JSON insert per share).
@@ -336,7 +344,10 @@ class Queue:
                 moved.append(job)
                 if job is not None and d.children:
                     inserted.extend(self.insert_all(cur, d.children))
-            if inserted or any(d.edge in ("retry", "release") for d in decisions):
+            for d, job in zip(decisions, moved, strict=True):
+                if job is not None and d.edge == "defer":  # after the batch's releases: they wait too
+                    cur.execute(sql.DEFER_TYPE, {"type": d.job.type, "run_at": d.values["run_at"]})
+            if inserted or any(d.edge in ("retry", "release", "defer") for d in decisions):
                 self.wakeup.notify_in(cur)
             if claim:
                 claimed = self._claim_in(cur, worker, self.clock.now(), claim)

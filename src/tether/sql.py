@@ -145,6 +145,14 @@ UPDATE {TABLE} SET status = 'pending', locked_by = NULL, locked_at = NULL,
                    attempts = attempts - 1
 WHERE {_FENCE} RETURNING {_COLS}
 """
+# A rate limit with a reset time: the attempt is given back and the job waits until the reset;
+# DEFER_TYPE holds back the type's other pending jobs until then too (not a status change).
+DEFER = f"""
+UPDATE {TABLE} SET status = 'pending', locked_by = NULL, locked_at = NULL,
+                   attempts = attempts - 1, run_at = :run_at, last_error = :error
+WHERE {_FENCE} RETURNING {_COLS}
+"""
+DEFER_TYPE = f"UPDATE {TABLE} SET run_at = :run_at WHERE type = :type AND status = 'pending' AND run_at < :run_at"
 HEARTBEAT = f"UPDATE {TABLE} SET locked_at = :now WHERE {_FENCE}"
 HOLDS = f"SELECT id FROM {TABLE} WHERE {_FENCE}"
 

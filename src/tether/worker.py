@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from . import config, events
 from .context import LEASE_LOST, SHUTDOWN, TIMEOUT, JobContext
-from .errors import Cancelled, InvalidPayload, JobTimedOut, PermanentError
+from .errors import Cancelled, Deferred, InvalidPayload, JobTimedOut, PermanentError
 from .outcome import encode_result, error_text
 from .queue import Decision
 from .record import JobRecord
@@ -176,6 +176,8 @@ class Worker:
             return Decision(job, "complete", {"result": outcome.result}, outcome.children, duration, now)
         if isinstance(outcome, Cancelled):
             return Decision.release(job, duration)
+        if isinstance(outcome, Deferred):
+            return Decision.defer(job, error_text(outcome), outcome.until, duration)
         error = error_text(outcome)
         if isinstance(outcome, (PermanentError, InvalidPayload)) or job.attempts >= job.max_attempts:
             return Decision.fail(job, error, duration, now)
