@@ -347,3 +347,19 @@ def test_the_real_claude_cli_accepts_the_command_line_and_not_logged_in_is_perma
     job = c.get(job_id)
     assert job.status is JobStatus.FAILED and job.attempts == 1, job.last_error
     assert "verdict=not_authorized; exit=1; said: Not logged in" in job.last_error
+
+
+def test_reconcile_reports_a_hand_edited_answer_modified_and_a_deleted_one_missing(extraction, root):
+    from tether.reconcile import reconcile
+
+    extraction.enqueue(payload())
+    extraction.enqueue(payload(target="b.json", prompt=PROMPT + "b\n"))
+    extraction.run_until_idle()
+    report = reconcile(extraction)
+    assert report.counts["in_sync"] == 2 and report.exit_code == 0
+    (root / "requirements/REQ-001/extraction.json").write_text('{"edited": true}\n')
+    (root / "b.json").unlink()
+    report = reconcile(extraction)
+    found = {f.path: f.status for f in report.findings}
+    assert found == {"requirements/REQ-001/extraction.json": "modified", "b.json": "missing"}
+    assert report.exit_code == 2
