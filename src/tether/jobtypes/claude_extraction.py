@@ -130,6 +130,16 @@ def sidecar(rel: str) -> str:
     return f"{directory}/.{name}{SIDECAR_SUFFIX}" if directory else f".{name}{SIDECAR_SUFFIX}"
 
 
+def answer_of(rel: str) -> str | None:
+    """The answer a sidecar path records (``dir/.a.json.answer`` -> ``dir/a.json``), else None:
+    the reconciler counts a sidecar as part of its answer, never as an untracked file."""
+    directory, _, name = rel.rpartition("/")
+    if not (name.startswith(".") and name.endswith(SIDECAR_SUFFIX) and len(name) > len(SIDECAR_SUFFIX) + 1):
+        return None
+    answer = name[1 : -len(SIDECAR_SUFFIX)]
+    return f"{directory}/{answer}" if directory else answer
+
+
 def answer_bytes(value: Any, *, as_json: bool) -> bytes:
     """The answer file's bytes: indented JSON for a ``.json`` target, else the text."""
     if as_json:
