@@ -363,3 +363,27 @@ def test_reconcile_reports_a_hand_edited_answer_modified_and_a_deleted_one_missi
     found = {f.path: f.status for f in report.findings}
     assert found == {"requirements/REQ-001/extraction.json": "modified", "b.json": "missing"}
     assert report.exit_code == 2
+
+
+def test_store_extract_renders_a_requirement_into_the_frozen_prompt_and_returns_the_duplicate(extraction, root):
+    import shutil
+
+    from tether.jobtypes.claude_extraction import REQUIREMENT_TEMPLATE, render_prompt
+    from tether.store import JsonStore
+
+    shutil.copytree(REPO / "sample_data/data/requirements/REQ-001", root / "requirements/REQ-001")
+    store = JsonStore(extraction)
+    first = store.extract("requirements/REQ-001/requirement.json", "requirements/REQ-001/extraction.json")
+    again = store.extract("requirements/REQ-001/requirement.json", "requirements/REQ-001/extraction.json")
+    assert again.duplicate and again.id == first.id
+    fields = json.loads((root / "requirements/REQ-001/requirement.json").read_text())
+    stored = ClaudeExtraction.model_validate_json(extraction.get(first.id).payload)
+    assert stored.prompt == render_prompt(REQUIREMENT_TEMPLATE, fields) and stored.requirement_id == "REQ-001"
+    assert "tags: invoices, audit" in stored.prompt and "title: Invoices are immutable once issued" in stored.prompt
+    other = store.extract("requirements/REQ-001/requirement.json", "x.txt", template="Summarise {title}.")
+    assert not other.duplicate
+    with pytest.raises(InvalidPayload, match="the template names {budget}"):
+        store.extract("requirements/REQ-001/requirement.json", "y.json", template="{budget}")
+    store.flush()
+    answer = json.loads((root / "requirements/REQ-001/extraction.json").read_text())
+    assert answer["requirement_id"] == "REQ-001"

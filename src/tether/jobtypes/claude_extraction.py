@@ -16,7 +16,7 @@ import errno
 import hashlib
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -122,6 +122,36 @@ class ClaudeExtraction(Payload):
             return cls.model_validate(fields)
         except ValidationError as e:
             raise InvalidPayload(NAME, describe(e)) from e
+
+
+REQUIREMENT_TEMPLATE = """Extract structured data from this requirement. Answer with one JSON object only.
+
+id: {id}
+title: {title}
+project: {project}
+priority: {priority}
+status: {status}
+owner: {owner}
+tags: {tags}
+
+{text}
+"""
+"""The default prompt of ``JsonStore.extract``: a requirement's fields in a fixed layout."""
+
+
+def render_prompt(template: str | Callable[[dict[str, Any]], str], fields: dict[str, Any]) -> str:
+    """The frozen prompt: ``template`` called with the requirement's fields, or formatted with
+    them (``{title}``; a list is joined with ", "). A field the template names but the
+    requirement lacks is an InvalidPayload naming it."""
+    if callable(template):
+        return template(fields)
+    values = {k: ", ".join(map(str, v)) if isinstance(v, list) else v for k, v in fields.items()}
+    try:
+        return template.format_map(values)
+    except KeyError as e:
+        raise InvalidPayload(NAME, [f"prompt: the template names {{{e.args[0]}}}, which the requirement lacks"]) from e
+    except (ValueError, IndexError) as e:
+        raise InvalidPayload(NAME, [f"prompt: the template is not a valid format string ({e})"]) from e
 
 
 def sidecar(rel: str) -> str:
