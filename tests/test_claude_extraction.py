@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from tether import JobStatus
+from tether import CreateFile, JobStatus
 from tether.errors import InvalidPayload
 from tether.jobtypes import ClaudeExtraction, ClaudeExtractionType, assistant, default_registry
 from tether.jobtypes.claude_extraction import prompt_hash, sidecar
+from tether.queue import Decision
 
 REPO = Path(__file__).resolve().parent.parent
 STAND_IN = REPO / "sample_data" / "stand_in_claude.py"
@@ -387,3 +388,61 @@ def test_store_extract_renders_a_requirement_into_the_frozen_prompt_and_returns_
     store.flush()
     answer = json.loads((root / "requirements/REQ-001/extraction.json").read_text())
     assert answer["requirement_id"] == "REQ-001"
+
+
+# -- concurrency limit -------------------------------------------------------------------------
+
+
+def test_max_running_is_enforced_by_the_claim_across_workers(make_coordinator):
+    registry = default_registry()
+    registry.register(ClaudeExtractionType(command=[sys.executable, str(STAND_IN)], max_running=2))
+    c = make_coordinator(registry=registry)
+    ids = [c.enqueue(payload(target=f"out/{n}.json", prompt=f"{PROMPT}{n}\n")).id for n in range(5)]
+    c.enqueue(CreateFile(path="other.json", content={}))
+    first = c.queue.claim("worker-a", limit=10)
+    assert sorted(j.type for j in first) == ["claude_extraction", "claude_extraction", "create_file"]
+    assert c.queue.claim("worker-b", limit=10) == []  # the type is at its limit, whoever asks
+    done = next(j for j in first if j.type == "claude_extraction")
+    c.queue.finish("worker-a", [Decision.complete(done, {})])
+    [taken] = c.queue.claim("worker-b", limit=10)
+    assert taken.id in ids and taken.id != done.id
+
+
+def test_ten_slow_extractions_on_three_worker_processes_never_run_more_than_two_at_once(tmp_path, root):
+    from tether import Coordinator
+
+    ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
+    log = tmp_path / "calls"
+    with Coordinator.open(ledger, root=root) as c:
+        ids = [c.enqueue(payload(target=f"out/{n}.json", prompt=f"{PROMPT}{n}\n")).id for n in range(10)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TETHER_", "CLAUDE_STANDIN_"))}
+    env.update(
+        TETHER_ASSISTANT_COMMAND=f"{sys.executable} {STAND_IN}",
+        TETHER_ASSISTANT_MAX_RUNNING="2",
+        CLAUDE_STANDIN_SLOW="0.4",
+        CLAUDE_STANDIN_LOG=str(log),
+        PYTHONPATH=str(REPO / "src"),
+    )
+    argv = [sys.executable, "-c", "from tether.cli import main; main()", "--db", ledger, "--root", str(root)]
+    workers = [
+        subprocess.Popen([*argv, "worker", "--poll-interval", "0.05"], env=env, stdout=subprocess.DEVNULL)
+        for _ in range(3)
+    ]
+    try:
+        deadline = time.monotonic() + 60
+        while calls(tmp_path).count("end") < 10:
+            assert time.monotonic() < deadline, f"only {calls(tmp_path).count('end')} of 10 extractions finished"
+            time.sleep(0.05)
+    finally:
+        for w in workers:
+            w.send_signal(signal.SIGTERM)
+        for w in workers:
+            w.wait(timeout=30)
+    events = sorted((float(t), kind) for kind, t, _ in (line.split() for line in log.read_text().splitlines()))
+    running = peak = 0
+    for _, kind in events:  # at equal times an end sorts before a start
+        running += 1 if kind == "start" else -1
+        peak = max(peak, running)
+    assert peak == 2  # never more than two; and the limit is reached, so the workers did share the work
+    with Coordinator.open(ledger, root=root) as c:
+        assert {c.get(i).status for i in ids} == {JobStatus.COMPLETED}

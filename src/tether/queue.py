@@ -139,6 +139,8 @@ class Queue:
         self.wakeup = wakeup
         self.backend = Backend.for_engine(engine)
         self._claim_sql = sql.claim_sql(engine.dialect.name)
+        self._limits: dict[str, int] = {}
+        self._limits_generation = -1
         self.builder = Builder(registry, root, clock)
         self._json_sql = sql.insert_json_sql(engine.dialect.name) if self.backend.reads_json else None
         self._complete_many_sql = sql.complete_many_sql(engine.dialect.name) if self.backend.reads_json else None
@@ -250,7 +252,44 @@ class Queue:
         return self._claimed(rows, worker)
 
     def _claim_in(self, cur: Any, worker: str, now: datetime, limit: int) -> list[JobRecord]:
+        limited = self._limited()
+        if limited:
+            return self._claim_limited(cur, worker, now, limit, limited)
         claimed: list[JobRecord] = cur.records(self._claim_sql, {"worker": worker, "now": now, "limit": limit})
+        return claimed
+
+    # -- per-type concurrency limits (issue 17): only when a registered type has max_running ----
+
+    def _limited(self) -> dict[str, int]:
+        """Registered types with a ``max_running`` limit (by name, sorted: every worker locks
+        them in one order)."""
+        if self._limits_generation != self.registry.generation:
+            found = {}
+            for name in self.registry.names():
+                cap = self.registry.get(name).max_running
+                if cap is not None:
+                    found[name] = int(cap)
+            self._limits, self._limits_generation = found, self.registry.generation
+        return self._limits
+
+    def _claim_limited(
+        self, cur: Any, worker: str, now: datetime, limit: int, limited: dict[str, int]
+    ) -> list[JobRecord]:
+        """The claim, with each limited type taken only up to its room: ``max_running`` minus its
+        jobs claimed now, across every worker (counted in the claiming transaction)."""
+        dialect = self.engine.dialect.name
+        params: dict[str, Any] = {"worker": worker, "now": now, "limit": limit}
+        params.update({f"limited{i}": name for i, name in enumerate(limited)})
+        claimed: list[JobRecord] = cur.records(sql.claim_sql_excluding(dialect, len(limited)), params)
+        for name, cap in limited.items():
+            if len(claimed) >= limit:
+                break
+            if dialect == "postgresql":
+                cur.scalar(sql.LOCK_TYPE_CLAIMS, {"lock": f"tether.max_running.{name}"})
+            room = min(limit - len(claimed), cap - int(cur.scalar(sql.RUNNING_OF_TYPE, {"type": name})))
+            if room > 0:
+                of_type = {"worker": worker, "now": now, "limit": room, "type": name}
+                claimed += cur.records(sql.claim_sql_of_type(dialect), of_type)
         return claimed
 
     def _claimed(self, rows: list[JobRecord], worker: str) -> list[JobRecord]:

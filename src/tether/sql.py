@@ -189,6 +189,28 @@ def claim_sql(dialect: str) -> str:
     return CLAIM_POSTGRES if dialect == "postgresql" else CLAIM_SQLITE
 
 
+# -- per-type concurrency limits (max_running); used only when a registered type sets one ------
+
+_CANDIDATES = "WHERE j.status = 'pending' AND j.run_at <= :now"
+
+
+def claim_sql_excluding(dialect: str, count: int) -> str:
+    """The claim, passing over ``count`` types (bound as :limited0..n): those with a limit."""
+    names = ", ".join(f":limited{i}" for i in range(count))
+    return claim_sql(dialect).replace(_CANDIDATES, f"{_CANDIDATES} AND j.type NOT IN ({names})")
+
+
+def claim_sql_of_type(dialect: str) -> str:
+    """The claim of one type (:type), for up to its remaining room (:limit)."""
+    return claim_sql(dialect).replace(_CANDIDATES, f"{_CANDIDATES} AND j.type = :type")
+
+
+RUNNING_OF_TYPE = f"SELECT count(*) FROM {TABLE} WHERE type = :type AND status = 'claimed'"
+# PostgreSQL: claims of one limited type wait for each other (held until commit), so two workers
+# never both see room for the last slot; SQLite's single writer already orders them.
+LOCK_TYPE_CLAIMS = "SELECT pg_advisory_xact_lock(hashtext(:lock))"
+
+
 def complete_many_sql(dialect: str) -> str:
     """COMPLETE for many jobs, read from JSON (the dialects differ only in their JSON functions)."""
     return COMPLETE_MANY_POSTGRES if dialect == "postgresql" else COMPLETE_MANY_SQLITE

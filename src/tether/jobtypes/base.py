@@ -66,6 +66,10 @@ class JobType(ABC, Generic[P]):
     """Seconds an attempt may run (``enqueue(timeout=)`` overrides it per job); past it the
     handler is cancelled and the attempt retried. None: no limit."""
 
+    max_running: int | None = None
+    """At most this many jobs of the type claimed at once, across every worker and machine (the
+    claim counts them); None: no limit."""
+
     def prepare(self, payload: P, root: Path) -> P:
         """Checks the model cannot make alone (paths against the data root); returns the payload
         in canonical form. Runs at enqueue and again before every attempt."""

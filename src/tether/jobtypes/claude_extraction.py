@@ -25,7 +25,7 @@ import orjson
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from .. import fs
-from ..errors import InvalidPayload
+from ..errors import ConfigError, InvalidPayload
 from .assistant import (
     DEFAULT_STDOUT_CAP,
     KILL_GRACE,
@@ -65,6 +65,19 @@ if TYPE_CHECKING:
 NAME = "claude_extraction"
 DEFAULT_TIMEOUT = 600.0
 SIDECAR_SUFFIX = ".answer"
+
+
+ENV_MAX_RUNNING = "TETHER_ASSISTANT_MAX_RUNNING"
+"""At most this many extractions running at once across all workers (every worker should agree)."""
+
+
+def max_running_from_env() -> int | None:
+    raw = os.environ.get(ENV_MAX_RUNNING) or None
+    if raw is None:
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise ConfigError(f"{ENV_MAX_RUNNING}={raw!r}: expected a whole number of at least 1")
+    return int(raw)
 
 
 def prompt_hash(prompt: str) -> str:
@@ -185,7 +198,6 @@ class ClaudeExtractionType(JobType[ClaudeExtraction]):
     name = NAME
     payload_model = ClaudeExtraction
     timeout: ClassVar[float | None] = DEFAULT_TIMEOUT
-    max_running: int | None = None
 
     def __init__(
         self,
@@ -199,7 +211,7 @@ class ClaudeExtractionType(JobType[ClaudeExtraction]):
         self.command = None if command is None else base_command(command)
         self.env = tuple(env)
         self.stdout_cap = stdout_cap
-        self.max_running = max_running
+        self.max_running = max_running if max_running is not None else max_running_from_env()
         self.grace = grace
         self.probe = ExtractionProbe()  # type: ignore[misc]  # an instance's own probe
 
