@@ -76,6 +76,7 @@ class Job(TetherModel, table=True):
     parent_id: str | None = Field(default=None, max_length=26)
     result: str | None = Field(default=None, sa_type=sa.Text)
     timeout: float | None = None  # seconds an attempt may take; None: the job type's timeout, if any
+    progress: str | None = Field(default=None, sa_type=sa.Text)  # JSON {done, total, note, at} from the handler
 
 
 _t = Job.__table__  # type: ignore[attr-defined]  # sqlmodel sets it; its types do not declare it

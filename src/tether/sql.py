@@ -154,6 +154,8 @@ WHERE {_FENCE} RETURNING {_COLS}
 """
 DEFER_TYPE = f"UPDATE {TABLE} SET run_at = :run_at WHERE type = :type AND status = 'pending' AND run_at < :run_at"
 HEARTBEAT = f"UPDATE {TABLE} SET locked_at = :now WHERE {_FENCE}"
+# A running handler's progress (throttled by the context): only while this worker holds the job.
+PROGRESS = f"UPDATE {TABLE} SET progress = :progress WHERE {_FENCE}"
 HOLDS = f"SELECT id FROM {TABLE} WHERE {_FENCE}"
 
 # A failed job retried after a newer job on its target ran would undo the newer one.
