@@ -446,3 +446,23 @@ def test_ten_slow_extractions_on_three_worker_processes_never_run_more_than_two_
     assert peak == 2  # never more than two; and the limit is reached, so the workers did share the work
     with Coordinator.open(ledger, root=root) as c:
         assert {c.get(i).status for i in ids} == {JobStatus.COMPLETED}
+
+
+def test_durations_and_metrics_show_cost_and_tokens_per_type(extraction, clock):
+    from tether import observe
+    from tether.metrics import exposition
+
+    for n in range(2):
+        extraction.enqueue(payload(target=f"out/{n}.json", prompt=f"{PROMPT}{n}\n"))
+    extraction.enqueue(CreateFile(path="plain.json", content={}))
+    extraction.run_until_idle()
+    by_type = {d.type: d for d in observe.durations(extraction, now=clock.now())}
+    spent = by_type["claude_extraction"].spend
+    results = [json.loads(j.result) for j in observe.jobs(extraction, limit=None) if j.type == "claude_extraction"]
+    assert spent is not None and spent.jobs == 2
+    assert spent.cost_usd == pytest.approx(sum(r["cost_usd"] for r in results))
+    assert spent.input_tokens == sum(r["input_tokens"] for r in results) and spent.output_tokens == 80
+    assert by_type["create_file"].spend is None
+    text = exposition(extraction).decode()
+    assert f'tether_spend_usd{{type="claude_extraction"}} {spent.cost_usd}' in text
+    assert 'tether_spend_tokens{direction="output",type="claude_extraction"} 80.0' in text
