@@ -27,6 +27,8 @@ Behaviour switches (environment variables; ``CLAUDE_*`` names, which tether pass
 - ``CLAUDE_STANDIN_HANG=1``: never answer.
 - ``CLAUDE_STANDIN_GRANDCHILD=<pid file>``: start a grandchild that sleeps for an hour, write its
   pid to the file, then hang too.
+- ``CLAUDE_STANDIN_ORPHAN=<pid file>``: start a grandchild that sleeps for an hour, write its pid
+  to the file, then answer and exit normally, leaving it behind.
 - ``CLAUDE_STANDIN_GARBAGE=1``: print something that is not JSON, exit 0.
 - ``CLAUDE_STANDIN_TEXT_ANSWER=1``: a success envelope whose result is prose, not JSON.
 - ``CLAUDE_STANDIN_ONCE=<state file>``: the switches above apply only while the file does not
@@ -139,6 +141,10 @@ def main() -> int:
         with open(env("CLAUDE_STANDIN_GRANDCHILD"), "w") as f:  # type: ignore[arg-type]
             f.write(str(child.pid))
         hang()
+    if env("CLAUDE_STANDIN_ORPHAN"):
+        orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+        with open(env("CLAUDE_STANDIN_ORPHAN"), "w") as f:  # type: ignore[arg-type]
+            f.write(str(orphan.pid))
     if env("CLAUDE_STANDIN_HANG"):
         hang()
     if env("CLAUDE_STANDIN_EXIT"):

@@ -257,6 +257,19 @@ def test_a_hang_is_killed_at_the_timeout_with_its_grandchild_and_no_process_is_l
     assert not (root / "requirements").exists()
 
 
+def test_a_grandchild_left_behind_by_an_assistant_that_answered_is_killed_too(extraction, monkeypatch, tmp_path):
+    pidfile = tmp_path / "orphan.pid"
+    monkeypatch.setenv("CLAUDE_STANDIN_ORPHAN", str(pidfile))
+    job_id = extraction.enqueue(payload()).id
+    extraction.run_until_idle()
+    assert extraction.get(job_id).status is JobStatus.COMPLETED
+    orphan = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while not gone(orphan) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(orphan)
+
+
 def test_the_assistant_sees_its_own_credentials_but_no_aws_database_or_tether_secrets(
     extraction, monkeypatch, tmp_path
 ):
