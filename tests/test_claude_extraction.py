@@ -471,7 +471,9 @@ def test_durations_and_metrics_show_cost_and_tokens_per_type(extraction, clock):
     extraction.run_until_idle()
     by_type = {d.type: d for d in observe.durations(extraction, now=clock.now())}
     spent = by_type["claude_extraction"].spend
-    results = [json.loads(j.result) for j in observe.jobs(extraction, limit=None) if j.type == "claude_extraction"]
+    results = [
+        json.loads(j.result or "{}") for j in observe.jobs(extraction, limit=None) if j.type == "claude_extraction"
+    ]
     assert spent is not None and spent.jobs == 2
     assert spent.cost_usd == pytest.approx(sum(r["cost_usd"] for r in results))
     assert spent.input_tokens == sum(r["input_tokens"] for r in results) and spent.output_tokens == 80
