@@ -190,6 +190,60 @@ def answer_bytes(value: Any, *, as_json: bool) -> bytes:
     return (value if isinstance(value, str) else orjson.dumps(value).decode()).encode("utf-8")
 
 
+class ExtractionProbe(Probe):
+    """A completed extraction's answer exists, is a regular file, parses as JSON (``.json``) and
+    is still the answer written for the job's ``prompt_hash`` (its sidecar records that hash and
+    the answer's sha256): a hand edit is ``modified``, a deleted answer ``missing``."""
+
+    def wants_payload(self, *, content: bool) -> bool:
+        return content
+
+    def check_many(self, items: Sequence[tuple[str, str]], root: Path, *, content: bool) -> list[Check]:
+        if not content:
+            return files_exist(root, file_paths(items), present=True)
+        return [self.check(target, payload, root, content=True) for target, payload in items]
+
+    def check(self, target: str, payload: str, root: Path, *, content: bool) -> Check:
+        if not content:
+            return files_exist(root, file_paths([(target, payload)]), present=True)[0]
+        try:
+            fields = orjson.loads(payload)
+            rel, wanted = fields["target_path"], fields["prompt_hash"]
+        except (orjson.JSONDecodeError, TypeError, KeyError):
+            return UNREADABLE_PAYLOAD
+        expected = {"prompt_hash": wanted}
+        try:
+            fd = open_data_file(fs.absolute(root, rel))
+        except OSError as e:
+            if e.errno in (errno.ENOENT, errno.ENOTDIR):
+                return Check(MISSING, expected=expected)
+            if e.errno == errno.ELOOP:
+                return Check(MODIFIED, expected=expected, detail="is a symbolic link")
+            return Check(UNKNOWN, detail=e.strerror)
+        try:
+            with os.fdopen(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                    return Check(MODIFIED, expected=expected, detail="is not a regular file")
+                data = f.read()
+        except OSError as e:
+            return Check(UNKNOWN, detail=e.strerror)
+        record = _read_record(root, rel) or {}
+        actual = {"prompt_hash": record.get("prompt_hash")}
+        if rel.endswith(".json"):
+            try:
+                orjson.loads(data)
+            except orjson.JSONDecodeError:
+                return Check(MODIFIED, expected=expected, actual=actual, detail="no longer parses as JSON")
+        if record.get("prompt_hash") != wanted:
+            diff = Difference("prompt_hash", wanted, record.get("prompt_hash"))
+            return Check(MODIFIED, expected, actual, (diff,), "not the answer written for this prompt")
+        digest = fs.sha256(data)
+        if digest != record.get("sha256"):
+            diff = Difference("sha256", record.get("sha256"), digest)
+            return Check(MODIFIED, {**expected, "sha256": record.get("sha256")}, {**actual, "sha256": digest}, (diff,))
+        return Check(IN_SYNC)
+
+
 class ClaudeExtractionType(JobType[ClaudeExtraction]):
     """The job type. ``command`` (argv, or a string split like a shell would) overrides
     ``$TETHER_ASSISTANT_COMMAND`` for a coordinator: ``coordinator.register(ClaudeExtractionType(
@@ -199,6 +253,7 @@ class ClaudeExtractionType(JobType[ClaudeExtraction]):
     payload_model = ClaudeExtraction
     timeout: ClassVar[float | None] = DEFAULT_TIMEOUT
     cancel_at_shutdown: ClassVar[bool] = True  # a shutdown must not wait minutes for an answer
+    probe = ExtractionProbe()
 
     def __init__(
         self,
@@ -214,7 +269,6 @@ class ClaudeExtractionType(JobType[ClaudeExtraction]):
         self.stdout_cap = stdout_cap
         self.max_running = max_running if max_running is not None else max_running_from_env()
         self.grace = grace
-        self.probe = ExtractionProbe()  # type: ignore[misc]  # an instance's own probe
 
     def prepare(self, payload: ClaudeExtraction, root: Path) -> ClaudeExtraction:
         path = checked_path(self.name, "target_path", root, payload.target_path)
@@ -305,57 +359,3 @@ def _read_record(root: Path, rel: str) -> dict[str, Any] | None:
     except (OSError, orjson.JSONDecodeError):
         return None
     return value if isinstance(value, dict) else None
-
-
-class ExtractionProbe(Probe):
-    """A completed extraction's answer exists, is a regular file, parses as JSON (``.json``) and
-    is still the answer written for the job's ``prompt_hash`` (its sidecar records that hash and
-    the answer's sha256): a hand edit is ``modified``, a deleted answer ``missing``."""
-
-    def wants_payload(self, *, content: bool) -> bool:
-        return content
-
-    def check_many(self, items: Sequence[tuple[str, str]], root: Path, *, content: bool) -> list[Check]:
-        if not content:
-            return files_exist(root, file_paths(items), present=True)
-        return [self.check(target, payload, root, content=True) for target, payload in items]
-
-    def check(self, target: str, payload: str, root: Path, *, content: bool) -> Check:
-        if not content:
-            return files_exist(root, file_paths([(target, payload)]), present=True)[0]
-        try:
-            fields = orjson.loads(payload)
-            rel, wanted = fields["target_path"], fields["prompt_hash"]
-        except (orjson.JSONDecodeError, TypeError, KeyError):
-            return UNREADABLE_PAYLOAD
-        expected = {"prompt_hash": wanted}
-        try:
-            fd = open_data_file(fs.absolute(root, rel))
-        except OSError as e:
-            if e.errno in (errno.ENOENT, errno.ENOTDIR):
-                return Check(MISSING, expected=expected)
-            if e.errno == errno.ELOOP:
-                return Check(MODIFIED, expected=expected, detail="is a symbolic link")
-            return Check(UNKNOWN, detail=e.strerror)
-        try:
-            with os.fdopen(fd, "rb") as f:
-                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                    return Check(MODIFIED, expected=expected, detail="is not a regular file")
-                data = f.read()
-        except OSError as e:
-            return Check(UNKNOWN, detail=e.strerror)
-        record = _read_record(root, rel) or {}
-        actual = {"prompt_hash": record.get("prompt_hash")}
-        if rel.endswith(".json"):
-            try:
-                orjson.loads(data)
-            except orjson.JSONDecodeError:
-                return Check(MODIFIED, expected=expected, actual=actual, detail="no longer parses as JSON")
-        if record.get("prompt_hash") != wanted:
-            diff = Difference("prompt_hash", wanted, record.get("prompt_hash"))
-            return Check(MODIFIED, expected, actual, (diff,), "not the answer written for this prompt")
-        digest = fs.sha256(data)
-        if digest != record.get("sha256"):
-            diff = Difference("sha256", record.get("sha256"), digest)
-            return Check(MODIFIED, {**expected, "sha256": record.get("sha256")}, {**actual, "sha256": digest}, (diff,))
-        return Check(IN_SYNC)
