@@ -441,9 +441,10 @@ def test_ten_slow_extractions_on_three_worker_processes_never_run_more_than_two_
     ]
     try:
         deadline = time.monotonic() + 60
-        while calls(tmp_path).count("end") < 10:
-            assert time.monotonic() < deadline, f"only {calls(tmp_path).count('end')} of 10 extractions finished"
-            time.sleep(0.05)
+        with Coordinator.open(ledger, root=root) as c:  # done when the ledger says so, not the log
+            while (done := sum(c.get(i).status is JobStatus.COMPLETED for i in ids)) < 10:
+                assert time.monotonic() < deadline, f"only {done} of 10 extractions completed"
+                time.sleep(0.1)
     finally:
         for w in workers:
             w.send_signal(signal.SIGTERM)
@@ -455,8 +456,7 @@ def test_ten_slow_extractions_on_three_worker_processes_never_run_more_than_two_
         running += 1 if kind == "start" else -1
         peak = max(peak, running)
     assert peak == 2  # never more than two; and the limit is reached, so the workers did share the work
-    with Coordinator.open(ledger, root=root) as c:
-        assert {c.get(i).status for i in ids} == {JobStatus.COMPLETED}
+    assert calls(tmp_path).count("start") == 10  # each extraction asked once
 
 
 def test_durations_and_metrics_show_cost_and_tokens_per_type(extraction, clock):
