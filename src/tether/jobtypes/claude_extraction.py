@@ -51,11 +51,8 @@ from .base import (
     JobType,
     Payload,
     Probe,
-    checked_path,
-    file_paths,
-    files_exist,
-    open_data_file,
 )
+from .files import checked_path, file_paths, files_exist, write_locked
 from .registry import describe
 from .target import Target
 
@@ -213,20 +210,15 @@ class ExtractionProbe(Probe):
             return UNREADABLE_PAYLOAD
         expected = {"prompt_hash": wanted}
         try:
-            fd = open_data_file(fs.absolute(root, rel))
+            data = read_data(root, rel)
         except OSError as e:
             if e.errno in (errno.ENOENT, errno.ENOTDIR):
                 return Check(MISSING, expected=expected)
             if e.errno == errno.ELOOP:
                 return Check(MODIFIED, expected=expected, detail="is a symbolic link")
-            return Check(UNKNOWN, detail=e.strerror)
-        try:
-            with os.fdopen(fd, "rb") as f:
-                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                    return Check(MODIFIED, expected=expected, detail="is not a regular file")
-                data = f.read()
-        except OSError as e:
-            return Check(UNKNOWN, detail=e.strerror)
+            if e.errno in (errno.EINVAL, errno.EISDIR):
+                return Check(MODIFIED, expected=expected, detail="is not a regular file")
+            return Check(UNKNOWN, detail=e.strerror or type(e).__name__)
         record = _read_record(root, rel) or {}
         actual = {"prompt_hash": record.get("prompt_hash")}
         if rel.endswith(".json"):
@@ -326,15 +318,11 @@ class ClaudeExtractionType(JobType[ClaudeExtraction]):
 
 
 def write_answer(ctx: JobContext, rel: str, data: bytes, record: bytes) -> None:
-    """Land the answer, then its sidecar, under the target's lock, after confirming the lease.
-    (The shared locked-write helper replaces the first half when it lands.) A crash between
-    the two leaves an answer without a record: the next attempt asks again, never trusts it."""
-    with fs.path_lock(ctx.root, rel):
-        target = fs.absolute(ctx.root, rel)
-        fs.remove_stale_temps(target)
-        ctx.confirm_lease()
-        fs.atomic_write(target, data)
-        fs.atomic_write(fs.absolute(ctx.root, sidecar(rel)), record)
+    """Land the answer, then its sidecar, each through the one locked write (lock, no symlinks,
+    confirmed lease, atomic). A crash between the two leaves an answer without a record: the
+    next attempt asks again, never trusts it."""
+    write_locked(ctx, rel, data)
+    write_locked(ctx, sidecar(rel), record)
 
 
 def _landed(root: Path, payload: ClaudeExtraction) -> dict[str, Any] | None:
@@ -345,17 +333,28 @@ def _landed(root: Path, payload: ClaudeExtraction) -> dict[str, Any] | None:
         if record is None or record.get("prompt_hash") != payload.prompt_hash:
             return None
         try:
-            data = Path(fs.absolute(root, payload.target_path)).read_bytes()
-        except (FileNotFoundError, IsADirectoryError):
+            data = read_data(root, payload.target_path)
+        except OSError:
             return None
         if fs.sha256(data) != record.get("sha256"):
             return None
         return {"bytes": len(data), "sha256": record["sha256"], "prompt_hash": payload.prompt_hash}
 
 
+def read_data(root: Path, rel: str) -> bytes:
+    """The bytes of the regular data file ``rel``, opened without following any symlink (OSError
+    otherwise: ENOENT missing, ELOOP a symlink, EISDIR/EINVAL not a regular file)."""
+    with fs.data_file(root, rel) as f:
+        fd = os.open(f.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=f.dir_fd)
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise OSError(errno.EINVAL, "is not a regular file")
+            return handle.read()
+
+
 def _read_record(root: Path, rel: str) -> dict[str, Any] | None:
     try:
-        value = orjson.loads(Path(fs.absolute(root, sidecar(rel))).read_bytes())
+        value = orjson.loads(read_data(root, sidecar(rel)))
     except (OSError, orjson.JSONDecodeError):
         return None
     return value if isinstance(value, dict) else None
