@@ -215,7 +215,8 @@ def test_durations_per_type_as_table_and_json(ledger: Ledger, tether) -> None:
     assert r.code == 0 and "work" in r.out and "5.00s" in r.out
     types = {d["type"]: d for d in tether("durations", "--since", "2h", "--json").json()["types"]}
     assert types["work"]["count"] == 8 and types["work"]["p95"] == 5.0
-    assert set(types["work"]) == {"type", "count", "p50", "p95", "p99", "max", "mean"}
+    assert set(types["work"]) == {"type", "count", "p50", "p95", "p99", "max", "mean", "spend"}
+    assert types["work"]["spend"] is None  # no cost recorded by this type
 
 
 def test_duplicates_shows_keys_with_their_statuses(ledger: Ledger, tether) -> None:

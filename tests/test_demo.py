@@ -54,13 +54,15 @@ def test_demo_runs_end_to_end_from_a_fresh_directory(tmp_path):
     portal = [orjson.loads(p.read_bytes()) for p in data.glob("requirements/*/requirement.json")]
     assert sorted(r["status"] for r in portal if r["project"] == "portal") == ["archived"] * 8
     assert (data / "reports/billing.md").read_text().startswith("# Report: billing")
+    extraction = orjson.loads((data / "requirements/REQ-001/extraction.json").read_bytes())
+    assert extraction["requirement_id"] == "REQ-001"  # answered by the stand-in assistant
 
     engine = sa.create_engine(f"sqlite:///{tmp_path / 'demo-run' / 'tether.db'}")
     with engine.connect() as conn:
         rows = conn.execute(sa.text("SELECT type, status, attempts, parent_id FROM tether_jobs")).all()
     engine.dispose()
     assert {r.status for r in rows} == {"completed"}
-    assert len(rows) == 15 and sum(1 for r in rows if r.parent_id) == 8
+    assert len(rows) == 16 and sum(1 for r in rows if r.parent_id) == 8
     assert [r.attempts for r in rows if r.type == "publish_report"] == [2]  # one job despite two enqueues
     assert tree_digest(REPO / "sample_data") == sample_before
 

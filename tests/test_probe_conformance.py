@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ import pytest
 
 from tether import Check, Coordinator, CreateFile, DeleteFile, Payload, Probe
 from tether.drift import IN_SYNC, MISSING, MODIFIED, UNEXPECTED, UNKNOWN
+from tether.jobtypes import ClaudeExtraction, ClaudeExtractionType, Registry, default_registry
 
 
 @dataclass
@@ -41,6 +43,7 @@ class ProbeCase:
     make_modified: Callable[[Coordinator, Payload], object] | None
     make_unexpected: Callable[[Coordinator, Payload], object] | None
     broken_world: Callable[[], Any]  # a context manager under which reading the world fails
+    registry: Callable[[], Registry] | None = None  # job types configured for the test (default: built-ins)
 
 
 @contextmanager
@@ -63,6 +66,13 @@ def _file(c: Coordinator, rel: str) -> Path:
     return Path(c.root, rel)
 
 
+def _with_stand_in_assistant() -> Registry:
+    registry = default_registry()
+    stand_in = Path(__file__).resolve().parent.parent / "sample_data" / "stand_in_claude.py"
+    registry.register(ClaudeExtractionType(command=[sys.executable, str(stand_in)]))
+    return registry
+
+
 CASES = [
     ProbeCase(
         "create_file",
@@ -80,6 +90,15 @@ CASES = [
         make_unexpected=lambda c, p: _file(c, "docs/gone.json").write_text("back\n"),
         broken_world=_disk_fails,
     ),
+    ProbeCase(
+        "claude_extraction",
+        complete=lambda c: ClaudeExtraction.of(prompt="id: REQ-001\n", target_path="x/a.json", requirement_id="R"),
+        make_missing=lambda c, p: _file(c, "x/a.json").unlink(),
+        make_modified=lambda c, p: _file(c, "x/a.json").write_text('{"edited": true}\n'),
+        make_unexpected=None,
+        broken_world=_disk_fails,
+        registry=_with_stand_in_assistant,
+    ),
 ]
 
 
@@ -91,7 +110,7 @@ def cases(state: str | None = None) -> Any:
 
 @pytest.fixture
 def completed(case: ProbeCase, make_coordinator: Callable[..., Coordinator]) -> tuple[Coordinator, Payload, Completed]:
-    c = make_coordinator()
+    c = make_coordinator() if case.registry is None else make_coordinator(registry=case.registry())
     if case.name == "delete_file":  # something to delete, so the job has an effect
         c.enqueue(CreateFile(path="docs/gone.json", text="x"))
     payload = case.complete(c)

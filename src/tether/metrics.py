@@ -70,11 +70,29 @@ class LedgerCollector:
             f"claimed_at to completed_at of jobs completed in the last {self.window.total_seconds():g}s.",
             labels=["type"],
         )
-        for d in observe.durations(self.source, since=self.window, now=s.now):
+        durations = observe.durations(self.source, since=self.window, now=s.now)
+        for d in durations:
             summary.add_metric([d.type], count_value=d.count, sum_value=d.mean * d.count)
             for q, value in (("0.5", d.p50), ("0.95", d.p95), ("0.99", d.p99)):
                 summary.add_sample("tether_job_duration_seconds", {"type": d.type, "quantile": q}, value)
         yield summary
+        cost = GaugeMetricFamily(
+            "tether_spend_usd",
+            f"Cost (USD) of jobs completed in the last {self.window.total_seconds():g}s (AI extractions).",
+            labels=["type"],
+        )
+        tokens = GaugeMetricFamily(
+            "tether_spend_tokens",
+            f"Tokens of jobs completed in the last {self.window.total_seconds():g}s (AI extractions).",
+            labels=["type", "direction"],
+        )
+        for d in durations:
+            if d.spend is not None:
+                cost.add_metric([d.type], d.spend.cost_usd)
+                tokens.add_metric([d.type, "input"], d.spend.input_tokens)
+                tokens.add_metric([d.type, "output"], d.spend.output_tokens)
+        yield cost
+        yield tokens
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

@@ -194,9 +194,49 @@ class Durations:
     p99: float
     max: float
     mean: float
+    spend: Spend | None = None
+    """What the type's jobs paid (AI extractions): None for types whose results carry no cost."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class Spend:
+    """Summed over a type's completed jobs whose result records ``cost_usd`` (an AI assistant's
+    envelope): US dollars and tokens."""
+
+    jobs: int
+    cost_usd: float
+    input_tokens: int
+    output_tokens: int
+
+
+_SPENT = ("cost_usd", "input_tokens", "output_tokens")
+
+
+def _result_number(dialect: str, key: str) -> Any:
+    # Results are JSON text; only rows that name the key are read (a LIKE before any parsing).
+    if dialect == "sqlite":
+        return sa.func.json_extract(t.c.result, f"$.{key}")
+    return sa.cast(sa.func.json_extract_path_text(sa.cast(t.c.result, sa.JSON), key), sa.Float)
+
+
+def spend(source: Source, *, since: datetime, job_type: str | None = None, conn: Any = None) -> dict[str, Spend]:
+    """Per type, the cost and tokens of jobs completed since ``since`` (see Spend)."""
+    dialect = engine_of(source).dialect.name
+    query = (
+        sa.select(
+            t.c.type, sa.func.count(), *(sa.func.coalesce(sa.func.sum(_result_number(dialect, k)), 0) for k in _SPENT)
+        )
+        .where(t.c.status == JobStatus.COMPLETED.value, t.c.completed_at >= since, t.c.result.like('%"cost_usd"%'))
+        .group_by(t.c.type)
+    )
+    if job_type is not None:
+        query = query.where(t.c.type == job_type)
+    with reading(source) as conn:
+        rows = conn.execute(query).all()
+    return {name: Spend(n, round(float(cost), 6), int(tin), int(tout)) for name, n, cost, tin, tout in rows}
 
 
 def _seconds_between(dialect: str, start: Any, end: Any) -> Any:
@@ -238,6 +278,7 @@ def durations(
         for name, value in conn.execute(query.execution_options(yield_per=10_000)):
             # Millisecond resolution: julianday() arithmetic is only good to ~50 µs.
             by_type.setdefault(name, []).append(max(0.0, round(float(value), 3)))
+    spent = spend(source, since=since, job_type=job_type)
     out = []
     for name in sorted(by_type):
         values = sorted(by_type[name])
@@ -250,6 +291,7 @@ def durations(
                 percentile(values, 99),
                 values[-1],
                 sum(values) / len(values),
+                spent.get(name),
             )
         )
     return out

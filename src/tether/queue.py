@@ -38,6 +38,7 @@ _EDGE_SQL = {
     "retry": sql.RETRY,
     "fail": sql.FAIL,
     "release": sql.RELEASE,
+    "defer": sql.DEFER,
     "manual_retry": sql.MANUAL_RETRY,
 }
 _EDGE_EVENT = {
@@ -46,6 +47,7 @@ _EDGE_EVENT = {
     "retry": "retrying",
     "fail": "failed",
     "release": "released",
+    "defer": "deferred",
     "reclaim": "reclaimed",
     "reclaim_exhausted": "failed",
     "manual_retry": "requeued",
@@ -70,7 +72,7 @@ class Decision(NamedTuple):
 
     def after(self) -> JobRecord:
         """The job as this decision leaves it (for its event, when the row was not read back)."""
-        attempts = self.job.attempts - 1 if self.edge == "release" else self.job.attempts
+        attempts = self.job.attempts - 1 if self.edge in ("release", "defer") else self.job.attempts
         return self.job._replace(
             attempts=attempts,
             run_at=self.values.get("run_at", self.job.run_at),
@@ -102,6 +104,12 @@ class Decision(NamedTuple):
     def release(cls, job: JobRecord, duration: float | None = None) -> Decision:
         """Given back untouched (shutdown, a batch that turned slow): the attempt is not counted."""
         return cls(job, "release", {}, duration=duration)
+
+    @classmethod
+    def defer(cls, job: JobRecord, error: str, run_at: datetime, duration: float | None = None) -> Decision:
+        """Given back until ``run_at`` (a rate limit's reset), with every pending job of its type:
+        the attempt is not counted."""
+        return cls(job, "defer", {"error": error, "run_at": run_at}, duration=duration)
 
 
 # What varies between jobs enqueued together, and what they share (one JSON insert per share).
@@ -142,6 +150,8 @@ class Queue:
         self.wakeup = wakeup
         self.backend = Backend.for_engine(engine)
         self._claim_sql: tuple[int, str] = (-1, "")  # (registry generation, statement)
+        self._limits: dict[str, int] = {}
+        self._limits_generation = -1
         self.builder = Builder(registry, root, clock, max_payload_bytes=max_payload_bytes)
         self._json_sql = sql.insert_json_sql(engine.dialect.name) if self.backend.reads_json else None
         self._complete_many_sql = sql.complete_many_sql(engine.dialect.name) if self.backend.reads_json else None
@@ -271,8 +281,47 @@ class Queue:
         return self._claimed(rows, worker)
 
     def _claim_in(self, cur: Any, worker: str, now: datetime, limit: int) -> list[JobRecord]:
+        limited = self._limited()
+        if limited:
+            return self._claim_limited(cur, worker, now, limit, limited)
         params = {"worker": worker, "now": now, "limit": limit}
         claimed: list[JobRecord] = cur.records(self._claim_statement(), params)
+        return claimed
+
+    # -- per-type concurrency limits (issue 17): only when a registered type has max_running ----
+
+    def _limited(self) -> dict[str, int]:
+        """Registered types with a ``max_running`` limit (by name, sorted: every worker locks
+        them in one order)."""
+        if self._limits_generation != self.registry.generation:
+            found = {}
+            for name in self.registry.names():
+                cap = self.registry.get(name).max_running
+                if cap is not None:
+                    found[name] = int(cap)
+            self._limits, self._limits_generation = found, self.registry.generation
+        return self._limits
+
+    def _claim_limited(
+        self, cur: Any, worker: str, now: datetime, limit: int, limited: dict[str, int]
+    ) -> list[JobRecord]:
+        """The claim, with each limited type taken only up to its room: ``max_running`` minus its
+        jobs claimed now, across every worker (counted in the claiming transaction)."""
+        dialect = self.engine.dialect.name
+        params: dict[str, Any] = {"worker": worker, "now": now, "limit": limit}
+        params.update({f"limited{i}": name for i, name in enumerate(limited)})
+        claimed: list[JobRecord] = cur.records(
+            sql.claim_sql_excluding(dialect, len(limited), self.registry.names()), params
+        )
+        for name, cap in limited.items():
+            if len(claimed) >= limit:
+                break
+            if dialect == "postgresql":
+                cur.scalar(sql.LOCK_TYPE_CLAIMS, {"lock": f"tether.max_running.{name}"})
+            room = min(limit - len(claimed), cap - int(cur.scalar(sql.RUNNING_OF_TYPE, {"type": name})))
+            if room > 0:
+                of_type = {"worker": worker, "now": now, "limit": room, "type": name}
+                claimed += cur.records(sql.claim_sql_of_type(dialect, self.registry.names()), of_type)
         return claimed
 
     def _claimed(self, rows: list[JobRecord], worker: str) -> list[JobRecord]:
@@ -366,7 +415,10 @@ class Queue:
                 moved.append(job)
                 if job is not None and d.children:
                     inserted.extend(self.insert_all(cur, d.children))
-            if inserted or any(d.edge in ("retry", "release") for d in decisions):
+            for d, job in zip(decisions, moved, strict=True):
+                if job is not None and d.edge == "defer":  # after the batch's releases: they wait too
+                    cur.execute(sql.DEFER_TYPE, {"type": d.job.type, "run_at": d.values["run_at"]})
+            if inserted or any(d.edge in ("retry", "release", "defer") for d in decisions):
                 self.wakeup.notify_in(cur)
             if claim:
                 claimed = self._claim_in(cur, worker, self.clock.now(), claim)

@@ -27,6 +27,7 @@ from .backend import Backend
 from .drift import DRIFT, IN_SYNC, LEFTOVER_TEMP, NOT_CHECKED, STATUSES, UNKNOWN, UNTRACKED, Finding, Report
 from .engine import READ_ONLY
 from .jobtypes.base import SYNCED, Check, Probe
+from .jobtypes.claude_extraction import answer_of
 from .jobtypes.files import listings
 from .jobtypes.target import display, file_key
 
@@ -324,7 +325,7 @@ class _Reconciler:
         self._found(Finding(rel, LEFTOVER_TEMP, actual_size=size, detail="temp file of an interrupted write"))
 
     def _untracked(self, files: list[tuple[str, int | None]]) -> None:
-        keys = {}
+        keys: list[tuple[str, str, int | None]] = []
         for rel, size in files:
             try:
                 rel.encode()
@@ -333,11 +334,11 @@ class _Reconciler:
                     Finding(rel.encode(errors="surrogateescape").decode(errors="replace"), UNTRACKED, actual_size=size)
                 )
                 continue
-            keys[file_key(rel)] = (rel, size)
+            keys.append((file_key(answer_of(rel) or rel), rel, size))  # an answer's sidecar goes with it
         if not keys:
             return
-        known = {row[0] for row in self._read(KNOWN_TARGETS, {"keys": list(keys)})}
-        for key, (rel, size) in keys.items():
+        known = {row[0] for row in self._read(KNOWN_TARGETS, {"keys": sorted({k for k, _, _ in keys})})}
+        for key, rel, size in keys:
             if key not in known:
                 self._found(Finding(rel, UNTRACKED, actual_size=size, detail="no job ever named this file"))
 

@@ -150,6 +150,14 @@ UPDATE {TABLE} SET status = 'pending', locked_by = NULL, locked_at = NULL,
                    attempts = attempts - 1
 WHERE {_FENCE} RETURNING {_COLS}
 """
+# A rate limit with a reset time: the attempt is given back and the job waits until the reset;
+# DEFER_TYPE holds back the type's other pending jobs until then too (not a status change).
+DEFER = f"""
+UPDATE {TABLE} SET status = 'pending', locked_by = NULL, locked_at = NULL,
+                   attempts = attempts - 1, run_at = :run_at, last_error = :error
+WHERE {_FENCE} RETURNING {_COLS}
+"""
+DEFER_TYPE = f"UPDATE {TABLE} SET run_at = :run_at WHERE type = :type AND status = 'pending' AND run_at < :run_at"
 HEARTBEAT = f"UPDATE {TABLE} SET locked_at = :now WHERE {_FENCE}"
 # A running handler's progress (throttled by the context): only while this worker holds the job.
 PROGRESS = f"UPDATE {TABLE} SET progress = :progress WHERE {_FENCE}"
@@ -188,6 +196,28 @@ def claim_sql(dialect: str, types: Iterable[str]) -> str:
     """The claim for a worker that has the job types ``types``."""
     names = ", ".join("'" + name.replace("'", "''") + "'" for name in sorted(types)) or "NULL"
     return (CLAIM_POSTGRES if dialect == "postgresql" else CLAIM_SQLITE).replace("{types}", names)
+
+
+# -- per-type concurrency limits (max_running); used only when a registered type sets one ------
+
+_CANDIDATES = "WHERE j.status = 'pending' AND j.run_at <= :now"
+
+
+def claim_sql_excluding(dialect: str, count: int, types: Iterable[str]) -> str:
+    """The claim, passing over ``count`` types (bound as :limited0..n): those with a limit."""
+    names = ", ".join(f":limited{i}" for i in range(count))
+    return claim_sql(dialect, types).replace(_CANDIDATES, f"{_CANDIDATES} AND j.type NOT IN ({names})")
+
+
+def claim_sql_of_type(dialect: str, types: Iterable[str]) -> str:
+    """The claim of one type (:type), for up to its remaining room (:limit)."""
+    return claim_sql(dialect, types).replace(_CANDIDATES, f"{_CANDIDATES} AND j.type = :type")
+
+
+RUNNING_OF_TYPE = f"SELECT count(*) FROM {TABLE} WHERE type = :type AND status = 'claimed'"
+# PostgreSQL: claims of one limited type wait for each other (held until commit), so two workers
+# never both see room for the last slot; SQLite's single writer already orders them.
+LOCK_TYPE_CLAIMS = "SELECT pg_advisory_xact_lock(hashtext(:lock))"
 
 
 def complete_many_sql(dialect: str) -> str:

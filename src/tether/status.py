@@ -27,8 +27,9 @@ TRANSITIONS: dict[str, tuple[JobStatus, JobStatus]] = {
     "reclaim": (JobStatus.CLAIMED, JobStatus.PENDING),
     "reclaim_exhausted": (JobStatus.CLAIMED, JobStatus.FAILED),
     "release": (JobStatus.CLAIMED, JobStatus.PENDING),
+    "defer": (JobStatus.CLAIMED, JobStatus.PENDING),
     "manual_retry": (JobStatus.FAILED, JobStatus.PENDING),
 }
 
 # Edges that leave ``claimed`` on behalf of the worker holding the job: fenced by owner and attempt.
-FENCED = frozenset({"complete", "retry", "fail", "release"})
+FENCED = frozenset({"complete", "retry", "fail", "release", "defer"})

@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 from .base import JobType, Payload
+from .claude_extraction import ClaudeExtraction, ClaudeExtractionType
 from .create_file import CreateFile, CreateFileType, render
 from .delete_file import DeleteFile, DeleteFileType
 from .registry import Registry
 
 
 def default_registry() -> Registry:
-    return Registry([CreateFileType(), DeleteFileType()])
+    return Registry([CreateFileType(), DeleteFileType(), ClaudeExtractionType()])
 
 
-__all__ = ["CreateFile", "DeleteFile", "JobType", "Payload", "Registry", "default_registry", "render"]
+__all__ = [
+    "ClaudeExtraction",
+    "ClaudeExtractionType",
+    "CreateFile",
+    "DeleteFile",
+    "JobType",
+    "Payload",
+    "Registry",
+    "default_registry",
+    "render",
+]
