@@ -127,11 +127,13 @@ def test_status_json_has_the_documented_schema(ledger: Ledger, tether) -> None:
         "outstanding",
         "failed",
         "stuck",
+        "quarantined",
         "oldest_pending_at",
         "oldest_pending_age",
         "by_type",
     }
     assert (data["verdict"], data["exit_code"], data["stuck"], data["failed"]) == ("error", 2, 1, 2)
+    assert data["quarantined"] == 0
     assert data["by_type"] == [{"type": "work", "pending": 3, "claimed": 1, "outstanding": 4}]
     assert data["thresholds"]["backlog_limit"] == 100
 

@@ -127,6 +127,7 @@ class Builder:
                         ordering_key,
                         parent_id,
                         None,
+                        None,
                     ),
                 )
             )

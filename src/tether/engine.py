@@ -143,9 +143,34 @@ def _index_names(conn: sa.Connection, dialect: str) -> set[str]:
     return set(conn.execute(sa.text(query), {"table": TABLE}).scalars())
 
 
+def _column_names(conn: sa.Connection, dialect: str) -> set[str]:
+    if dialect == "postgresql":
+        query = (
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_schema = current_schema() AND table_name = :table"
+        )
+        return set(conn.execute(sa.text(query), {"table": TABLE}).scalars())
+    return {row[1] for row in conn.exec_driver_sql(f"PRAGMA table_info({TABLE})")}
+
+
+def _add_missing_columns(conn: sa.Connection, dialect: sa.Dialect) -> None:
+    """A ledger from an earlier version gets the columns added since (each nullable, so existing
+    rows need no value): before the indexes, which may use them."""
+    present = _column_names(conn, dialect.name)
+    for table in metadata.sorted_tables:
+        for column in table.columns:
+            if column.name in present:
+                continue
+            if not column.nullable:  # a later version must give it a default and handle it here
+                raise ConfigError(f"the ledger's {TABLE} table lacks column {column.name!r}, which cannot be added")
+            conn.exec_driver_sql(
+                f"ALTER TABLE {TABLE} ADD COLUMN {sa.schema.CreateColumn(column).compile(dialect=dialect)}"
+            )
+
+
 def ensure_schema(engine: sa.Engine) -> None:
-    """Create the jobs table and any of its indexes that are missing, drop the indexes earlier
-    versions used instead; safe to run from many workers at once."""
+    """Create the jobs table and any of its columns and indexes that are missing, drop the
+    indexes earlier versions used instead; safe to run from many workers at once."""
     try:
         with engine.begin() as conn:
             if engine.dialect.name == "postgresql":
@@ -155,6 +180,7 @@ def ensure_schema(engine: sa.Engine) -> None:
                 if schema:
                     conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
             metadata.create_all(conn, checkfirst=True)
+            _add_missing_columns(conn, engine.dialect)
             # create_all builds indexes only with a table it creates: a ledger from an earlier
             # version gets the indexes added since here. Only missing ones: on PostgreSQL even
             # CREATE INDEX IF NOT EXISTS locks the table against writers first.

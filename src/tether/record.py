@@ -36,6 +36,7 @@ class JobRecord(NamedTuple):
     ordering_key: str | None
     parent_id: str | None
     result: str | None
+    quarantine: str | None = None  # why it is claimed alone (a dead worker held it); see reclaim.py
 
     @classmethod
     def from_row(cls, row: Any) -> JobRecord:

@@ -4,7 +4,7 @@ plans are checked in tests/test_query_plans.py."""
 
 from __future__ import annotations
 
-from .schema import ACTIVE_KEYED_SQL, TABLE, Job
+from .schema import ACTIVE_KEYED_SQL, QUARANTINED_SQL, TABLE, Job
 
 COLUMNS = tuple(Job.__table__.c.keys())
 _COLS = ", ".join(COLUMNS)
@@ -58,18 +58,34 @@ WHERE type = :type AND idempotency_key = :idempotency_key AND {_ACTIVE}
 
 GET = f"SELECT {_COLS} FROM {TABLE} WHERE id = :id"
 
+
 # A job waits while an older job on the same target (ordering_key) is still active, so writes
 # to one path land in enqueue order even when the older one is retried. The IS NULL test is not
 # redundant: without it PostgreSQL, on statistics that lag a freshly filled queue, plans the
 # NOT EXISTS as an anti join reading every active job once per candidate.
+def _ready(j: str, o: str) -> str:
+    """The claim's condition on candidate ``j`` (``o``: the alias of its target probe)."""
+    return f"""{j}.status = 'pending' AND {j}.run_at <= :now
+  AND ({j}.ordering_key IS NULL OR NOT EXISTS (
+      SELECT 1 FROM {TABLE} AS {o}
+      WHERE {o}.ordering_key = {j}.ordering_key AND {o}.{_ACTIVE} AND {o}.id < {j}.id))"""
+
+
+_ORDER = "ORDER BY {j}.priority DESC, {j}.created_at, {j}.id"
+# Quarantine (issue 22): a job a worker died holding is claimed alone, never in a batch, so a
+# job that kills its worker takes no batch-mate down with it. The first ready job in claim order
+# decides: quarantined, the claim takes it alone; otherwise up to :limit jobs that are not
+# quarantined. Both parts are one scalar probe of the first ready job, built from the same
+# _ready() as the candidates so the two can never disagree on which job is first.
+_FIRST_IS_PLAIN = f"""(SELECT h.quarantine IS NULL FROM {TABLE} AS h
+      WHERE {_ready("h", "ho")}
+      {_ORDER.format(j="h")} LIMIT 1)"""
 _CLAIMABLE = f"""
 SELECT j.id FROM {TABLE} AS j
-WHERE j.status = 'pending' AND j.run_at <= :now
-  AND (j.ordering_key IS NULL OR NOT EXISTS (
-      SELECT 1 FROM {TABLE} AS o
-      WHERE o.ordering_key = j.ordering_key AND o.{_ACTIVE} AND o.id < j.id))
-ORDER BY j.priority DESC, j.created_at, j.id
-LIMIT :limit
+WHERE {_ready("j", "o")}
+  AND (j.quarantine IS NULL) = {_FIRST_IS_PLAIN}
+{_ORDER.format(j="j")}
+LIMIT CASE WHEN {_FIRST_IS_PLAIN} THEN :limit ELSE 1 END
 """
 
 _CLAIM = """
@@ -87,13 +103,16 @@ RETURNING {cols}
 CLAIM_SQLITE = (
     _CLAIM.format(table=TABLE, claimable=_CLAIMABLE, cols=_COLS)
     .replace("WHERE status = 'pending' AND id IN", "WHERE +status = 'pending' AND id IN")
-    .replace(f"FROM {TABLE} AS j", f"FROM {TABLE} AS j INDEXED BY ix_tether_jobs_pending")
-    .replace(f"FROM {TABLE} AS o", f"FROM {TABLE} AS o INDEXED BY ix_tether_jobs_target_active")
+    .replace(f"FROM {TABLE} AS j\n", f"FROM {TABLE} AS j INDEXED BY ix_tether_jobs_pending\n")
+    .replace(f"FROM {TABLE} AS h\n", f"FROM {TABLE} AS h INDEXED BY ix_tether_jobs_pending\n")
+    .replace(f"FROM {TABLE} AS o\n", f"FROM {TABLE} AS o INDEXED BY ix_tether_jobs_target_active\n")
+    .replace(f"FROM {TABLE} AS ho\n", f"FROM {TABLE} AS ho INDEXED BY ix_tether_jobs_target_active\n")
 )
 # PostgreSQL: concurrent claimers skip rows another transaction is claiming instead of queueing
 # behind its row locks (SQLite has one writer at a time and needs no such clause). The candidates
 # sit in a CTE because PostgreSQL may re-run an ``IN (... LIMIT n)`` subquery per outer row,
-# claiming more than n jobs; a locking CTE is evaluated exactly once.
+# claiming more than n jobs; a locking CTE is evaluated exactly once. (The first-job probe does
+# not lock: if another claimer holds that job, this claim takes at most one job, still alone.)
 CLAIM_POSTGRES = f"""
 WITH next AS ({_CLAIMABLE} FOR UPDATE OF j SKIP LOCKED)
 UPDATE {TABLE} AS t SET status = 'claimed', locked_by = :worker, locked_at = :now,
@@ -157,23 +176,30 @@ ORDER BY id LIMIT 1
 
 MANUAL_RETRY = f"""
 UPDATE {TABLE} SET status = 'pending', attempts = 0, run_at = :now, completed_at = NULL,
-                   locked_by = NULL, locked_at = NULL
+                   locked_by = NULL, locked_at = NULL, quarantine = NULL
 WHERE id = :id AND status = 'failed' RETURNING {_COLS}
 """
 
-# Stale locks: a dead worker's job goes back to pending without counting an attempt (the
-# claim already counted it), or to failed when that was its last attempt.
+# Stale locks: the sweep reads a dead worker's jobs, then reclaim.py decides each one's edge and
+# attempt count (kept for the job that ran alone, given back to a crashed batch's jobs). The
+# transitions are fenced like a worker's own, and on the lock still being stale.
+STALE = f"SELECT {_COLS} FROM {TABLE} WHERE status = 'claimed' AND locked_at < :cutoff"
+_STALE_FENCE = f"{_FENCE} AND locked_at < :cutoff"
 RECLAIM = f"""
 UPDATE {TABLE} SET status = 'pending', locked_by = NULL, locked_at = NULL,
-                   last_error = 'lock of worker ' || locked_by || ' expired; job reclaimed'
-WHERE status = 'claimed' AND locked_at < :cutoff AND attempts < max_attempts
-RETURNING {_COLS}
+                   attempts = :attempts, quarantine = :quarantine, last_error = :error
+WHERE {_STALE_FENCE} RETURNING {_COLS}
 """
 RECLAIM_EXHAUSTED = f"""
 UPDATE {TABLE} SET status = 'failed', locked_by = NULL, locked_at = NULL, completed_at = :now,
-                   last_error = 'lock of worker ' || locked_by || ' expired on the last attempt'
-WHERE status = 'claimed' AND locked_at < :cutoff AND attempts >= max_attempts
-RETURNING {_COLS}
+                   attempts = :attempts, quarantine = :quarantine, last_error = :error
+WHERE {_STALE_FENCE} RETURNING {_COLS}
+"""
+# A crashed batch's crash was charged to one of its jobs: the others no longer owe it (they
+# stay quarantined). Not a status change.
+ACQUIT = f"""
+UPDATE {TABLE} SET quarantine = :acquitted
+WHERE quarantine = :quarantine AND {QUARANTINED_SQL}
 """
 
 
