@@ -390,7 +390,12 @@ class Queue:
         moved: list[tuple[str, JobRecord]] = []
         with self.backend.write() as cur:
             for v in verdicts(cur.records(sql.STALE, {"cutoff": cutoff})):
-                values = {"attempts": v.attempts, "quarantine": v.quarantine, "error": v.error, "cutoff": cutoff}
+                values: dict[str, Any] = {
+                    "attempts": v.attempts,
+                    "quarantine": v.quarantine,
+                    "error": v.error,
+                    "cutoff": cutoff,
+                }
                 if v.edge == "reclaim_exhausted":
                     values["now"] = now
                 job = self.transition(cur, v.edge, v.job.id, worker=v.job.locked_by, attempt=v.job.attempts, **values)
