@@ -55,6 +55,7 @@ class Drained:
     events: list[dict]
     crashes: int  # worker processes that exited 1
     poison_errors: list[str] = field(default_factory=list)  # the poison jobs' last_error after each round
+    status_lines: list[str] = field(default_factory=list)  # `tether status` the first time jobs were quarantined
 
 
 def open_coordinator(db_url: str, root: Path) -> Coordinator:
@@ -70,6 +71,16 @@ def start_worker(db_url: str, root: Path, stderr: Path, lock_timeout: float) -> 
     argv += ["worker", "--until-idle", "--lock-timeout", str(lock_timeout)]
     with open(stderr, "wb") as err:
         return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err)
+
+
+def tether(db_url: str, root: Path, *args: str) -> str:
+    """Run a ``tether`` command on the ledger; its standard output."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    env["COLUMNS"] = "200"  # one table row per line
+    done = subprocess.run(
+        [*TETHER, "--db", db_url, "--root", str(root), *args], env=env, capture_output=True, text=True, timeout=DEADLINE
+    )
+    return done.stdout
 
 
 def rows_of(c: Coordinator) -> dict[str, dict]:
@@ -103,6 +114,7 @@ def drain_with_crashes(
     max_attempts: int,
     workers: int = 1,
     lock_timeout: float = LOCK_TIMEOUT,
+    check_status: bool = False,
 ) -> Drained:
     """Enqueue TOTAL jobs (1-based ``poison_at`` are poison), then run rounds of ``workers``
     worker processes until no job is outstanding."""
@@ -114,6 +126,7 @@ def drain_with_crashes(
         crashes = 0
         stderrs: list[Path] = []
         poison_errors: list[str] = []
+        status_lines: list[str] = []
         # Each poison job can crash at most max_attempts + 1 rounds (the batch crash, then alone).
         for round_ in range(len(poison_at) * (max_attempts + 1) + 2):
             procs = []
@@ -135,13 +148,15 @@ def drain_with_crashes(
             if not [r for r in rows.values() if r["status"] in ("pending", "claimed")]:
                 break
             assert 1 in codes, f"round {round_}: no worker crashed, yet jobs are outstanding"
+            if check_status and not status_lines and c.stats().quarantined:
+                status_lines = tether(db_url, root, "status").splitlines()
             wait_for(lambda: locks_are_stale(c, lock_timeout), "the dead worker's locks to go stale")
         else:
             pytest.fail(f"jobs still outstanding after {round_ + 1} rounds")
         rows = rows_of(c)
     runs = Counter(line.split()[0] for line in log.read_text().splitlines())
     events = [json.loads(line) for s in stderrs for line in s.read_text().splitlines() if line.startswith("{")]
-    return Drained(ids, poison, rows, runs, events, crashes, poison_errors)
+    return Drained(ids, poison, rows, runs, events, crashes, poison_errors, status_lines)
 
 
 def assert_only_the_poison_failed(d: Drained, max_attempts: int) -> None:
@@ -165,10 +180,22 @@ def test_a_poison_job_fails_alone_and_every_batch_mate_completes(
 ) -> None:
     # PostgreSQL: two workers per round, claiming side by side with SKIP LOCKED.
     workers = 1 if db_url.startswith("sqlite") else 2
-    d = drain_with_crashes(db_url, root, tmp_path, poison_at={21}, max_attempts=max_attempts, workers=workers)
+    d = drain_with_crashes(
+        db_url,
+        root,
+        tmp_path,
+        poison_at={21},
+        max_attempts=max_attempts,
+        workers=workers,
+        check_status=max_attempts > 1,
+    )
     assert_only_the_poison_failed(d, max_attempts)
     [poison] = d.poison
     if max_attempts > 1:
+        # What an operator sees: the quarantined jobs in `tether status`, the reason in `tether failed`.
+        assert any("quarantined: a worker died while holding them" in line for line in d.status_lines), d.status_lines
+        failed = tether(db_url, root, "failed")
+        assert poison in failed and "worker died while running (reclaimed, attempt 3 of 3" in failed, failed
         assert d.runs[poison] == max_attempts  # exactly max_attempts crashes
         assert any(
             e.startswith(f"worker died while running (reclaimed, attempt 2 of {max_attempts})") for e in d.poison_errors
