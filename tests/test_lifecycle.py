@@ -21,6 +21,7 @@ from tether import (
     LostLease,
 )
 from tether.errors import Cancelled
+from tether.queue import Decision
 from tether.worker import Returned
 
 
@@ -171,13 +172,13 @@ def test_a_late_worker_cannot_complete_a_reclaimed_job(c, clock, caplog):
     [second] = c.queue.claim("w2")
     assert second.attempts == 2
     with pytest.raises(LostLease, match="no longer held by worker w1"):
-        c.queue.complete(first, "w1", result={"late": True})
+        c.queue.finish_one("w1", Decision.complete(first, {"late": True}))
     with pytest.raises(LostLease):
-        c.queue.fail(first, "w1", error="late")
+        c.queue.finish_one("w1", Decision.fail(first, "late"))
     current = c.get(job_id)
     assert (current.status, current.locked_by, current.result) == (JobStatus.CLAIMED, "w2", None)
     assert events_named(caplog, "lost_lease")[0]["worker"] == "w1"
-    c.queue.complete(second, "w2", result={"late": False})
+    c.queue.finish_one("w2", Decision.complete(second, {"late": False}))
     assert c.get(job_id).result_data == {"late": False}
 
 
@@ -188,8 +189,8 @@ def test_same_worker_cannot_report_an_older_attempt(c, clock):
     c.reclaim_stale()
     [again] = c.queue.claim("w1")
     with pytest.raises(LostLease):
-        c.queue.complete(first, "w1")
-    c.queue.complete(again, "w1")
+        c.queue.finish_one("w1", Decision.complete(first, None))
+    c.queue.finish_one("w1", Decision.complete(again, None))
 
 
 def test_stale_reclaim_does_not_count_an_attempt(c, clock):
@@ -246,17 +247,17 @@ def test_cancel_at_checkpoint_releases_the_job_and_gives_the_attempt_back(make_c
     assert job.status is JobStatus.PENDING and job.attempts == 0 and job.locked_by is None
 
 
-def test_report_maps_each_outcome_to_its_transition(c):
+def test_decide_maps_each_outcome_to_its_transition(c):
     w = c.worker()
     outcomes = [
-        (Returned({"ok": 1}, []), JobStatus.COMPLETED, 1),
+        (Returned('{"ok": 1}', []), JobStatus.COMPLETED, 1),
         (Cancelled("stop"), JobStatus.PENDING, 0),
         (RuntimeError("boom"), JobStatus.PENDING, 1),
     ]
     for outcome, status, attempts in outcomes:
         c.enqueue(Note(name=str(status)))
         [job] = c.queue.claim(w.id)
-        w.report(job, outcome, 0.0)
+        c.queue.finish_one(w.id, w.decide(job, outcome, 0.0))
         after = c.get(job.id)
         assert (after.status, after.attempts) == (status, attempts)
         if status is JobStatus.PENDING:

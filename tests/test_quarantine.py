@@ -8,6 +8,7 @@ import pytest
 
 from jobkit import Note, NoteType, registry_with
 from tether import JobStatus
+from tether.queue import Decision
 
 
 @pytest.fixture
@@ -57,7 +58,7 @@ def test_a_suspect_that_kills_its_worker_alone_is_charged_the_batch_crash_and_it
     c.queue.claim("w1", limit=10)
     die(c, clock)  # the batch crash: nobody can be blamed yet
     [ja] = c.queue.claim("w2", limit=10)
-    c.queue.complete(ja, "w2")
+    c.queue.finish_one("w2", Decision.complete(ja, None))
     assert c.queue.claim("w3", limit=10)[0].id == b
     die(c, clock)  # b killed w3 while running alone
     jb = c.get(b)
@@ -83,7 +84,7 @@ def test_with_one_attempt_a_batch_crash_fails_nobody_and_the_job_caught_alone_fa
     assert (failed.id, failed.status, failed.attempts) == (a, JobStatus.FAILED, 1)
     assert failed.last_error.startswith("worker died while running (reclaimed, attempt 1 of 1; no attempts left)")
     [jb] = c.queue.claim("w3", limit=10)
-    c.queue.complete(jb, "w3")
+    c.queue.finish_one("w3", Decision.complete(jb, None))
     assert (c.get(b).status, c.get(b).attempts) == (JobStatus.COMPLETED, 1)
 
 

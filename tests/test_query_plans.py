@@ -22,6 +22,7 @@ PARAMS = {
     "idempotency_key": "k",
     "ordering_key": "file:a",
     "parent_id": None,
+    "timeout": None,
     "worker": "w",
     "attempt": 1,
     "now": NOW,

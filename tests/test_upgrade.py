@@ -44,7 +44,7 @@ def column_names(url: str) -> set[str]:
         engine.dispose()
 
 
-def test_an_older_ledger_gets_the_columns_added_since_and_keeps_its_jobs(db_url, tmp_path):
+def test_an_older_ledger_gets_the_quarantine_column_and_its_index_and_keeps_its_jobs(db_url, tmp_path):
     with Coordinator.open(db_url, root=tmp_path / "data", registry=default_registry()) as c:
         job_id = c.enqueue(CreateFile(path="a.json", text="a")).id
     engine = create_engine(db_url)
@@ -75,3 +75,19 @@ def test_opening_an_up_to_date_ledger_runs_no_index_statement(db_url, tmp_path):
         engine.dispose()
     assert not [s for s in statements if "INDEX" in s.upper() and not s.lstrip().upper().startswith("SELECT")]
     assert not [s for s in statements if s.lstrip().upper().startswith("ALTER")]
+
+
+def test_an_older_ledger_gets_the_columns_added_since_and_keeps_its_jobs(db_url, tmp_path):
+    from tether import CreateFile
+
+    with Coordinator.open(db_url, root=tmp_path / "data", registry=default_registry()) as c:
+        old = c.enqueue(CreateFile(path="a.json", content=1)).id
+    engine = create_engine(db_url)
+    with engine.begin() as conn:  # as a version without per-job timeouts left it
+        conn.exec_driver_sql("ALTER TABLE tether_jobs DROP COLUMN timeout")
+    engine.dispose()
+
+    with Coordinator.open(db_url, root=tmp_path / "data", registry=default_registry()) as c:
+        new = c.enqueue(CreateFile(path="b.json", content=2), timeout=5).id
+        assert c.get(old).timeout is None and c.get(new).timeout == 5.0
+        assert c.run_until_idle() == 2

@@ -23,7 +23,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .record import JobRecord
+from .record import JobRecord, make_tuple
 from .schema import TABLE
 from .status import JobStatus
 
@@ -32,7 +32,6 @@ _TABLE = re.compile(rf"\b{TABLE}\b")
 _UTC = UTC
 _TIME_COLUMNS = (9, 10, 11, 12, 13)  # locked_at, created_at, claimed_at, completed_at, run_at
 _STATUS = {s.value: s for s in JobStatus}
-_tuple_new = tuple.__new__
 
 
 class Backend:
@@ -74,6 +73,7 @@ class Backend:
             "idempotency_key": job.idempotency_key,
             "ordering_key": job.ordering_key,
             "parent_id": job.parent_id,
+            "timeout": job.timeout,
         }
 
     def record(self, row: tuple) -> JobRecord:
@@ -351,7 +351,7 @@ class SQLiteBackend(Backend):
                     if when is None:
                         when = times[text] = datetime.fromisoformat(text).replace(tzinfo=_UTC)
                     values[i] = when
-            out.append(_tuple_new(JobRecord, values))  # JobRecord(*values) without its Python frame
+            out.append(make_tuple(JobRecord, values))  # JobRecord(*values) without its Python frame
         return out
 
     def _begin(self, cur: Any) -> None:

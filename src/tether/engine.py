@@ -143,29 +143,23 @@ def _index_names(conn: sa.Connection, dialect: str) -> set[str]:
     return set(conn.execute(sa.text(query), {"table": TABLE}).scalars())
 
 
-def _column_names(conn: sa.Connection, dialect: str) -> set[str]:
+def _column_names(conn: sa.Connection, dialect: str, table: str) -> set[str]:
     if dialect == "postgresql":
-        query = (
-            "SELECT column_name FROM information_schema.columns"
-            " WHERE table_schema = current_schema() AND table_name = :table"
-        )
-        return set(conn.execute(sa.text(query), {"table": TABLE}).scalars())
-    return {row[1] for row in conn.exec_driver_sql(f"PRAGMA table_info({TABLE})")}
+        query = "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = :table"
+        return set(conn.execute(sa.text(query), {"table": table}).scalars())
+    return {row[1] for row in conn.exec_driver_sql(f"PRAGMA table_info({table})")}
 
 
 def _add_missing_columns(conn: sa.Connection, dialect: sa.Dialect) -> None:
-    """A ledger from an earlier version gets the columns added since (each nullable, so existing
-    rows need no value): before the indexes, which may use them."""
-    present = _column_names(conn, dialect.name)
+    """Columns added since a ledger was created (all nullable): added in place, no rewrite."""
     for table in metadata.sorted_tables:
+        present = _column_names(conn, dialect.name, table.name)
         for column in table.columns:
-            if column.name in present:
-                continue
-            if not column.nullable:  # a later version must give it a default and handle it here
-                raise ConfigError(f"the ledger's {TABLE} table lacks column {column.name!r}, which cannot be added")
-            conn.exec_driver_sql(
-                f"ALTER TABLE {TABLE} ADD COLUMN {sa.schema.CreateColumn(column).compile(dialect=dialect)}"
-            )
+            if column.name not in present:
+                if not column.nullable:
+                    raise DatabaseUnavailable(f"cannot upgrade {table.name}: new column {column.name} is required")
+                kind = column.type.compile(dialect=dialect)
+                conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}")
 
 
 def ensure_schema(engine: sa.Engine) -> None:

@@ -16,7 +16,6 @@ import sqlalchemy as sa
 from . import ids
 from .errors import JobNotFound
 from .readonly import (  # noqa: F401  (open_ledger, NoLedger, Source: part of this API)
-    DEFAULT_LOCK_TIMEOUT,
     NoLedger,
     Source,
     engine_of,

@@ -18,15 +18,16 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
 
-from . import events, fs
+from . import events, fs, sql
 from .backend import Backend
 from .drift import DRIFT, IN_SYNC, LEFTOVER_TEMP, NOT_CHECKED, STATUSES, UNKNOWN, UNTRACKED, Finding, Report
 from .engine import READ_ONLY
-from .jobtypes.base import SYNCED, Check, Probe, file_target, listings
+from .jobtypes.base import SYNCED, Check, Probe, listings
+from .jobtypes.target import display, file_key
 
 if TYPE_CHECKING:
     from .coordinator import Coordinator
@@ -36,40 +37,25 @@ __all__ = ["DRIFT", "STATUSES", "Finding", "Report", "count_targeted_jobs", "rec
 
 BATCH = 2000
 
-_Target = tuple[str, "str | None", "str | None", "str | None", "str | None"]
 
-# Every job with a target, in target order and, within one target, in enqueue order; with
-# payloads when a probe needs them in this mode (one row lookup per job, cheaper than reading
-# the latest ones by id afterwards).
-_PAGE = """
-SELECT id, type, status, ordering_key{payload} FROM tether_jobs
-WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (:after_key, :after_id)
-  AND status IN ('pending', 'claimed', 'completed')
-ORDER BY ordering_key, id
-LIMIT :limit
-"""
-PAGE = sa.text(_PAGE.format(payload=""))
-PAGE_PAYLOADS = sa.text(_PAGE.format(payload=", payload"))
-# Payloads of the few latest completed jobs an existence check disagreed on (by primary key).
-PAYLOADS = sa.text("SELECT id, payload FROM tether_jobs WHERE id IN :ids").bindparams(
-    sa.bindparam("ids", expanding=True)
-)
-# Asked again after the disk was read, for targets that disagreed: the latest completed job and
-# whether one is active now, per target.
-RECHECK = sa.text("""
-SELECT ordering_key,
-       max(CASE WHEN status = 'completed' THEN id END),
-       max(CASE WHEN status IN ('pending', 'claimed') THEN 1 ELSE 0 END)
-FROM tether_jobs WHERE ordering_key IN :keys
-GROUP BY ordering_key
-""").bindparams(sa.bindparam("keys", expanding=True))
-ACTIVE_ON = sa.text("""
-SELECT 1 FROM tether_jobs WHERE ordering_key = :key AND status IN ('pending', 'claimed') LIMIT 1
-""")
-KNOWN_TARGETS = sa.text("SELECT DISTINCT ordering_key FROM tether_jobs WHERE ordering_key IN :keys").bindparams(
-    sa.bindparam("keys", expanding=True)
-)
-COUNT_TARGETED = sa.text("SELECT count(*) FROM tether_jobs WHERE ordering_key IS NOT NULL")
+class _TargetState(NamedTuple):
+    """One target's jobs, once all have been read: its latest completed job (id, type, and the
+    payload when the probe wants it) and an active job's id, if any."""
+
+    key: str
+    latest_id: str | None
+    latest_type: str | None
+    active_id: str | None
+    latest_payload: str | None
+
+
+PAGE = sa.text(sql.RECONCILE_PAGE.format(payload=""))
+PAGE_PAYLOADS = sa.text(sql.RECONCILE_PAGE.format(payload=", payload"))
+PAYLOADS = sa.text(sql.PAYLOADS_BY_ID).bindparams(sa.bindparam("ids", expanding=True))
+RECHECK = sa.text(sql.RECONCILE_RECHECK).bindparams(sa.bindparam("keys", expanding=True))
+ACTIVE_ON = sa.text(sql.ACTIVE_ON_TARGET)
+KNOWN_TARGETS = sa.text(sql.KNOWN_TARGETS).bindparams(sa.bindparam("keys", expanding=True))
+COUNT_TARGETED = sa.text(sql.COUNT_TARGETED)
 
 # ``.<name>.<8 hex>.tether-tmp``: fs.atomic_write's temp file for ``<name>`` in the same directory.
 _TEMP_NAME = re.compile(r"^\.(?P<target>.+)\.[0-9a-f]{8}" + re.escape(fs.TEMP_SUFFIX) + "$")
@@ -156,7 +142,7 @@ class _Reconciler:
         with self.engine.connect().execution_options(**READ_ONLY) as conn:
             return conn.execute(statement, params).fetchall()
 
-    def _pages(self) -> Iterator[tuple[list[_Target], int]]:
+    def _pages(self) -> Iterator[tuple[list[_TargetState], int]]:
         """Per batch of jobs, the targets whose jobs have all been read, as (key, latest
         completed id, its type, an active job's id, the latest's payload or None), and the jobs
         read so far. One target is carried between batches: its jobs arrive together, oldest
@@ -171,12 +157,12 @@ class _Reconciler:
             # The stream is most of a check's reading: on the driver cursor, like the hot path.
             with self.backend.read() as cur:
                 rows = cur.rows(page.text, {"after_key": after_key, "after_id": after_id, "limit": self.batch_size})
-            ready: list[_Target] = []
+            ready: list[_TargetState] = []
             for row in rows:
                 job_id, job_type, status, row_key = row[0], row[1], row[2], row[3]
                 if row_key != key:
                     if key is not None:
-                        ready.append((key, latest_id, latest_type, active_id, latest_payload))  # type: ignore[arg-type]
+                        ready.append(_TargetState(key, latest_id, latest_type, active_id, latest_payload))
                     key, latest_id, latest_type, active_id, latest_payload = row_key, None, None, None, None
                 if status == "completed":
                     latest_id, latest_type = job_id, job_type
@@ -190,7 +176,7 @@ class _Reconciler:
             self.report.newest_job_id = newest or None
             if len(rows) < self.batch_size:
                 if key is not None:
-                    ready.append((key, latest_id, latest_type, active_id, latest_payload))  # type: ignore[arg-type]
+                    ready.append(_TargetState(key, latest_id, latest_type, active_id, latest_payload))
                 yield ready, read
                 return
             yield ready, read
@@ -199,14 +185,14 @@ class _Reconciler:
     def _payloads(self, ids: list[str]) -> dict[str, str]:
         return dict(self._read(PAYLOADS, {"ids": ids})) if ids else {}
 
-    def _check_all(self, ready: list[_Target]) -> None:
+    def _check_all(self, ready: list[_TargetState]) -> None:
         """Ask each type's probe about its targets, a batch at a time."""
         by_type: dict[str, tuple[list[str], list[str], list[str | None]]] = {}
         probes = self.probes
         for key, latest_id, latest_type, active_id, payload in ready:
             if active_id is not None:
                 self._found(
-                    Finding(_display(key), NOT_CHECKED, active_id, detail="a job on this path is pending or claimed")
+                    Finding(display(key), NOT_CHECKED, active_id, detail="a job on this path is pending or claimed")
                 )
             elif latest_id is None or latest_type is None:
                 continue  # only failed jobs ever named this target: nothing is expected of it
@@ -215,7 +201,7 @@ class _Reconciler:
                 # read as "all in sync".
                 self._found(
                     Finding(
-                        _display(key),
+                        display(key),
                         NOT_CHECKED,
                         latest_id,
                         latest_type,
@@ -250,7 +236,7 @@ class _Reconciler:
                     in_sync += 1
                     continue
                 finding = Finding(
-                    _display(key),
+                    display(key),
                     check.status,
                     job_id,
                     job_type,
@@ -334,7 +320,7 @@ class _Reconciler:
         match = _TEMP_NAME.match(name)
         if match:
             target = f"{directory}/{match['target']}" if directory else match["target"]
-            if self._read(ACTIVE_ON, {"key": file_target(target)}):
+            if self._read(ACTIVE_ON, {"key": file_key(target)}):
                 return  # a running job's write in progress
         try:  # asked after the ledger: gone means a write finished meanwhile
             size = os.lstat(os.path.join(self.root, rel)).st_size
@@ -355,7 +341,7 @@ class _Reconciler:
                     Finding(rel.encode(errors="surrogateescape").decode(errors="replace"), UNTRACKED, actual_size=size)
                 )
                 continue
-            keys[file_target(rel)] = (rel, size)
+            keys[file_key(rel)] = (rel, size)
         if not keys:
             return
         known = {row[0] for row in self._read(KNOWN_TARGETS, {"keys": list(keys)})}
@@ -413,8 +399,3 @@ def _size(entry: os.DirEntry[str]) -> int | None:
         return entry.stat(follow_symlinks=False).st_size
     except OSError:
         return None
-
-
-def _display(key: str) -> str:
-    """``file:notes/a.json`` -> ``notes/a.json``: the target as the operator names it."""
-    return key.partition(":")[2] or key

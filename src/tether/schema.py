@@ -75,6 +75,7 @@ class Job(TetherModel, table=True):
     ordering_key: str | None = Field(default=None, max_length=1024)
     parent_id: str | None = Field(default=None, max_length=26)
     result: str | None = Field(default=None, sa_type=sa.Text)
+    timeout: float | None = None  # seconds an attempt may take; None: the job type's timeout, if any
     # Set when a worker died while holding the job (see reclaim.py); while set, the job is
     # claimed alone, never in a batch. Added after the first release: ensure_schema adds it.
     quarantine: str | None = Field(default=None, max_length=256)

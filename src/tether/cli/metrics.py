@@ -6,8 +6,8 @@ import sys
 
 import typer
 
+from ..config import DEFAULT_BACKLOG_LIMIT, DEFAULT_LOCK_TIMEOUT, ENV_BACKLOG_LIMIT
 from ..health import Thresholds
-from ..readonly import DEFAULT_LOCK_TIMEOUT
 from .app import app
 from .output import ledger, parse_duration
 
@@ -19,7 +19,10 @@ def metrics(
     ),
     window: str = typer.Option("1h", "--window", help="Window of the duration summary, e.g. 5m, 1h."),
     backlog_limit: int = typer.Option(
-        100, "--backlog-limit", envvar="TETHER_BACKLOG_LIMIT", help="Backlog soft limit used for tether_health."
+        DEFAULT_BACKLOG_LIMIT,
+        "--backlog-limit",
+        envvar=ENV_BACKLOG_LIMIT,
+        help="Backlog soft limit used for tether_health.",
     ),
 ) -> None:
     """Print the ledger's numbers in Prometheus text format.

@@ -6,7 +6,6 @@ Any failure (a bad flag, an unreachable database, a crash) exits 1, never 2.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from .. import events
+from .. import config, events
 from ..errors import ConfigError
 from ..readonly import open_ledger
 from ..reconcile import DRIFT, STATUSES, Report, count_targeted_jobs
@@ -83,7 +82,7 @@ def _require_existing(db: str | None, root: str | None) -> None:
     """A check never creates what it checks: a mistyped --db would otherwise be a new, empty
     ledger reading "in sync", and a mistyped --root an empty directory reading "missing"."""
     open_ledger(db, schema=settings.schema).dispose()
-    path = Path(root or os.environ.get("TETHER_ROOT") or ".")
+    path = Path(config.root(root))
     if not path.is_dir():
         what = "is not a directory" if path.exists() else "does not exist"
         raise ConfigError(f"the data root {path} {what} (check --root or TETHER_ROOT)")

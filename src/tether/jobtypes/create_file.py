@@ -22,10 +22,10 @@ from .base import (
     check_file,
     checked_path,
     file_paths,
-    file_target,
     files_exist,
     with_expected,
 )
+from .target import Target
 
 if TYPE_CHECKING:
     from ..context import JobContext
@@ -102,8 +102,8 @@ class CreateFileType(JobType[CreateFile]):
         path = checked_path(self.name, "path", root, payload.path)
         return payload if path == payload.path else payload.model_copy(update={"path": path})
 
-    def ordering_key(self, payload: CreateFile) -> str:
-        return file_target(payload.path)
+    def target(self, payload: CreateFile) -> Target:
+        return Target.file(payload.path)
 
     def run(self, payload: CreateFile, ctx: JobContext) -> dict[str, Any]:
         data = render(payload)
