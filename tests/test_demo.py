@@ -102,7 +102,9 @@ def test_outbox_example_keeps_the_row_and_the_job_together(tmp_path):
 
 def test_readme_first_example_runs_as_written(tmp_path, monkeypatch, capsys):
     readme = (REPO / "README.md").read_text()
-    code = re.search(r"```python\n(.*?)```", readme, re.S).group(1)
+    first = re.search(r"```python\n(.*?)```", readme, re.S)
+    assert first is not None
+    code = first.group(1)
     assert "JsonStore" in code and len(code.strip().splitlines()) <= 12
     monkeypatch.chdir(tmp_path)
     exec(compile(code, "README.md", "exec"), {"__name__": "readme"})

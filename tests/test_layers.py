@@ -122,7 +122,9 @@ def test_the_layer_test_sees_an_upward_import(tmp_path, monkeypatch):
     (fake / "coordinator.py").write_text("")
     (fake / "jobtypes" / "__init__.py").write_text("")
     (fake / "jobtypes" / "base.py").write_text(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..store import X\nfrom ..coordinator import Coordinator\n"
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from ..store import X\n"
+        "from ..coordinator import Coordinator\n"
     )
     monkeypatch.setattr(__import__(__name__), "SRC", fake)
     assert _runtime_imports(fake / "jobtypes" / "base.py") == {"coordinator"}

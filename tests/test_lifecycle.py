@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import UTC
+from typing import Any
 
 import orjson
 import pytest
@@ -456,7 +457,7 @@ def test_jobs_inserted_together_are_stored_exactly_as_each_was_built(c, clock, w
         monkeypatch.setattr(queue, "_JSON_CHARS", 40)
     names = ["plain", 'quote " backslash \\ slash /', "tab\tnewline\n", "caf\u00e9 \u2603 \U0001f600", "nul\x00"]
     with c.transaction() as tx:
-        for i, name in enumerate(names):
+        for name in names:
             tx.enqueue(Note(name=name))  # untargeted, each its own enqueue time
         tx.enqueue(Note(name="late"), delay=30)
     many = c.enqueue_many([Note(name=n, target=f"t{i % 2}") for i, n in enumerate(names)], priority=2)
@@ -480,7 +481,7 @@ def test_a_json_insert_is_split_where_its_payloads_pass_the_size_cap(monkeypatch
 
     Job = namedtuple("Job", "payload")
     monkeypatch.setattr(queue, "_JSON_CHARS", 10)
-    jobs = [Job("x" * n) for n in (4, 4, 4, 30, 2, 3)]
+    jobs: list[Any] = [Job("x" * n) for n in (4, 4, 4, 30, 2, 3)]  # stand-ins: only .payload is read
     parts = list(queue._by_size(jobs))
     assert [[len(j.payload) for j in part] for part in parts] == [[4, 4], [4], [30], [2, 3]]
     assert [j for part in parts for j in part] == jobs  # every job once, in order
@@ -521,9 +522,9 @@ def test_job_ids_are_ulids_in_enqueue_order_even_within_one_millisecond(monkeypa
     monkeypatch.setattr(ids, "_last", "")  # and restored: later tests keep real-time ids
 
     now = datetime(2026, 3, 1, 12, 0, 0, 123000, tzinfo=UTC)
-    ids = [new_id(now) for _ in range(1000)]
-    assert ids == sorted(ids) and len(set(ids)) == 1000
-    assert ULID.from_str(ids[0]).datetime == now
+    made = [new_id(now) for _ in range(1000)]
+    assert made == sorted(made) and len(set(made)) == 1000
+    assert ULID.from_str(made[0]).datetime == now
 
 
 def test_job_ids_encode_like_the_ulid_reference_for_any_128_bit_value():

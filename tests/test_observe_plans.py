@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import pytest
@@ -31,7 +32,7 @@ QUESTIONS: dict[str, Callable[[Coordinator], Any]] = {
     "stuck": lambda c: observe.stuck(c, now=NOW),
     "durations": lambda c: observe.durations(c, now=NOW),
     "recent": lambda c: observe.recent(c, now=NOW),
-    **{f"jobs {s}": (lambda c, s=s: observe.jobs(c, status=s)) for s in ("pending", "claimed", "completed", "failed")},
+    **{f"jobs {s}": partial(observe.jobs, status=s) for s in ("pending", "claimed", "completed", "failed")},
     "jobs completed since": lambda c: observe.jobs(c, status="completed", since=NOW - timedelta(seconds=100)),
     "purge dry run": lambda c: retention.purge(c, older_than=timedelta(seconds=1000), dry_run=True, now=NOW),
     "purge": lambda c: retention.purge(

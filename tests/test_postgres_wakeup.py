@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import sqlalchemy as sa
@@ -24,9 +25,10 @@ REPO = Path(__file__).resolve().parent.parent
 import pg_jobtypes  # noqa: E402  (tests/ is on sys.path, as for jobkit)
 
 LISTEN_SQL = f"LISTEN {DEFAULT_CHANNEL}"
+T = TypeVar("T")
 
 
-def wait_until(condition: Callable[[], object], timeout: float, what: str, interval: float = 0.01) -> object:
+def wait_until(condition: Callable[[], T], timeout: float, what: str, interval: float = 0.01) -> T:
     deadline = time.monotonic() + timeout
     while True:
         value = condition()

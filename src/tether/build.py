@@ -33,7 +33,7 @@ class _TypeHooks(NamedTuple):
     encode: Callable[[Payload], bytes]
 
     @classmethod
-    def of(cls, job_type: JobType, payload_class: type[Payload]) -> _TypeHooks:
+    def of(cls, job_type: JobType[Any], payload_class: type[Payload]) -> _TypeHooks:
         def overridden(name: str) -> bool:
             return getattr(type(job_type), name) is not getattr(JobType, name)
 
@@ -98,7 +98,7 @@ class Builder:
         root = self.root
         jobs = []
         ids = [new_id(now)] if len(payloads) == 1 else new_ids(now, len(payloads))
-        for payload, job_id in zip(payloads, ids):
+        for payload, job_id in zip(payloads, ids, strict=True):
             kind = kinds.get(type(payload)) or self._kind(payload, kinds)
             if kind.prepare is not None:
                 payload = kind.prepare(payload, root)

@@ -69,7 +69,7 @@ class Coordinator:
             raise ConfigError(f"cannot create the data root {root_path}: {e.strerror}") from e
         engine = create_engine(
             db_url,
-            durability=config.durability(durability),  # type: ignore[arg-type]
+            durability=config.durability(durability),  # type: ignore[arg-type]  # create_engine checks the value
             schema=config.schema(schema),
         )
         try:
@@ -85,7 +85,7 @@ class Coordinator:
             lock_timeout=lock_timeout,
         )
 
-    def register(self, job_type: JobType) -> JobType:
+    def register(self, job_type: JobType[Any]) -> JobType[Any]:
         """Add an application's own job type."""
         return self.registry.register(job_type)
 

@@ -6,7 +6,7 @@ import os
 import re
 import weakref
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
@@ -94,7 +94,7 @@ def _sqlite_engine(url: sa.URL, durability: Durability, busy_timeout: float) -> 
     synchronous = "FULL" if durability == "full" else "NORMAL"
 
     @sa.event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn, _record):  # noqa: ANN001
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute(f"PRAGMA synchronous={synchronous}")
@@ -145,7 +145,10 @@ def _index_names(conn: sa.Connection, dialect: str) -> set[str]:
 
 def _column_names(conn: sa.Connection, dialect: str, table: str) -> set[str]:
     if dialect == "postgresql":
-        query = "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = :table"
+        query = (
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_schema = current_schema() AND table_name = :table"
+        )
         return set(conn.execute(sa.text(query), {"table": table}).scalars())
     return {row[1] for row in conn.exec_driver_sql(f"PRAGMA table_info({table})")}
 

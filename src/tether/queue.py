@@ -245,7 +245,8 @@ class Queue:
         return self._claimed(rows, worker)
 
     def _claim_in(self, cur: Any, worker: str, now: datetime, limit: int) -> list[JobRecord]:
-        return cur.records(self._claim_sql, {"worker": worker, "now": now, "limit": limit})
+        claimed: list[JobRecord] = cur.records(self._claim_sql, {"worker": worker, "now": now, "limit": limit})
+        return claimed
 
     def _claimed(self, rows: list[JobRecord], worker: str) -> list[JobRecord]:
         jobs = sorted(rows, key=lambda j: (-j.priority, j.created_at, j.id))
@@ -280,7 +281,7 @@ class Queue:
             params.update(worker=worker, attempt=attempt)
         if not returning:
             return True if cur.execute(_without_returning(_EDGE_SQL[edge]), params) == 1 else None
-        job = cur.record(_EDGE_SQL[edge], params)
+        job: JobRecord | None = cur.record(_EDGE_SQL[edge], params)
         if job is not None:
             assert job.status is to_status, (edge, from_status, job.status)
         return job
@@ -327,7 +328,7 @@ class Queue:
             completed = self.complete_many(cur, worker, completing, now) if len(completing) > 1 else None
             for d in decisions:
                 if completed is not None and d.edge == "complete":
-                    job = True if (d.job.id, d.job.attempts) in completed else None
+                    job: JobRecord | bool | None = True if (d.job.id, d.job.attempts) in completed else None
                 else:
                     values = dict(d.values)
                     if d.edge in ("complete", "fail"):
@@ -344,12 +345,12 @@ class Queue:
                 claimed = self._claim_in(cur, worker, self.clock.now(), claim)
         requeued = False
         log = events.enabled()
-        for d, job in zip(decisions, moved):
+        for d, job in zip(decisions, moved, strict=True):
             if job is None:
                 self._lost(d.job, worker)
                 continue
             if log:
-                self._event(d.edge, job if records else d.after(), worker, duration=d.duration)
+                self._event(d.edge, job if isinstance(job, JobRecord) else d.after(), worker, duration=d.duration)
             requeued = requeued or d.edge in ("retry", "release")
         self.committed(inserted)
         if requeued:
@@ -361,6 +362,7 @@ class Queue:
         [moved] = self.finish(worker, [decision])
         if moved is None:
             raise LostLease(decision.job.id, worker, decision.job.attempts)
+        assert isinstance(moved, JobRecord)  # finish() reads the changed rows back by default
         return moved
 
     def _lost(self, job: JobRecord, worker: str) -> None:
@@ -433,6 +435,7 @@ class Queue:
                 moved = self.transition(cur, "manual_retry", job_id, now=now)
                 if moved is None:  # PostgreSQL: changed by another transaction since the read
                     raise InvalidTransition(job_id, self.get(job_id, cur=cur).status.value, JobStatus.PENDING.value)
+                assert isinstance(moved, JobRecord)  # returning=True: the changed row, read back
                 self.wakeup.notify_in(cur)
         except sa.exc.IntegrityError as e:
             job = self.get(job_id)

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Any, Union
 
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 Source = Union["Coordinator", sa.Engine]
 
 
-t = Job.__table__
+t = Job.__table__  # type: ignore[attr-defined]  # sqlmodel sets it; its types do not declare it
 COLUMNS = [t.c[name] for name in t.c.keys()]
 
 
@@ -92,15 +92,15 @@ def reading(source: Source) -> Iterator[sa.Connection]:
         raise DatabaseUnavailable(f"could not read the ledger: {' '.join(str(e.orig).split())}") from e
 
 
-def records(conn: sa.Connection, query: sa.Select) -> list[JobRecord]:
+def records(conn: sa.Connection, query: sa.Select[Any]) -> list[JobRecord]:
     return [JobRecord.from_row(r) for r in conn.execute(query)]
 
 
-def select_jobs() -> sa.Select:
+def select_jobs() -> sa.Select[Any]:
     return sa.select(*COLUMNS)
 
 
-def finished() -> sa.ColumnElement[bool]:
+def finished() -> sa.TextClause:
     """Matches finished jobs only, in the very condition ``ix_tether_jobs_done`` is partial to
     (SQLite uses a partial index only when the query implies its condition term by term)."""
     return sa.text(FINISHED_SQL)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -136,7 +136,7 @@ class _Reconciler:
 
     # -- the ledger ------------------------------------------------------------------------
 
-    def _read(self, statement: sa.TextClause, params: dict[str, Any]) -> list[Any]:
+    def _read(self, statement: sa.TextClause, params: dict[str, Any]) -> Sequence[Any]:
         """One short read-only transaction: a long check never holds a snapshot open (which on
         SQLite would stop WAL checkpoints for its whole duration)."""
         with self.engine.connect().execution_options(**READ_ONLY) as conn:
@@ -148,7 +148,7 @@ class _Reconciler:
         read so far. One target is carried between batches: its jobs arrive together, oldest
         first. Without payloads the stream reads only the target index, never the table."""
         probed = {name for name, probe in self.probes.items() if probe is not None}
-        wide = any(self.probes[name].wants_payload(content=self.content) for name in probed)  # type: ignore[union-attr]
+        wide = any(self.probes[name].wants_payload(content=self.content) for name in probed)  # type: ignore[union-attr]  # probed: not None
         page = PAGE_PAYLOADS if wide else PAGE
         after_key, after_id, read, newest = "", "", 0, ""
         key: str | None = None
@@ -221,17 +221,18 @@ class _Reconciler:
             probe = self.probes[job_type]
             assert probe is not None
             with_payload = probe.wants_payload(content=self.content)
-            checks = self._ask(probe, list(zip(keys, payloads)))
+            checks = self._ask(probe, list(zip(keys, payloads, strict=True)))
             if not with_payload:
                 # The report says what was expected: ask again, with payloads, about the few
                 # targets that disagree.
                 again = [n for n, c in enumerate(checks) if c is not SYNCED and c.status != IN_SYNC]
                 if again:
                     found = self._payloads([ids[n] for n in again])
-                    for n, check in zip(again, self._ask(probe, [(keys[n], found.get(ids[n])) for n in again])):
+                    asked = self._ask(probe, [(keys[n], found.get(ids[n])) for n in again])
+                    for n, check in zip(again, asked, strict=True):
                         checks[n] = check
             in_sync = 0
-            for key, job_id, check in zip(keys, ids, checks):
+            for key, job_id, check in zip(keys, ids, checks, strict=True):
                 if check is SYNCED or check.status == IN_SYNC:
                     in_sync += 1
                     continue
@@ -254,7 +255,7 @@ class _Reconciler:
 
     def _ask(self, probe: Probe, items: list[tuple[str, str | None]]) -> list[Check]:
         try:
-            return probe.check_many(items, self.root, content=self.content)  # type: ignore[arg-type]
+            return probe.check_many(items, self.root, content=self.content)  # type: ignore[arg-type]  # None: not wanted
         except Exception:  # one bad payload: ask one at a time so only it is unknown
             return [self._check_one(probe, target, payload) for target, payload in items]
 
@@ -262,7 +263,7 @@ class _Reconciler:
         if payload is None and probe.wants_payload(content=self.content):
             return Check(UNKNOWN, detail="the job's row was removed during the check")
         try:
-            return probe.check(target, payload, self.root, content=self.content)  # type: ignore[arg-type]
+            return probe.check(target, payload, self.root, content=self.content)  # type: ignore[arg-type]  # None: not wanted
         except Exception as e:  # a probe bug or a payload it cannot read: this target is unknown
             return Check(UNKNOWN, detail=f"probe failed: {type(e).__name__}")
 
@@ -308,6 +309,7 @@ class _Reconciler:
             elif rel.endswith(fs.TEMP_SUFFIX):
                 self._temp(rel)
             elif self.untracked:
+                assert not isinstance(entry, bool)  # True only with only_temps, never when untracked
                 pending.append((rel, _size(entry)))
                 if len(pending) >= 500:
                     self._untracked(pending)

@@ -18,7 +18,7 @@ from .status import JobStatus
 TABLE = "tether_jobs"
 
 
-class UTCDateTime(sa.TypeDecorator):
+class UTCDateTime(sa.TypeDecorator[datetime]):
     """Timezone-aware UTC in Python on every backend (SQLite keeps a fixed-width text form,
     so ``<`` on the column is time order)."""
 
@@ -81,7 +81,7 @@ class Job(TetherModel, table=True):
     quarantine: str | None = Field(default=None, max_length=256)
 
 
-_t = Job.__table__
+_t = Job.__table__  # type: ignore[attr-defined]  # sqlmodel sets it; its types do not declare it
 
 # Most jobs carry no idempotency key, ordering key or parent, and most rows are finished: every
 # index below is partial to the rows its queries ask about, so a job without them is in one index

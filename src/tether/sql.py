@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .schema import ACTIVE_KEYED_SQL, QUARANTINED_SQL, TABLE, Job
 
-COLUMNS = tuple(Job.__table__.c.keys())
+COLUMNS = tuple(Job.__table__.c.keys())  # type: ignore[attr-defined]  # sqlmodel sets it; its types do not declare it
 _COLS = ", ".join(COLUMNS)
 _ACTIVE = "status IN ('pending', 'claimed')"
 _FENCE = "id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt"

@@ -66,10 +66,11 @@ class PgWakeup(Wakeup):
     """``Wakeup`` across processes and machines through PostgreSQL ``LISTEN/NOTIFY``.
 
     ``notify_in(cur)`` sends ``NOTIFY channel`` inside the enqueue's own transaction, so listeners
-    hear it at the commit and never before the job is visible. The first ``wait()`` starts a daemon thread that holds its own connection,
-    ``LISTEN``s, and bumps the generation on every notification from another ``PgWakeup``; it
-    reconnects with backoff when the connection drops, and wakes waiters after each reconnect
-    because notifications sent meanwhile are gone. Processes that only enqueue never listen.
+    hear it at the commit and never before the job is visible. The first ``wait()`` starts a
+    daemon thread that holds its own connection, ``LISTEN``s, and bumps the generation on every
+    notification from another ``PgWakeup``; it reconnects with backoff when the connection drops,
+    and wakes waiters after each reconnect because notifications sent meanwhile are gone.
+    Processes that only enqueue never listen.
     """
 
     in_process_only = False  # NOTIFY rides in the enqueue transaction

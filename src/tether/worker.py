@@ -115,7 +115,7 @@ class Worker:
         trusted_until = batch.leased_at + self.config.lock_timeout / 2
         contexts = [JobContext(job, self.queue, self._cancel, self.id, trusted_until=trusted_until) for job in jobs]
         with self._running_lock:
-            for job, ctx in zip(jobs, contexts):
+            for job, ctx in zip(jobs, contexts, strict=True):
                 self._running[job.id] = (job, ctx)
         pending: list[Decision] = []
         flush_at = 0.0
@@ -124,7 +124,7 @@ class Worker:
         finished = False
         following = _Claimed()
         try:
-            for job, ctx in zip(jobs, contexts):
+            for job, ctx in zip(jobs, contexts, strict=True):
                 if (self._stopping.is_set() and ran) or slow:
                     # Shutting down, or the batch turned out slow: the jobs not yet started go
                     # back untouched, for any worker to take.
@@ -213,7 +213,12 @@ class Worker:
             except sa.exc.SQLAlchemyError as e:
                 # The database refuses this outcome (a value it cannot store): retrying would
                 # never end, so record each alone and fail the ones it refuses.
-                events.emit("db_refused", worker=self.id, error=type(e.orig or e).__name__, jobs=len(decisions))
+                events.emit(
+                    "db_refused",
+                    worker=self.id,
+                    error=type(getattr(e, "orig", None) or e).__name__,
+                    jobs=len(decisions),
+                )
                 if len(decisions) > 1:
                     for d in decisions:
                         self._record([d])
@@ -222,7 +227,8 @@ class Worker:
                     return []  # even the plain failure is refused; the lock will go stale
                 refused_once = True
                 [d] = decisions
-                error = f"tether could not record this job's outcome ({d.edge}): {type(e.orig or e).__name__}: {e.orig or e}"
+                cause = getattr(e, "orig", None) or e  # not every SQLAlchemyError wraps a driver error
+                error = f"tether could not record this job's outcome ({d.edge}): {type(cause).__name__}: {cause}"
                 decisions = [Decision.fail(d.job, error, d.duration)]
 
     def heartbeat_once(self, now: datetime | None = None) -> list[str]:
@@ -301,8 +307,9 @@ class Worker:
             for i in range(self.config.threads)
         ]
         watcher = None
-        if not until_idle and self.queue.backend.name == "sqlite":
-            watcher = WalWatcher(self.queue.engine.url.database, self.queue.wakeup).start()
+        database = self.queue.engine.url.database
+        if not until_idle and self.queue.backend.name == "sqlite" and database:  # not in-memory
+            watcher = WalWatcher(database, self.queue.wakeup).start()
         for t in threads:
             t.start()
         try:
@@ -335,7 +342,7 @@ class Worker:
                 try:
                     self.sweep_once()
                 except sa.exc.SQLAlchemyError as e:
-                    events.emit("db_error", worker=self.id, error=type(e.orig or e).__name__)
+                    events.emit("db_error", worker=self.id, error=type(getattr(e, "orig", None) or e).__name__)
                 next_sweep = now + self.config.sweep_every
 
     def _beat_quietly(self) -> None:
@@ -345,7 +352,7 @@ class Worker:
             self.heartbeat_once()
             self._last_beat = time.monotonic()
         except sa.exc.SQLAlchemyError as e:
-            events.emit("db_error", worker=self.id, error=type(e.orig or e).__name__)
+            events.emit("db_error", worker=self.id, error=type(getattr(e, "orig", None) or e).__name__)
             if time.monotonic() - self._last_beat > self.config.lock_timeout / 2:
                 with self._running_lock:
                     contexts = [ctx for _, ctx in self._running.values()]
@@ -378,7 +385,9 @@ class Worker:
                 backoff = 0.0
             except sa.exc.SQLAlchemyError as e:
                 backoff = self._next_backoff(backoff)
-                events.emit("db_error", worker=self.id, error=type(e.orig or e).__name__, retry_in=backoff)
+                events.emit(
+                    "db_error", worker=self.id, error=type(getattr(e, "orig", None) or e).__name__, retry_in=backoff
+                )
                 ran = -1
             finally:
                 with self._idle:

@@ -70,7 +70,8 @@ def _global(
         None,
         "--durability",
         envvar=config.ENV_DURABILITY,
-        help="SQLite commit durability: 'full' (default; survives power loss) or 'normal' (may lose the last commits on power loss).",
+        help="SQLite commit durability: 'full' (default; survives power loss) "
+        "or 'normal' (may lose the last commits on power loss).",
     ),
 ) -> None:
     settings.db, settings.root, settings.imports = db, root, tuple(imports)

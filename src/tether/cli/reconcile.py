@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -20,6 +20,9 @@ from ..readonly import open_ledger
 from ..reconcile import DRIFT, STATUSES, Report, count_targeted_jobs
 from ..reconcile import reconcile as run_reconcile
 from .app import app, err, open_coordinator, out, print_json, settings
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 @app.command()
@@ -36,7 +39,8 @@ def reconcile(
     startup: bool = typer.Option(
         False,
         "--startup",
-        help="Reclaim stale locks first (Coordinator.startup_check): what to run before workers start. Without it the check writes nothing.",
+        help="Reclaim stale locks first (Coordinator.startup_check): what to run before workers start. "
+        "Without it the check writes nothing.",
     ),
     quiet: bool = typer.Option(
         False, "--quiet", "-q", help="Do not print events (drift.detected, reconcile.finished: JSON lines on stderr)."
@@ -92,7 +96,8 @@ class _progress:
     """A rich progress bar on stderr for long checks; a no-op when not on a terminal."""
 
     def __init__(self, coordinator: Any, *, enabled: bool) -> None:
-        self.coordinator, self.enabled, self.bar = coordinator, enabled, None
+        self.coordinator, self.enabled = coordinator, enabled
+        self.bar: Progress | None = None
 
     def __enter__(self) -> Callable[[int], None] | None:
         if not self.enabled:

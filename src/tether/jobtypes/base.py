@@ -261,13 +261,13 @@ def files_exist(root: Path, rels: Sequence[str], *, present: bool) -> list[Check
                 out[n] = _exists(prefix + rels[n], present)
             continue
         get = listing.get
-        for n, name in zip(indexes, names):
+        for n, name in zip(indexes, names, strict=True):
             is_dir = get(name)
             if (is_dir is False) if present else (is_dir is None):
                 out[n] = SYNCED
             else:
                 out[n] = _exists(prefix + rels[n], present)
-    return out  # type: ignore[return-value]
+    return out  # type: ignore[return-value]  # every slot was filled above
 
 
 def _exists(path: str, present: bool) -> Check:

@@ -81,7 +81,10 @@ class CreateFileProbe(Probe):
                 out.append(check_file(root, fields["path"], render_fields(fields.get("content"), fields.get("text"))))
             return out
         found = files_exist(root, file_paths(items), present=True)
-        return [c if c is SYNCED or c.status == IN_SYNC else _expecting(c, p) for c, (_, p) in zip(found, items)]
+        return [
+            c if c is SYNCED or c.status == IN_SYNC else _expecting(c, p)
+            for c, (_, p) in zip(found, items, strict=True)
+        ]
 
 
 def _expecting(check: Check, payload: str | None) -> Check:
