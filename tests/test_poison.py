@@ -94,7 +94,8 @@ def rows_of(c: Coordinator) -> dict[str, dict]:
 def locks_are_stale(c: Coordinator, lock_timeout: float) -> bool:
     """Every claimed job's lock is older than the lock timeout: the next round's sweep takes it."""
     cutoff = datetime.now(UTC) - timedelta(seconds=lock_timeout)
-    return all(c.get(i).locked_at < cutoff for i, r in rows_of(c).items() if r["status"] == "claimed")
+    claimed = [c.get(i) for i, r in rows_of(c).items() if r["status"] == "claimed"]
+    return all(job.locked_at is not None and job.locked_at < cutoff for job in claimed)
 
 
 def wait_for(condition, what: str, timeout: float = DEADLINE) -> None:
