@@ -41,6 +41,14 @@ def test_a_job_that_ran_alone_keeps_its_attempt_and_is_quarantined(c, clock):
     assert back.last_error.startswith("worker died while running (reclaimed, attempt 1 of 3): lock of worker w1")
 
 
+def test_the_last_job_of_a_batch_without_an_outcome_is_the_one_that_was_running(c, clock):
+    c.enqueue_many([Note(name=n) for n in "abd"])
+    a, b, d = c.queue.claim("w1", limit=10)
+    c.queue.finish("w1", [Decision.complete(a, None), Decision.complete(b, None)])  # a group commit
+    [back] = die(c, clock)
+    assert (back.id, back.attempts, back.quarantine) == (d.id, 1, "crashed")
+
+
 def test_a_quarantined_job_is_claimed_alone_when_it_is_first_and_never_in_a_batch(c, clock):
     a, b, d, e = (c.enqueue(Note(name=n)).id for n in "abde")
     c.queue.claim("w1", limit=2)  # a and b
