@@ -152,3 +152,20 @@ def test_tether_reconcile_startup_reclaims_a_dead_workers_lock_and_reports_its_p
     ]
     with Coordinator.open(site["db"], root=site["root"]) as c:
         assert c.get(job).status.value == "pending"
+
+
+def test_a_modified_file_reports_its_differing_fields_and_every_finding_field_is_documented(
+    site: dict[str, str],
+) -> None:
+    Path(site["root"], "people", "ken.json").write_text('{"name": "Kenneth Thompson"}\n')
+    done = run(["--db", site["db"], "--root", site["root"], "--json"], site["cwd"])
+    assert done.returncode == 2, done.stderr
+    report = orjson.loads(done.stdout)
+    [finding] = report["findings"]
+    assert finding["status"] == "modified" and finding["path"] == "people/ken.json"
+    assert finding["expected"]["size"] == finding["expected_size"] and finding["actual"]["size"] == 29
+    assert [d["path"] for d in finding["differences"]] == ["size"]  # the bytes are hashed only when sizes agree
+    assert all(d["kind"] == "NOT_EQUAL" for d in finding["differences"])
+    doc = (REPO / "docs" / "cli-json.md").read_text()
+    section = doc.split("## `tether reconcile --json`")[1].split("\n## ")[0]
+    assert [f for f in [*report, *finding] if f"`{f}`" not in section and f'"{f}"' not in section] == []

@@ -27,8 +27,8 @@ _MESSAGES = {
     LEASE_LOST: "lost its lock to another worker",
 }
 
-# Creating a context's Event lazily: most handlers never ask for it, and a threading.Event per
-# job is a tenth of a fast job's cost.
+# Creating a context's Event lazily: most handlers never ask for it, and a threading.Event (a
+# Condition and its lock) per job is a visible share of a fast job's cost.
 _EVENT_LOCK = threading.Lock()
 
 

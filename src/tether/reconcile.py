@@ -236,17 +236,7 @@ class _Reconciler:
                 if check is SYNCED or check.status == IN_SYNC:
                     in_sync += 1
                     continue
-                finding = Finding(
-                    display(key),
-                    check.status,
-                    job_id,
-                    job_type,
-                    check.expected_size,
-                    check.expected_sha256,
-                    check.actual_size,
-                    check.actual_sha256,
-                    check.detail,
-                )
+                finding = Finding.of(display(key), check, job_id, job_type)
                 if check.status in DRIFT:
                     self.suspects.append((key, finding))
                 else:

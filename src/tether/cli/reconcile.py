@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import orjson
 import typer
 from rich.table import Table
 
@@ -139,15 +140,24 @@ def _print(report: Report) -> None:
             )
         for f in report.findings:
             style = "red" if f.status in DRIFT else "yellow" if f.status == "unknown" else None
-            actual = _bytes(f.actual_size, f.actual_sha256)
+            expected, actual = _bytes(f.expected_size, f.expected_sha256), _bytes(f.actual_size, f.actual_sha256)
+            if f.differences and f.expected_size is None:  # not a file: say which fields differ
+                expected = "; ".join(f"{d.path}={_value(d.expected)}" for d in f.differences)
+                actual = "; ".join(f"{d.path}={_value(d.actual)}" for d in f.differences)
             if f.detail and f.status in ("unknown", "modified", "not_checked", "missing"):
                 actual = f.detail if actual == "-" else f"{actual} ({f.detail})"
-            table.add_row(
-                f.status, f.path, f.job_id or "-", _bytes(f.expected_size, f.expected_sha256), actual, style=style
-            )
+            table.add_row(f.status, f.path, f.job_id or "-", expected, actual, style=style)
         out.print(table)
     verdict = {0: "in sync", 1: "could not check every path", 2: f"drift found ({report.drift})"}[report.exit_code]
     out.print(verdict)
+
+
+def _value(value: Any) -> str:
+    """A differing field's value, short: JSON, cut at 40 characters; absent as ``-``."""
+    if value is None:
+        return "-"
+    text = orjson.dumps(value, default=str).decode()
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def _bytes(size: int | None, sha256: str | None) -> str:

@@ -113,20 +113,63 @@ UNEXPECTED = "unexpected"
 UNKNOWN = "unknown"
 
 
+ADD = "ADD"
+REMOVE = "REMOVE"
+NOT_EQUAL = "NOT_EQUAL"
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    """One field that does not hold what the ledger expects (CloudFormation's
+    PropertyDifference): ``path`` names the field (``tags.env``, ``size``); ``kind`` is ADD (present,
+    not expected), REMOVE (expected, absent) or NOT_EQUAL. Values are what a probe may show:
+    sizes, hashes, settings; never file contents or secrets."""
+
+    path: str
+    expected: Any
+    actual: Any
+    kind: str = NOT_EQUAL
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "expected": self.expected, "actual": self.actual, "kind": self.kind}
+
+
 @dataclass(frozen=True, slots=True)
 class Check:
-    """What a probe found for one target. Sizes in bytes, hashes sha256 hex; a hash is given only
-    when it was cheap or needed (never file contents)."""
+    """What a probe found for one target: its status, what was expected and what is there (small
+    JSON values: a file's ``{"size", "sha256"}``, a resource's declared settings), the fields that
+    differ, and a detail for the operator."""
 
     status: str
-    expected_size: int | None = None
-    expected_sha256: str | None = None
-    actual_size: int | None = None
-    actual_sha256: str | None = None
+    expected: Any = None
+    actual: Any = None
+    differences: tuple[Difference, ...] = ()
     detail: str | None = None
 
 
+def file_facts(size: int | None, sha256: str | None = None) -> dict[str, Any]:
+    """A file's side of a check: its size in bytes and, when read, its sha256 (never its bytes)."""
+    return {"size": size, "sha256": sha256}
+
+
+def differences_of(expected: Any, actual: Any) -> tuple[Difference, ...]:
+    """The fields of two flat dicts that differ (a field either side lacks is ADD or REMOVE; a
+    None value on the actual side means unknown, not different)."""
+    if not isinstance(expected, dict) or not isinstance(actual, dict):
+        return ()
+    out = []
+    for name in sorted(expected.keys() | actual.keys()):
+        if name not in actual:
+            out.append(Difference(name, expected[name], None, REMOVE))
+        elif name not in expected:
+            out.append(Difference(name, None, actual[name], ADD))
+        elif actual[name] is not None and expected[name] != actual[name]:
+            out.append(Difference(name, expected[name], actual[name], NOT_EQUAL))
+    return tuple(out)
+
+
 SYNCED = Check(IN_SYNC)
+UNREADABLE_PAYLOAD = Check(UNKNOWN, detail="the job's stored payload could not be read")
 
 
 class Probe(ABC):
@@ -280,7 +323,7 @@ def _exists(path: str, present: bool) -> Check:
     if present:
         return SYNCED if st.st_mode & _S_IFMT != _S_IFDIR else Check(MODIFIED, detail="is a directory")
     kind = _kind(st.st_mode)
-    return Check(UNEXPECTED, actual_size=st.st_size if kind is None else None, detail=kind)
+    return Check(UNEXPECTED, actual=file_facts(st.st_size) if kind is None else None, detail=kind)
 
 
 def check_file(root: Path, rel: str, expected: bytes) -> Check:
@@ -303,7 +346,7 @@ def check_file(root: Path, rel: str, expected: bytes) -> Check:
         if kind is not None:
             return with_expected(Check(MODIFIED, detail=kind), expected)
         if st.st_size != len(expected):
-            return with_expected(Check(MODIFIED, actual_size=st.st_size), expected)
+            return with_expected(Check(MODIFIED, actual=file_facts(st.st_size)), expected)
         actual = _differs(fd, expected)
     except OSError as e:
         return Check(UNKNOWN, detail=_reason(e))
@@ -311,7 +354,7 @@ def check_file(root: Path, rel: str, expected: bytes) -> Check:
         os.close(fd)
     if actual is None:
         return SYNCED
-    return with_expected(Check(MODIFIED, actual_size=actual[0], actual_sha256=actual[1]), expected)
+    return with_expected(Check(MODIFIED, actual=file_facts(actual[0], actual[1])), expected)
 
 
 def _differs(fd: int, expected: bytes) -> tuple[int, str] | None:
@@ -355,7 +398,8 @@ def file_paths(items: Sequence[tuple[str, str]]) -> list[str]:
 def with_expected(check: Check, expected: bytes | None) -> Check:
     if expected is None:
         return check
-    return replace(check, expected_size=len(expected), expected_sha256=fs.sha256(expected))
+    facts = file_facts(len(expected), fs.sha256(expected))
+    return replace(check, expected=facts, differences=differences_of(facts, check.actual))
 
 
 def _kind(mode: int) -> str | None:

@@ -15,6 +15,7 @@ from ..errors import PermanentError
 from .base import (
     IN_SYNC,
     SYNCED,
+    UNREADABLE_PAYLOAD,
     Check,
     JobType,
     Payload,
@@ -77,8 +78,13 @@ class CreateFileProbe(Probe):
         if content:
             out = []
             for _, payload in items:
-                fields = orjson.loads(payload)
-                out.append(check_file(root, fields["path"], render_fields(fields.get("content"), fields.get("text"))))
+                try:
+                    fields = orjson.loads(payload)
+                    rel, expected = fields["path"], render_fields(fields.get("content"), fields.get("text"))
+                except (orjson.JSONDecodeError, TypeError, KeyError, AttributeError):
+                    out.append(UNREADABLE_PAYLOAD)  # only a row changed by hand: the ledger validated it
+                    continue
+                out.append(check_file(root, rel, expected))
             return out
         found = files_exist(root, file_paths(items), present=True)
         return [
@@ -92,8 +98,11 @@ def _expecting(check: Check, payload: str | None) -> Check:
     is at hand; the reconciler adds it otherwise)."""
     if payload is None:
         return check
-    fields = orjson.loads(payload)
-    return with_expected(check, render_fields(fields.get("content"), fields.get("text")))
+    try:
+        fields = orjson.loads(payload)
+        return with_expected(check, render_fields(fields.get("content"), fields.get("text")))
+    except (orjson.JSONDecodeError, TypeError, AttributeError):
+        return check
 
 
 class CreateFileType(JobType[CreateFile]):
