@@ -72,15 +72,18 @@ def _ready(j: str, o: str) -> str:
 
 
 _ORDER = "ORDER BY {j}.priority DESC, {j}.created_at, {j}.id"
-# Quarantine (issue 22): a job a worker died holding is claimed alone, never in a batch, so a
-# job that kills its worker takes no batch-mate down with it. The first ready job in claim order
+# Quarantine (issue 22): a job a worker died holding is claimed alone, never in a batch, so a job
+# that kills its worker takes no batch-mate down with it. The first ready job in claim order
 # decides: quarantined, the claim takes it alone; otherwise up to :limit jobs that are not
-# quarantined. Both parts are one scalar probe of the first ready job, built from the same
-# _ready() as the candidates so the two can never disagree on which job is first.
+# quarantined. The two backends find that first job differently (below).
+#
+# SQLite: a scalar probe of the first ready job, built from the same _ready() as the candidates
+# so the two cannot disagree; it reads one entry of the pending index (SQLite cannot sort the
+# chosen candidates again without a temp B-tree, which the plan tests forbid).
 _FIRST_IS_PLAIN = f"""(SELECT h.quarantine IS NULL FROM {TABLE} AS h
       WHERE {_ready("h", "ho")}
       {_ORDER.format(j="h")} LIMIT 1)"""
-_CLAIMABLE = f"""
+_CLAIMABLE_SQLITE = f"""
 SELECT j.id FROM {TABLE} AS j
 WHERE {_ready("j", "o")}
   AND (j.quarantine IS NULL) = {_FIRST_IS_PLAIN}
@@ -101,7 +104,7 @@ RETURNING {cols}
 # smaller size, and would otherwise sort the pending rows of a status index; should the index ever
 # become unusable the statement fails to prepare instead of silently scanning.
 CLAIM_SQLITE = (
-    _CLAIM.format(table=TABLE, claimable=_CLAIMABLE, cols=_COLS)
+    _CLAIM.format(table=TABLE, claimable=_CLAIMABLE_SQLITE, cols=_COLS)
     .replace("WHERE status = 'pending' AND id IN", "WHERE +status = 'pending' AND id IN")
     .replace(f"FROM {TABLE} AS j\n", f"FROM {TABLE} AS j INDEXED BY ix_tether_jobs_pending\n")
     .replace(f"FROM {TABLE} AS h\n", f"FROM {TABLE} AS h INDEXED BY ix_tether_jobs_pending\n")
@@ -111,13 +114,22 @@ CLAIM_SQLITE = (
 # PostgreSQL: concurrent claimers skip rows another transaction is claiming instead of queueing
 # behind its row locks (SQLite has one writer at a time and needs no such clause). The candidates
 # sit in a CTE because PostgreSQL may re-run an ``IN (... LIMIT n)`` subquery per outer row,
-# claiming more than n jobs; a locking CTE is evaluated exactly once. (The first-job probe does
-# not lock: if another claimer holds that job, this claim takes at most one job, still alone.)
+# claiming more than n jobs; a locking CTE is evaluated exactly once. Quarantine: the first of
+# the (at most :limit) candidates it locked decides, sorted in memory; a probe like SQLite's
+# would walk the pending jobs again, which on statistics that lag a freshly filled queue is a
+# bitmap scan and sort of every pending job (it tripled the claim's time). Quarantined
+# candidates left out stay pending; their row locks end with the transaction.
 CLAIM_POSTGRES = f"""
-WITH next AS ({_CLAIMABLE} FOR UPDATE OF j SKIP LOCKED)
+WITH next AS (
+    SELECT j.id, j.quarantine IS NULL AS plain, j.priority, j.created_at FROM {TABLE} AS j
+    WHERE {_ready("j", "o")}
+    {_ORDER.format(j="j")}
+    LIMIT :limit FOR UPDATE OF j SKIP LOCKED),
+first AS MATERIALIZED (SELECT n.id, n.plain FROM next AS n {_ORDER.format(j="n")} LIMIT 1)
 UPDATE {TABLE} AS t SET status = 'claimed', locked_by = :worker, locked_at = :now,
                         claimed_at = :now, attempts = t.attempts + 1
-FROM next WHERE t.id = next.id
+FROM next, first
+WHERE t.id = next.id AND (next.id = first.id OR (first.plain AND next.plain))
 RETURNING {", ".join("t." + c for c in COLUMNS)}
 """
 
