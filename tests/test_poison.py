@@ -2,11 +2,11 @@
 
 The operator's reproduction: 61 jobs of one type enqueued with ``--max-attempts``, where the
 poison job calls ``os._exit(1)`` (as a segfaulting C extension or the OOM killer ends a process),
-then ``tether worker --until-idle --lock-timeout 1`` again and again, each round as soon as the
-dead worker's locks are stale. Before the fix every job of the poisoned batch failed. Now the
-poison job fails after exactly ``max_attempts`` crashes (counted by its own run log), and every
-other job completes on its first counted attempt. On PostgreSQL two workers start each round,
-claiming with SKIP LOCKED side by side.
+then ``tether worker --until-idle --lock-timeout 0.5`` again and again (the issue used 1 s), each
+round as soon as the dead worker's locks are stale. Before the fix every job of the poisoned
+batch failed. Now the poison job fails after exactly ``max_attempts`` crashes (counted by its own
+run log), and every other job completes on its first counted attempt. On PostgreSQL (with
+``max_attempts`` 3) two workers start each round, claiming with SKIP LOCKED side by side.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ _SCRIPT = Path(sys.executable).with_name("tether")
 TETHER = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from tether.cli import main; main()"]
 
 TOTAL = 61
-LOCK_TIMEOUT = 1.0  # the issue's; the variants use half of it (every round waits that long)
+# The issue ran with 1 s; every round waits that long for the dead worker's locks to go stale.
+LOCK_TIMEOUT = 0.5
 DEADLINE = 60.0  # for one worker round; generous on a busy machine
 
 
@@ -179,8 +180,8 @@ def assert_only_the_poison_failed(d: Drained, max_attempts: int) -> None:
 def test_a_poison_job_fails_alone_and_every_batch_mate_completes(
     db_url: str, root: Path, tmp_path: Path, max_attempts: int
 ) -> None:
-    # PostgreSQL: two workers per round, claiming side by side with SKIP LOCKED.
-    workers = 1 if db_url.startswith("sqlite") else 2
+    # PostgreSQL, max_attempts 3: two workers per round, claiming side by side with SKIP LOCKED.
+    workers = 2 if db_url.startswith("postgresql") and max_attempts > 1 else 1
     d = drain_with_crashes(
         db_url,
         root,
@@ -228,8 +229,6 @@ def test_a_poison_job_first_last_or_beside_another_in_one_batch_fails_after_exac
         with engine.begin() as conn:
             conn.exec_driver_sql("DROP TABLE IF EXISTS tether_jobs")
         engine.dispose()
-    d = drain_with_crashes(
-        db_url, root, tmp_path, poison_at=poison_at, max_attempts=3, workers=workers, lock_timeout=LOCK_TIMEOUT / 2
-    )
+    d = drain_with_crashes(db_url, root, tmp_path, poison_at=poison_at, max_attempts=3, workers=workers)
     assert_only_the_poison_failed(d, 3)
     assert {i: d.runs[i] for i in d.poison} == {i: 3 for i in d.poison}
