@@ -76,6 +76,7 @@ class Job(TetherModel, table=True):
     parent_id: str | None = Field(default=None, max_length=26)
     result: str | None = Field(default=None, sa_type=sa.Text)
     timeout: float | None = None  # seconds an attempt may take; None: the job type's timeout, if any
+    progress: str | None = Field(default=None, sa_type=sa.Text)  # JSON {done, total, note, at} from the handler
     # Set when a worker died while holding the job (see reclaim.py); while set, the job is
     # claimed alone, never in a batch. Added after the first release: ensure_schema adds it.
     quarantine: str | None = Field(default=None, max_length=256)

@@ -149,6 +149,8 @@ def _print(report: Report) -> None:
             table.add_row(f.status, f.path, f.job_id or "-", expected, actual, style=style)
         out.print(table)
     verdict = {0: "in sync", 1: "could not check every path", 2: f"drift found ({report.drift})"}[report.exit_code]
+    if report.exit_code == 0 and report.counts["not_checked"]:
+        verdict = f"in sync where checked; {report.counts['not_checked']} not checked (see the table)"
     out.print(verdict)
 
 
