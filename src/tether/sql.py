@@ -117,7 +117,7 @@ CLAIM_SQLITE = (
 # claiming more than n jobs; a locking CTE is evaluated exactly once. Quarantine: the first of
 # the (at most :limit) candidates it locked decides, sorted in memory; a probe like SQLite's
 # would walk the pending jobs again, which on statistics that lag a freshly filled queue is a
-# bitmap scan and sort of every pending job (it tripled the claim's time). Quarantined
+# bitmap scan and sort of every pending job, twice (benchmarks/README.md). Quarantined
 # candidates left out stay pending; their row locks end with the transaction.
 CLAIM_POSTGRES = f"""
 WITH next AS (
