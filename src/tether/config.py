@@ -64,6 +64,12 @@ def root(given: str | os.PathLike[str] | None = None) -> str | os.PathLike[str]:
     return given or _env(ENV_ROOT) or DEFAULT_ROOT
 
 
+def named_root(given: str | os.PathLike[str] | None = None) -> str | os.PathLike[str] | None:
+    """The data root the caller named (``given``, else ``$TETHER_ROOT``), or None: then a ledger
+    uses the root it recorded when it was created."""
+    return given or _env(ENV_ROOT)
+
+
 def schema(given: str | None = None) -> str | None:
     """The PostgreSQL schema of the ledger: ``given``, else ``$TETHER_SCHEMA``, else the search path's."""
     return given or _env(ENV_SCHEMA)

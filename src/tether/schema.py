@@ -82,6 +82,16 @@ class Job(TetherModel, table=True):
     quarantine: str | None = Field(default=None, max_length=256)
 
 
+class Meta(TetherModel, table=True):
+    """What a ledger knows about itself, one row per key: its id, the data root it was created
+    for, and the schema version of the tether that last opened it (see meta.py)."""
+
+    __tablename__ = "tether_meta"
+
+    key: str = Field(primary_key=True, max_length=64)
+    value: str = Field(sa_type=sa.Text)
+
+
 _t = Job.__table__  # type: ignore[attr-defined]  # sqlmodel sets it; its types do not declare it
 
 # Most jobs carry no idempotency key, ordering key or parent, and most rows are finished: every

@@ -87,7 +87,10 @@ def _require_existing(db: str | None, root: str | None) -> None:
     """A check never creates what it checks: a mistyped --db would otherwise be a new, empty
     ledger reading "in sync", and a mistyped --root an empty directory reading "missing"."""
     open_ledger(db, schema=settings.schema).dispose()
-    path = Path(config.root(root))
+    named = config.named_root(root)
+    if named is None:
+        return  # the ledger's recorded root: opening the ledger checks it exists
+    path = Path(named)
     if not path.is_dir():
         what = "is not a directory" if path.exists() else "does not exist"
         raise ConfigError(f"the data root {path} {what} (check --root or TETHER_ROOT)")
