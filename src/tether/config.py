@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+from .errors import ConfigError
+
 DEFAULT_DB = "sqlite:///tether.db"
 """The ledger when neither ``--db`` nor ``TETHER_DB`` names one: SQLite in the working directory."""
 
@@ -48,6 +50,10 @@ ENV_SUCCESS_RATE_WARN = "TETHER_SUCCESS_RATE_WARN"
 ENV_SUCCESS_RATE_ERROR = "TETHER_SUCCESS_RATE_ERROR"
 ENV_P95_WARN = "TETHER_P95_WARN"
 ENV_P95_ERROR = "TETHER_P95_ERROR"
+ENV_MAX_PAYLOAD_BYTES = "TETHER_MAX_PAYLOAD_BYTES"
+
+DEFAULT_MAX_PAYLOAD_BYTES = 16 * 1024 * 1024
+"""The largest payload enqueue accepts, as its stored JSON in bytes (``tether.limits`` checks it)."""
 
 
 def _env(name: str) -> str | None:
@@ -78,3 +84,19 @@ def schema(given: str | None = None) -> str | None:
 def durability(given: str | None = None) -> str:
     """SQLite commit durability: ``given``, else ``$TETHER_DURABILITY``, else ``full``."""
     return given or _env(ENV_DURABILITY) or DEFAULT_DURABILITY
+
+
+def max_payload_bytes(given: int | None = None) -> int:
+    """The payload size limit: ``given``, else ``$TETHER_MAX_PAYLOAD_BYTES``, else 16 MiB."""
+    value: object = given
+    if value is None:
+        text = _env(ENV_MAX_PAYLOAD_BYTES)
+        if text is None:
+            return DEFAULT_MAX_PAYLOAD_BYTES
+        try:
+            value = int(text)
+        except ValueError:
+            raise ConfigError(f"{ENV_MAX_PAYLOAD_BYTES} must be a number of bytes, not {text!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"max_payload_bytes must be a positive number of bytes, not {value!r}")
+    return value
