@@ -129,11 +129,13 @@ def test_status_json_has_the_documented_schema(ledger: Ledger, tether) -> None:
         "outstanding",
         "failed",
         "stuck",
+        "quarantined",
         "oldest_pending_at",
         "oldest_pending_age",
         "by_type",
     }
     assert (data["verdict"], data["exit_code"], data["stuck"], data["failed"]) == ("error", 2, 1, 2)
+    assert data["quarantined"] == 0
     [work] = data["by_type"]
     assert {k: work[k] for k in ("type", "pending", "claimed", "outstanding")} == {
         "type": "work",

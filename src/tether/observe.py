@@ -20,7 +20,7 @@ from .readonly import NoLedger as NoLedger  # `X as X`: NoLedger, Source, open_l
 from .readonly import Source as Source
 from .readonly import open_ledger as open_ledger
 from .record import JobRecord
-from .schema import CLAIMED_SQL, PENDING_SQL
+from .schema import CLAIMED_SQL, PENDING_SQL, QUARANTINED_SQL
 from .status import JobStatus
 
 
@@ -54,6 +54,7 @@ class Stats:
     failed: int
     stuck: int
     oldest_pending_at: datetime | None
+    quarantined: int = 0  # outstanding jobs a worker died holding: each runs alone (reclaim.py)
 
     @property
     def pending(self) -> int:
@@ -83,6 +84,7 @@ class Stats:
             "outstanding": self.outstanding,
             "failed": self.failed,
             "stuck": self.stuck,
+            "quarantined": self.quarantined,
             "oldest_pending_at": self.oldest_pending_at.isoformat() if self.oldest_pending_at else None,
             "oldest_pending_age": self.oldest_pending_age,
             "by_type": [
@@ -130,10 +132,14 @@ def stats(source: Source, *, lock_timeout: float | None = None, now: datetime | 
         oldest = conn.execute(
             sa.select(sa.func.min(t.c.created_at)).where(t.c.status == JobStatus.PENDING.value)
         ).scalar_one()
+        # Through the partial index of exactly these rows (empty while no worker dies).
+        quarantined = conn.execute(
+            sa.select(sa.func.count()).select_from(t).where(sa.text(QUARANTINED_SQL))
+        ).scalar_one()
     by_type = [
         TypeBacklog(k, v.get("pending", 0), v.get("claimed", 0), v.get("ready")) for k, v in sorted(backlog.items())
     ]
-    return Stats(now, lock_timeout, by_type, failed, stuck, oldest)
+    return Stats(now, lock_timeout, by_type, failed, stuck, oldest, quarantined)
 
 
 # -- what failed, what is stuck? -----------------------------------------------------------------

@@ -29,8 +29,9 @@ from .jobtypes import Payload, Registry
 from .jobtypes.target import display
 from .limits import DEFAULT_MAX_PAYLOAD_BYTES
 from .outcome import encode_result
+from .reclaim import SUSPECT, verdicts
 from .record import InsertResult, JobRecord, make_tuple
-from .status import FENCED, TRANSITIONS, JobStatus
+from .status import FENCED, SWEPT, TRANSITIONS, JobStatus
 from .wakeup import Wakeup
 
 _EDGE_SQL = {
@@ -40,6 +41,8 @@ _EDGE_SQL = {
     "release": sql.RELEASE,
     "defer": sql.DEFER,
     "manual_retry": sql.MANUAL_RETRY,
+    "reclaim": sql.RECLAIM,
+    "reclaim_exhausted": sql.RECLAIM_EXHAUSTED,
 }
 _EDGE_EVENT = {
     "claim": "claimed",
@@ -309,10 +312,8 @@ class Queue:
         jobs claimed now, across every worker (counted in the claiming transaction)."""
         dialect = self.engine.dialect.name
         params: dict[str, Any] = {"worker": worker, "now": now, "limit": limit}
-        params.update({f"limited{i}": name for i, name in enumerate(limited)})
-        claimed: list[JobRecord] = cur.records(
-            sql.claim_sql_excluding(dialect, len(limited), self.registry.names()), params
-        )
+        unlimited = [name for name in self.registry.names() if name not in limited]
+        claimed: list[JobRecord] = cur.records(sql.claim_sql(dialect, unlimited), params)
         for name, cap in limited.items():
             if len(claimed) >= limit:
                 break
@@ -320,8 +321,8 @@ class Queue:
                 cur.scalar(sql.LOCK_TYPE_CLAIMS, {"lock": f"tether.max_running.{name}"})
             room = min(limit - len(claimed), cap - int(cur.scalar(sql.RUNNING_OF_TYPE, {"type": name})))
             if room > 0:
-                of_type = {"worker": worker, "now": now, "limit": room, "type": name}
-                claimed += cur.records(sql.claim_sql_of_type(dialect, self.registry.names()), of_type)
+                of_type = {"worker": worker, "now": now, "limit": room}
+                claimed += cur.records(sql.claim_sql(dialect, [name]), of_type)
         return claimed
 
     def _claimed(self, rows: list[JobRecord], worker: str) -> list[JobRecord]:
@@ -351,7 +352,7 @@ class Queue:
         row cost a quarter of a no-op job's CPU."""
         from_status, to_status = TRANSITIONS[edge]
         params: dict[str, Any] = {"id": job_id, **values}
-        if edge in FENCED:
+        if edge in FENCED or edge in SWEPT:
             if worker is None or attempt is None:
                 raise ValueError(f"{edge} is fenced: worker and attempt are required")
             params.update(worker=worker, attempt=attempt)
@@ -474,22 +475,35 @@ class Queue:
             return cur.scalar(sql.HOLDS, {"id": job.id, "worker": worker, "attempt": job.attempts}) is not None
 
     def reclaim_stale(self, lock_timeout: float, *, now: datetime | None = None) -> list[JobRecord]:
-        """Return claimed jobs whose lock is older than ``lock_timeout`` seconds to pending (the
-        attempt is not counted again), or to failed if that was their last attempt."""
+        """Return claimed jobs whose lock is older than ``lock_timeout`` seconds to pending, or to
+        failed if that was their last attempt; reclaim.py decides whose attempt counts."""
         now = now or self.clock.now()
         cutoff = now - timedelta(seconds=lock_timeout)
+        moved: list[tuple[str, JobRecord]] = []
         with self.backend.write() as cur:
-            back = cur.records(sql.RECLAIM, {"cutoff": cutoff})
-            dead = cur.records(sql.RECLAIM_EXHAUSTED, {"cutoff": cutoff, "now": now})
-            if back:
+            for v in verdicts(cur.records(sql.STALE, {"cutoff": cutoff})):
+                values: dict[str, Any] = {
+                    "attempts": v.attempts,
+                    "quarantine": v.quarantine,
+                    "error": v.error,
+                    "cutoff": cutoff,
+                }
+                if v.edge == "reclaim_exhausted":
+                    values["now"] = now
+                job = self.transition(cur, v.edge, v.job.id, worker=v.job.locked_by, attempt=v.job.attempts, **values)
+                if job is None:  # renewed since it was read (PostgreSQL: a heartbeat got in first)
+                    continue
+                assert isinstance(job, JobRecord)
+                moved.append((v.edge, job))
+                if v.acquit is not None:
+                    cur.execute(sql.ACQUIT, {"quarantine": v.acquit, "acquitted": SUSPECT})
+            if any(edge == "reclaim" for edge, _ in moved):
                 self.wakeup.notify_in(cur)
-        for job in back:
-            self._event("reclaim", job, None)
-        for job in dead:
-            self._event("reclaim_exhausted", job, None)
-        if back:
+        for edge, job in moved:
+            self._event(edge, job, None)
+        if any(edge == "reclaim" for edge, _ in moved):
             self.wakeup.wake_local()
-        return back + dead
+        return [job for edge, job in moved if edge == "reclaim"] + [job for edge, job in moved if edge != "reclaim"]
 
     def manual_retry(self, job_id: str) -> JobRecord:
         """Operator action: a failed job goes back to pending with its attempts reset."""

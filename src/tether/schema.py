@@ -77,6 +77,9 @@ class Job(TetherModel, table=True):
     result: str | None = Field(default=None, sa_type=sa.Text)
     timeout: float | None = None  # seconds an attempt may take; None: the job type's timeout, if any
     progress: str | None = Field(default=None, sa_type=sa.Text)  # JSON {done, total, note, at} from the handler
+    # Set when a worker died while holding the job (see reclaim.py); while set, the job is
+    # claimed alone, never in a batch. Added after the first release: ensure_schema adds it.
+    quarantine: str | None = Field(default=None, max_length=256)
 
 
 class Meta(TetherModel, table=True):
@@ -166,6 +169,16 @@ sa.Index(
     _t.c.parent_id,
     sqlite_where=sa.text("parent_id IS NOT NULL"),
     postgresql_where=sa.text("parent_id IS NOT NULL"),
+)
+
+# Jobs a dead worker left quarantined and not yet finished: ``tether status`` counts them, the
+# sweep finds a crashed batch's other suspects. Empty while no worker dies.
+QUARANTINED_SQL = f"quarantine IS NOT NULL AND {ACTIVE_SQL}"
+sa.Index(
+    "ix_tether_jobs_quarantined",
+    _t.c.quarantine,
+    sqlite_where=sa.text(QUARANTINED_SQL),
+    postgresql_where=sa.text(QUARANTINED_SQL),
 )
 
 # Indexes of earlier versions, replaced by the partial ones above; ensure_schema drops them.

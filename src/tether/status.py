@@ -33,3 +33,6 @@ TRANSITIONS: dict[str, tuple[JobStatus, JobStatus]] = {
 
 # Edges that leave ``claimed`` on behalf of the worker holding the job: fenced by owner and attempt.
 FENCED = frozenset({"complete", "retry", "fail", "release", "defer"})
+# Edges the stale-lock sweep takes for a dead worker: fenced on its owner and attempt as above,
+# and on the lock still being stale.
+SWEPT = frozenset({"reclaim", "reclaim_exhausted"})
