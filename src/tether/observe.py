@@ -188,7 +188,7 @@ class Durations:
         return asdict(self)
 
 
-def _seconds_between(dialect: str, start: Any, end: Any) -> Any:
+def seconds_between(dialect: str, start: Any, end: Any) -> Any:
     # SQLite keeps times as text; PostgreSQL as timestamptz. The subtraction happens in SQL so
     # a million rows are not parsed into datetimes in Python.
     if dialect == "sqlite":
@@ -216,7 +216,7 @@ def durations(
     if isinstance(since, timedelta):
         since = now_of(source, now) - since
     engine = engine_of(source)
-    seconds = _seconds_between(engine.dialect.name, t.c.claimed_at, t.c.completed_at)
+    seconds = seconds_between(engine.dialect.name, t.c.claimed_at, t.c.completed_at)
     query = sa.select(t.c.type, seconds).where(
         t.c.status == JobStatus.COMPLETED.value, t.c.completed_at >= since, t.c.claimed_at.is_not(None)
     )
@@ -415,7 +415,7 @@ def children(source: Source, job_id: str, *, limit: int = 20) -> list[JobRecord]
 
 def counts(source: Source) -> dict[tuple[str, str], int]:
     """Jobs by (status, type) over the whole ledger. Counts every row: covered by an index on
-    (status, type) if there is one, otherwise a full scan (used by metrics, not by status)."""
+    (status, type) if there is one, otherwise a full scan (so neither status nor metrics use it)."""
     with reading(source) as conn:
         rows = conn.execute(sa.select(t.c.status, t.c.type, sa.func.count()).group_by(t.c.status, t.c.type))
         return {(status, name): n for status, name, n in rows}

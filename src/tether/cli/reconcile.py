@@ -37,7 +37,8 @@ def reconcile(
     startup: bool = typer.Option(
         False,
         "--startup",
-        help="Reclaim stale locks first (Coordinator.startup_check): what to run before workers start. Without it the check writes nothing.",
+        help="Reclaim stale locks first (Coordinator.startup_check): what to run before workers start. "
+        "Without it the check changes nothing (it records only its verdict).",
     ),
     quiet: bool = typer.Option(
         False, "--quiet", "-q", help="Do not print events (drift.detected, reconcile.finished: JSON lines on stderr)."
