@@ -193,7 +193,8 @@ def seconds_between(dialect: str, start: Any, end: Any) -> Any:
     # a million rows are not parsed into datetimes in Python.
     if dialect == "sqlite":
         return (sa.func.julianday(end) - sa.func.julianday(start)) * 86400.0
-    return sa.extract("epoch", end - start)
+    # EXTRACT gives numeric (Decimal in Python) since PostgreSQL 14; a float is what callers want.
+    return sa.cast(sa.extract("epoch", end - start), sa.Float)
 
 
 def percentile(ordered: list[float], q: float) -> float:
