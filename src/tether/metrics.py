@@ -64,7 +64,8 @@ class _Histogram:
         self.sum = 0.0
 
     def buckets(self) -> list[tuple[str, float]]:
-        out, running = [], 0
+        out: list[tuple[str, float]] = []
+        running = 0
         for bound, n in zip((*self.bounds, float("inf")), self.counts, strict=True):
             running += n
             out.append((floatToGoString(bound), running))
@@ -316,7 +317,7 @@ def is_loopback(host: str) -> bool:
         infos = socket.getaddrinfo(host, None)
     except socket.gaierror as e:
         raise ConfigError(f"--host {host!r}: cannot resolve it ({e.strerror})") from e
-    return bool(infos) and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
+    return bool(infos) and all(ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos)
 
 
 def serve(

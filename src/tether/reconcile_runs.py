@@ -18,7 +18,7 @@ from .schema import ReconcileRun
 KEEP = 100
 """Verdicts kept: each record deletes the older ones, so the table never grows."""
 
-runs = ReconcileRun.__table__
+runs = ReconcileRun.__table__  # type: ignore[attr-defined]  # SQLModel sets it on table classes
 
 
 @dataclass(frozen=True)
