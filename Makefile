@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench bench-anchors bench-reconcile clean
+.PHONY: demo lint test bench bench-anchors bench-reconcile clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -14,7 +14,15 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m tether.demo
 
-test: $(STAMP)
+# Issue 21: format, lint and type checks; each finding is printed as file:line:column.
+LINT_PATHS := src tests benchmarks examples
+
+lint: $(STAMP)
+	$(BIN)/ruff format --check $(LINT_PATHS)
+	$(BIN)/ruff check --output-format concise $(LINT_PATHS)
+	$(BIN)/mypy
+
+test: lint
 	$(BIN)/pytest -q
 
 bench: $(STAMP)
@@ -29,4 +37,4 @@ bench-reconcile: $(STAMP)
 	$(BIN)/python benchmarks/reconcile.py
 
 clean:
-	rm -rf $(VENV) demo-run .pytest_cache
+	rm -rf $(VENV) demo-run .pytest_cache .mypy_cache .ruff_cache

@@ -348,7 +348,8 @@ def fill_completed(db: Path, rows: int) -> None:
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("PRAGMA synchronous=OFF")
     sql = """INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts, created_at,
-             claimed_at, completed_at, run_at, result) VALUES (?, 'bench_noop', ?, 'completed', 0, 1, 3, ?, ?, ?, ?, NULL)"""
+             claimed_at, completed_at, run_at, result)
+             VALUES (?, 'bench_noop', ?, 'completed', 0, 1, 3, ?, ?, ?, ?, NULL)"""
     step = 20_000
     for lo in range(0, rows, step):
         batch = []
@@ -367,7 +368,7 @@ def fill_completed(db: Path, rows: int) -> None:
 
 
 def _med_ratio(a: list[float], b: list[float]) -> float:
-    return median([x / y for x, y in zip(a, b)])
+    return median([x / y for x, y in zip(a, b, strict=True)])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -394,7 +395,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"tether: {tether_source()}")
     print(
         f"scratch {base}; WAL + synchronous=FULL for all; {args.runs} runs; enqueues {args.enqueues}/system/run, "
-        f"drain {args.jobs} jobs, bulk {args.bulk}, files {args.files}, scale {args.scale_rows:,} rows + {scale_jobs} jobs",
+        f"drain {args.jobs} jobs, bulk {args.bulk}, files {args.files}, "
+        f"scale {args.scale_rows:,} rows + {scale_jobs} jobs",
         flush=True,
     )
     R: dict[str, list[Any]] = {}
@@ -446,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
                     c = open_ledger(big.parent)
                     c.enqueue_many([Noop(n=i) for i in range(scale_jobs)])
                     w = c.worker(threads=1)
-                    wall, _ = _timed(lambda: w.run_until_idle(install_signals=False), scale_jobs, "tether 1m")
+                    wall, _ = _timed(lambda w=w: w.run_until_idle(install_signals=False), scale_jobs, "tether 1m")
                     c.close()
                 else:
                     with scratch(base, "scale-empty") as d:
@@ -496,7 +498,8 @@ def report(R: dict[str, list[Any]], args: argparse.Namespace) -> str:
             if s != "tether":
                 t = R["enq tether"]
                 vs = (
-                    f"tether/{s}: rate {_med_ratio([len(x) / sum(x) for x in t], [len(x) / sum(x) for x in lat]):.2f}x, "
+                    f"tether/{s}: "
+                    f"rate {_med_ratio([len(x) / sum(x) for x in t], [len(x) / sum(x) for x in lat]):.2f}x, "
                     f"p95 {_med_ratio([percentile(x, 0.95) for x in t], [percentile(x, 0.95) for x in lat]):.2f}x"
                 )
             ok = None
@@ -550,7 +553,7 @@ def report(R: dict[str, list[Any]], args: argparse.Namespace) -> str:
         )
     head = ("figure", "median", "ratios (median of per-run ratios)", "target", "met")
     widths = [max(len(r[i]) for r in (head, *rows)) for i in range(len(head))]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in (head, *rows)]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in (head, *rows)]
     lines.insert(1, "| " + " | ".join("-" * w for w in widths) + " |")
     return "\n".join(lines)
 

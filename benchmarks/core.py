@@ -338,7 +338,7 @@ def table(results: dict[str, dict[str, list[Any]]]) -> str:
     ) -> None:
         t, b = median(t_runs), median(b_runs)
         ratio = t / b
-        per_run = [x / y for x, y in zip(t_runs, b_runs)]
+        per_run = [x / y for x, y in zip(t_runs, b_runs, strict=True)]
         rows.append(
             (
                 name,
@@ -382,7 +382,9 @@ def table(results: dict[str, dict[str, list[Any]]]) -> str:
     right = {1, 2, 3, 4}
 
     def line(r: tuple[str, ...]) -> str:
-        cells = [str(c).rjust(w) if i in right else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths))]
+        cells = [
+            str(c).rjust(w) if i in right else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        ]
         return "| " + " | ".join(cells) + " |"
 
     sep = "| " + " | ".join(("-" * (w - 1) + ":") if i in right else "-" * w for i, w in enumerate(widths)) + " |"
@@ -397,12 +399,12 @@ def profile(base: Path, n: int, top: int, options: dict[str, Any]) -> None:
             c = open_ledger(d)
             if fig == "enqueue":
                 payloads = [note(i) for i in range(n)]
-                body: Callable[[], Any] = lambda: [c.enqueue(p) for p in payloads]  # noqa: E731
+                body: Callable[[], Any] = lambda c=c, payloads=payloads: [c.enqueue(p) for p in payloads]  # noqa: E731 (one name for either body)
             else:
                 _prepare_root(d)
                 c.enqueue_many([Noop(n=i) for i in range(n)] if fig == "drain" else [note(i) for i in range(n)])
                 w = c.worker(threads=1, **options)
-                body = lambda: [None for _ in iter(w.run_once, 0)]  # noqa: E731
+                body = lambda w=w: [None for _ in iter(w.run_once, 0)]  # noqa: E731 (as above)
             prof = cProfile.Profile()
             t0 = time.perf_counter()
             prof.runcall(body)

@@ -245,8 +245,8 @@ def main() -> None:
     for run in range(args.runs):
         for workers in counts:
             sides = [
-                ("tether", lambda: run_tether(args.jobs, workers)),
-                ("pgqueuer", lambda: run_pgqueuer(python, args.jobs, workers)),
+                ("tether", lambda workers=workers: run_tether(args.jobs, workers)),
+                ("pgqueuer", lambda workers=workers: run_pgqueuer(python, args.jobs, workers)),
             ]
             for name, fn in sides if (run + workers) % 2 == 0 else reversed(sides):
                 rate = fn()

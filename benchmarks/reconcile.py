@@ -141,8 +141,8 @@ def throughput(work: Path, jobs: int, runs: int) -> dict:
     rates = {k: statistics.median(v) for k, v in samples.items()}
     # Ratios per run (each pair measured back to back), then their median: on a shared machine
     # the load moves between runs more than between the two sides of one pair.
-    exists = statistics.median(e / s for e, s in zip(samples["exists"], samples["stat"]))
-    content = statistics.median(c / r for c, r in zip(samples["content"], samples["read_hash"]))
+    exists = statistics.median(e / s for e, s in zip(samples["exists"], samples["stat"], strict=True))
+    content = statistics.median(c / r for c, r in zip(samples["content"], samples["read_hash"], strict=True))
     return {
         "jobs": jobs,
         "runs": runs,
@@ -241,7 +241,8 @@ def main() -> None:
             print("\n(b) peak RSS of a full-content check (fresh process each)")
             for jobs, res in m["results"].items():
                 print(
-                    f"    {jobs:>9,} jobs: peak {res['peak_kib'] / 1024:7.1f} MiB, baseline {res['baseline_kib'] / 1024:6.1f} MiB,"
+                    f"    {jobs:>9,} jobs: peak {res['peak_kib'] / 1024:7.1f} MiB,"
+                    f" baseline {res['baseline_kib'] / 1024:6.1f} MiB,"
                     f" reconcile's own {(res['peak_kib'] - res['baseline_kib']) / 1024:6.1f} MiB, {res['seconds']:.1f}s"
                     f" ({jobs / res['seconds']:,.0f} jobs/s)"
                 )

@@ -145,7 +145,7 @@ def plans(engine: sa.Engine, fn: Callable[[], Any]) -> list[tuple[str, list[str]
     """EXPLAIN QUERY PLAN of every SELECT ``fn`` runs on ``engine``."""
     seen: list[tuple[str, Any]] = []
 
-    def capture(_conn, _cursor, statement, parameters, _context, _many):  # noqa: ANN001
+    def capture(_conn, _cursor, statement, parameters, _context, _many):
         if statement.lstrip().upper().startswith("SELECT") and "sqlite_master" not in statement:
             seen.append((statement, parameters))
 
@@ -291,7 +291,7 @@ def main() -> None:
             "counts by status, type (metrics)",
             "purge --completed --older-than 7d --dry-run",
         ):
-            for statement, steps in plans(engine, cases[name]):
+            for _statement, steps in plans(engine, cases[name]):
                 print(f"{name}: {' | '.join(steps)}")
     engine.dispose()
     print(

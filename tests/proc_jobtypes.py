@@ -138,4 +138,4 @@ def register(registry: Registry) -> None:
     if marker := os.environ.get(KILL_ENV):
         registry.register(KillAfterWriteType(marker))
     if marker := os.environ.get(HANG_ENV):
-        fs.os = _HangOnReplace(marker)  # type: ignore[attr-defined]
+        fs.os = _HangOnReplace(marker)  # type: ignore[attr-defined,assignment]  # a stand-in for fs's os module

@@ -9,11 +9,12 @@ import pytest
 
 from jobkit import Note, NoteType, registry_with
 from tether import Coordinator
+from tether.backend import SQLiteBackend
 
 
 def _writer(c: Coordinator) -> sqlite3.Connection:
     with c.queue.backend.write() as cur:
-        return cur._cur.connection
+        return cur._cur.connection  # type: ignore[attr-defined]  # sqlite3's; not in tether's cursor Protocol
 
 
 def test_each_thread_writes_on_its_own_connection_and_reuses_it(tmp_path):
@@ -60,8 +61,6 @@ def _hold_write_lock(path) -> sqlite3.Connection:
 
 
 def test_a_write_waits_for_the_write_lock_in_short_steps_and_goes_on_when_it_is_free(tmp_path, monkeypatch):
-    from tether import backend
-
     with Coordinator.open(
         f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())
     ) as c:
@@ -74,7 +73,7 @@ def test_a_write_waits_for_the_write_lock_in_short_steps_and_goes_on_when_it_is_
             if len(pauses) == 3:
                 other.rollback()  # the other writer finishes
 
-        monkeypatch.setattr(backend.time, "sleep", sleep)
+        monkeypatch.setattr("tether.backend.time.sleep", sleep)
         job = c.enqueue(Note(name="a"))
         assert pauses == [0.00005, 0.0001, 0.0002]  # not SQLite's first whole-millisecond sleep
         assert c.get(job.id).status.value == "pending"
@@ -88,6 +87,7 @@ def test_a_write_lock_held_past_the_busy_timeout_fails_the_enqueue_cleanly(tmp_p
         f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())
     ) as c:
         c.enqueue(Note(name="warm"))
+        assert isinstance(c.queue.backend, SQLiteBackend)
         c.queue.backend._busy_timeout = 0.05
         other = _hold_write_lock(tmp_path / "l.db")
         try:

@@ -16,7 +16,7 @@ from tether.errors import ConfigError
 
 def count_jobs(c: Coordinator) -> int:
     with c.engine.connect() as conn:
-        return conn.execute(sa.text("SELECT count(*) FROM tether_jobs")).scalar()
+        return conn.execute(sa.text("SELECT count(*) FROM tether_jobs")).scalar_one()
 
 
 def tree(root: Path) -> list[str]:

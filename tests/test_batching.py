@@ -245,7 +245,7 @@ def test_a_worker_that_lost_its_lock_does_not_write_late(make_coordinator, root,
 def test_a_lease_younger_than_half_the_lock_timeout_is_confirmed_without_a_read(make_coordinator, monkeypatch):
     import threading
 
-    from tether import CreateFile, context
+    from tether import CreateFile
     from tether.context import JobContext
 
     c = make_coordinator()
@@ -255,7 +255,7 @@ def test_a_lease_younger_than_half_the_lock_timeout_is_confirmed_without_a_read(
     real = c.queue.holds
     monkeypatch.setattr(c.queue, "holds", lambda *a, **k: asked.append(1) or real(*a, **k))
     now = [1000.0]
-    monkeypatch.setattr(context.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr("tether.context.time.monotonic", lambda: now[0])
     ctx = JobContext(job, c.queue, threading.Event(), "w", trusted_until=1000.0 + c.lock_timeout / 2)
     now[0] += c.lock_timeout / 2 - 1
     ctx.confirm_lease()
@@ -282,3 +282,27 @@ def test_the_worker_trusts_a_claim_for_half_the_lock_timeout_from_before_its_sta
     w = c.worker(lock_timeout=60)
     assert w.run_once() == 1
     assert before + 30 <= seen[0] <= time.monotonic() + 30
+
+
+def test_an_outcome_refused_with_an_error_that_wraps_no_driver_error_fails_the_job(make_coordinator):
+    # A pool timeout is an SQLAlchemyError with no driver error (.orig) inside it.
+    notes = NoteType()
+    c = make_coordinator(registry_with(notes))
+    job = c.enqueue(Note(name="a"))
+    real = c.queue.finish_and_claim
+    refused: list[list[str]] = []
+
+    def refuse_once(worker, decisions, **kw):
+        if not refused:
+            refused.append([d.edge for d in decisions])
+            raise sa.exc.TimeoutError("QueuePool limit reached")
+        return real(worker, decisions, **kw)
+
+    c.queue.finish_and_claim = refuse_once
+    assert c.worker(batch=1).run_once() == 1
+    assert refused == [["complete"]]
+    failed = c.get(job.id)
+    assert failed.status is JobStatus.FAILED
+    assert failed.last_error == (
+        "tether could not record this job's outcome (complete): TimeoutError: QueuePool limit reached"
+    )

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import typer
+from typer.core import TyperGroup, TyperOption
 
 from test_observe import Ledger, Work, WorkType, build_ledger
 from tether import Coordinator, FakeClock, SystemClock
@@ -73,6 +74,7 @@ def tether(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, 
 
 def test_every_command_has_help_with_an_example() -> None:
     group = typer.main.get_command(app)
+    assert isinstance(group, TyperGroup)
     names = sorted(group.commands)
     assert {
         "status",
@@ -94,7 +96,7 @@ def test_every_command_has_help_with_an_example() -> None:
         assert "Example: tether" in command.help, f"tether {name} help has no example"
         for param in command.params:
             if param.param_type_name == "option":
-                assert param.help, f"tether {name} {param.opts[0]} has no help"
+                assert isinstance(param, TyperOption) and param.help, f"tether {name} {param.opts[0]} has no help"
 
 
 # -- status --------------------------------------------------------------------------------------
@@ -161,7 +163,7 @@ def test_status_exit_codes_follow_the_monitoring_plugin_convention(
     assert r.json()["error"].startswith("cannot open the database at") and "\n" not in r.json()["error"]
 
 
-def test_status_is_a_warning_when_only_failed_jobs_remain(make_coordinator, tether) -> None:  # noqa: ANN001
+def test_status_is_a_warning_when_only_failed_jobs_remain(make_coordinator, tether) -> None:
     registry_c = make_coordinator()
     registry_c.register(WorkType())
     registry_c.enqueue(Work(name="bad", fail_times=1, permanent=True))

@@ -236,6 +236,7 @@ def test_a_path_lock_held_by_another_process_excludes_this_one(root):
         f"    print('held', flush=True); sys.stdin.readline()\n"
     )
     child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdin is not None and child.stdout is not None
     try:
         assert child.stdout.readline() == "held\n"
         fd = os.open(root / ".tether/locks" / fs.LOCK_FILE, os.O_RDWR)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import UTC
+from typing import Any
 
 import orjson
 import pytest
@@ -21,6 +22,7 @@ from tether import (
     LostLease,
 )
 from tether.errors import Cancelled
+from tether.queue import Decision
 from tether.worker import Returned
 
 
@@ -171,13 +173,13 @@ def test_a_late_worker_cannot_complete_a_reclaimed_job(c, clock, caplog):
     [second] = c.queue.claim("w2")
     assert second.attempts == 2
     with pytest.raises(LostLease, match="no longer held by worker w1"):
-        c.queue.complete(first, "w1", result={"late": True})
+        c.queue.finish_one("w1", Decision.complete(first, {"late": True}))
     with pytest.raises(LostLease):
-        c.queue.fail(first, "w1", error="late")
+        c.queue.finish_one("w1", Decision.fail(first, "late"))
     current = c.get(job_id)
     assert (current.status, current.locked_by, current.result) == (JobStatus.CLAIMED, "w2", None)
     assert events_named(caplog, "lost_lease")[0]["worker"] == "w1"
-    c.queue.complete(second, "w2", result={"late": False})
+    c.queue.finish_one("w2", Decision.complete(second, {"late": False}))
     assert c.get(job_id).result_data == {"late": False}
 
 
@@ -188,8 +190,8 @@ def test_same_worker_cannot_report_an_older_attempt(c, clock):
     c.reclaim_stale()
     [again] = c.queue.claim("w1")
     with pytest.raises(LostLease):
-        c.queue.complete(first, "w1")
-    c.queue.complete(again, "w1")
+        c.queue.finish_one("w1", Decision.complete(first, None))
+    c.queue.finish_one("w1", Decision.complete(again, None))
 
 
 def test_stale_reclaim_does_not_count_an_attempt(c, clock):
@@ -245,17 +247,17 @@ def test_cancel_at_checkpoint_releases_the_job_and_gives_the_attempt_back(make_c
     assert job.status is JobStatus.PENDING and job.attempts == 0 and job.locked_by is None
 
 
-def test_report_maps_each_outcome_to_its_transition(c):
+def test_decide_maps_each_outcome_to_its_transition(c):
     w = c.worker()
     outcomes = [
-        (Returned({"ok": 1}, []), JobStatus.COMPLETED, 1),
+        (Returned('{"ok": 1}', []), JobStatus.COMPLETED, 1),
         (Cancelled("stop"), JobStatus.PENDING, 0),
         (RuntimeError("boom"), JobStatus.PENDING, 1),
     ]
     for outcome, status, attempts in outcomes:
         c.enqueue(Note(name=str(status)))
         [job] = c.queue.claim(w.id)
-        w.report(job, outcome, 0.0)
+        c.queue.finish_one(w.id, w.decide(job, outcome, 0.0))
         after = c.get(job.id)
         assert (after.status, after.attempts) == (status, attempts)
         if status is JobStatus.PENDING:
@@ -454,7 +456,7 @@ def test_jobs_inserted_together_are_stored_exactly_as_each_was_built(c, clock, w
         monkeypatch.setattr(queue, "_JSON_CHARS", 40)
     names = ["plain", 'quote " backslash \\ slash /', "tab\tnewline\n", "caf\u00e9 \u2603 \U0001f600", "nul\x00"]
     with c.transaction() as tx:
-        for i, name in enumerate(names):
+        for name in names:
             tx.enqueue(Note(name=name))  # untargeted, each its own enqueue time
         tx.enqueue(Note(name="late"), delay=30)
     many = c.enqueue_many([Note(name=n, target=f"t{i % 2}") for i, n in enumerate(names)], priority=2)
@@ -478,7 +480,7 @@ def test_a_json_insert_is_split_where_its_payloads_pass_the_size_cap(monkeypatch
 
     Job = namedtuple("Job", "payload")
     monkeypatch.setattr(queue, "_JSON_CHARS", 10)
-    jobs = [Job("x" * n) for n in (4, 4, 4, 30, 2, 3)]
+    jobs: list[Any] = [Job("x" * n) for n in (4, 4, 4, 30, 2, 3)]  # stand-ins: only .payload is read
     parts = list(queue._by_size(jobs))
     assert [[len(j.payload) for j in part] for part in parts] == [[4, 4], [4], [30], [2, 3]]
     assert [j for part in parts for j in part] == jobs  # every job once, in order
@@ -519,9 +521,9 @@ def test_job_ids_are_ulids_in_enqueue_order_even_within_one_millisecond(monkeypa
     monkeypatch.setattr(ids, "_last", "")  # and restored: later tests keep real-time ids
 
     now = datetime(2026, 3, 1, 12, 0, 0, 123000, tzinfo=UTC)
-    ids = [new_id(now) for _ in range(1000)]
-    assert ids == sorted(ids) and len(set(ids)) == 1000
-    assert ULID.from_str(ids[0]).datetime == now
+    made = [new_id(now) for _ in range(1000)]
+    assert made == sorted(made) and len(set(made)) == 1000
+    assert ULID.from_str(made[0]).datetime == now
 
 
 def test_job_ids_encode_like_the_ulid_reference_for_any_128_bit_value():

@@ -46,7 +46,7 @@ class WorkType(JobType[Work]):
     def run(self, payload: Work, ctx: JobContext) -> dict[str, Any]:
         self.runs[payload.name] = n = self.runs.get(payload.name, 0) + 1
         if payload.seconds:
-            ctx.clock.advance(payload.seconds)  # type: ignore[attr-defined]
+            ctx.clock.advance(payload.seconds)  # type: ignore[attr-defined]  # these tests run on a FakeClock
         if n <= payload.fail_times:
             if payload.permanent:
                 raise PermanentError(f"{payload.name} can never work\nsecond line of detail")
@@ -131,7 +131,7 @@ def test_failed_lists_permanent_and_exhausted_failures_with_their_errors(ledger:
     bad, flaky = jobs
     assert bad.last_error == "PermanentError: bad can never work\nsecond line of detail"
     assert (flaky.attempts, flaky.max_attempts) == (2, 2)
-    assert "flaky broke on run 2" in flaky.last_error
+    assert flaky.last_error is not None and "flaky broke on run 2" in flaky.last_error
     assert observe.failed(ledger.coordinator, job_type="create_file") == []
     assert observe.failed(ledger.coordinator, since=ledger.clock.now() - timedelta(seconds=1)) == []
 
@@ -257,7 +257,7 @@ def test_purge_deletes_old_finished_jobs_but_keeps_the_latest_per_target(
         retention.purge(c, older_than=timedelta(days=7), statuses=["pending"])
 
 
-def test_reads_never_create_a_ledger(tmp_path) -> None:  # noqa: ANN001
+def test_reads_never_create_a_ledger(tmp_path) -> None:
     missing = tmp_path / "nowhere" / "tether.db"
     with pytest.raises(observe.NoLedger, match=f"no ledger at {missing}"):
         observe.open_ledger(f"sqlite:///{missing}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import pytest
@@ -38,7 +39,7 @@ QUESTIONS: dict[str, Callable[[Coordinator], Any]] = {
     "stuck": lambda c: observe.stuck(c, now=NOW),
     "durations": lambda c: observe.durations(c, now=NOW),
     "recent": lambda c: observe.recent(c, now=NOW),
-    **{f"jobs {s}": (lambda c, s=s: observe.jobs(c, status=s)) for s in ("pending", "claimed", "completed", "failed")},
+    **{f"jobs {s}": partial(observe.jobs, status=s) for s in ("pending", "claimed", "completed", "failed")},
     "jobs completed since": lambda c: observe.jobs(c, status="completed", since=NOW - timedelta(seconds=100)),
     "metrics scrape": lambda c: list(
         metrics.LedgerCollector(c, since=NOW - timedelta(seconds=100), settle=timedelta(0)).collect()

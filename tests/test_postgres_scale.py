@@ -20,6 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -67,7 +68,7 @@ class Scale:
         self.coordinator = Coordinator.open(url, root=self.root, registry=registry)
         self.procs: list[subprocess.Popen] = []
 
-    def enqueue(self, count: int, **payload: object) -> set[str]:
+    def enqueue(self, count: int, **payload: Any) -> set[str]:
         ids: set[str] = set()
         t0 = time.monotonic()
         for start in range(0, count, BATCH):
@@ -98,7 +99,6 @@ class Scale:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
-        proc.started = time.monotonic()  # type: ignore[attr-defined]
         self.procs.append(proc)
         return proc
 
@@ -114,7 +114,7 @@ class Scale:
     def effects(self) -> tuple[Counter[str], set[str]]:
         """How often each job's effect was applied, and by which processes."""
         counts: Counter[str] = Counter()
-        pids = set()
+        pids: set[str] = set()
         if not self.log.exists():
             return counts, pids
         for line in self.log.read_text().splitlines():

@@ -164,7 +164,7 @@ def test_four_worker_processes_drain_8000_jobs_applying_each_effect_exactly_once
     codes = [p.wait(timeout=DRAIN_DEADLINE) for p in procs]
     elapsed = time.monotonic() - started
     print(f"\n{WORKERS} worker processes drained {total} jobs in {elapsed:.1f}s ({total / elapsed:.0f} jobs/s)")
-    for p, code in zip(procs, codes):
+    for p, code in zip(procs, codes, strict=True):
         assert_clean_exit(p, code)
 
     lines = log.read_text().splitlines()
@@ -180,7 +180,9 @@ def test_four_worker_processes_drain_8000_jobs_applying_each_effect_exactly_once
         assert p.events("worker_stopped")[-1]["processed"] == by_pid[p.pid]
 
     with open_coordinator(ledger, root) as c, c.engine.connect() as conn:
-        counts = dict(conn.execute(sa.text("SELECT status, count(*) FROM tether_jobs GROUP BY status")).all())
+        counts: dict[str, int] = dict(
+            conn.execute(sa.text("SELECT status, count(*) FROM tether_jobs GROUP BY status")).all()
+        )
         attempts = conn.execute(sa.text("SELECT max(attempts) FROM tether_jobs")).scalar_one()
     assert counts == {"completed": total}
     assert attempts == 1  # no job was retried or run twice

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.dialects import sqlite
 
 from tether import Coordinator, sql
 from tether.jobtypes import default_registry
@@ -22,6 +23,7 @@ PARAMS = {
     "idempotency_key": "k",
     "ordering_key": "file:a",
     "parent_id": None,
+    "timeout": None,
     "worker": "w",
     "attempt": 1,
     "now": NOW,
@@ -88,6 +90,7 @@ def plan(engine: sa.Engine, statement: str) -> list[str]:
     params = Backend.for_engine(engine).bind(PARAMS)
     with engine.connect() as conn:
         raw = conn.connection.driver_connection
+        assert raw is not None
         return [row[3] for row in raw.execute("EXPLAIN QUERY PLAN " + statement, params)]
 
 
@@ -120,7 +123,7 @@ def test_claim_checks_older_jobs_on_the_target_through_the_active_target_index(e
 def test_claim_index_holds_pending_jobs_in_the_claim_order():
     from tether.schema import Job
 
-    [index] = [i for i in Job.__table__.indexes if i.name == "ix_tether_jobs_pending"]
-    ddl = str(sa.schema.CreateIndex(index).compile(dialect=sa.dialects.sqlite.dialect()))
+    [index] = [i for i in Job.__table__.indexes if i.name == "ix_tether_jobs_pending"]  # type: ignore[attr-defined]  # sqlmodel's, undeclared
+    ddl = str(sa.schema.CreateIndex(index).compile(dialect=sqlite.dialect()))
     assert "(priority DESC, created_at, id) WHERE status = 'pending'" in ddl
     assert "ORDER BY j.priority DESC, j.created_at, j.id" in sql.CLAIM_SQLITE

@@ -282,7 +282,7 @@ class WidgetProbe(Probe):
 class WidgetType(JobType[Widget]):
     name = "widget"
     payload_model = Widget
-    probe = WidgetProbe()
+    probe: ClassVar[Probe | None] = WidgetProbe()
 
     def ordering_key(self, payload: Widget) -> str:
         return f"widget:{payload.name}"
@@ -389,5 +389,5 @@ def test_targets_of_job_types_this_process_does_not_know_are_reported_not_checke
     bare = make_coordinator()  # opened without the application's job types (no --import)
     report = reconcile(bare, content=False)
     assert statuses(report) == {"w1": "not_checked"}
-    assert "not registered here (pass --import MODULE)" in report.findings[0].detail
+    assert "not registered here (pass --import MODULE)" in (report.findings[0].detail or "")
     assert report.exit_code == 0

@@ -57,7 +57,7 @@ def completed_rows(coordinator: Coordinator, payloads: list, *, files: bool = Tr
         else:
             target.unlink(missing_ok=True)
     with coordinator.engine.begin() as conn:
-        conn.execute(sa.insert(Job.__table__), rows)
+        conn.execute(sa.insert(Job.__table__), rows)  # type: ignore[attr-defined]  # sqlmodel's, undeclared
 
 
 @pytest.fixture
@@ -236,6 +236,7 @@ def test_reconcile_queries_neither_scan_nor_sort(sqlite_coordinator: Coordinator
     with c.engine.connect() as conn:
         conn.exec_driver_sql("ANALYZE")
         raw = conn.connection.driver_connection
+        assert raw is not None
         steps = [row[3] for row in raw.execute("EXPLAIN QUERY PLAN " + sql, args)]
     scans = [s for s in steps if s.startswith("SCAN") and "CONSTANT ROW" not in s]
     assert not scans, f"{name} scans: {steps}"

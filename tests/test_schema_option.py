@@ -6,7 +6,7 @@ import pytest
 import sqlalchemy as sa
 
 from tether import Coordinator, CreateFile, JobStatus
-from tether.errors import ConfigError
+from tether.errors import ConfigError, JobNotFound
 
 
 @pytest.fixture
@@ -32,7 +32,7 @@ def test_two_applications_keep_separate_ledgers_in_one_database(shared_db, tmp_p
         a = one.enqueue(CreateFile(path="a.json", content=1)).id
         assert one.run_until_idle() == 1 and two.run_until_idle() == 0
         assert one.get(a).status is JobStatus.COMPLETED
-        with pytest.raises(Exception):
+        with pytest.raises(JobNotFound):  # the other schema's ledger has never seen it
             two.get(a)
     with admin.connect() as conn:
         tables = (

@@ -4,13 +4,12 @@ Runs on SQLite and PostgreSQL (the `db_url` fixture is parametrised)."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import pytest
-import sqlalchemy as sa
 from pydantic import BaseModel
 from pydantic import Field as PydanticField
-from sqlmodel import Field, Session, SQLModel
+from sqlmodel import Field, Session, SQLModel, col, select
 
 from tether import (
     CreateFile,
@@ -59,7 +58,7 @@ class Invoice(SQLModel, table=True):
 
 def jobs(c) -> list[Job]:
     with Session(c.engine) as s:
-        return list(s.exec(sa.select(Job).order_by(Job.created_at, Job.id)).scalars())
+        return list(s.exec(select(Job).order_by(col(Job.created_at), col(Job.id))))
 
 
 @pytest.fixture
@@ -70,8 +69,9 @@ def store(coordinator):
 @pytest.fixture
 def invoices(coordinator):
     """The application's table in the same database as the ledger, empty."""
-    Invoice.__table__.drop(coordinator.engine, checkfirst=True)
-    Invoice.__table__.create(coordinator.engine)
+    table = Invoice.__table__  # type: ignore[attr-defined]  # sqlmodel sets it; its types do not declare it
+    table.drop(coordinator.engine, checkfirst=True)
+    table.create(coordinator.engine)
     return coordinator
 
 
@@ -215,7 +215,7 @@ def test_outbox_failure_between_row_and_commit_keeps_neither(invoices):
             store.save("../i3.json", {"id": "i3"}, session=s)
         s.rollback()
     with Session(invoices.engine) as s:
-        assert s.exec(sa.select(Invoice)).all() == []
+        assert s.exec(select(Invoice)).all() == []
     assert jobs(invoices) == []
     assert store.flush() == []  # the rolled-back jobs are not awaited
     assert invoices.run_until_idle() == 0
@@ -229,7 +229,9 @@ def test_wait_cannot_be_combined_with_a_session(invoices):
 # -- one logical operation, one job --------------------------------------------------------------
 
 
-def requirement(req_id: str, project: str = "ingest", status: str = "open") -> Requirement:
+def requirement(
+    req_id: str, project: str = "ingest", status: Literal["open", "done", "archived"] = "open"
+) -> Requirement:
     return Requirement(
         id=req_id,
         project=project,
@@ -279,7 +281,7 @@ def test_reconciler_checks_the_model_and_its_companion_file(app, root):
     report = reconcile(app)
     assert report.exit_code == 2
     [finding] = [f for f in report.findings if f.status == "modified"]
-    assert finding.job_type == "save_requirement" and "README.md" in finding.detail
+    assert finding.job_type == "save_requirement" and "README.md" in (finding.detail or "")
 
 
 def seed_project(app, slug: str, reqs: list[Requirement]) -> None:
@@ -338,7 +340,7 @@ def test_children_exist_if_and_only_if_the_parent_completed(make_coordinator, ro
     c.run_until_idle()
     assert c.get(failed.id).status is JobStatus.FAILED
     assert c.get(done.id).status is JobStatus.COMPLETED
-    by_parent = {}
+    by_parent: dict[str | None, list[Job]] = {}
     for j in jobs(c):
         by_parent.setdefault(j.parent_id, []).append(j)
     assert failed.id not in by_parent  # the failed parent left no children behind

@@ -10,7 +10,7 @@ from tether.jobtypes import default_registry
 from tether.schema import Job
 
 
-def index_names(url: str) -> set[str]:
+def index_names(url: str) -> set[str | None]:
     engine = create_engine(url)
     try:
         return {ix["name"] for ix in sa.inspect(engine).get_indexes("tether_jobs")}
@@ -32,7 +32,7 @@ def test_an_older_ledger_gets_the_indexes_added_since_and_loses_the_retired_ones
 
     names = index_names(db_url)
     assert not {"ix_tether_jobs_claim", "ix_tether_jobs_finished"} & names
-    assert {index.name for index in Job.__table__.indexes} <= names
+    assert {index.name for index in Job.__table__.indexes} <= names  # type: ignore[attr-defined]  # sqlmodel's, undeclared
 
 
 def test_opening_an_up_to_date_ledger_runs_no_index_statement(db_url, tmp_path):
@@ -46,3 +46,19 @@ def test_opening_an_up_to_date_ledger_runs_no_index_statement(db_url, tmp_path):
     finally:
         engine.dispose()
     assert not [s for s in statements if "INDEX" in s.upper() and not s.lstrip().upper().startswith("SELECT")]
+
+
+def test_an_older_ledger_gets_the_columns_added_since_and_keeps_its_jobs(db_url, tmp_path):
+    from tether import CreateFile
+
+    with Coordinator.open(db_url, root=tmp_path / "data", registry=default_registry()) as c:
+        old = c.enqueue(CreateFile(path="a.json", content=1)).id
+    engine = create_engine(db_url)
+    with engine.begin() as conn:  # as a version without per-job timeouts left it
+        conn.exec_driver_sql("ALTER TABLE tether_jobs DROP COLUMN timeout")
+    engine.dispose()
+
+    with Coordinator.open(db_url, root=tmp_path / "data", registry=default_registry()) as c:
+        new = c.enqueue(CreateFile(path="b.json", content=2), timeout=5).id
+        assert c.get(old).timeout is None and c.get(new).timeout == 5.0
+        assert c.run_until_idle() == 2

@@ -152,7 +152,8 @@ def test_an_idle_worker_wakes_when_another_process_commits(tmp_path, monkeypatch
             code = (
                 "import sys; sys.path.insert(0, 'tests');"
                 "from tether import Coordinator; from jobkit import Note, NoteType, registry_with;"
-                f"c = Coordinator.open('sqlite:///{db}', root='{tmp_path / 'data'}', registry=registry_with(NoteType()));"
+                f"c = Coordinator.open('sqlite:///{db}', root='{tmp_path / 'data'}',"
+                " registry=registry_with(NoteType()));"
                 "print(c.enqueue(Note(name='remote')).id)"
             )
             job_id = subprocess.run(

@@ -1,6 +1,6 @@
 """Turning payloads into validated jobs before any transaction opens.
 
-A job built here is the row it will be: a pending ``JobRecord`` (``NewJob``). The same tuple is
+A job built here is the row it will be: a pending ``JobRecord``. The same tuple is
 inserted and returned in its ``InsertResult``, so nothing is copied on the way to the database.
 """
 
@@ -16,17 +16,13 @@ from .errors import InvalidPayload
 from .ids import new_id, new_ids
 from .jobtypes import JobType, Payload, Registry
 from .jobtypes.base import encoder
-from .record import JobRecord
+from .record import JobRecord, make_tuple
 from .status import JobStatus
 
-NewJob = JobRecord
 _PENDING = JobStatus.PENDING
-# What NamedTuple._make does, without its Python frame: on the single enqueue path each frame is
-# a few us of cold cache after the previous commit's fsync.
-tuple_new = tuple.__new__
 
 
-class _Kind(NamedTuple):
+class _TypeHooks(NamedTuple):
     """How to build jobs from one payload class: its type's name and hooks, each None where the
     type keeps JobType's default (which does nothing), and its JSON encoder."""
 
@@ -37,14 +33,16 @@ class _Kind(NamedTuple):
     encode: Callable[[Payload], bytes]
 
     @classmethod
-    def of(cls, job_type: JobType, payload_class: type[Payload]) -> _Kind:
-        def hook(name: str) -> Any:
-            overridden = getattr(type(job_type), name) is not getattr(JobType, name)
-            return getattr(job_type, name) if overridden else None
+    def of(cls, job_type: JobType[Any], payload_class: type[Payload]) -> _TypeHooks:
+        def overridden(name: str) -> bool:
+            return getattr(type(job_type), name) is not getattr(JobType, name)
 
-        return cls(
-            job_type.name, hook("prepare"), hook("ordering_key"), hook("idempotency_key"), encoder(payload_class)
-        )
+        def hook(name: str) -> Any:
+            return getattr(job_type, name) if overridden(name) else None
+
+        # ``ordering_key`` renders ``target`` unless a type overrides it directly.
+        ordering_key = job_type.ordering_key if overridden("target") or overridden("ordering_key") else None
+        return cls(job_type.name, hook("prepare"), ordering_key, hook("idempotency_key"), encoder(payload_class))
 
 
 class Builder:
@@ -55,7 +53,7 @@ class Builder:
         self.registry = registry
         self.root = root
         self.clock = clock
-        self._kinds: tuple[Registry, int, dict[type, _Kind]] = (registry, -1, {})
+        self._kinds: tuple[Registry, int, dict[type, _TypeHooks]] = (registry, -1, {})
 
     def build_many(
         self,
@@ -67,8 +65,9 @@ class Builder:
         run_at: datetime | None = None,
         key: str | None = None,
         parent_id: str | None = None,
+        timeout: float | None = None,
         now: datetime | None = None,
-    ) -> list[NewJob]:
+    ) -> list[JobRecord]:
         """Validate jobs that share their options (and enqueue time); raises InvalidPayload for
         the first bad one. The options are checked once, not per job."""
         if not payloads:
@@ -84,6 +83,10 @@ class Builder:
             raise InvalidPayload(name, [f"max_attempts: must be an integer >= 1, got {max_attempts!r}"])
         if key is not None and len(key) > 512:
             raise InvalidPayload(name, [f"key: at most 512 characters, got {len(key)}"])
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < 1e9
+        ):
+            raise InvalidPayload(name, [f"timeout: must be a number of seconds > 0, got {timeout!r}"])
         now = now or self.clock.now()
         if run_at is not None and delay is not None:
             raise InvalidPayload(name, ["give run_at or delay, not both"])
@@ -95,7 +98,7 @@ class Builder:
         root = self.root
         jobs = []
         ids = [new_id(now)] if len(payloads) == 1 else new_ids(now, len(payloads))
-        for payload, job_id in zip(payloads, ids):
+        for payload, job_id in zip(payloads, ids, strict=True):
             kind = kinds.get(type(payload)) or self._kind(payload, kinds)
             if kind.prepare is not None:
                 payload = kind.prepare(payload, root)
@@ -106,8 +109,8 @@ class Builder:
                 )
             idempotency_key = key if key is not None or kind.idempotency_key is None else kind.idempotency_key(payload)
             jobs.append(
-                tuple_new(
-                    NewJob,
+                make_tuple(
+                    JobRecord,
                     (
                         job_id,
                         kind.name,
@@ -127,15 +130,16 @@ class Builder:
                         ordering_key,
                         parent_id,
                         None,
+                        None if timeout is None else float(timeout),
                     ),
                 )
             )
         return jobs
 
-    def _kind(self, payload: Any, kinds: dict[type, _Kind]) -> _Kind:
+    def _kind(self, payload: Any, kinds: dict[type, _TypeHooks]) -> _TypeHooks:
         if not isinstance(payload, Payload):
             raise InvalidPayload(
                 "(unknown)", [f"expected a payload model such as CreateFile, got {type(payload).__name__}"]
             )
-        kind = kinds[type(payload)] = _Kind.of(self.registry.for_payload(payload), type(payload))
+        kind = kinds[type(payload)] = _TypeHooks.of(self.registry.for_payload(payload), type(payload))
         return kind

@@ -1,74 +1,117 @@
-"""What a handler receives besides its payload."""
+"""What a handler receives besides its payload: the job, the data root, the clock, follow-up
+jobs, the lease, and its cancellation."""
 
 from __future__ import annotations
 
 import threading
 import time
-import traceback
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-import orjson
-
-from .errors import Cancelled, PermanentError, TetherError
+from .clock import Clock
+from .errors import Cancelled
 from .record import JobRecord
 
 if TYPE_CHECKING:
     from .jobtypes import Payload
-    from .queue import NewJob, Queue
+
+TIMEOUT = "timeout"
+SHUTDOWN = "shutdown"
+LEASE_LOST = "lease_lost"
+
+_MESSAGES = {
+    TIMEOUT: "ran past its timeout",
+    SHUTDOWN: "cancelled at shutdown",
+    LEASE_LOST: "lost its lock to another worker",
+}
+
+# Creating a context's Event lazily: most handlers never ask for it, and a threading.Event per
+# job is a tenth of a fast job's cost.
+_EVENT_LOCK = threading.Lock()
 
 
-class _Flag:
-    """Set once by the heartbeat thread, read by the handler's: a threading.Event without the
-    condition variable nobody waits on (one per job on the hot path)."""
+class Services(Protocol):
+    """The little of the ledger a handler may use (the worker's queue provides it)."""
 
-    __slots__ = ("_set",)
+    root: Path
+    clock: Clock
 
-    def __init__(self) -> None:
-        self._set = False
+    def build(self, payload: Payload, **options: Any) -> JobRecord: ...
 
-    def set(self) -> None:
-        self._set = True
-
-    def is_set(self) -> bool:
-        return self._set
+    def holds(self, job: JobRecord, worker: str) -> bool: ...
 
 
 class JobContext:
-    """The running job, the data root, shutdown checkpoints and follow-up jobs."""
+    """The running job and what its handler may do besides its effect.
+
+    ``cancelled`` is set, with ``cancel_reason``, when the handler should stop: its timeout
+    passed (``timeout``), the worker is shutting down hard (``shutdown``), or this worker lost
+    the job's lock (``lease_lost``). A handler that waits (a subprocess, a network call) waits
+    on it; ``checkpoint()`` raises Cancelled once it is set."""
 
     def __init__(
         self,
         job: JobRecord,
-        queue: Queue,
-        cancel: threading.Event,
+        services: Services,
+        shutdown: threading.Event | None = None,
         worker: str = "",
         *,
         trusted_until: float | None = None,
     ) -> None:
         self.job = job
         self.worker = worker
-        self.root: Path = queue.root
-        self.clock = queue.clock
-        self._queue = queue
-        self._cancel = cancel
-        self.lease_lost = _Flag()
-        self.children: list[NewJob] = []
+        self.root: Path = services.root
+        self.clock: Clock = services.clock
+        self.children: list[JobRecord] = []
+        self._build: Callable[..., JobRecord] = services.build
+        self._holds: Callable[[JobRecord, str], bool] = services.holds
+        self._shutdown = shutdown
+        self._reason: str | None = None
+        self._event: threading.Event | None = None
         # Until then (time.monotonic()), the worker knows without asking that it holds the job.
         self._trusted_until = trusted_until
 
+    # -- cancellation ------------------------------------------------------------------------
+
+    def cancel(self, reason: str) -> None:
+        """Ask the handler to stop (the worker calls this); the first reason is kept."""
+        if self._reason is None:
+            self._reason = reason
+        event = self._event
+        if event is not None:
+            event.set()
+
     @property
-    def cancelled(self) -> bool:
-        return self._cancel.is_set() or self.lease_lost.is_set()
+    def cancel_reason(self) -> str | None:
+        """``timeout``, ``shutdown`` or ``lease_lost`` once cancelled, else None."""
+        if self._reason is None and self._shutdown is not None and self._shutdown.is_set():
+            self.cancel(SHUTDOWN)
+        return self._reason
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """An event set when the handler should stop: ``ctx.cancelled.wait(seconds)`` or
+        ``ctx.cancelled.is_set()``."""
+        event = self._event
+        if event is None:
+            with _EVENT_LOCK:
+                if self._event is None:
+                    self._event = threading.Event()
+                    if self.cancel_reason is not None:
+                        self._event.set()
+                event = self._event
+        elif not event.is_set() and self.cancel_reason is not None:
+            event.set()
+        return event
 
     def checkpoint(self) -> None:
-        """A safe point to stop: raises Cancelled when the worker is shutting down hard or this
-        worker has lost the job's lock. The attempt is then given back."""
-        if self._cancel.is_set():
-            raise Cancelled(f"job {self.job.id} cancelled at shutdown")
-        if self.lease_lost.is_set():
-            raise Cancelled(f"job {self.job.id} lost its lock to another worker")
+        """A safe point to stop: raises Cancelled once the job is cancelled. At shutdown or after
+        a lost lock the attempt is then given back; after a timeout it counts as failed."""
+        reason = self.cancel_reason
+        if reason is not None:
+            raise Cancelled(f"job {self.job.id} {_MESSAGES.get(reason, reason)}")
 
     def confirm_lease(self) -> None:
         """Checkpoint, then ask the ledger whether this worker still holds the job. Handlers
@@ -79,9 +122,11 @@ class JobContext:
         self.checkpoint()
         if self._trusted_until is not None and time.monotonic() < self._trusted_until:
             return
-        if self.worker and not self._queue.holds(self.job, self.worker):
-            self.lease_lost.set()
-            raise Cancelled(f"job {self.job.id} lost its lock to another worker")
+        if self.worker and not self._holds(self.job, self.worker):
+            self.cancel(LEASE_LOST)
+            self.checkpoint()
+
+    # -- follow-up jobs ----------------------------------------------------------------------
 
     def enqueue(
         self,
@@ -92,40 +137,22 @@ class JobContext:
         delay: float | timedelta | None = None,
         run_at: datetime | None = None,
         key: str | None = None,
+        timeout: float | None = None,
     ) -> None:
         """Queue a follow-up job. It is validated now and committed in the same transaction that
         completes this job, so it exists if and only if this job completed."""
         self.children.append(
-            self._queue.build(
+            self._build(
                 payload,
                 priority=priority,
                 max_attempts=max_attempts,
                 delay=delay,
                 run_at=run_at,
                 key=key,
+                timeout=timeout,
                 parent_id=self.job.id,
             )
         )
 
     def __repr__(self) -> str:
         return f"JobContext(job={self.job.id!r}, type={self.job.type!r}, attempt={self.job.attempts})"
-
-
-def error_text(exc: BaseException) -> str:
-    """What goes into ``last_error``: the message, plus the traceback for unexpected errors
-    (NUL bytes written as \\0: PostgreSQL text cannot hold them)."""
-    if isinstance(exc, TetherError):
-        text = f"{type(exc).__name__}: {exc}"
-    else:
-        text = "".join(traceback.format_exception(exc, limit=20)).rstrip()
-    return text.replace("\x00", "\\0")
-
-
-def encode_result(job_type: str, result: Any) -> str | None:
-    """A handler's result as stored JSON; one that cannot be encoded is the handler's error."""
-    if result is None:
-        return None
-    try:
-        return orjson.dumps(result).decode()
-    except TypeError as e:
-        raise PermanentError(f"{job_type} handler returned a result that is not JSON: {e}") from e

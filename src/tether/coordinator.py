@@ -12,17 +12,19 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from . import fs
+from . import config, events, fs, observe
 from .clock import Clock, SystemClock
 from .engine import Durability, create_engine, ensure_schema, schema_of
 from .errors import ConfigError, DatabaseUnavailable
+from .health import Health, Thresholds, health
 from .jobtypes import JobType, Payload, Registry, default_registry
-from .queue import NewJob, Queue
+from .queue import Queue
+from .reconcile import Report, reconcile
 from .record import InsertResult, JobRecord
+from .retention import PurgeResult, purge
 from .wakeup import wakeup_for
 from .worker import Worker, WorkerConfig
 
-DEFAULT_DB = "sqlite:///tether.db"
 _SESSION_KEY = "tether.enqueued"
 
 
@@ -47,7 +49,7 @@ class Coordinator:
         root: str | os.PathLike[str] | None = None,
         clock: Clock | None = None,
         durability: Durability | None = None,
-        lock_timeout: float = 300.0,
+        lock_timeout: float = config.DEFAULT_LOCK_TIMEOUT,
         registry: Registry | None = None,
         schema: str | None = None,
     ) -> Coordinator:
@@ -57,8 +59,8 @@ class Coordinator:
         last commits on power loss (never on a process crash) for speed, on SQLite. ``schema``
         (default ``$TETHER_SCHEMA``; PostgreSQL only) keeps the ledger in its own schema of a
         database shared with other applications."""
-        db_url = db_url or os.environ.get("TETHER_DB") or DEFAULT_DB
-        root_path = Path(root or os.environ.get("TETHER_ROOT") or ".").expanduser().absolute()
+        db_url = config.db_url(db_url)
+        root_path = Path(config.root(root)).expanduser().absolute()
         if root_path.exists() and not root_path.is_dir():
             raise ConfigError(f"data root {root_path} is not a directory")
         try:
@@ -67,8 +69,8 @@ class Coordinator:
             raise ConfigError(f"cannot create the data root {root_path}: {e.strerror}") from e
         engine = create_engine(
             db_url,
-            durability=durability or os.environ.get("TETHER_DURABILITY") or "full",  # type: ignore[arg-type]
-            schema=schema or os.environ.get("TETHER_SCHEMA") or None,
+            durability=config.durability(durability),  # type: ignore[arg-type]  # create_engine checks the value
+            schema=config.schema(schema),
         )
         try:
             ensure_schema(engine)
@@ -83,7 +85,7 @@ class Coordinator:
             lock_timeout=lock_timeout,
         )
 
-    def register(self, job_type: JobType) -> JobType:
+    def register(self, job_type: JobType[Any]) -> JobType[Any]:
         """Add an application's own job type."""
         return self.registry.register(job_type)
 
@@ -98,14 +100,22 @@ class Coordinator:
         delay: float | timedelta | None = None,
         run_at: datetime | None = None,
         key: str | None = None,
+        timeout: float | None = None,
         session: Session | None = None,
     ) -> InsertResult:
         """Record a job. Returns once the job is durably committed, or, with an application
         ``session``, inside that session's transaction (it commits with the caller's rows).
         If an active job of the same type has the same idempotency ``key``, that job is returned
-        with ``duplicate=True``. Raises InvalidPayload (nothing stored) for bad input."""
+        with ``duplicate=True``. ``timeout`` (seconds) overrides the job type's for this job.
+        Raises InvalidPayload (nothing stored) for bad input."""
         jobs = self.queue.builder.build_many(
-            [payload], priority=priority, max_attempts=max_attempts, delay=delay, run_at=run_at, key=key
+            [payload],
+            priority=priority,
+            max_attempts=max_attempts,
+            delay=delay,
+            run_at=run_at,
+            key=key,
+            timeout=timeout,
         )
         if session is not None:
             return self._in_session(session, jobs)[0]
@@ -122,13 +132,13 @@ class Coordinator:
         return self.queue.enqueue_all(jobs)
 
     @contextmanager
-    def transaction(self) -> Iterator[Batch]:
+    def transaction(self) -> Iterator[Transaction]:
         """``with coordinator.transaction() as tx: tx.enqueue(...)``: commits all at the end."""
-        batch = Batch(self)
-        yield batch
-        batch.results = self.queue.enqueue_all(batch.jobs)
+        tx = Transaction(self)
+        yield tx
+        tx.results = self.queue.enqueue_all(tx.jobs)
 
-    def _in_session(self, session: Session, jobs: list[NewJob]) -> list[InsertResult]:
+    def _in_session(self, session: Session, jobs: list[JobRecord]) -> list[InsertResult]:
         with self.queue.backend.write(session.connection()) as cur:
             results = self.queue.insert_all(cur, jobs)
             self.queue.wakeup.notify_in(cur)  # delivered only if the application commits
@@ -169,35 +179,28 @@ class Coordinator:
     def reclaim_stale(self, *, now: datetime | None = None) -> list[JobRecord]:
         return self.queue.reclaim_stale(self.lock_timeout, now=now)
 
-    def startup_check(self, **options: Any) -> Any:
+    def startup_check(self, **options: Any) -> Report:
         """Run before workers start: reclaim stale locks (so their paths show as in flight, not
         drift), reconcile the ledger with the data root, log the result and return the
         ``reconcile.Report`` (``report.exit_code``: 0 in sync, 2 drift, 1 could not check).
         Keyword arguments go to ``reconcile.reconcile`` (``content``, ``untracked``)."""
-        from . import events
-        from .reconcile import reconcile
-
         reclaimed = self.reclaim_stale()
         report = reconcile(self, **options)
         events.emit("startup_check", reclaimed=len(reclaimed), **report.summary())
         return report
 
-    def stats(self, **options: Any) -> Any:
+    def stats(self, **options: Any) -> observe.Stats:
         """Outstanding, failed, stuck and oldest pending, by type (see ``tether.observe.stats``)."""
-        from . import observe
-
         return observe.stats(self, **options)
 
-    def health(self, thresholds: Any = None) -> Any:
+    def health(self, thresholds: Thresholds | None = None) -> Health:
         """The ok / warning / error verdict of ``tether status`` (see ``tether.health``)."""
-        from .health import health
-
         return health(self, thresholds)
 
-    def purge(self, *, older_than: timedelta, statuses: Sequence[str] = ("completed",), dry_run: bool = False) -> Any:
+    def purge(
+        self, *, older_than: timedelta, statuses: Sequence[str] = ("completed",), dry_run: bool = False
+    ) -> PurgeResult:
         """Delete finished jobs older than ``older_than`` (keeping what reconcile needs)."""
-        from .retention import purge
-
         return purge(self, older_than=older_than, statuses=statuses, dry_run=dry_run)
 
     def close(self) -> None:
@@ -217,12 +220,12 @@ def _channel(engine: sa.Engine) -> str:
     return f"tether_jobs_{schema}" if schema else "tether_jobs"
 
 
-class Batch:
+class Transaction:
     """Jobs gathered in ``Coordinator.transaction()``; committed together when the block ends."""
 
     def __init__(self, coordinator: Coordinator) -> None:
         self._coordinator = coordinator
-        self.jobs: list[NewJob] = []
+        self.jobs: list[JobRecord] = []
         self.results: list[InsertResult] = []
 
     def enqueue(self, payload: Payload, **options: Any) -> None:

@@ -6,7 +6,7 @@ import os
 import re
 import weakref
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
@@ -94,7 +94,7 @@ def _sqlite_engine(url: sa.URL, durability: Durability, busy_timeout: float) -> 
     synchronous = "FULL" if durability == "full" else "NORMAL"
 
     @sa.event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn, _record):  # noqa: ANN001
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute(f"PRAGMA synchronous={synchronous}")
@@ -143,9 +143,31 @@ def _index_names(conn: sa.Connection, dialect: str) -> set[str]:
     return set(conn.execute(sa.text(query), {"table": TABLE}).scalars())
 
 
+def _column_names(conn: sa.Connection, dialect: str, table: str) -> set[str]:
+    if dialect == "postgresql":
+        query = (
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_schema = current_schema() AND table_name = :table"
+        )
+        return set(conn.execute(sa.text(query), {"table": table}).scalars())
+    return {row[1] for row in conn.exec_driver_sql(f"PRAGMA table_info({table})")}
+
+
+def _add_missing_columns(conn: sa.Connection, dialect: sa.Dialect) -> None:
+    """Columns added since a ledger was created (all nullable): added in place, no rewrite."""
+    for table in metadata.sorted_tables:
+        present = _column_names(conn, dialect.name, table.name)
+        for column in table.columns:
+            if column.name not in present:
+                if not column.nullable:
+                    raise DatabaseUnavailable(f"cannot upgrade {table.name}: new column {column.name} is required")
+                kind = column.type.compile(dialect=dialect)
+                conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}")
+
+
 def ensure_schema(engine: sa.Engine) -> None:
-    """Create the jobs table and any of its indexes that are missing, drop the indexes earlier
-    versions used instead; safe to run from many workers at once."""
+    """Create the jobs table and any of its columns and indexes that are missing, drop the
+    indexes earlier versions used instead; safe to run from many workers at once."""
     try:
         with engine.begin() as conn:
             if engine.dialect.name == "postgresql":
@@ -155,6 +177,7 @@ def ensure_schema(engine: sa.Engine) -> None:
                 if schema:
                     conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
             metadata.create_all(conn, checkfirst=True)
+            _add_missing_columns(conn, engine.dialect)
             # create_all builds indexes only with a table it creates: a ledger from an earlier
             # version gets the indexes added since here. Only missing ones: on PostgreSQL even
             # CREATE INDEX IF NOT EXISTS locks the table against writers first.

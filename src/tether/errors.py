@@ -100,5 +100,13 @@ class PermanentError(JobError):
     """The job can never succeed as given: it fails at once, without retry."""
 
 
+class JobTimedOut(RetryableError):
+    """An attempt ran past its job's timeout: it was cancelled and is retried like any error."""
+
+    def __init__(self, job_type: str, job_id: str, timeout: float) -> None:
+        self.timeout = timeout
+        super().__init__(f"{job_type} job {job_id} ran past its timeout of {timeout:g}s and was cancelled")
+
+
 class Cancelled(JobError):
     """The worker is shutting down; the attempt is given back and the job returns to pending."""

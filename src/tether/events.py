@@ -40,15 +40,6 @@ class _StderrLines(logging.Handler):
             self.handleError(record)
 
 
-def log_to_stderr(level: int = logging.INFO) -> None:
-    """Print events as JSON lines on stderr from now on (an application's one-line set-up)."""
-    if any(getattr(h, "_tether", False) for h in logger.handlers):
-        return
-    logger.addHandler(_StderrLines())
-    logger.setLevel(level)
-    logger.propagate = False
-
-
 @contextmanager
 def to_stderr(enabled: bool = True, level: int = logging.INFO) -> Iterator[None]:
     """Print events on stderr for the length of a block (what CLI commands do), then stop."""

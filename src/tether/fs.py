@@ -111,9 +111,9 @@ def _real_root(root: str) -> str:
 # Directories whose entries this process has made durable, each with every directory above it up
 # to its data root. A file is not durable until all of those are, and a directory another thread
 # or process has just made may not be yet (its maker may still be on the way to fsyncing the
-# parent; ext4 without a journal does not carry a mkdir along with a later fsync). Data roots count as durable: they exist before tether writes into them (see
-# ``make_root``). A directory removed and made again by someone else while this process runs
-# is taken as durable.
+# parent; ext4 without a journal does not carry a mkdir along with a later fsync). Data roots
+# count as durable: they exist before tether writes into them (see ``make_root``). A directory
+# removed and made again by someone else while this process runs is taken as durable.
 _roots: set[str] = set()
 _durable_dirs: set[str] = set()
 _DURABLE_DIRS_MAX = 65_536  # past this the set starts again: forgetting costs only an fsync

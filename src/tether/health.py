@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from . import config
 from .errors import ConfigError
 from .observe import Source, Stats, stats
 
@@ -32,7 +33,7 @@ class Thresholds:
     """When the verdict changes. Defaults: backlog soft limit 100, warning at 80% of it, error
     at 100%; any stuck job is an error; any failed job is a warning."""
 
-    backlog_limit: int = 100
+    backlog_limit: int = config.DEFAULT_BACKLOG_LIMIT
     warn_ratio: float = 0.8
 
     def __post_init__(self) -> None:
@@ -56,7 +57,7 @@ class Thresholds:
 
 
 @dataclass(frozen=True)
-class Check:
+class HealthCheck:
     """One rule's finding: what was measured, against which threshold, with what verdict."""
 
     name: str
@@ -71,7 +72,7 @@ class Check:
 @dataclass(frozen=True)
 class Health:
     verdict: Verdict
-    checks: list[Check]
+    checks: list[HealthCheck]
     thresholds: Thresholds
     stats: Stats
 
@@ -95,25 +96,27 @@ def assess(s: Stats, thresholds: Thresholds | None = None) -> Health:
     """The verdict for ``s``: the worst of the backlog, stuck and failed checks."""
     th = thresholds or Thresholds()
     if s.outstanding >= th.backlog_limit:
-        backlog = Check("backlog", s.outstanding, Verdict.ERROR, f"at or over the soft limit of {th.backlog_limit}")
+        backlog = HealthCheck(
+            "backlog", s.outstanding, Verdict.ERROR, f"at or over the soft limit of {th.backlog_limit}"
+        )
     elif s.outstanding >= th.backlog_warn:
-        backlog = Check(
+        backlog = HealthCheck(
             "backlog",
             s.outstanding,
             Verdict.WARNING,
             f"at or over {th.warn_ratio:.0%} of the soft limit of {th.backlog_limit}",
         )
     else:
-        backlog = Check(
+        backlog = HealthCheck(
             "backlog", s.outstanding, Verdict.OK, f"under {th.backlog_warn} (warn) / {th.backlog_limit} (error)"
         )
-    stuck = Check(
+    stuck = HealthCheck(
         "stuck",
         s.stuck,
         Verdict.ERROR if s.stuck else Verdict.OK,
         f"claimed with a lock older than {s.lock_timeout:g}s; any stuck job is an error",
     )
-    failed = Check(
+    failed = HealthCheck(
         "failed",
         s.failed,
         Verdict.WARNING if s.failed else Verdict.OK,

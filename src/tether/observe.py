@@ -15,20 +15,10 @@ import sqlalchemy as sa
 
 from . import ids
 from .errors import JobNotFound
-from .readonly import (  # noqa: F401  (open_ledger, NoLedger, Source: part of this API)
-    DEFAULT_LOCK_TIMEOUT,
-    NoLedger,
-    Source,
-    engine_of,
-    finished,
-    lock_timeout_of,
-    now_of,
-    open_ledger,
-    reading,
-    records,
-    select_jobs,
-    t,
-)
+from .readonly import NoLedger as NoLedger  # `X as X`: NoLedger, Source, open_ledger are this API too
+from .readonly import Source as Source
+from .readonly import engine_of, finished, lock_timeout_of, now_of, reading, records, select_jobs, t
+from .readonly import open_ledger as open_ledger
 from .record import JobRecord
 from .schema import CLAIMED_SQL, PENDING_SQL
 from .status import JobStatus
@@ -106,11 +96,11 @@ def stats(source: Source, *, lock_timeout: float | None = None, now: datetime | 
         backlog: dict[str, dict[str, int]] = {}
         # Each status through its own partial index, so only the backlog is read: the condition
         # is written as the index's own literal, which both databases match when they plan.
-        by_type = [
+        per_status = [
             sa.select(t.c.type, t.c.status, sa.func.count()).where(sa.text(cond)).group_by(t.c.type, t.c.status)
             for cond in (PENDING_SQL, CLAIMED_SQL)
         ]
-        for job_type, status, n in conn.execute(sa.union_all(*by_type)):
+        for job_type, status, n in conn.execute(sa.union_all(*per_status)):
             backlog.setdefault(job_type, {})[status] = n
         failed = conn.execute(
             sa.select(sa.func.count()).where(t.c.status == JobStatus.FAILED.value, finished())
@@ -301,7 +291,7 @@ def duplicates(source: Source, *, job_type: str | None = None, limit: int | None
         )
     by_key: dict[tuple[str, str], list[JobRecord]] = {k: [] for k in found}
     for job in sorted(members, key=lambda j: j.id):
-        by_key[(job.type, job.idempotency_key)].append(job)  # type: ignore[index]
+        by_key[(job.type, job.idempotency_key)].append(job)  # type: ignore[index]  # joined on a key: never None
     return [DuplicateGroup(name, key, by_key[(name, key)]) for name, key in found]
 
 
@@ -344,7 +334,7 @@ def recent(
     if job_type is not None:
         query = query.where(t.c.type == job_type)
     with reading(source) as conn:
-        counts = dict(conn.execute(query).all())  # type: ignore[arg-type]
+        counts = dict(conn.execute(query).all())
         listed = _finished(conn, (JobStatus.COMPLETED, JobStatus.FAILED), job_type, since, until, limit)
     return Recent(since, until, counts.get("completed", 0), counts.get("failed", 0), listed)
 

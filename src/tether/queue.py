@@ -14,9 +14,8 @@ import sqlalchemy as sa
 
 from . import events, sql
 from .backend import Backend
-from .build import Builder, NewJob, tuple_new
+from .build import Builder
 from .clock import Clock
-from .context import encode_result
 from .errors import (
     DatabaseUnavailable,
     DuplicateActiveJob,
@@ -26,7 +25,9 @@ from .errors import (
     Superseded,
 )
 from .jobtypes import Payload, Registry
-from .record import InsertResult, JobRecord
+from .jobtypes.target import display
+from .outcome import encode_result
+from .record import InsertResult, JobRecord, make_tuple
 from .status import FENCED, TRANSITIONS, JobStatus
 from .wakeup import Wakeup
 
@@ -61,7 +62,7 @@ class Decision(NamedTuple):
     job: JobRecord
     edge: str  # complete | retry | fail | release
     values: dict[str, Any]
-    children: Sequence[NewJob] = ()
+    children: Sequence[JobRecord] = ()
     duration: float | None = None
     finished_at: datetime | None = None  # when the handler returned (not when the group committed)
 
@@ -79,21 +80,37 @@ class Decision(NamedTuple):
         cls,
         job: JobRecord,
         result: Any,
-        children: Sequence[NewJob] = (),
+        children: Sequence[JobRecord] = (),
         duration: float | None = None,
         finished_at: datetime | None = None,
     ) -> Decision:
         return cls(job, "complete", {"result": encode_result(job.type, result)}, children, duration, finished_at)
 
+    @classmethod
+    def retry(cls, job: JobRecord, error: str, run_at: datetime, duration: float | None = None) -> Decision:
+        return cls(job, "retry", {"error": error, "run_at": run_at}, duration=duration)
+
+    @classmethod
+    def fail(
+        cls, job: JobRecord, error: str, duration: float | None = None, finished_at: datetime | None = None
+    ) -> Decision:
+        return cls(job, "fail", {"error": error}, duration=duration, finished_at=finished_at)
+
+    @classmethod
+    def release(cls, job: JobRecord, duration: float | None = None) -> Decision:
+        """Given back untouched (shutdown, a batch that turned slow): the attempt is not counted."""
+        return cls(job, "release", {}, duration=duration)
+
 
 # What varies between jobs enqueued together, and what they share (one JSON insert per share).
-_shared = itemgetter(1, 4, 6, 10, 13, 16)  # type, priority, max_attempts, created_at, run_at, parent_id
+# type, priority, max_attempts, created_at, run_at, parent_id, timeout
+_shared = itemgetter(1, 4, 6, 10, 13, 16, 18)
 _targeted_row = itemgetter(0, 2, 15)  # id, payload, ordering_key
 # A JSON insert's rows travel as one value: past this many payload characters, another statement.
 _JSON_CHARS = 16 << 20
 
 
-def _by_size(jobs: list[NewJob]) -> Iterator[list[NewJob]]:
+def _by_size(jobs: list[JobRecord]) -> Iterator[list[JobRecord]]:
     """``jobs`` in runs whose payloads add up to at most _JSON_CHARS (at least one job each):
     a file job's payload holds the file, and one statement's text has a size limit."""
     start, size = 0, 0
@@ -120,12 +137,12 @@ class Queue:
 
     # -- enqueue ---------------------------------------------------------------------------
 
-    def build(self, payload: Payload, **options: Any) -> NewJob:
+    def build(self, payload: Payload, **options: Any) -> JobRecord:
         """Validate everything about a job before a transaction opens; raises InvalidPayload.
         Options as ``build.Builder.build_many``."""
         return self.builder.build_many([payload], **options)[0]
 
-    def insert(self, cur: Any, job: NewJob) -> InsertResult:
+    def insert(self, cur: Any, job: JobRecord) -> InsertResult:
         """Insert inside the caller's transaction; an active job with the same key is returned."""
         while True:
             inserted = cur.record(sql.INSERT, self.backend.insert_values(job))
@@ -136,7 +153,7 @@ class Queue:
                 return InsertResult(existing, duplicate=True)
             # PostgreSQL only: the conflicting job finished between the two statements.
 
-    def insert_all(self, cur: Any, jobs: Sequence[NewJob]) -> list[InsertResult]:
+    def insert_all(self, cur: Any, jobs: Sequence[JobRecord]) -> list[InsertResult]:
         """Insert many in the caller's transaction: unkeyed jobs that share their options in one
         statement, keyed ones one at a time (each may meet an active job with its key)."""
         unkeyed = [job for job in jobs if job.idempotency_key is None]
@@ -145,12 +162,12 @@ class Queue:
         elif unkeyed:
             self._insert_unkeyed(cur, unkeyed)
         return [
-            tuple_new(InsertResult, (job, False)) if job.idempotency_key is None else self.insert(cur, job)
+            make_tuple(InsertResult, (job, False)) if job.idempotency_key is None else self.insert(cur, job)
             for job in jobs
         ]
 
-    def _insert_unkeyed(self, cur: Any, jobs: list[NewJob]) -> None:
-        groups: dict[tuple[Any, ...], list[NewJob]] = {}
+    def _insert_unkeyed(self, cur: Any, jobs: list[JobRecord]) -> None:
+        groups: dict[tuple[Any, ...], list[JobRecord]] = {}
         for job in jobs:
             groups.setdefault(_shared(job), []).append(job)
         # Jobs that share nothing (each from its own enqueue call, as in a transaction() block)
@@ -161,7 +178,7 @@ class Queue:
         if self._json_sql is None:
             return
         untargeted, targeted = self._json_sql
-        for (job_type, priority, max_attempts, created_at, run_at, parent_id), group in groups.items():
+        for (job_type, priority, max_attempts, created_at, run_at, parent_id, timeout), group in groups.items():
             if len(group) == 1:
                 continue
             shared = {
@@ -171,6 +188,7 @@ class Queue:
                 "created_at": created_at,
                 "run_at": run_at,
                 "parent_id": parent_id,
+                "timeout": timeout,
             }
             for part in _by_size(group):
                 if any(job.ordering_key is not None for job in part):
@@ -181,13 +199,13 @@ class Queue:
                         untargeted, {**shared, "rows": orjson.dumps({job.id: job.payload for job in part}).decode()}
                     )
 
-    def enqueue_all(self, jobs: Sequence[NewJob]) -> list[InsertResult]:
+    def enqueue_all(self, jobs: Sequence[JobRecord]) -> list[InsertResult]:
         """Insert ``jobs`` in one transaction; returns after the commit is durable."""
         try:
             if len(jobs) == 1 and jobs[0].idempotency_key is None and self.wakeup.in_process_only:
                 # The common single enqueue: one INSERT that is its own transaction.
                 self.backend.execute_alone(sql.INSERT_UNKEYED, self.backend.insert_values(jobs[0]))
-                results = [tuple_new(InsertResult, (jobs[0], False))]
+                results = [make_tuple(InsertResult, (jobs[0], False))]
             else:
                 with self.backend.write() as cur:
                     results = self.insert_all(cur, jobs)
@@ -224,7 +242,8 @@ class Queue:
         return self._claimed(rows, worker)
 
     def _claim_in(self, cur: Any, worker: str, now: datetime, limit: int) -> list[JobRecord]:
-        return cur.records(self._claim_sql, {"worker": worker, "now": now, "limit": limit})
+        claimed: list[JobRecord] = cur.records(self._claim_sql, {"worker": worker, "now": now, "limit": limit})
+        return claimed
 
     def _claimed(self, rows: list[JobRecord], worker: str) -> list[JobRecord]:
         jobs = sorted(rows, key=lambda j: (-j.priority, j.created_at, j.id))
@@ -259,7 +278,7 @@ class Queue:
             params.update(worker=worker, attempt=attempt)
         if not returning:
             return True if cur.execute(_without_returning(_EDGE_SQL[edge]), params) == 1 else None
-        job = cur.record(_EDGE_SQL[edge], params)
+        job: JobRecord | None = cur.record(_EDGE_SQL[edge], params)
         if job is not None:
             assert job.status is to_status, (edge, from_status, job.status)
         return job
@@ -306,7 +325,7 @@ class Queue:
             completed = self.complete_many(cur, worker, completing, now) if len(completing) > 1 else None
             for d in decisions:
                 if completed is not None and d.edge == "complete":
-                    job = True if (d.job.id, d.job.attempts) in completed else None
+                    job: JobRecord | bool | None = True if (d.job.id, d.job.attempts) in completed else None
                 else:
                     values = dict(d.values)
                     if d.edge in ("complete", "fail"):
@@ -323,37 +342,24 @@ class Queue:
                 claimed = self._claim_in(cur, worker, self.clock.now(), claim)
         requeued = False
         log = events.enabled()
-        for d, job in zip(decisions, moved):
+        for d, job in zip(decisions, moved, strict=True):
             if job is None:
                 self._lost(d.job, worker)
                 continue
             if log:
-                self._event(d.edge, job if records else d.after(), worker, duration=d.duration)
+                self._event(d.edge, job if isinstance(job, JobRecord) else d.after(), worker, duration=d.duration)
             requeued = requeued or d.edge in ("retry", "release")
         self.committed(inserted)
         if requeued:
             self.wakeup.wake_local()
         return moved, self._claimed(claimed, worker)
 
-    def complete(
-        self, job: JobRecord, worker: str, *, result: Any = None, children: Sequence[NewJob] = ()
-    ) -> JobRecord:
-        """Mark ``job`` completed (with its follow-up jobs); LostLease if it is no longer ours."""
-        return self._one(worker, Decision.complete(job, result, children))
-
-    def retry(self, job: JobRecord, worker: str, *, error: str, run_at: datetime) -> JobRecord:
-        return self._one(worker, Decision(job, "retry", {"error": error, "run_at": run_at}))
-
-    def fail(self, job: JobRecord, worker: str, *, error: str) -> JobRecord:
-        return self._one(worker, Decision(job, "fail", {"error": error}))
-
-    def release(self, job: JobRecord, worker: str) -> JobRecord:
-        return self._one(worker, Decision(job, "release", {}))
-
-    def _one(self, worker: str, decision: Decision) -> JobRecord:
+    def finish_one(self, worker: str, decision: Decision) -> JobRecord:
+        """Record one outcome in its own transaction; LostLease if the job is no longer ours."""
         [moved] = self.finish(worker, [decision])
         if moved is None:
             raise LostLease(decision.job.id, worker, decision.job.attempts)
+        assert isinstance(moved, JobRecord)  # finish() reads the changed rows back by default
         return moved
 
     def _lost(self, job: JobRecord, worker: str) -> None:
@@ -409,10 +415,11 @@ class Queue:
                 if failed.ordering_key is not None:
                     newer = cur.scalar(sql.NEWER_ON_TARGET, {"ordering_key": failed.ordering_key, "id": job_id})
                     if newer is not None:
-                        raise Superseded(job_id, newer, failed.ordering_key.partition(":")[2] or failed.ordering_key)
+                        raise Superseded(job_id, newer, display(failed.ordering_key))
                 moved = self.transition(cur, "manual_retry", job_id, now=now)
                 if moved is None:  # PostgreSQL: changed by another transaction since the read
                     raise InvalidTransition(job_id, self.get(job_id, cur=cur).status.value, JobStatus.PENDING.value)
+                assert isinstance(moved, JobRecord)  # returning=True: the changed row, read back
                 self.wakeup.notify_in(cur)
         except sa.exc.IntegrityError as e:
             job = self.get(job_id)

@@ -6,16 +6,16 @@ Used by ``observe`` (the operator's questions) and ``retention``; ``source`` is 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Any, Union
 
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
+from . import config
 from .clock import SystemClock
 from .engine import READ_ONLY, create_engine
 from .errors import DatabaseUnavailable
@@ -27,10 +27,8 @@ if TYPE_CHECKING:
 
 Source = Union["Coordinator", sa.Engine]
 
-DEFAULT_LOCK_TIMEOUT = 300.0
-"""Seconds after which a claimed job without a heartbeat counts as stuck (the worker's default)."""
 
-t = Job.__table__
+t = Job.__table__  # type: ignore[attr-defined]  # sqlmodel sets it; its types do not declare it
 COLUMNS = [t.c[name] for name in t.c.keys()]
 
 
@@ -44,9 +42,7 @@ class NoLedger(DatabaseUnavailable):
 def open_ledger(db_url: str | None = None, *, schema: str | None = None) -> sa.Engine:
     """An engine on an existing ledger, for reading: unlike ``Coordinator.open`` it never creates
     a database file or the table, so a mistyped path is an error instead of a new empty ledger."""
-    from .coordinator import DEFAULT_DB
-
-    db_url = db_url or os.environ.get("TETHER_DB") or DEFAULT_DB
+    db_url = config.db_url(db_url)
     try:
         url = make_url(db_url)
     except sa.exc.ArgumentError:
@@ -55,7 +51,7 @@ def open_ledger(db_url: str | None = None, *, schema: str | None = None) -> sa.E
         path = Path(url.database).expanduser().absolute()
         if not path.is_file():
             raise NoLedger(f"no ledger at {path} (the file does not exist; check --db or TETHER_DB)")
-    engine = create_engine(db_url, schema=schema or os.environ.get("TETHER_SCHEMA") or None)
+    engine = create_engine(db_url, schema=config.schema(schema))
     try:
         with engine.connect() as conn:
             present = sa.inspect(conn).has_table(TABLE)
@@ -83,7 +79,7 @@ def now_of(source: Source, now: datetime | None) -> datetime:
 def lock_timeout_of(source: Source, lock_timeout: float | None) -> float:
     if lock_timeout is not None:
         return lock_timeout
-    return getattr(source, "lock_timeout", DEFAULT_LOCK_TIMEOUT)
+    return getattr(source, "lock_timeout", config.DEFAULT_LOCK_TIMEOUT)
 
 
 @contextmanager
@@ -96,15 +92,15 @@ def reading(source: Source) -> Iterator[sa.Connection]:
         raise DatabaseUnavailable(f"could not read the ledger: {' '.join(str(e.orig).split())}") from e
 
 
-def records(conn: sa.Connection, query: sa.Select) -> list[JobRecord]:
+def records(conn: sa.Connection, query: sa.Select[Any]) -> list[JobRecord]:
     return [JobRecord.from_row(r) for r in conn.execute(query)]
 
 
-def select_jobs() -> sa.Select:
+def select_jobs() -> sa.Select[Any]:
     return sa.select(*COLUMNS)
 
 
-def finished() -> sa.ColumnElement[bool]:
+def finished() -> sa.TextClause:
     """Matches finished jobs only, in the very condition ``ix_tether_jobs_done`` is partial to
     (SQLite uses a partial index only when the query implies its condition term by term)."""
     return sa.text(FINISHED_SQL)

@@ -15,18 +15,19 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
 
-from . import events, fs, reconcile_runs
+from . import events, fs, reconcile_runs, sql
 from .backend import Backend
 from .drift import DRIFT, IN_SYNC, LEFTOVER_TEMP, NOT_CHECKED, STATUSES, UNKNOWN, UNTRACKED, Finding, Report
 from .engine import READ_ONLY
-from .jobtypes.base import SYNCED, Check, Probe, file_target, listings
+from .jobtypes.base import SYNCED, Check, Probe, listings
+from .jobtypes.target import display, file_key
 
 if TYPE_CHECKING:
     from .coordinator import Coordinator
@@ -36,40 +37,25 @@ __all__ = ["DRIFT", "STATUSES", "Finding", "Report", "count_targeted_jobs", "rec
 
 BATCH = 2000
 
-_Target = tuple[str, "str | None", "str | None", "str | None", "str | None"]
 
-# Every job with a target, in target order and, within one target, in enqueue order; with
-# payloads when a probe needs them in this mode (one row lookup per job, cheaper than reading
-# the latest ones by id afterwards).
-_PAGE = """
-SELECT id, type, status, ordering_key{payload} FROM tether_jobs
-WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (:after_key, :after_id)
-  AND status IN ('pending', 'claimed', 'completed')
-ORDER BY ordering_key, id
-LIMIT :limit
-"""
-PAGE = sa.text(_PAGE.format(payload=""))
-PAGE_PAYLOADS = sa.text(_PAGE.format(payload=", payload"))
-# Payloads of the few latest completed jobs an existence check disagreed on (by primary key).
-PAYLOADS = sa.text("SELECT id, payload FROM tether_jobs WHERE id IN :ids").bindparams(
-    sa.bindparam("ids", expanding=True)
-)
-# Asked again after the disk was read, for targets that disagreed: the latest completed job and
-# whether one is active now, per target.
-RECHECK = sa.text("""
-SELECT ordering_key,
-       max(CASE WHEN status = 'completed' THEN id END),
-       max(CASE WHEN status IN ('pending', 'claimed') THEN 1 ELSE 0 END)
-FROM tether_jobs WHERE ordering_key IN :keys
-GROUP BY ordering_key
-""").bindparams(sa.bindparam("keys", expanding=True))
-ACTIVE_ON = sa.text("""
-SELECT 1 FROM tether_jobs WHERE ordering_key = :key AND status IN ('pending', 'claimed') LIMIT 1
-""")
-KNOWN_TARGETS = sa.text("SELECT DISTINCT ordering_key FROM tether_jobs WHERE ordering_key IN :keys").bindparams(
-    sa.bindparam("keys", expanding=True)
-)
-COUNT_TARGETED = sa.text("SELECT count(*) FROM tether_jobs WHERE ordering_key IS NOT NULL")
+class _TargetState(NamedTuple):
+    """One target's jobs, once all have been read: its latest completed job (id, type, and the
+    payload when the probe wants it) and an active job's id, if any."""
+
+    key: str
+    latest_id: str | None
+    latest_type: str | None
+    active_id: str | None
+    latest_payload: str | None
+
+
+PAGE = sa.text(sql.RECONCILE_PAGE.format(payload=""))
+PAGE_PAYLOADS = sa.text(sql.RECONCILE_PAGE.format(payload=", payload"))
+PAYLOADS = sa.text(sql.PAYLOADS_BY_ID).bindparams(sa.bindparam("ids", expanding=True))
+RECHECK = sa.text(sql.RECONCILE_RECHECK).bindparams(sa.bindparam("keys", expanding=True))
+ACTIVE_ON = sa.text(sql.ACTIVE_ON_TARGET)
+KNOWN_TARGETS = sa.text(sql.KNOWN_TARGETS).bindparams(sa.bindparam("keys", expanding=True))
+COUNT_TARGETED = sa.text(sql.COUNT_TARGETED)
 
 # ``.<name>.<8 hex>.tether-tmp``: fs.atomic_write's temp file for ``<name>`` in the same directory.
 _TEMP_NAME = re.compile(r"^\.(?P<target>.+)\.[0-9a-f]{8}" + re.escape(fs.TEMP_SUFFIX) + "$")
@@ -152,19 +138,19 @@ class _Reconciler:
 
     # -- the ledger ------------------------------------------------------------------------
 
-    def _read(self, statement: sa.TextClause, params: dict[str, Any]) -> list[Any]:
+    def _read(self, statement: sa.TextClause, params: dict[str, Any]) -> Sequence[Any]:
         """One short read-only transaction: a long check never holds a snapshot open (which on
         SQLite would stop WAL checkpoints for its whole duration)."""
         with self.engine.connect().execution_options(**READ_ONLY) as conn:
             return conn.execute(statement, params).fetchall()
 
-    def _pages(self) -> Iterator[tuple[list[_Target], int]]:
+    def _pages(self) -> Iterator[tuple[list[_TargetState], int]]:
         """Per batch of jobs, the targets whose jobs have all been read, as (key, latest
         completed id, its type, an active job's id, the latest's payload or None), and the jobs
         read so far. One target is carried between batches: its jobs arrive together, oldest
         first. Without payloads the stream reads only the target index, never the table."""
         probed = {name for name, probe in self.probes.items() if probe is not None}
-        wide = any(self.probes[name].wants_payload(content=self.content) for name in probed)  # type: ignore[union-attr]
+        wide = any(self.probes[name].wants_payload(content=self.content) for name in probed)  # type: ignore[union-attr]  # probed: not None
         page = PAGE_PAYLOADS if wide else PAGE
         after_key, after_id, read, newest = "", "", 0, ""
         key: str | None = None
@@ -173,12 +159,12 @@ class _Reconciler:
             # The stream is most of a check's reading: on the driver cursor, like the hot path.
             with self.backend.read() as cur:
                 rows = cur.rows(page.text, {"after_key": after_key, "after_id": after_id, "limit": self.batch_size})
-            ready: list[_Target] = []
+            ready: list[_TargetState] = []
             for row in rows:
                 job_id, job_type, status, row_key = row[0], row[1], row[2], row[3]
                 if row_key != key:
                     if key is not None:
-                        ready.append((key, latest_id, latest_type, active_id, latest_payload))  # type: ignore[arg-type]
+                        ready.append(_TargetState(key, latest_id, latest_type, active_id, latest_payload))
                     key, latest_id, latest_type, active_id, latest_payload = row_key, None, None, None, None
                 if status == "completed":
                     latest_id, latest_type = job_id, job_type
@@ -192,7 +178,7 @@ class _Reconciler:
             self.report.newest_job_id = newest or None
             if len(rows) < self.batch_size:
                 if key is not None:
-                    ready.append((key, latest_id, latest_type, active_id, latest_payload))  # type: ignore[arg-type]
+                    ready.append(_TargetState(key, latest_id, latest_type, active_id, latest_payload))
                 yield ready, read
                 return
             yield ready, read
@@ -201,14 +187,14 @@ class _Reconciler:
     def _payloads(self, ids: list[str]) -> dict[str, str]:
         return dict(self._read(PAYLOADS, {"ids": ids})) if ids else {}
 
-    def _check_all(self, ready: list[_Target]) -> None:
+    def _check_all(self, ready: list[_TargetState]) -> None:
         """Ask each type's probe about its targets, a batch at a time."""
         by_type: dict[str, tuple[list[str], list[str], list[str | None]]] = {}
         probes = self.probes
         for key, latest_id, latest_type, active_id, payload in ready:
             if active_id is not None:
                 self._found(
-                    Finding(_display(key), NOT_CHECKED, active_id, detail="a job on this path is pending or claimed")
+                    Finding(display(key), NOT_CHECKED, active_id, detail="a job on this path is pending or claimed")
                 )
             elif latest_id is None or latest_type is None:
                 continue  # only failed jobs ever named this target: nothing is expected of it
@@ -217,7 +203,7 @@ class _Reconciler:
                 # read as "all in sync".
                 self._found(
                     Finding(
-                        _display(key),
+                        display(key),
                         NOT_CHECKED,
                         latest_id,
                         latest_type,
@@ -237,22 +223,23 @@ class _Reconciler:
             probe = self.probes[job_type]
             assert probe is not None
             with_payload = probe.wants_payload(content=self.content)
-            checks = self._ask(probe, list(zip(keys, payloads)))
+            checks = self._ask(probe, list(zip(keys, payloads, strict=True)))
             if not with_payload:
                 # The report says what was expected: ask again, with payloads, about the few
                 # targets that disagree.
                 again = [n for n, c in enumerate(checks) if c is not SYNCED and c.status != IN_SYNC]
                 if again:
                     found = self._payloads([ids[n] for n in again])
-                    for n, check in zip(again, self._ask(probe, [(keys[n], found.get(ids[n])) for n in again])):
+                    asked = self._ask(probe, [(keys[n], found.get(ids[n])) for n in again])
+                    for n, check in zip(again, asked, strict=True):
                         checks[n] = check
             in_sync = 0
-            for key, job_id, check in zip(keys, ids, checks):
+            for key, job_id, check in zip(keys, ids, checks, strict=True):
                 if check is SYNCED or check.status == IN_SYNC:
                     in_sync += 1
                     continue
                 finding = Finding(
-                    _display(key),
+                    display(key),
                     check.status,
                     job_id,
                     job_type,
@@ -270,7 +257,7 @@ class _Reconciler:
 
     def _ask(self, probe: Probe, items: list[tuple[str, str | None]]) -> list[Check]:
         try:
-            return probe.check_many(items, self.root, content=self.content)  # type: ignore[arg-type]
+            return probe.check_many(items, self.root, content=self.content)  # type: ignore[arg-type]  # None: not wanted
         except Exception:  # one bad payload: ask one at a time so only it is unknown
             return [self._check_one(probe, target, payload) for target, payload in items]
 
@@ -278,7 +265,7 @@ class _Reconciler:
         if payload is None and probe.wants_payload(content=self.content):
             return Check(UNKNOWN, detail="the job's row was removed during the check")
         try:
-            return probe.check(target, payload, self.root, content=self.content)  # type: ignore[arg-type]
+            return probe.check(target, payload, self.root, content=self.content)  # type: ignore[arg-type]  # None: not wanted
         except Exception as e:  # a probe bug or a payload it cannot read: this target is unknown
             return Check(UNKNOWN, detail=f"probe failed: {type(e).__name__}")
 
@@ -324,6 +311,7 @@ class _Reconciler:
             elif rel.endswith(fs.TEMP_SUFFIX):
                 self._temp(rel)
             elif self.untracked:
+                assert not isinstance(entry, bool)  # True only with only_temps, never when untracked
                 pending.append((rel, _size(entry)))
                 if len(pending) >= 500:
                     self._untracked(pending)
@@ -336,7 +324,7 @@ class _Reconciler:
         match = _TEMP_NAME.match(name)
         if match:
             target = f"{directory}/{match['target']}" if directory else match["target"]
-            if self._read(ACTIVE_ON, {"key": file_target(target)}):
+            if self._read(ACTIVE_ON, {"key": file_key(target)}):
                 return  # a running job's write in progress
         try:  # asked after the ledger: gone means a write finished meanwhile
             size = os.lstat(os.path.join(self.root, rel)).st_size
@@ -357,7 +345,7 @@ class _Reconciler:
                     Finding(rel.encode(errors="surrogateescape").decode(errors="replace"), UNTRACKED, actual_size=size)
                 )
                 continue
-            keys[file_target(rel)] = (rel, size)
+            keys[file_key(rel)] = (rel, size)
         if not keys:
             return
         known = {row[0] for row in self._read(KNOWN_TARGETS, {"keys": list(keys)})}
@@ -415,8 +403,3 @@ def _size(entry: os.DirEntry[str]) -> int | None:
         return entry.stat(follow_symlinks=False).st_size
     except OSError:
         return None
-
-
-def _display(key: str) -> str:
-    """``file:notes/a.json`` -> ``notes/a.json``: the target as the operator names it."""
-    return key.partition(":")[2] or key

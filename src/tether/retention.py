@@ -20,7 +20,7 @@ from .readonly import Source, engine_of, now_of, reading
 from .schema import Job
 from .status import JobStatus
 
-t = Job.__table__
+t = Job.__table__  # type: ignore[attr-defined]  # sqlmodel sets it; its types do not declare it
 FINISHED = (JobStatus.COMPLETED, JobStatus.FAILED)
 
 

@@ -19,7 +19,7 @@ TABLE = "tether_jobs"
 RECONCILE_TABLE = "tether_reconcile_runs"
 
 
-class UTCDateTime(sa.TypeDecorator):
+class UTCDateTime(sa.TypeDecorator[datetime]):
     """Timezone-aware UTC in Python on every backend (SQLite keeps a fixed-width text form,
     so ``<`` on the column is time order)."""
 
@@ -76,9 +76,10 @@ class Job(TetherModel, table=True):
     ordering_key: str | None = Field(default=None, max_length=1024)
     parent_id: str | None = Field(default=None, max_length=26)
     result: str | None = Field(default=None, sa_type=sa.Text)
+    timeout: float | None = None  # seconds an attempt may take; None: the job type's timeout, if any
 
 
-_t = Job.__table__
+_t = Job.__table__  # type: ignore[attr-defined]  # sqlmodel sets it; its types do not declare it
 
 # Most jobs carry no idempotency key, ordering key or parent, and most rows are finished: every
 # index below is partial to the rows its queries ask about, so a job without them is in one index

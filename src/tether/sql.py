@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .schema import ACTIVE_KEYED_SQL, TABLE, Job
 
-COLUMNS = tuple(Job.__table__.c.keys())
+COLUMNS = tuple(Job.__table__.c.keys())  # type: ignore[attr-defined]  # sqlmodel sets it; its types do not declare it
 _COLS = ", ".join(COLUMNS)
 _ACTIVE = "status IN ('pending', 'claimed')"
 _FENCE = "id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt"
@@ -15,9 +15,9 @@ _FENCE = "id = :id AND status = 'claimed' AND locked_by = :worker AND attempts =
 # (the caller already knows every value).
 INSERT_UNKEYED = f"""
 INSERT INTO {TABLE} (id, type, payload, status, priority, attempts, max_attempts,
-                     created_at, run_at, idempotency_key, ordering_key, parent_id)
+                     created_at, run_at, idempotency_key, ordering_key, parent_id, timeout)
 VALUES (:id, :type, :payload, 'pending', :priority, 0, :max_attempts,
-        :created_at, :run_at, :idempotency_key, :ordering_key, :parent_id)
+        :created_at, :run_at, :idempotency_key, :ordering_key, :parent_id, :timeout)
 """
 # A keyed job: nothing is inserted while an active job of its type holds the key.
 INSERT = f"""{INSERT_UNKEYED.rstrip()}
@@ -31,9 +31,9 @@ RETURNING {_COLS}
 # {id: payload}, which the database walks without parsing each row again (4.6 against 7.0 us).
 _INSERT_SELECT = """
 INSERT INTO {table} (id, type, payload, status, priority, attempts, max_attempts,
-                     created_at, run_at, idempotency_key, ordering_key, parent_id)
+                     created_at, run_at, idempotency_key, ordering_key, parent_id, timeout)
 SELECT {id}, :type, {payload}, 'pending', :priority, 0, :max_attempts,
-       :created_at, :run_at, NULL, {ordering_key}, :parent_id
+       :created_at, :run_at, NULL, {ordering_key}, :parent_id, :timeout
 FROM {rows}
 """
 # The two dialects differ only in how they read JSON: SQLite's json_each / json_extract against
@@ -191,3 +191,31 @@ def insert_json_sql(dialect: str) -> tuple[str, str]:
     if dialect == "postgresql":
         return INSERT_PAYLOADS_POSTGRES, INSERT_TARGETED_POSTGRES
     return INSERT_PAYLOADS_SQLITE, INSERT_TARGETED_SQLITE
+
+
+# -- reconcile (read-only; expanding ``IN`` lists are bound by reconcile.py) --------------------
+
+# Every job with a target, in target order and, within one target, in enqueue order; with
+# payloads when a probe needs them in this mode (one row lookup per job, cheaper than reading
+# the latest ones by id afterwards). {payload}: "" or ", payload".
+RECONCILE_PAGE = f"""
+SELECT id, type, status, ordering_key{{payload}} FROM {TABLE}
+WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (:after_key, :after_id)
+  AND status IN ('pending', 'claimed', 'completed')
+ORDER BY ordering_key, id
+LIMIT :limit
+"""
+# Payloads of the few latest completed jobs an existence check disagreed on (by primary key).
+PAYLOADS_BY_ID = f"SELECT id, payload FROM {TABLE} WHERE id IN :ids"
+# Asked again after the disk was read, for targets that disagreed: the latest completed job and
+# whether one is active now, per target.
+RECONCILE_RECHECK = f"""
+SELECT ordering_key,
+       max(CASE WHEN status = 'completed' THEN id END),
+       max(CASE WHEN {_ACTIVE} THEN 1 ELSE 0 END)
+FROM {TABLE} WHERE ordering_key IN :keys
+GROUP BY ordering_key
+"""
+ACTIVE_ON_TARGET = f"SELECT 1 FROM {TABLE} WHERE ordering_key = :key AND {_ACTIVE} LIMIT 1"
+KNOWN_TARGETS = f"SELECT DISTINCT ordering_key FROM {TABLE} WHERE ordering_key IN :keys"
+COUNT_TARGETED = f"SELECT count(*) FROM {TABLE} WHERE ordering_key IS NOT NULL"

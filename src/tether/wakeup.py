@@ -21,7 +21,7 @@ DEFAULT_CHANNEL = "tether_jobs"
 
 
 class Wakeup:
-    """A counter idle workers wait on; ``notify`` after an enqueue commits bumps it."""
+    """A counter idle workers wait on; ``wake_local`` after an enqueue commits bumps it."""
 
     # Other processes learn of commits without a message (SQLite's WAL is watched), so a
     # write need not be a transaction that carries one.
@@ -32,10 +32,6 @@ class Wakeup:
         self._cond = threading.Condition(self._lock)
         self._generation = 0
         self._waiting = 0  # threads in wait(): with none, a bump is a counter, not Condition.notify_all
-
-    def notify(self) -> None:
-        """Wake waiters after a commit that made jobs ready (in every process, where possible)."""
-        self.wake_local()
 
     def wake_local(self) -> None:
         """Wake this process's waiters only (shutdown, a file watcher): no message is sent."""
@@ -69,12 +65,12 @@ class Wakeup:
 class PgWakeup(Wakeup):
     """``Wakeup`` across processes and machines through PostgreSQL ``LISTEN/NOTIFY``.
 
-    ``notify()`` wakes this process's waiters and sends ``NOTIFY channel`` on a pooled
-    connection (called after the enqueue committed, so listeners never wake before the job is
-    visible). The first ``wait()`` starts a daemon thread that holds its own connection,
-    ``LISTEN``s, and bumps the generation on every notification from another ``PgWakeup``; it
-    reconnects with backoff when the connection drops, and wakes waiters after each reconnect
-    because notifications sent meanwhile are gone. Processes that only enqueue never listen.
+    ``notify_in(cur)`` sends ``NOTIFY channel`` inside the enqueue's own transaction, so listeners
+    hear it at the commit and never before the job is visible. The first ``wait()`` starts a
+    daemon thread that holds its own connection, ``LISTEN``s, and bumps the generation on every
+    notification from another ``PgWakeup``; it reconnects with backoff when the connection drops,
+    and wakes waiters after each reconnect because notifications sent meanwhile are gone.
+    Processes that only enqueue never listen.
     """
 
     in_process_only = False  # NOTIFY rides in the enqueue transaction
@@ -94,7 +90,7 @@ class PgWakeup(Wakeup):
         self.channel = channel
         self.max_backoff = max_backoff
         # Our own NOTIFYs come back to our listener; the token lets it skip them (the local
-        # waiters were already woken by notify()).
+        # waiters were already woken by wake_local() after the commit).
         self.token = secrets.token_hex(8)
         self._listen = listen
         self._started = False
@@ -104,19 +100,9 @@ class PgWakeup(Wakeup):
         """Set while the listener holds a connection with ``LISTEN`` active (tests wait on it)."""
         self._thread: threading.Thread | None = None
 
-    def notify(self) -> None:
-        self.wake_local()
-        try:
-            # Autocommit: one statement, no BEGIN/COMMIT round trips.
-            with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-                conn.execute(_NOTIFY, {"channel": self.channel, "token": self.token})
-        except sa.exc.SQLAlchemyError as e:
-            # The job is committed; remote workers will find it at their next poll.
-            events.emit("notify_failed", channel=self.channel, error=type(getattr(e, "orig", None) or e).__name__)
-
     def notify_in(self, cur: Any) -> None:
         # NOTIFY is transactional: listeners hear it at the commit, with no extra connection,
-        # round trip or commit (notify() after the commit costs one of each).
+        # round trip or commit (a NOTIFY after the commit would cost one of each).
         cur.execute(NOTIFY_SQL, {"channel": self.channel, "token": self.token})
 
     def wait(self, seen: int, timeout: float) -> bool:
@@ -158,7 +144,6 @@ class PgWakeup(Wakeup):
 
 
 NOTIFY_SQL = "SELECT pg_notify(:channel, :token)"
-_NOTIFY = sa.text(NOTIFY_SQL)
 
 # How long one wait for notifications lasts before the listener checks whether to stop.
 _TICK = 0.5

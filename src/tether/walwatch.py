@@ -48,6 +48,7 @@ class WalWatcher:
 
     def _run_inotify(self) -> None:
         fd = self._inotify
+        assert fd is not None  # this loop runs only with an inotify descriptor
         name = os.path.basename(self._wal).encode()
         while not self._stop.is_set():
             ready, _, _ = select.select([fd], [], [], 0.25)  # the timeout only checks for stop
@@ -92,7 +93,7 @@ def _inotify_fd(directory: str) -> int | None:
     """An inotify descriptor watching writes in ``directory``, or None where there is none."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        fd = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
+        fd: int = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
     except (OSError, AttributeError):
         return None
     if fd < 0:

@@ -16,16 +16,18 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
 
-from . import events
-from .context import JobContext, encode_result, error_text
-from .errors import Cancelled, InvalidPayload, LostLease, PermanentError
+from . import config, events
+from .context import LEASE_LOST, SHUTDOWN, TIMEOUT, JobContext
+from .errors import Cancelled, InvalidPayload, JobTimedOut, PermanentError
+from .outcome import encode_result, error_text
 from .queue import Decision
 from .record import JobRecord
 from .retry import RetryPolicy
 from .walwatch import WalWatcher
 
 if TYPE_CHECKING:
-    from .queue import NewJob, Queue
+    from .jobtypes import JobType, Payload
+    from .queue import Queue
 
 
 @dataclass
@@ -34,7 +36,7 @@ class WorkerConfig:
 
     threads: int = 1
     poll_interval: float = 1.0
-    lock_timeout: float = 300.0
+    lock_timeout: float = config.DEFAULT_LOCK_TIMEOUT
     heartbeat_interval: float | None = None  # default: lock_timeout / 4
     sweep_interval: float | None = None  # default: min(60, lock_timeout / 2)
     max_db_backoff: float = 30.0
@@ -53,7 +55,7 @@ class WorkerConfig:
 
 
 @dataclass(slots=True)
-class _Batch:
+class _Claimed:
     """Jobs one statement claimed, and when (monotonic) that statement started."""
 
     jobs: list[JobRecord] = field(default_factory=list)
@@ -64,7 +66,7 @@ class Returned(NamedTuple):
     """The handler returned normally."""
 
     result: Any
-    children: list[NewJob]
+    children: list[JobRecord]
 
 
 class Worker:
@@ -95,38 +97,38 @@ class Worker:
         slow), run them in order, record their outcomes in group commits. Returns jobs run."""
         return self._run_batch(self._claim(now), claim_next=False)[0]
 
-    def _claim(self, now: datetime | None = None) -> _Batch:
+    def _claim(self, now: datetime | None = None) -> _Claimed:
         leased_at = time.monotonic()
-        return _Batch(self.queue.claim(self.id, now=now, limit=self._claim_limit()), leased_at)
+        return _Claimed(self.queue.claim(self.id, now=now, limit=self._claim_limit()), leased_at)
 
     def _claim_limit(self) -> int:
         return 1 if self._slow else self.config.batch
 
-    def _run_batch(self, batch: _Batch, *, claim_next: bool) -> tuple[int, _Batch]:
+    def _run_batch(self, batch: _Claimed, *, claim_next: bool) -> tuple[int, _Claimed]:
         """Run a claimed batch in order; returns how many ran and, with ``claim_next``, the batch
         claimed in the commit that recorded this one's last outcomes."""
         jobs = batch.jobs
         if not jobs:
-            return 0, _Batch()
+            return 0, _Claimed()
         # No other worker takes these locks before they are lock_timeout old; for the first half
         # of that the claim is proof enough (the margin heartbeat self-fencing keeps too).
         trusted_until = batch.leased_at + self.config.lock_timeout / 2
         contexts = [JobContext(job, self.queue, self._cancel, self.id, trusted_until=trusted_until) for job in jobs]
         with self._running_lock:
-            for job, ctx in zip(jobs, contexts):
+            for job, ctx in zip(jobs, contexts, strict=True):
                 self._running[job.id] = (job, ctx)
         pending: list[Decision] = []
         flush_at = 0.0
         ran = 0
         slow = False
         finished = False
-        following = _Batch()
+        following = _Claimed()
         try:
-            for job, ctx in zip(jobs, contexts):
+            for job, ctx in zip(jobs, contexts, strict=True):
                 if (self._stopping.is_set() and ran) or slow:
                     # Shutting down, or the batch turned out slow: the jobs not yet started go
                     # back untouched, for any worker to take.
-                    pending.append(Decision(job, "release", {}))
+                    pending.append(Decision.release(job))
                     continue
                 if pending and time.perf_counter() >= flush_at:
                     self._record(pending)  # before the next handler, which may be slow
@@ -141,14 +143,14 @@ class Worker:
         except BaseException:
             # Leave nothing claimed without a heartbeat: unstarted jobs go back at once.
             done = {d.job.id for d in pending}
-            pending += [Decision(j, "release", {}) for j in jobs[ran:] if j.id not in done]
+            pending += [Decision.release(j) for j in jobs[ran:] if j.id not in done]
             raise
         finally:
             self._slow = slow
             if pending:
                 ahead = claim_next and finished and not self._stopping.is_set()
                 leased_at = time.monotonic()
-                following = _Batch(self._record(pending, claim=self._claim_limit() if ahead else 0), leased_at)
+                following = _Claimed(self._record(pending, claim=self._claim_limit() if ahead else 0), leased_at)
             with self._running_lock:
                 for job in jobs:
                     self._running.pop(job.id, None)
@@ -160,7 +162,8 @@ class Worker:
         try:
             job_type = self.queue.registry.get(job.type)
             payload = job_type.prepare(self.queue.registry.parse(job.type, job.payload), self.queue.root)
-            result = job_type.run(payload, ctx)
+            timeout = job.timeout if job.timeout is not None else job_type.timeout
+            result = job_type.run(payload, ctx) if timeout is None else _run_bounded(job_type, payload, ctx, timeout)
             outcome: Returned | Exception = Returned(encode_result(job_type.name, result), ctx.children)
         except Exception as e:  # a handler error never kills the worker
             outcome = e
@@ -172,28 +175,18 @@ class Worker:
         if isinstance(outcome, Returned):
             return Decision(job, "complete", {"result": outcome.result}, outcome.children, duration, now)
         if isinstance(outcome, Cancelled):
-            return Decision(job, "release", {}, duration=duration)
+            return Decision.release(job, duration)
         error = error_text(outcome)
         if isinstance(outcome, (PermanentError, InvalidPayload)) or job.attempts >= job.max_attempts:
-            return Decision(job, "fail", {"error": error}, duration=duration, finished_at=now)
+            return Decision.fail(job, error, duration, now)
         run_at = now + self.config.retry.delay(job.attempts)
-        return Decision(job, "retry", {"error": error, "run_at": run_at}, duration=duration)
+        return Decision.retry(job, error, run_at, duration)
 
     def _decide_safely(self, job: JobRecord, outcome: Returned | Exception, duration: float) -> Decision:
         try:
             return self.decide(job, outcome, duration)
         except Exception as e:  # e.g. a retry policy that raises: the job fails, visibly
-            return Decision(
-                job, "fail", {"error": error_text(e)}, duration=duration, finished_at=self.queue.clock.now()
-            )
-
-    def report(self, job: JobRecord, outcome: Returned | BaseException, duration: float) -> None:
-        """Record one outcome now; LostLease if the job is no longer this worker's."""
-        if isinstance(outcome, Returned):
-            outcome = Returned(encode_result(job.type, outcome.result), outcome.children)
-        [moved] = self.queue.finish(self.id, [self.decide(job, outcome, duration)])
-        if moved is None:
-            raise LostLease(job.id, self.id, job.attempts)
+            return Decision.fail(job, error_text(e), duration, self.queue.clock.now())
 
     def _record(self, decisions: list[Decision], *, claim: int = 0) -> list[JobRecord]:
         """Record outcomes in one group commit and, with ``claim``, take the next jobs in it;
@@ -220,7 +213,12 @@ class Worker:
             except sa.exc.SQLAlchemyError as e:
                 # The database refuses this outcome (a value it cannot store): retrying would
                 # never end, so record each alone and fail the ones it refuses.
-                events.emit("db_refused", worker=self.id, error=type(e.orig or e).__name__, jobs=len(decisions))
+                events.emit(
+                    "db_refused",
+                    worker=self.id,
+                    error=type(getattr(e, "orig", None) or e).__name__,
+                    jobs=len(decisions),
+                )
                 if len(decisions) > 1:
                     for d in decisions:
                         self._record([d])
@@ -229,8 +227,9 @@ class Worker:
                     return []  # even the plain failure is refused; the lock will go stale
                 refused_once = True
                 [d] = decisions
-                error = f"tether could not record this job's outcome ({d.edge}): {type(e.orig or e).__name__}: {e.orig or e}"
-                decisions = [Decision(d.job, "fail", {"error": error}, duration=d.duration)]
+                cause = getattr(e, "orig", None) or e  # not every SQLAlchemyError wraps a driver error
+                error = f"tether could not record this job's outcome ({d.edge}): {type(cause).__name__}: {cause}"
+                decisions = [Decision.fail(d.job, error, d.duration)]
 
     def heartbeat_once(self, now: datetime | None = None) -> list[str]:
         """Renew the locks of the jobs this worker is running; flag any it has lost."""
@@ -239,7 +238,7 @@ class Worker:
         lost = self.queue.heartbeat(self.id, [job for job, _ in running], now=now)
         for job, ctx in running:
             if job.id in lost:
-                ctx.lease_lost.set()
+                ctx.cancel(LEASE_LOST)
                 events.emit("lost_lease", job_id=job.id, type=job.type, attempt=job.attempts, worker=self.id)
         return lost
 
@@ -266,6 +265,10 @@ class Worker:
         self._stopping.set()
         if cancel:
             self._cancel.set()
+            with self._running_lock:
+                contexts = [ctx for _, ctx in self._running.values()]
+            for ctx in contexts:
+                ctx.cancel(SHUTDOWN)
         self.queue.wakeup.wake_local()
         with self._idle:
             self._idle.notify_all()
@@ -304,8 +307,9 @@ class Worker:
             for i in range(self.config.threads)
         ]
         watcher = None
-        if not until_idle and self.queue.backend.name == "sqlite":
-            watcher = WalWatcher(self.queue.engine.url.database, self.queue.wakeup).start()
+        database = self.queue.engine.url.database
+        if not until_idle and self.queue.backend.name == "sqlite" and database:  # not in-memory
+            watcher = WalWatcher(database, self.queue.wakeup).start()
         for t in threads:
             t.start()
         try:
@@ -338,7 +342,7 @@ class Worker:
                 try:
                     self.sweep_once()
                 except sa.exc.SQLAlchemyError as e:
-                    events.emit("db_error", worker=self.id, error=type(e.orig or e).__name__)
+                    events.emit("db_error", worker=self.id, error=type(getattr(e, "orig", None) or e).__name__)
                 next_sweep = now + self.config.sweep_every
 
     def _beat_quietly(self) -> None:
@@ -348,24 +352,24 @@ class Worker:
             self.heartbeat_once()
             self._last_beat = time.monotonic()
         except sa.exc.SQLAlchemyError as e:
-            events.emit("db_error", worker=self.id, error=type(e.orig or e).__name__)
+            events.emit("db_error", worker=self.id, error=type(getattr(e, "orig", None) or e).__name__)
             if time.monotonic() - self._last_beat > self.config.lock_timeout / 2:
                 with self._running_lock:
                     contexts = [ctx for _, ctx in self._running.values()]
                 for ctx in contexts:
-                    ctx.lease_lost.set()
+                    ctx.cancel(LEASE_LOST)
 
     def _loop(self, until_idle: bool) -> None:
         # Jobs claimed in the commit that recorded the last batch: taken back if the loop ends
         # before they run, so none waits for the stale sweep.
-        carried = _Batch()
+        carried = _Claimed()
         try:
             self._loop_claiming(until_idle, carried)
         finally:
             if carried.jobs:
-                self._record([Decision(job, "release", {}) for job in carried.jobs])
+                self._record([Decision.release(job) for job in carried.jobs])
 
-    def _loop_claiming(self, until_idle: bool, carried: _Batch) -> None:
+    def _loop_claiming(self, until_idle: bool, carried: _Claimed) -> None:
         backoff = 0.0
         while not self._stopping.is_set():
             seen = self.queue.wakeup.generation()
@@ -374,14 +378,16 @@ class Worker:
                     return
                 self._busy += 1
             try:
-                batch = _Batch(carried.jobs, carried.leased_at) if carried.jobs else self._claim()
+                batch = _Claimed(carried.jobs, carried.leased_at) if carried.jobs else self._claim()
                 carried.jobs = []
                 ran, following = self._run_batch(batch, claim_next=True)
                 carried.jobs, carried.leased_at = following.jobs, following.leased_at
                 backoff = 0.0
             except sa.exc.SQLAlchemyError as e:
                 backoff = self._next_backoff(backoff)
-                events.emit("db_error", worker=self.id, error=type(e.orig or e).__name__, retry_in=backoff)
+                events.emit(
+                    "db_error", worker=self.id, error=type(getattr(e, "orig", None) or e).__name__, retry_in=backoff
+                )
                 ran = -1
             finally:
                 with self._idle:
@@ -406,3 +412,31 @@ class Worker:
 
     def _next_backoff(self, current: float) -> float:
         return min(self.config.max_db_backoff, max(self.config.poll_interval, current * 2))
+
+
+def _run_bounded(job_type: JobType[Any], payload: Payload, ctx: JobContext, timeout: float) -> Any:
+    """``job_type.run`` in a thread of its own, waited for at most ``timeout`` seconds. Past it
+    the job is cancelled (``ctx.cancelled`` is set) and the attempt ends as a retryable
+    JobTimedOut at once: the worker moves on. A handler that ignores the cancellation keeps
+    its daemon thread until it returns; what it returns then is dropped, its follow-up jobs are
+    never committed, and a write through ``files.locked_write`` (which confirms the lease and so
+    checks cancellation) is refused."""
+    box: list[Any] = []
+
+    def run() -> None:
+        try:
+            box.append((True, job_type.run(payload, ctx)))
+        except BaseException as e:  # handed to the worker thread, which decides
+            box.append((False, e))
+        finally:
+            done.set()
+
+    done = threading.Event()
+    threading.Thread(target=run, name=f"tether-job-{ctx.job.id}", daemon=True).start()
+    if not done.wait(timeout):
+        ctx.cancel(TIMEOUT)
+        raise JobTimedOut(ctx.job.type, ctx.job.id, timeout)
+    returned, value = box[0]
+    if returned:
+        return value
+    raise value

@@ -10,7 +10,7 @@ import typer
 from ..errors import TetherError
 
 # Importing a command module registers its command.
-from . import (  # noqa: F401
+from . import (  # noqa: F401  (imported for the commands they register)
     duplicates,
     durations,
     enqueue,

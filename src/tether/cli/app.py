@@ -10,6 +10,7 @@ import orjson
 import typer
 from rich.console import Console
 
+from .. import config
 from ..coordinator import Coordinator
 
 app = typer.Typer(
@@ -43,33 +44,34 @@ def _global(
     db: str | None = typer.Option(
         None,
         "--db",
-        envvar="TETHER_DB",
+        envvar=config.ENV_DB,
         help="SQLAlchemy URL of the ledger (default sqlite:///tether.db in the working directory).",
     ),
     root: str | None = typer.Option(
         None,
         "--root",
-        envvar="TETHER_ROOT",
+        envvar=config.ENV_ROOT,
         help="The data root all payload paths are relative to (default: the working directory).",
     ),
     imports: list[str] = typer.Option(
         [],
         "--import",
         "-i",
-        envvar="TETHER_IMPORT",
+        envvar=config.ENV_IMPORT,
         help="Python module that registers your own job types (repeatable).",
     ),
     schema: str | None = typer.Option(
         None,
         "--schema",
-        envvar="TETHER_SCHEMA",
+        envvar=config.ENV_SCHEMA,
         help="PostgreSQL schema holding the ledger, for a database shared with other applications.",
     ),
     durability: str | None = typer.Option(
         None,
         "--durability",
-        envvar="TETHER_DURABILITY",
-        help="SQLite commit durability: 'full' (default; survives power loss) or 'normal' (may lose the last commits on power loss).",
+        envvar=config.ENV_DURABILITY,
+        help="SQLite commit durability: 'full' (default; survives power loss) "
+        "or 'normal' (may lose the last commits on power loss).",
     ),
 ) -> None:
     settings.db, settings.root, settings.imports = db, root, tuple(imports)

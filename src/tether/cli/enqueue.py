@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 import typer
@@ -12,7 +13,7 @@ from ..errors import InvalidPayload
 from .app import app, open_coordinator, out, print_json
 
 
-def _load_payload(job_type: str, raw: str) -> dict:
+def _load_payload(job_type: str, raw: str) -> dict[str, Any]:
     text = Path(raw[1:]).read_bytes() if raw.startswith("@") else raw.encode()
     try:
         data = orjson.loads(text)
@@ -54,6 +55,7 @@ def enqueue(
         if payload is not None:
             jobs = [queue.build(registry.parse(job_type, _load_payload(job_type, payload)), **options)]
         else:
+            assert jsonl is not None  # exactly one of the two, checked above
             stream = sys.stdin if jsonl == "-" else open(jsonl, encoding="utf-8")
             with stream:
                 lines = [(n, line) for n, line in enumerate(stream, 1) if line.strip()]

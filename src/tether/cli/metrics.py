@@ -7,8 +7,8 @@ import sys
 
 import typer
 
+from ..config import DEFAULT_BACKLOG_LIMIT, DEFAULT_LOCK_TIMEOUT, ENV_BACKLOG_LIMIT
 from ..health import Thresholds
-from ..readonly import DEFAULT_LOCK_TIMEOUT
 from .app import app, err
 from .output import ledger, parse_duration
 
@@ -22,7 +22,10 @@ def metrics(
         "1h", "--window", help="Printed once: count jobs finished in this window, e.g. 5m, 1h (not with --serve)."
     ),
     backlog_limit: int = typer.Option(
-        100, "--backlog-limit", envvar="TETHER_BACKLOG_LIMIT", help="Backlog soft limit used for tether_health."
+        DEFAULT_BACKLOG_LIMIT,
+        "--backlog-limit",
+        envvar=ENV_BACKLOG_LIMIT,
+        help="Backlog soft limit used for tether_health.",
     ),
     serve: bool = typer.Option(False, "--serve", help="Answer Prometheus scrapes over HTTP at /metrics until stopped."),
     host: str = typer.Option(

@@ -6,21 +6,23 @@ Any failure (a bad flag, an unreachable database, a crash) exits 1, never 2.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
 
-from .. import events
+from .. import config, events
 from ..errors import ConfigError
 from ..readonly import open_ledger
 from ..reconcile import DRIFT, STATUSES, Report, count_targeted_jobs
 from ..reconcile import reconcile as run_reconcile
 from .app import app, err, open_coordinator, out, print_json, settings
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 @app.command()
@@ -84,7 +86,7 @@ def _require_existing(db: str | None, root: str | None) -> None:
     """A check never creates what it checks: a mistyped --db would otherwise be a new, empty
     ledger reading "in sync", and a mistyped --root an empty directory reading "missing"."""
     open_ledger(db, schema=settings.schema).dispose()
-    path = Path(root or os.environ.get("TETHER_ROOT") or ".")
+    path = Path(config.root(root))
     if not path.is_dir():
         what = "is not a directory" if path.exists() else "does not exist"
         raise ConfigError(f"the data root {path} {what} (check --root or TETHER_ROOT)")
@@ -94,7 +96,8 @@ class _progress:
     """A rich progress bar on stderr for long checks; a no-op when not on a terminal."""
 
     def __init__(self, coordinator: Any, *, enabled: bool) -> None:
-        self.coordinator, self.enabled, self.bar = coordinator, enabled, None
+        self.coordinator, self.enabled = coordinator, enabled
+        self.bar: Progress | None = None
 
     def __enter__(self) -> Callable[[int], None] | None:
         if not self.enabled:

@@ -47,8 +47,8 @@ def retry(
                 [(j.id, j.type, j.status.value) for j in retried],
                 empty="no failed jobs to retry",
             )
-        for e in errors:
-            err.print(f"tether: error: {e['error']}", markup=False, soft_wrap=True)
+        for failure in errors:
+            err.print(f"tether: error: {failure['error']}", markup=False, soft_wrap=True)
         if retried:
             out.print(f"{len(retried)} job(s) back to pending; run a worker to process them")
     if errors:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import sqlalchemy as sa
 import typer
 
+from ..config import DEFAULT_BACKLOG_LIMIT, DEFAULT_LOCK_TIMEOUT, ENV_BACKLOG_LIMIT
 from ..errors import TetherError
 from ..health import Health, Thresholds, Verdict, health
-from ..readonly import DEFAULT_LOCK_TIMEOUT
 from .app import app, err, out, print_json
 from .output import JSON_OPTION, age, ledger, table, when
 
@@ -17,9 +17,9 @@ _STYLE = {Verdict.OK: "green", Verdict.WARNING: "yellow", Verdict.ERROR: "red", 
 @app.command()
 def status(
     backlog_limit: int = typer.Option(
-        100,
+        DEFAULT_BACKLOG_LIMIT,
         "--backlog-limit",
-        envvar="TETHER_BACKLOG_LIMIT",
+        envvar=ENV_BACKLOG_LIMIT,
         help="Backlog soft limit: warning at --warn-ratio of it, error at it. Jobs are never refused.",
     ),
     warn_ratio: float = typer.Option(

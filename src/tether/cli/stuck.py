@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from .. import observe
-from ..readonly import DEFAULT_LOCK_TIMEOUT
+from ..config import DEFAULT_LOCK_TIMEOUT
 from .app import app, print_json
 from .output import JSON_OPTION, LIMIT_HELP, age, ledger, limit_value, table, when
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from .. import events
-from ..readonly import DEFAULT_LOCK_TIMEOUT
+from ..config import DEFAULT_LOCK_TIMEOUT
 from .app import app, err, open_coordinator
 
 

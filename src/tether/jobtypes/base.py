@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from .. import fs
 from ..errors import UnsafePath
+from .target import FILE, Target, file_key
 
 if TYPE_CHECKING:
     from ..context import JobContext
@@ -61,15 +62,24 @@ class JobType(ABC, Generic[P]):
     payload_model: ClassVar[type[Payload]]
     probe: ClassVar[Probe | None] = None
     """How the reconciler checks this type's effect; None for types it cannot check."""
+    timeout: ClassVar[float | None] = None
+    """Seconds an attempt may run (``enqueue(timeout=)`` overrides it per job); past it the
+    handler is cancelled and the attempt retried. None: no limit."""
 
     def prepare(self, payload: P, root: Path) -> P:
         """Checks the model cannot make alone (paths against the data root); returns the payload
         in canonical form. Runs at enqueue and again before every attempt."""
         return payload
 
-    def ordering_key(self, payload: P) -> str | None:
-        """The target this job acts on: jobs with one key take effect in enqueue order."""
+    def target(self, payload: P) -> Target | None:
+        """What this job acts on (``Target.file(path)``, an AWS resource): jobs with one target
+        take effect in enqueue order, and the reconciler checks each target's latest job."""
         return None
+
+    def ordering_key(self, payload: P) -> str | None:
+        """The target as stored in the ledger; override ``target``, not this."""
+        target = self.target(payload)
+        return None if target is None else target.key
 
     def idempotency_key(self, payload: P) -> str | None:
         """A key derived from the payload itself (explicit keys passed to enqueue win)."""
@@ -91,7 +101,7 @@ def checked_path(job_type: str, field: str, root: Path, rel: str) -> str:
 
 def file_target(rel: str) -> str:
     """The ordering key of a data file: every job touching one path shares it."""
-    return f"file:{rel}"
+    return file_key(rel)
 
 
 # -- reconcile probes ----------------------------------------------------------------------------
@@ -251,13 +261,13 @@ def files_exist(root: Path, rels: Sequence[str], *, present: bool) -> list[Check
                 out[n] = _exists(prefix + rels[n], present)
             continue
         get = listing.get
-        for n, name in zip(indexes, names):
+        for n, name in zip(indexes, names, strict=True):
             is_dir = get(name)
             if (is_dir is False) if present else (is_dir is None):
                 out[n] = SYNCED
             else:
                 out[n] = _exists(prefix + rels[n], present)
-    return out  # type: ignore[return-value]
+    return out  # type: ignore[return-value]  # every slot was filled above
 
 
 def _exists(path: str, present: bool) -> Check:
@@ -335,7 +345,11 @@ def file_paths(items: Sequence[tuple[str, str]]) -> list[str]:
     """The data paths of file jobs' ``(target, payload)`` pairs: from the ordering key
     (``file_target``) when there is one, else the payload's ``path`` (no need to validate the
     whole model for it)."""
-    return [t[5:] if t.startswith("file:") else orjson.loads(p)["path"] for t, p in items]
+    out = []
+    for key, payload in items:
+        target = Target.parse(key)
+        out.append(target.identity if target.kind == FILE else orjson.loads(payload)["path"])
+    return out
 
 
 def with_expected(check: Check, expected: bytes | None) -> Check:

@@ -22,10 +22,10 @@ from .base import (
     check_file,
     checked_path,
     file_paths,
-    file_target,
     files_exist,
     with_expected,
 )
+from .target import Target
 
 if TYPE_CHECKING:
     from ..context import JobContext
@@ -81,7 +81,10 @@ class CreateFileProbe(Probe):
                 out.append(check_file(root, fields["path"], render_fields(fields.get("content"), fields.get("text"))))
             return out
         found = files_exist(root, file_paths(items), present=True)
-        return [c if c is SYNCED or c.status == IN_SYNC else _expecting(c, p) for c, (_, p) in zip(found, items)]
+        return [
+            c if c is SYNCED or c.status == IN_SYNC else _expecting(c, p)
+            for c, (_, p) in zip(found, items, strict=True)
+        ]
 
 
 def _expecting(check: Check, payload: str | None) -> Check:
@@ -102,8 +105,8 @@ class CreateFileType(JobType[CreateFile]):
         path = checked_path(self.name, "path", root, payload.path)
         return payload if path == payload.path else payload.model_copy(update={"path": path})
 
-    def ordering_key(self, payload: CreateFile) -> str:
-        return file_target(payload.path)
+    def target(self, payload: CreateFile) -> Target:
+        return Target.file(payload.path)
 
     def run(self, payload: CreateFile, ctx: JobContext) -> dict[str, Any]:
         data = render(payload)

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import fs
 from ..errors import PermanentError
-from .base import Check, JobType, Payload, Probe, checked_path, file_paths, file_target, files_exist
+from .base import Check, JobType, Payload, Probe, checked_path, file_paths, files_exist
+from .target import Target
 
 if TYPE_CHECKING:
     from ..context import JobContext
@@ -45,8 +46,8 @@ class DeleteFileType(JobType[DeleteFile]):
         path = checked_path(self.name, "path", root, payload.path)
         return payload if path == payload.path else payload.model_copy(update={"path": path})
 
-    def ordering_key(self, payload: DeleteFile) -> str:
-        return file_target(payload.path)
+    def target(self, payload: DeleteFile) -> Target:
+        return Target.file(payload.path)
 
     def run(self, payload: DeleteFile, ctx: JobContext) -> dict[str, Any]:
         with fs.path_lock(ctx.root, payload.path):

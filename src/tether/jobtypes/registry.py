@@ -11,13 +11,13 @@ from .base import JobType, Payload
 
 
 class Registry:
-    def __init__(self, types: list[JobType] | None = None) -> None:
-        self._types: dict[str, JobType] = {}
+    def __init__(self, types: list[JobType[Any]] | None = None) -> None:
+        self._types: dict[str, JobType[Any]] = {}
         self.generation = 0  # bumped by every register(): what callers cached from it is stale
         for t in types or []:
             self.register(t)
 
-    def register(self, job_type: JobType) -> JobType:
+    def register(self, job_type: JobType[Any]) -> JobType[Any]:
         if job_type.payload_model.job_type != job_type.name:
             raise ValueError(f"{type(job_type).__name__}: payload model is for {job_type.payload_model.job_type!r}")
         self._types[job_type.name] = job_type
@@ -27,13 +27,13 @@ class Registry:
     def names(self) -> list[str]:
         return sorted(self._types)
 
-    def get(self, name: str) -> JobType:
+    def get(self, name: str) -> JobType[Any]:
         try:
             return self._types[name]
         except KeyError:
             raise UnknownJobType(name, list(self._types)) from None
 
-    def for_payload(self, payload: Payload) -> JobType:
+    def for_payload(self, payload: Payload) -> JobType[Any]:
         job_type = self.get(payload.job_type)
         if not isinstance(payload, job_type.payload_model):
             raise InvalidPayload(payload.job_type, [f"expected a {job_type.payload_model.__name__}"])

@@ -1,0 +1,56 @@
+"""Every setting tether reads from the environment, and every default, resolved in one place.
+
+An explicit argument wins; then the ``TETHER_*`` variable; then the default below. The CLI's
+global options read the same variables (typer's ``envvar=``) and pass their values in, so a
+setting never has two defaults.
+"""
+
+from __future__ import annotations
+
+import os
+
+DEFAULT_DB = "sqlite:///tether.db"
+"""The ledger when neither ``--db`` nor ``TETHER_DB`` names one: SQLite in the working directory."""
+
+DEFAULT_ROOT = "."
+"""The data root when neither ``--root`` nor ``TETHER_ROOT`` names one: the working directory."""
+
+DEFAULT_DURABILITY = "full"
+"""SQLite ``synchronous=FULL``: a commit survives power loss."""
+
+DEFAULT_LOCK_TIMEOUT = 300.0
+"""Seconds after which a claimed job without a heartbeat is stale (the spec's 5 minutes)."""
+
+DEFAULT_BACKLOG_LIMIT = 100
+"""The soft backlog limit of ``tether status`` (a verdict, never a refusal)."""
+
+ENV_DB = "TETHER_DB"
+ENV_ROOT = "TETHER_ROOT"
+ENV_SCHEMA = "TETHER_SCHEMA"
+ENV_DURABILITY = "TETHER_DURABILITY"
+ENV_IMPORT = "TETHER_IMPORT"
+ENV_BACKLOG_LIMIT = "TETHER_BACKLOG_LIMIT"
+
+
+def _env(name: str) -> str | None:
+    return os.environ.get(name) or None  # an empty variable counts as unset
+
+
+def db_url(given: str | None = None) -> str:
+    """The ledger URL: ``given``, else ``$TETHER_DB``, else ``sqlite:///tether.db``."""
+    return given or _env(ENV_DB) or DEFAULT_DB
+
+
+def root(given: str | os.PathLike[str] | None = None) -> str | os.PathLike[str]:
+    """The data root: ``given``, else ``$TETHER_ROOT``, else the working directory."""
+    return given or _env(ENV_ROOT) or DEFAULT_ROOT
+
+
+def schema(given: str | None = None) -> str | None:
+    """The PostgreSQL schema of the ledger: ``given``, else ``$TETHER_SCHEMA``, else the search path's."""
+    return given or _env(ENV_SCHEMA)
+
+
+def durability(given: str | None = None) -> str:
+    """SQLite commit durability: ``given``, else ``$TETHER_DURABILITY``, else ``full``."""
+    return given or _env(ENV_DURABILITY) or DEFAULT_DURABILITY

@@ -1,0 +1,62 @@
+"""What a job acts on: a data file, an AWS resource, an extraction's output file.
+
+A target is a kind and an identity. Rendered (``file:notes/a.json``, ``aws:s3_bucket:eu-west-1:logs``)
+it is the job's ``ordering_key`` in the ledger: jobs with one target take effect in enqueue order,
+and the reconciler checks each target against its latest completed job. This module is the only
+place that renders or parses that form.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+FILE = "file"
+"""A path under the data root."""
+
+AWS = "aws"
+"""An AWS resource: ``<resource type>:<region>:<resource id>``."""
+
+_SEPARATOR = ":"
+
+
+class Target(NamedTuple):
+    kind: str
+    identity: str
+
+    @property
+    def key(self) -> str:
+        """The rendered form, stored as the job's ``ordering_key``."""
+        return f"{self.kind}{_SEPARATOR}{self.identity}"
+
+    def __str__(self) -> str:
+        return self.key
+
+    @property
+    def display(self) -> str:
+        """How an operator names it: its identity (a file by its path), the kind being plain from
+        the job's type."""
+        return self.identity
+
+    @classmethod
+    def file(cls, rel: str) -> Target:
+        """The target of the data file ``rel`` (canonical, relative to the root)."""
+        return cls(FILE, rel)
+
+    @classmethod
+    def parse(cls, key: str) -> Target:
+        """The target an ``ordering_key`` renders; a key without a kind (an application's own
+        ordering key) is a target of kind ``""``."""
+        kind, sep, identity = key.partition(_SEPARATOR)
+        if not sep or not identity:
+            return cls("", key)
+        return cls(kind, identity)
+
+
+def file_key(rel: str) -> str:
+    """``Target.file(rel).key`` in one call: built on every enqueue of a file job."""
+    return f"{FILE}{_SEPARATOR}{rel}"
+
+
+def display(key: str) -> str:
+    """``Target.parse(key).display``."""
+    return Target.parse(key).display
