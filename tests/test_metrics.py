@@ -110,6 +110,7 @@ def test_the_last_reconcile_verdict_and_its_drift_are_exposed(c: Coordinator, ro
     s = scrape(metrics.LedgerCollector(c))
     assert s[("tether_reconcile_last_verdict", ())] == 2 and s[("tether_reconcile_last_drift", ())] == 2
     assert s[("tether_reconcile_last_targets", (("status", "missing"),))] == 1
+    assert report.finished_at is not None
     assert s[("tether_reconcile_last_run_timestamp_seconds", ())] == report.finished_at.timestamp()
 
 
@@ -119,7 +120,8 @@ def test_only_the_newest_reconcile_verdicts_are_kept(c: Coordinator, clock: Fake
         clock.advance(1)
     with c.engine.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM tether_reconcile_runs")).scalar_one() == reconcile_runs.KEEP
-        assert reconcile_runs.last(conn).checked_at == clock.now() - timedelta(seconds=1)
+        newest = reconcile_runs.last(conn)
+        assert newest is not None and newest.checked_at == clock.now() - timedelta(seconds=1)
 
 
 def test_the_server_answers_a_real_http_scrape_on_a_free_port(c: Coordinator, clock: FakeClock) -> None:
@@ -168,8 +170,10 @@ def test_metrics_serve_runs_until_sigterm(c: Coordinator, db_url: str) -> None:
         text=True,
     )
     try:
-        line = proc.stderr.readline()
-        port = int(re.search(r"http://127\.0\.0\.1:(\d+)/metrics", line).group(1))
+        assert proc.stderr is not None
+        found = re.search(r"http://127\.0\.0\.1:(\d+)/metrics", proc.stderr.readline())
+        assert found, "the server did not say where it listens"
+        port = int(found.group(1))
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
             s = samples(r.read().decode())
         assert s[("tether_jobs", (("status", "pending"), ("type", "nap")))] == 1

@@ -72,7 +72,9 @@ def test_a_scrape_reads_through_indexes_on_postgresql(pg_ledger: Coordinator) ->
     assert len(statements) >= 5, statements
     used = set()
     with pg_ledger.engine.connect() as conn:
-        cursor = conn.connection.driver_connection.cursor()
+        driver = conn.connection.driver_connection
+        assert driver is not None
+        cursor = driver.cursor()
         for statement, parameters in statements:
             cursor.execute("EXPLAIN (FORMAT JSON) " + statement, parameters)
             (plan,) = cursor.fetchone()[0]

@@ -35,7 +35,6 @@ from prometheus_client import (
     start_http_server,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.utils import floatToGoString
 
 from . import events, observe, reconcile_runs
 from .errors import ConfigError, DatabaseUnavailable
@@ -68,7 +67,7 @@ class _Histogram:
         running = 0
         for bound, n in zip((*self.bounds, float("inf")), self.counts, strict=True):
             running += n
-            out.append((floatToGoString(bound), running))
+            out.append(("+Inf" if bound == float("inf") else repr(float(bound)), running))
         return out
 
 
