@@ -35,6 +35,7 @@ from prometheus_client import (
     start_http_server,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from sqlalchemy.dialects.postgresql import ARRAY
 
 from . import events, observe, reconcile_runs
 from .errors import ConfigError, DatabaseUnavailable
@@ -86,6 +87,29 @@ class _Finished:
         """Read the jobs that finished in ``(upto, until]`` through ``ix_tether_jobs_done``."""
         if until <= self.upto:
             return
+        window = (
+            t.c.status.in_((JobStatus.COMPLETED.value, JobStatus.FAILED.value)),
+            finished(),
+            t.c.completed_at > self.upto,
+            t.c.completed_at <= until,
+        )
+        if conn.dialect.name == "postgresql":
+            self._add_groups(conn, window)
+        else:
+            self._add_rows(conn, window)
+        self.upto = until
+
+    def _histograms(self, job_type: str) -> tuple[_Histogram, _Histogram, _Histogram]:
+        hs = self.by_type.get(job_type)
+        if hs is None:
+            hs = (_Histogram(SECONDS_BUCKETS), _Histogram(SECONDS_BUCKETS), _Histogram(ATTEMPT_BUCKETS))
+            self.by_type[job_type] = hs
+        return hs
+
+    def _add_rows(self, conn: sa.Connection, window: tuple[Any, ...]) -> None:
+        # SQLite: one row per job, bucketed here (SQLite would compute each CASE of a bucket
+        # expression anew, slower than this loop). A one-off reading of a busy hour goes through
+        # every row of it: kept to plain operations.
         dialect = conn.dialect.name
         query = sa.select(
             t.c.status,
@@ -93,28 +117,15 @@ class _Finished:
             t.c.attempts,
             observe.seconds_between(dialect, t.c.claimed_at, t.c.completed_at),
             observe.seconds_between(dialect, t.c.run_at, t.c.claimed_at),
-        ).where(
-            t.c.status.in_((JobStatus.COMPLETED.value, JobStatus.FAILED.value)),
-            finished(),
-            t.c.completed_at > self.upto,
-            t.c.completed_at <= until,
-        )
-        counts, by_type, completed = self.counts, self.by_type, JobStatus.COMPLETED.value
-        # A one-off reading of a busy hour goes through every row here: kept to plain operations.
+        ).where(*window)
+        counts, completed = self.counts, JobStatus.COMPLETED.value
         for part in conn.execute(query.execution_options(yield_per=10_000)).partitions():
             for status, job_type, attempts, took, waited in part:
                 key = (status, job_type)
                 counts[key] = counts.get(key, 0) + 1
                 if status != completed or took is None:
                     continue
-                hs = by_type.get(job_type)
-                if hs is None:
-                    hs = by_type[job_type] = (
-                        _Histogram(SECONDS_BUCKETS),
-                        _Histogram(SECONDS_BUCKETS),
-                        _Histogram(ATTEMPT_BUCKETS),
-                    )
-                duration, wait, tries = hs
+                duration, wait, tries = self._histograms(job_type)
                 # Millisecond resolution, as tether durations: julianday() arithmetic is good to
                 # ~50 us, which would put a job of exactly 1 s above the 1 s bound.
                 took = round(took, 3) if took > 0 else 0.0
@@ -125,7 +136,46 @@ class _Finished:
                 wait.sum += waited
                 tries.counts[bisect_left(ATTEMPT_BUCKETS, attempts)] += 1
                 tries.sum += attempts
-        self.upto = until
+
+    def _add_groups(self, conn: sa.Connection, window: tuple[Any, ...]) -> None:
+        # PostgreSQL buckets in the server and sends one row per (outcome, type, buckets), not
+        # one per job. width_bucket counts the thresholds <= a value; a value on a bound belongs
+        # in it (le), so each threshold sits half a resolution step above its bound.
+        took = sa.func.greatest(0, sa.func.round(sa.extract("epoch", t.c.completed_at - t.c.claimed_at), 3))
+        waited = sa.func.greatest(0, sa.func.round(sa.extract("epoch", t.c.claimed_at - t.c.run_at), 3))
+        per_job = (
+            sa.select(t.c.status, t.c.type, t.c.attempts, took.label("took"), waited.label("waited"))
+            .where(*window)
+            .subquery()
+        )
+        seconds = sa.cast(sa.literal([b + 0.0005 for b in SECONDS_BUCKETS]), ARRAY(sa.Numeric))
+        tries = sa.cast(sa.literal([b + 0.5 for b in ATTEMPT_BUCKETS]), ARRAY(sa.Numeric))
+        buckets = (
+            sa.func.width_bucket(per_job.c.took, seconds),
+            sa.func.width_bucket(per_job.c.waited, seconds),
+            sa.func.width_bucket(per_job.c.attempts, tries),
+        )
+        query = sa.select(
+            per_job.c.status,
+            per_job.c.type,
+            *buckets,
+            sa.func.count(),
+            sa.cast(sa.func.sum(per_job.c.took), sa.Float),
+            sa.cast(sa.func.sum(per_job.c.waited), sa.Float),
+            sa.func.sum(per_job.c.attempts),
+        ).group_by(per_job.c.status, per_job.c.type, *buckets)
+        completed = JobStatus.COMPLETED.value
+        for status, job_type, d, w, a, n, took_sum, waited_sum, attempts_sum in conn.execute(query):
+            self.counts[(status, job_type)] = self.counts.get((status, job_type), 0) + n
+            if status != completed or d is None:  # d: NULL when claimed_at is
+                continue
+            duration, wait, tries_h = self._histograms(job_type)
+            duration.counts[d] += n
+            duration.sum += took_sum
+            wait.counts[w] += n
+            wait.sum += waited_sum or 0.0
+            tries_h.counts[a] += n
+            tries_h.sum += attempts_sum
 
     def types(self) -> set[str]:
         return {name for _, name in self.counts}
