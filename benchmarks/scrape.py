@@ -13,7 +13,9 @@ then times, in child processes on the same ledger, one after the other:
   (window 1 h), and ``durations`` / ``recent`` as above;
 - the CLI commands end to end (process start included), before and after.
 
-Medians of --repeat runs, after one warm-up run each (the page cache warm, as for a scraper).
+Before and after alternate in --rounds rounds (B A, A B, B A): each figure is the median over the
+rounds of a median of --repeat runs after one warm-up run (the page cache warm, as for a scraper),
+or of one CLI run per round.
 
     .venv/bin/python benchmarks/scrape.py                         # 100,000 and 1,000,000, both backends
     .venv/bin/python benchmarks/scrape.py --jobs 100000 --backends sqlite --spread 30d
@@ -43,6 +45,11 @@ SCRATCH = REPO / ".bench"
 BEFORE = "88e893d"  # main before issue 26
 PG_ADMIN_URL = os.environ.get("TETHER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 INTERVAL = 15.0  # seconds between scrapes, for the "new completions" case
+CLI = {
+    "tether metrics (CLI)": ["metrics"],
+    "tether durations (CLI)": ["durations"],
+    "tether recent --since 1h (CLI)": ["recent", "--since", "1h"],
+}
 
 
 def median_ms(fn: Any, repeat: int) -> float:
@@ -153,7 +160,7 @@ def main() -> None:
     ap.add_argument("--backends", default="sqlite,postgres")
     ap.add_argument("--spread", default="1h", help="how far back completions go: 1h (just drained) or e.g. 30d")
     ap.add_argument("--repeat", type=int, default=7)
-    ap.add_argument("--cli-repeat", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3, help="alternating before/after rounds (medians over them)")
     ap.add_argument("--before", default=BEFORE, help="git ref of the before side")
     ap.add_argument("--child", choices=["before", "after"], help=argparse.SUPPRESS)
     ap.add_argument("--db", help=argparse.SUPPRESS)
@@ -168,8 +175,9 @@ def main() -> None:
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     print(
         f"scrape benchmark: before {args.before}, after {head.stdout.strip()} (+ working tree); "
-        f"completions spread over {args.spread}; medians of {args.repeat} (slow cases {max(3, args.repeat // 2)}), "
-        f"CLI medians of {args.cli_repeat}; load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}",
+        f"completions spread over {args.spread}; {args.rounds} alternating rounds, each a median of {args.repeat} "
+        f"(slow cases {max(3, args.repeat // 2)}) or one CLI run; load average "
+        f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}",
         flush=True,
     )
     SCRATCH.mkdir(exist_ok=True)
@@ -182,18 +190,19 @@ def main() -> None:
             rate = jobs / spread.total_seconds()
             print(f"\n== {backend}, {jobs:,} jobs (built in {time.perf_counter() - start:.0f} s)", flush=True)
             try:
-                before = run_side("before", before_src, db, args.repeat, rate)
-                after = run_side("after", after_src, db, args.repeat, rate)
-                cli = {}
-                for label, argv in (
-                    ("tether metrics (CLI)", ["metrics"]),
-                    ("tether durations (CLI)", ["durations"]),
-                    ("tether recent --since 1h (CLI)", ["recent", "--since", "1h"]),
-                ):
-                    cli[label] = (
-                        cli_ms(before_src, db, argv, args.cli_repeat),
-                        cli_ms(after_src, db, argv, args.cli_repeat),
-                    )
+                # Before and after alternate, round by round (B A, A B, ...): on a shared machine
+                # load comes and goes, and must hit both sides alike.
+                rounds: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+                cli_runs: dict[str, dict[str, list[float]]] = {}
+                for r in range(args.rounds):
+                    for side in ("before", "after") if r % 2 == 0 else ("after", "before"):
+                        src = before_src if side == "before" else after_src
+                        rounds[side].append(run_side(side, src, db, args.repeat, rate))
+                        for label, argv in CLI.items():
+                            cli_runs.setdefault(label, {}).setdefault(side, []).append(cli_ms(src, db, argv, 1))
+                before = {k: statistics.median(x[k] for x in rounds["before"]) for k in rounds["before"][0]}
+                after = {k: statistics.median(x[k] for x in rounds["after"]) for k in rounds["after"][0]}
+                cli = {k: (statistics.median(v["before"]), statistics.median(v["after"])) for k, v in cli_runs.items()}
             finally:
                 if drop:
                     drop()

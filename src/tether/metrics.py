@@ -50,6 +50,10 @@ the handler returns and commits outcomes in groups, a moment later; a job commit
 this after its stamp (it waited behind a batch-mate that ran longer) is not counted."""
 SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 ATTEMPT_BUCKETS = (1, 2, 3, 5, 10)
+# Each bound plus half a resolution step (1 ms, 1 attempt): the count of these below a value is
+# the bucket of a value measured to that resolution, a value on a bound included in it (le).
+_SECONDS_ABOVE = tuple(b + 0.0005 for b in SECONDS_BUCKETS)
+_ATTEMPTS_ABOVE = tuple(b + 0.5 for b in ATTEMPT_BUCKETS)
 _BACKLOG_AND_FAILED = (JobStatus.PENDING, JobStatus.CLAIMED, JobStatus.FAILED)
 
 
@@ -109,7 +113,7 @@ class _Finished:
     def _add_rows(self, conn: sa.Connection, window: tuple[Any, ...]) -> None:
         # SQLite: one row per job, bucketed here (SQLite would compute each CASE of a bucket
         # expression anew, slower than this loop). A one-off reading of a busy hour goes through
-        # every row of it: kept to plain operations.
+        # every row of it: kept to plain operations, no call per row.
         dialect = conn.dialect.name
         query = sa.select(
             t.c.status,
@@ -118,23 +122,27 @@ class _Finished:
             observe.seconds_between(dialect, t.c.claimed_at, t.c.completed_at),
             observe.seconds_between(dialect, t.c.run_at, t.c.claimed_at),
         ).where(*window)
-        counts, completed = self.counts, JobStatus.COMPLETED.value
+        counts, by_type, completed = self.counts, self.by_type, JobStatus.COMPLETED.value
+        # julianday() arithmetic is good to ~50 us: against bounds half a millisecond up, a job of
+        # exactly 1 s still lands in the 1 s bucket (as it does on PostgreSQL, rounded to the ms).
+        seconds, tries_at = _SECONDS_ABOVE, _ATTEMPTS_ABOVE
         for part in conn.execute(query.execution_options(yield_per=10_000)).partitions():
             for status, job_type, attempts, took, waited in part:
                 key = (status, job_type)
                 counts[key] = counts.get(key, 0) + 1
                 if status != completed or took is None:
                     continue
-                duration, wait, tries = self._histograms(job_type)
-                # Millisecond resolution, as tether durations: julianday() arithmetic is good to
-                # ~50 us, which would put a job of exactly 1 s above the 1 s bound.
-                took = round(took, 3) if took > 0 else 0.0
-                duration.counts[bisect_left(SECONDS_BUCKETS, took)] += 1  # on a bound is in it (le)
+                hs = by_type.get(job_type) or self._histograms(job_type)
+                duration, wait, tries = hs
+                if took < 0:
+                    took = 0.0
+                duration.counts[bisect_left(seconds, took)] += 1
                 duration.sum += took
-                waited = round(waited, 3) if waited and waited > 0 else 0.0
-                wait.counts[bisect_left(SECONDS_BUCKETS, waited)] += 1
+                if waited is None or waited < 0:
+                    waited = 0.0
+                wait.counts[bisect_left(seconds, waited)] += 1
                 wait.sum += waited
-                tries.counts[bisect_left(ATTEMPT_BUCKETS, attempts)] += 1
+                tries.counts[bisect_left(tries_at, attempts)] += 1
                 tries.sum += attempts
 
     def _add_groups(self, conn: sa.Connection, window: tuple[Any, ...]) -> None:
@@ -148,8 +156,8 @@ class _Finished:
             .where(*window)
             .subquery()
         )
-        seconds = sa.cast(sa.literal([b + 0.0005 for b in SECONDS_BUCKETS]), ARRAY(sa.Numeric))
-        tries = sa.cast(sa.literal([b + 0.5 for b in ATTEMPT_BUCKETS]), ARRAY(sa.Numeric))
+        seconds = sa.cast(sa.literal(list(_SECONDS_ABOVE)), ARRAY(sa.Numeric))
+        tries = sa.cast(sa.literal(list(_ATTEMPTS_ABOVE)), ARRAY(sa.Numeric))
         buckets = (
             sa.func.width_bucket(per_job.c.took, seconds),
             sa.func.width_bucket(per_job.c.waited, seconds),
@@ -296,7 +304,7 @@ class LedgerCollector:
         ):
             family = HistogramMetricFamily(name, doc, labels=["type"])
             for job_type, hs in sorted(f.by_type.items()):
-                family.add_metric([job_type], hs[n].buckets(), hs[n].sum)
+                family.add_metric([job_type], hs[n].buckets(), round(hs[n].sum, 3))
             histograms.append(family)
         return [done, *histograms]
 
