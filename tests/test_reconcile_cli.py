@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -152,3 +153,58 @@ def test_tether_reconcile_startup_reclaims_a_dead_workers_lock_and_reports_its_p
     ]
     with Coordinator.open(site["db"], root=site["root"]) as c:
         assert c.get(job).status.value == "pending"
+
+
+def test_a_modified_file_reports_its_differing_fields_and_every_finding_field_is_documented(
+    site: dict[str, str],
+) -> None:
+    Path(site["root"], "people", "ken.json").write_text('{"name": "Kenneth Thompson"}\n')
+    done = run(["--db", site["db"], "--root", site["root"], "--json"], site["cwd"])
+    assert done.returncode == 2, done.stderr
+    report = orjson.loads(done.stdout)
+    [finding] = report["findings"]
+    assert finding["status"] == "modified" and finding["path"] == "people/ken.json"
+    assert finding["expected"]["size"] == finding["expected_size"] and finding["actual"]["size"] == 29
+    assert [d["path"] for d in finding["differences"]] == ["size"]  # the bytes are hashed only when sizes agree
+    assert all(d["kind"] == "NOT_EQUAL" for d in finding["differences"])
+    doc = (REPO / "docs" / "cli-json.md").read_text()
+    section = doc.split("## `tether reconcile --json`")[1].split("\n## ")[0]
+    assert [f for f in [*report, *finding] if f"`{f}`" not in section and f'"{f}"' not in section] == []
+
+
+STAMPS = """
+from typing import ClassVar
+from tether import JobType, Payload
+from tether.jobtypes.target import Target
+
+class Stamp(Payload):
+    job_type: ClassVar[str] = "stamp"
+    path: str
+
+class StampType(JobType[Stamp]):
+    name = "stamp"
+    payload_model = Stamp
+
+    def target(self, p):
+        return Target.file(p.path)
+
+    def run(self, p, ctx):
+        (ctx.root / p.path).write_text("stamped")
+
+def register(registry):
+    registry.register(StampType())
+"""
+
+
+def test_a_type_without_a_probe_is_reported_not_checked_never_in_sync(tmp_path: Path) -> None:
+    (tmp_path / "stamps.py").write_text(STAMPS)
+    db, root = f"sqlite:///{tmp_path / 'tether.db'}", tmp_path / "data"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}, "PYTHONPATH": str(tmp_path)}
+    tether = [sys.executable, "-m", "tether", "--db", db, "--root", str(root), "--import", "stamps"]
+    subprocess.run([*tether, "enqueue", "stamp", "--payload", '{"path": "a.txt"}'], env=env, check=True, timeout=60)
+    subprocess.run([*tether, "worker", "--until-idle", "-q"], env=env, check=True, timeout=60)
+    (root / "a.txt").unlink()  # the effect is gone, and nothing can tell
+    done = subprocess.run([*tether, "reconcile", "--quiet"], env=env, capture_output=True, text=True, timeout=60)
+    assert "not_checked" in done.stdout and "type 'stamp' has no probe" in done.stdout
+    assert "in sync where checked; 1 not checked" in done.stdout
+    assert "\nin sync\n" not in done.stdout

@@ -1,7 +1,7 @@
 """Running the hot statements on the driver connection itself.
 
-SQLAlchemy's statement execution costs ~25x a bare driver call (165 us vs 7 us per UPDATE,
-measured here), more than the fsync of a commit. The hot path (enqueue, claim, transitions,
+SQLAlchemy's statement execution costs many times a bare driver call, more than the fsync of a
+commit (benchmarks/README.md, "Figures behind the code"). The hot path (enqueue, claim, transitions,
 heartbeats, sweep) therefore runs the named SQL of ``sql.py`` on the DBAPI connection: on
 PostgreSQL a pooled one, on SQLite one write connection per thread kept out of the pool.
 SQLAlchemy still owns the pool, the connect-time set-up and every read that is not hot.
@@ -23,6 +23,8 @@ from typing import Any, Protocol, TypeVar
 
 import sqlalchemy as sa
 
+from . import faults
+from .errors import LedgerFault
 from .record import JobRecord, make_tuple
 from .schema import TABLE
 from .status import JobStatus
@@ -134,6 +136,11 @@ class Backend:
     def close(self) -> None:
         """Close connections this backend holds outside the engine's pool."""
 
+    def file_fault(self) -> LedgerFault | None:
+        """A LedgerFault if the ledger's file is no longer the one this backend opened (a cheap
+        check; PostgreSQL has no file of ours to watch)."""
+        return None
+
     @contextmanager
     def read(self) -> Iterator[_Cursor]:
         """A cursor for a single consistent read (no write lock taken)."""
@@ -228,7 +235,7 @@ def _sqlite_time(value: datetime) -> str:
     if last[0] is value:  # a group commit binds one time for many rows
         return last[1]
     if value.tzinfo is _UTC:  # the clock's own: no conversion, and % is twice as fast as isoformat
-        text = "%04d-%02d-%02d %02d:%02d:%02d.%06d" % (  # noqa: UP031 (measured ~1.8x faster than an f-string)
+        text = "%04d-%02d-%02d %02d:%02d:%02d.%06d" % (  # noqa: UP031 (faster than an f-string here)
             value.year,
             value.month,
             value.day,
@@ -263,10 +270,35 @@ class SQLiteBackend(Backend):
         self._writers: weakref.WeakSet[_Writer] = weakref.WeakSet()
         self._busy_timeout = 30.0  # the engine's, read from the first write connection
         _backends.add(self)
+        self._path = engine.url.database or ""
+        try:
+            st = os.stat(self._path)
+            self._identity: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except OSError:
+            self._identity = None
+
+    def file_fault(self) -> LedgerFault | None:
+        # A worker whose ledger file was deleted or swapped would go on writing to the file it
+        # has open, which nobody will ever read again; one emptied is a ledger lost.
+        if self._identity is None:
+            return None
+        try:
+            st = os.stat(self._path)
+        except FileNotFoundError:
+            return faults.fault(faults.GONE, self._path, "the file was deleted while this process had it open")
+        except OSError:
+            return None  # cannot tell; the next statement will say
+        if (st.st_dev, st.st_ino) != self._identity:
+            return faults.fault(
+                faults.GONE, self._path, "the file was replaced by another while this process had it open"
+            )
+        if st.st_size == 0:
+            return faults.fault(faults.CORRUPT, self._path, "the file was emptied (0 bytes)")
+        return None
 
     def _checkout_writer(self) -> tuple[None, sqlite3.Connection]:
         # Each thread keeps one write connection out of the pool: a pool checkout and its reset
-        # cost 30-40 us, a fifth of a durable enqueue's latency here. A thread's connection is
+        # cost a good part of a durable enqueue's latency. A thread's connection is
         # closed with the thread (its locals go), or by close(); a new pool (engine.dispose()) or
         # a forked child gets a new one.
         writer = getattr(self._local, "writer", None)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+from .errors import ConfigError
+
 DEFAULT_DB = "sqlite:///tether.db"
 """The ledger when neither ``--db`` nor ``TETHER_DB`` names one: SQLite in the working directory."""
 
@@ -24,12 +26,34 @@ DEFAULT_LOCK_TIMEOUT = 300.0
 DEFAULT_BACKLOG_LIMIT = 100
 """The soft backlog limit of ``tether status`` (a verdict, never a refusal)."""
 
+# The alerting rules of `tether status` (the async-processing seed's "Alerting Rules"): each has a
+# warning and an error threshold; None turns that level off.
+DEFAULT_ALERT_WINDOW = 3600.0
+"""Seconds of finished jobs the success rate and the p95 run time are measured over."""
+DEFAULT_PENDING_AGE_WARN: float | None = 3600.0
+DEFAULT_PENDING_AGE_ERROR: float | None = None
+DEFAULT_SUCCESS_RATE_WARN: float | None = None
+DEFAULT_SUCCESS_RATE_ERROR: float | None = 0.95
+DEFAULT_P95_WARN: float | None = 10.0
+DEFAULT_P95_ERROR: float | None = None
+
 ENV_DB = "TETHER_DB"
 ENV_ROOT = "TETHER_ROOT"
 ENV_SCHEMA = "TETHER_SCHEMA"
 ENV_DURABILITY = "TETHER_DURABILITY"
 ENV_IMPORT = "TETHER_IMPORT"
 ENV_BACKLOG_LIMIT = "TETHER_BACKLOG_LIMIT"
+ENV_ALERT_WINDOW = "TETHER_ALERT_WINDOW"
+ENV_PENDING_AGE_WARN = "TETHER_PENDING_AGE_WARN"
+ENV_PENDING_AGE_ERROR = "TETHER_PENDING_AGE_ERROR"
+ENV_SUCCESS_RATE_WARN = "TETHER_SUCCESS_RATE_WARN"
+ENV_SUCCESS_RATE_ERROR = "TETHER_SUCCESS_RATE_ERROR"
+ENV_P95_WARN = "TETHER_P95_WARN"
+ENV_P95_ERROR = "TETHER_P95_ERROR"
+ENV_MAX_PAYLOAD_BYTES = "TETHER_MAX_PAYLOAD_BYTES"
+
+DEFAULT_MAX_PAYLOAD_BYTES = 16 * 1024 * 1024
+"""The largest payload enqueue accepts, as its stored JSON in bytes (``tether.limits`` checks it)."""
 
 
 def _env(name: str) -> str | None:
@@ -46,6 +70,12 @@ def root(given: str | os.PathLike[str] | None = None) -> str | os.PathLike[str]:
     return given or _env(ENV_ROOT) or DEFAULT_ROOT
 
 
+def named_root(given: str | os.PathLike[str] | None = None) -> str | os.PathLike[str] | None:
+    """The data root the caller named (``given``, else ``$TETHER_ROOT``), or None: then a ledger
+    uses the root it recorded when it was created."""
+    return given or _env(ENV_ROOT)
+
+
 def schema(given: str | None = None) -> str | None:
     """The PostgreSQL schema of the ledger: ``given``, else ``$TETHER_SCHEMA``, else the search path's."""
     return given or _env(ENV_SCHEMA)
@@ -54,3 +84,19 @@ def schema(given: str | None = None) -> str | None:
 def durability(given: str | None = None) -> str:
     """SQLite commit durability: ``given``, else ``$TETHER_DURABILITY``, else ``full``."""
     return given or _env(ENV_DURABILITY) or DEFAULT_DURABILITY
+
+
+def max_payload_bytes(given: int | None = None) -> int:
+    """The payload size limit: ``given``, else ``$TETHER_MAX_PAYLOAD_BYTES``, else 16 MiB."""
+    value: object = given
+    if value is None:
+        text = _env(ENV_MAX_PAYLOAD_BYTES)
+        if text is None:
+            return DEFAULT_MAX_PAYLOAD_BYTES
+        try:
+            value = int(text)
+        except ValueError:
+            raise ConfigError(f"{ENV_MAX_PAYLOAD_BYTES} must be a number of bytes, not {text!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"max_payload_bytes must be a positive number of bytes, not {value!r}")
+    return value

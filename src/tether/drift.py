@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .jobtypes.base import IN_SYNC, MISSING, MODIFIED, UNEXPECTED, UNKNOWN
+from .jobtypes.base import IN_SYNC, MISSING, MODIFIED, UNEXPECTED, UNKNOWN, Check, Difference
 
 NOT_CHECKED = "not_checked"
 LEFTOVER_TEMP = "leftover_temp"
@@ -19,7 +19,10 @@ DRIFT = frozenset({MISSING, MODIFIED, UNEXPECTED, LEFTOVER_TEMP, UNTRACKED})
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """One path that is not in sync: what the ledger expected (set by ``job_id``) and what is there."""
+    """One target that is not in sync: what the ledger expected (set by ``job_id``), what is
+    there, and the fields that differ. ``path`` names the target as an operator does (a file's
+    path). The ``*_size`` / ``*_sha256`` fields repeat a file's facts from ``expected`` and
+    ``actual`` (they came first, and the JSON keeps them)."""
 
     path: str
     status: str
@@ -30,9 +33,37 @@ class Finding:
     actual_size: int | None = None
     actual_sha256: str | None = None
     detail: str | None = None
+    expected: Any = None
+    actual: Any = None
+    differences: tuple[Difference, ...] = ()
+
+    @classmethod
+    def of(cls, path: str, check: Check, job_id: str | None, job_type: str | None) -> Finding:
+        """The finding for a probe's check of ``path``'s latest job."""
+        exp, act = _facts(check.expected), _facts(check.actual)
+        return cls(
+            path,
+            check.status,
+            job_id,
+            job_type,
+            exp.get("size"),
+            exp.get("sha256"),
+            act.get("size"),
+            act.get("sha256"),
+            check.detail,
+            check.expected,
+            check.actual,
+            check.differences,
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out["differences"] = [d.to_dict() for d in self.differences]
+        return out
+
+
+def _facts(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 @dataclass
@@ -84,6 +115,7 @@ class Report:
 
 __all__ = [
     "DRIFT",
+    "Difference",
     "IN_SYNC",
     "LEFTOVER_TEMP",
     "MISSING",

@@ -1,8 +1,8 @@
 """Jobs as read back from the ledger: plain, immutable, cheap to build on the hot path.
 
 Both are NamedTuples rather than frozen dataclasses: a frozen dataclass sets each field through
-``object.__setattr__``, and building one JobRecord cost 3.5-5 us against 0.7 us, which was a
-third of the Python of a single enqueue and most of it for 10,000 in one call.
+``object.__setattr__``, several times the cost of a tuple, on a path that builds one per job
+(benchmarks/README.md, "Figures behind the code").
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ class JobRecord(NamedTuple):
     parent_id: str | None
     result: str | None
     timeout: float | None = None
+    progress: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> JobRecord:
@@ -65,8 +66,8 @@ class JobRecord(NamedTuple):
                 if include_payload:
                     out["payload"] = self.payload_data
                 continue
-            if name == "result":
-                value = self.result_data
+            if name in ("result", "progress"):
+                value = None if value is None else orjson.loads(str(value))
             elif isinstance(value, datetime):
                 value = value.isoformat()
             elif isinstance(value, JobStatus):

@@ -11,11 +11,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import orjson
+import sqlalchemy as sa
 import typer
 from rich.table import Table
 
 from .. import config, events
 from ..errors import ConfigError
+from ..faults import describe
 from ..readonly import open_ledger
 from ..reconcile import DRIFT, STATUSES, Report, count_targeted_jobs
 from ..reconcile import reconcile as run_reconcile
@@ -75,7 +78,8 @@ def reconcile(
         err.print("tether reconcile: interrupted; nothing was checked to the end")
         sys.exit(130)
     except Exception as e:  # a crash must never read as drift (exit 2)
-        err.print(f"tether reconcile: could not check: {type(e).__name__}: {e}", markup=False, soft_wrap=True)
+        reason = describe(e) if isinstance(e, sa.exc.SQLAlchemyError) else f"{type(e).__name__}: {e}"
+        err.print(f"tether reconcile: could not check: {reason}", markup=False, soft_wrap=True)
         sys.exit(1)
     # sys.exit, not typer.Exit: the console entry runs typer without standalone mode, where an
     # Exit code is returned to it rather than raised.
@@ -86,7 +90,10 @@ def _require_existing(db: str | None, root: str | None) -> None:
     """A check never creates what it checks: a mistyped --db would otherwise be a new, empty
     ledger reading "in sync", and a mistyped --root an empty directory reading "missing"."""
     open_ledger(db, schema=settings.schema).dispose()
-    path = Path(config.root(root))
+    named = config.named_root(root)
+    if named is None:
+        return  # the ledger's recorded root: opening the ledger checks it exists
+    path = Path(named)
     if not path.is_dir():
         what = "is not a directory" if path.exists() else "does not exist"
         raise ConfigError(f"the data root {path} {what} (check --root or TETHER_ROOT)")
@@ -139,15 +146,26 @@ def _print(report: Report) -> None:
             )
         for f in report.findings:
             style = "red" if f.status in DRIFT else "yellow" if f.status == "unknown" else None
-            actual = _bytes(f.actual_size, f.actual_sha256)
+            expected, actual = _bytes(f.expected_size, f.expected_sha256), _bytes(f.actual_size, f.actual_sha256)
+            if f.differences and f.expected_size is None:  # not a file: say which fields differ
+                expected = "; ".join(f"{d.path}={_value(d.expected)}" for d in f.differences)
+                actual = "; ".join(f"{d.path}={_value(d.actual)}" for d in f.differences)
             if f.detail and f.status in ("unknown", "modified", "not_checked", "missing"):
                 actual = f.detail if actual == "-" else f"{actual} ({f.detail})"
-            table.add_row(
-                f.status, f.path, f.job_id or "-", _bytes(f.expected_size, f.expected_sha256), actual, style=style
-            )
+            table.add_row(f.status, f.path, f.job_id or "-", expected, actual, style=style)
         out.print(table)
     verdict = {0: "in sync", 1: "could not check every path", 2: f"drift found ({report.drift})"}[report.exit_code]
+    if report.exit_code == 0 and report.counts["not_checked"]:
+        verdict = f"in sync where checked; {report.counts['not_checked']} not checked (see the table)"
     out.print(verdict)
+
+
+def _value(value: Any) -> str:
+    """A differing field's value, short: JSON, cut at 40 characters; absent as ``-``."""
+    if value is None:
+        return "-"
+    text = orjson.dumps(value, default=str).decode()
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def _bytes(size: int | None, sha256: str | None) -> str:
@@ -173,6 +191,7 @@ def check_main(argv: list[str] | None = None) -> None:
             err.print(f"reconcile/check: {e}", markup=False)
         sys.exit(1)
     except Exception as e:
-        err.print(f"reconcile/check: could not check: {type(e).__name__}: {e}", markup=False, soft_wrap=True)
+        reason = describe(e) if isinstance(e, sa.exc.SQLAlchemyError) else f"{type(e).__name__}: {e}"
+        err.print(f"reconcile/check: could not check: {reason}", markup=False, soft_wrap=True)
         sys.exit(1)
     sys.exit(rv if isinstance(rv, int) else 0)

@@ -1,0 +1,174 @@
+"""What every reconcile probe must do, whatever its target: one suite, one case per job type.
+
+A probe answers ``in_sync`` when the effect of a target's latest completed job holds, ``missing``
+when it is gone, ``modified`` with the fields that differ, ``unexpected`` when something is there
+that the job removed, and ``unknown`` (never ``missing``, never an exception) when the world could
+not be read. A new job type with a probe adds a ``ProbeCase`` below (AWS resources, extractions).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether import Coordinator, CreateFile, DeleteFile, Payload
+from tether.jobtypes.base import IN_SYNC, MISSING, MODIFIED, UNEXPECTED, UNKNOWN, Check, Probe
+
+
+@dataclass
+class Completed:
+    """A completed job's target and stored payload, as the reconciler hands them to a probe."""
+
+    target: str
+    payload: str
+
+
+@dataclass
+class ProbeCase:
+    """How to bring one job type's target into each state. A state the type cannot reach (a
+    created file is never ``unexpected``) is None."""
+
+    name: str
+    complete: Callable[[Coordinator], Payload]
+    make_missing: Callable[[Coordinator, Payload], object] | None
+    make_modified: Callable[[Coordinator, Payload], object] | None
+    make_unexpected: Callable[[Coordinator, Payload], object] | None
+    broken_world: Callable[[], Any]  # a context manager under which reading the world fails
+
+
+@contextmanager
+def _disk_fails() -> Iterator[None]:
+    """Every read of the data root fails with EIO (a dying disk), whatever call a probe uses."""
+
+    def fail(*_: Any, **__: Any) -> Any:
+        raise OSError(errno.EIO, "Input/output error")
+
+    from tether.jobtypes import files
+
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("open", "lstat", "stat", "scandir", "listdir"):
+            mp.setattr(os, name, fail)
+        mp.setattr(files, "lstat_data_file", fail)  # the probes' own handle on lstat
+        yield
+
+
+def _file(c: Coordinator, rel: str) -> Path:
+    return Path(c.root, rel)
+
+
+CASES = [
+    ProbeCase(
+        "create_file",
+        complete=lambda c: CreateFile(path="docs/a.json", content={"n": 1}),
+        make_missing=lambda c, p: _file(c, "docs/a.json").unlink(),
+        make_modified=lambda c, p: _file(c, "docs/a.json").write_text('{"n": 2, "extra": true}\n'),
+        make_unexpected=None,
+        broken_world=_disk_fails,
+    ),
+    ProbeCase(
+        "delete_file",
+        complete=lambda c: DeleteFile(path="docs/gone.json"),
+        make_missing=None,
+        make_modified=None,
+        make_unexpected=lambda c, p: _file(c, "docs/gone.json").write_text("back\n"),
+        broken_world=_disk_fails,
+    ),
+]
+
+
+def cases(state: str | None = None) -> Any:
+    """Parametrize ``case`` over the job types that can reach ``state``."""
+    chosen = [c for c in CASES if state is None or getattr(c, state) is not None]
+    return pytest.mark.parametrize("case", chosen, ids=[c.name for c in chosen])
+
+
+@pytest.fixture
+def completed(case: ProbeCase, make_coordinator: Callable[..., Coordinator]) -> tuple[Coordinator, Payload, Completed]:
+    c = make_coordinator()
+    if case.name == "delete_file":  # something to delete, so the job has an effect
+        c.enqueue(CreateFile(path="docs/gone.json", text="x"))
+    payload = case.complete(c)
+    job_id = c.enqueue(payload).id
+    c.run_until_idle()
+    job = c.get(job_id)
+    assert job.status.value == "completed" and job.ordering_key is not None
+    return c, payload, Completed(job.ordering_key, job.payload)
+
+
+def probe_of(c: Coordinator, case: ProbeCase) -> Probe:
+    probe = c.registry.get(case.name).probe
+    assert probe is not None, f"{case.name} has no probe"
+    return probe
+
+
+def ask(c: Coordinator, case: ProbeCase, done: Completed, *, content: bool) -> Check:
+    """The probe's answer, asked both ways the reconciler asks (one target, and a batch): the two
+    must agree."""
+    probe = probe_of(c, case)
+    payload = done.payload if probe.wants_payload(content=content) else None
+    one = probe.check(done.target, payload, c.root, content=content)  # type: ignore[arg-type]
+    [batched] = probe.check_many([(done.target, payload)], c.root, content=content)  # type: ignore[list-item]
+    assert (one.status, one.differences) == (batched.status, batched.differences)
+    return one
+
+
+@cases()
+@pytest.mark.parametrize("content", [True, False], ids=["content", "exists"])
+def test_a_target_whose_effect_holds_is_in_sync(case, completed, content):
+    c, _, done = completed
+    assert ask(c, case, done, content=content).status == IN_SYNC
+
+
+@cases("make_missing")
+@pytest.mark.parametrize("content", [True, False], ids=["content", "exists"])
+def test_a_target_whose_effect_is_gone_is_missing(case, completed, content):
+    c, payload, done = completed
+    case.make_missing(c, payload)
+    assert ask(c, case, done, content=content).status == MISSING
+
+
+@cases("make_modified")
+def test_a_modified_target_names_the_fields_that_differ(case, completed):
+    c, payload, done = completed
+    case.make_modified(c, payload)
+    check = ask(c, case, done, content=True)
+    assert check.status == MODIFIED
+    assert check.differences, "a modified target says which fields differ"
+    for d in check.differences:
+        assert d.kind in ("ADD", "REMOVE", "NOT_EQUAL") and d.path
+        assert d.expected != d.actual
+
+
+@cases("make_unexpected")
+def test_something_present_where_the_job_removed_it_is_unexpected(case, completed):
+    c, payload, done = completed
+    case.make_unexpected(c, payload)
+    assert ask(c, case, done, content=True).status == UNEXPECTED
+
+
+@cases()
+@pytest.mark.parametrize("content", [True, False], ids=["content", "exists"])
+def test_a_world_that_cannot_be_read_is_unknown_never_missing(case, completed, content):
+    c, _, done = completed
+    with case.broken_world():
+        check = ask(c, case, done, content=content)
+    assert check.status == UNKNOWN and check.detail
+
+
+@cases()
+def test_a_probe_never_raises_on_a_payload_it_cannot_read(case, completed):
+    c, _, done = completed
+    probe = probe_of(c, case)
+    for garbage in ("{", "[]", '{"unexpected": 1}'):
+        try:
+            checks = probe.check_many([(done.target, garbage)], c.root, content=True)
+        except Exception as e:  # the reconciler would survive it; the probe contract says unknown
+            pytest.fail(f"{case.name} probe raised {type(e).__name__} on a bad payload instead of answering")
+        assert [ch.status for ch in checks] in ([UNKNOWN], [IN_SYNC])
