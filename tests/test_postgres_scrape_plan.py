@@ -24,6 +24,7 @@ def pg_ledger(pg_database: str, tmp_path: Path) -> Iterator[Coordinator]:
     with engine.begin() as conn:
         conn.exec_driver_sql("DROP TABLE IF EXISTS tether_jobs")
         conn.exec_driver_sql("DROP TABLE IF EXISTS tether_reconcile_runs")
+        conn.exec_driver_sql("DROP TABLE IF EXISTS tether_meta")
     engine.dispose()
     with Coordinator.open(pg_database, root=tmp_path / "data") as c:
         with c.engine.begin() as conn:
