@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, ...]] = [
     # running jobs
     ("worker",),
     # reading the ledger and the world: reconcile, the operator's questions
-    ("drift", "reconcile", "readonly", "observe", "health", "metrics", "retention"),
+    ("drift", "reconcile_runs", "reconcile", "readonly", "observe", "health", "metrics", "retention"),
     # what applications hold
     ("coordinator",),
     ("store",),

@@ -245,12 +245,13 @@ def spend(source: Source, *, since: datetime, job_type: str | None = None, conn:
     return {name: Spend(n, round(float(cost), 6), int(tin), int(tout)) for name, n, cost, tin, tout in rows}
 
 
-def _seconds_between(dialect: str, start: Any, end: Any) -> Any:
+def seconds_between(dialect: str, start: Any, end: Any) -> Any:
     # SQLite keeps times as text; PostgreSQL as timestamptz. The subtraction happens in SQL so
     # a million rows are not parsed into datetimes in Python.
     if dialect == "sqlite":
         return (sa.func.julianday(end) - sa.func.julianday(start)) * 86400.0
-    return sa.extract("epoch", end - start)
+    # EXTRACT gives numeric (Decimal in Python) since PostgreSQL 14; a float is what callers want.
+    return sa.cast(sa.extract("epoch", end - start), sa.Float)
 
 
 def percentile(ordered: list[float], q: float) -> float:
@@ -273,7 +274,7 @@ def durations(
     if isinstance(since, timedelta):
         since = now_of(source, now) - since
     engine = engine_of(source)
-    seconds = _seconds_between(engine.dialect.name, t.c.claimed_at, t.c.completed_at)
+    seconds = seconds_between(engine.dialect.name, t.c.claimed_at, t.c.completed_at)
     query = sa.select(t.c.type, seconds).where(
         t.c.status == JobStatus.COMPLETED.value, t.c.completed_at >= since, t.c.claimed_at.is_not(None)
     )
@@ -415,14 +416,23 @@ def _finished(
     until: datetime | None,
     limit: int | None,
 ) -> list[JobRecord]:
-    query = select_jobs().where(t.c.status.in_([s.value for s in statuses]), finished())
-    if since is not None:
-        query = query.where(t.c.completed_at >= since)
-    if until is not None:
-        query = query.where(t.c.completed_at <= until)
-    if job_type is not None:
-        query = query.where(t.c.type == job_type)
-    return records(conn, query.order_by(t.c.completed_at.desc(), t.c.id.desc()).limit(limit))
+    # One walk of ix_tether_jobs_done per status, newest first, merged here: with ``status IN``
+    # neither database can read that index in completed_at order across the statuses, so it
+    # sorted the whole window before taking the newest few (4.7 s for a window of 1,000,000).
+    newest = (t.c.completed_at.desc(), t.c.id.desc())
+    found: list[JobRecord] = []
+    for status in statuses:
+        query = select_jobs().where(t.c.status == status.value, finished())
+        if since is not None:
+            query = query.where(t.c.completed_at >= since)
+        if until is not None:
+            query = query.where(t.c.completed_at <= until)
+        if job_type is not None:
+            query = query.where(t.c.type == job_type)
+        found += records(conn, query.order_by(*newest).limit(limit))
+    if len(statuses) > 1:
+        found.sort(key=lambda j: (j.completed_at, j.id), reverse=True)
+    return found[:limit] if limit is not None else found
 
 
 def jobs(
@@ -474,7 +484,7 @@ def children(source: Source, job_id: str, *, limit: int = 20) -> list[JobRecord]
 
 def counts(source: Source) -> dict[tuple[str, str], int]:
     """Jobs by (status, type) over the whole ledger. Counts every row: covered by an index on
-    (status, type) if there is one, otherwise a full scan (used by metrics, not by status)."""
+    (status, type) if there is one, otherwise a full scan (so neither status nor metrics use it)."""
     with reading(source) as conn:
         rows = conn.execute(sa.select(t.c.status, t.c.type, sa.func.count()).group_by(t.c.status, t.c.type))
         return {(status, name): n for status, name, n in rows}

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
 
-from . import beneath, events, fs, sql
+from . import beneath, events, fs, reconcile_runs, sql
 from .backend import Backend
 from .drift import DRIFT, IN_SYNC, LEFTOVER_TEMP, NOT_CHECKED, STATUSES, UNKNOWN, UNTRACKED, Finding, Report
 from .engine import READ_ONLY
@@ -71,7 +71,8 @@ def reconcile(
     batch_size: int = BATCH,
     progress: Callable[[int], None] | None = None,
 ) -> Report:
-    """Compare the ledger with the data root; write nothing anywhere.
+    """Compare the ledger with the data root; change nothing (the one write is the check's
+    verdict, kept in ``tether_reconcile_runs`` for metrics and pages).
 
     ``content`` false checks existence only (no file is read). ``untracked`` also reports files
     under the root that no job ever named. ``progress`` is called with the number of jobs read
@@ -82,6 +83,7 @@ def reconcile(
     report = reconciler.run(coordinator.clock.now())
     report.finished_at = coordinator.clock.now()
     events.emit("reconcile.finished", **report.summary())
+    reconcile_runs.record(coordinator.engine, report)
     return report
 
 

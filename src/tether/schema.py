@@ -16,6 +16,7 @@ from sqlmodel import Field, SQLModel
 from .status import JobStatus
 
 TABLE = "tether_jobs"
+RECONCILE_TABLE = "tether_reconcile_runs"
 
 
 class UTCDateTime(sa.TypeDecorator[datetime]):
@@ -180,6 +181,23 @@ sa.Index(
     sqlite_where=sa.text(QUARANTINED_SQL),
     postgresql_where=sa.text(QUARANTINED_SQL),
 )
+
+
+class ReconcileRun(TetherModel, table=True):
+    """The verdict of one reconcile check (its summary, never its findings), so a scraper or a
+    page can tell when disk and ledger were last compared and whether they agreed. Only the
+    newest few are kept (``reconcile_runs.KEEP``)."""
+
+    __tablename__ = RECONCILE_TABLE
+
+    id: str = Field(primary_key=True, max_length=26)  # a ULID of checked_at: newest is highest
+    checked_at: datetime = Field(sa_type=UTCDateTime)
+    finished_at: datetime = Field(sa_type=UTCDateTime)
+    mode: str = Field(max_length=16)  # content or exists
+    exit_code: int  # 0 in sync, 1 could not check, 2 drift
+    drift: int
+    counts: str = Field(sa_type=sa.Text)  # JSON {status: n}
+
 
 # Indexes of earlier versions, replaced by the partial ones above; ensure_schema drops them.
 RETIRED_INDEXES = (

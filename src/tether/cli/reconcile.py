@@ -43,7 +43,7 @@ def reconcile(
         False,
         "--startup",
         help="Reclaim stale locks first (Coordinator.startup_check): what to run before workers start. "
-        "Without it the check writes nothing.",
+        "Without it the check changes nothing (it records only its verdict).",
     ),
     quiet: bool = typer.Option(
         False, "--quiet", "-q", help="Do not print events (drift.detected, reconcile.finished: JSON lines on stderr)."
