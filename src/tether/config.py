@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+from .errors import ConfigError
+
 DEFAULT_DB = "sqlite:///tether.db"
 """The ledger when neither ``--db`` nor ``TETHER_DB`` names one: SQLite in the working directory."""
 
@@ -30,6 +32,11 @@ ENV_SCHEMA = "TETHER_SCHEMA"
 ENV_DURABILITY = "TETHER_DURABILITY"
 ENV_IMPORT = "TETHER_IMPORT"
 ENV_BACKLOG_LIMIT = "TETHER_BACKLOG_LIMIT"
+ENV_LEDGER_ID = "TETHER_LEDGER_ID"
+ENV_AWS_CONCURRENCY = "TETHER_AWS_CONCURRENCY"
+
+DEFAULT_AWS_CONCURRENCY = 8
+"""How many AWS resources a reconcile reads at once."""
 
 
 def _env(name: str) -> str | None:
@@ -54,3 +61,20 @@ def schema(given: str | None = None) -> str | None:
 def durability(given: str | None = None) -> str:
     """SQLite commit durability: ``given``, else ``$TETHER_DURABILITY``, else ``full``."""
     return given or _env(ENV_DURABILITY) or DEFAULT_DURABILITY
+
+
+def ledger_id(given: str | None = None) -> str | None:
+    """This ledger's name in AWS ownership tags: ``given``, else ``$TETHER_LEDGER_ID``, else None
+    (derived from the ledger's location, see ``engine.ledger_id``)."""
+    return given or _env(ENV_LEDGER_ID)
+
+
+def aws_concurrency(given: int | None = None) -> int:
+    """AWS reads a reconcile runs at once: ``given``, else ``$TETHER_AWS_CONCURRENCY``, else 8."""
+    if given is not None:
+        return max(1, given)
+    value = _env(ENV_AWS_CONCURRENCY)
+    try:
+        return max(1, int(value)) if value else DEFAULT_AWS_CONCURRENCY
+    except ValueError:
+        raise ConfigError(f"{ENV_AWS_CONCURRENCY} must be a whole number, got {value!r}") from None

@@ -16,6 +16,7 @@ from . import events, sql
 from .backend import Backend
 from .build import Builder
 from .clock import Clock
+from .engine import ledger_id
 from .errors import (
     DatabaseUnavailable,
     DuplicateActiveJob,
@@ -132,6 +133,7 @@ class Queue:
         self.backend = Backend.for_engine(engine)
         self._claim_sql = sql.claim_sql(engine.dialect.name)
         self.builder = Builder(registry, root, clock)
+        self.ledger_id = ledger_id(engine)
         self._json_sql = sql.insert_json_sql(engine.dialect.name) if self.backend.reads_json else None
         self._complete_many_sql = sql.complete_many_sql(engine.dialect.name) if self.backend.reads_json else None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .aws import SyncAws, SyncAwsType
 from .base import JobType, Payload
 from .create_file import CreateFile, CreateFileType, render
 from .delete_file import DeleteFile, DeleteFileType
@@ -9,7 +10,7 @@ from .registry import Registry
 
 
 def default_registry() -> Registry:
-    return Registry([CreateFileType(), DeleteFileType()])
+    return Registry([CreateFileType(), DeleteFileType(), SyncAwsType()])
 
 
-__all__ = ["CreateFile", "DeleteFile", "JobType", "Payload", "Registry", "default_registry", "render"]
+__all__ = ["CreateFile", "DeleteFile", "JobType", "Payload", "Registry", "SyncAws", "default_registry", "render"]
