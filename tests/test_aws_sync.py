@@ -53,6 +53,7 @@ class Case:
     exists: Callable[[], bool]
     field_value: Callable[[], Any]
     expected_change: Any
+    create_outside: Callable[[], Any]
 
 
 def _bucket_exists(name: str) -> bool:
@@ -74,6 +75,31 @@ def _queue_attr(name: str, attr: str) -> str:
     return str(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=[attr])["Attributes"][attr])
 
 
+def _topic_arn(name: str) -> str:
+    return f"arn:aws:sns:us-east-1:123456789012:{name}"
+
+
+def _topic_exists(name: str) -> bool:
+    return any(t["TopicArn"] == _topic_arn(name) for t in boto3.client("sns").list_topics()["Topics"])
+
+
+def _table_tags(name: str) -> dict[str, str]:
+    ddb = boto3.client("dynamodb")
+    arn = ddb.describe_table(TableName=name)["Table"]["TableArn"]
+    return {t["Key"]: t["Value"] for t in ddb.list_tags_of_resource(ResourceArn=arn)["Tags"]}
+
+
+def _table_exists(name: str) -> bool:
+    return name in boto3.client("dynamodb").list_tables()["TableNames"]
+
+
+def _param(name: str) -> str | None:
+    try:
+        return str(boto3.client("ssm").get_parameter(Name=name, WithDecryption=True)["Parameter"]["Value"])
+    except boto3.client("ssm").exceptions.ParameterNotFound:
+        return None
+
+
 CASES = [
     Case(
         "s3_bucket",
@@ -88,6 +114,7 @@ CASES = [
         lambda: _bucket_exists("tether-logs"),
         lambda: _bucket_tags("tether-logs").get("env"),
         "staging",
+        lambda: boto3.client("s3").create_bucket(Bucket="tether-logs"),
     ),
     Case(
         "sqs_queue",
@@ -97,6 +124,47 @@ CASES = [
         lambda: _queue_exists("orders"),
         lambda: _queue_attr("orders", "VisibilityTimeout"),
         "90",
+        lambda: boto3.client("sqs").create_queue(QueueName="orders", tags={"env": "theirs"}),
+    ),
+    Case(
+        "sns_topic",
+        "events",
+        {"attributes": {"DisplayName": "Events"}, "tags": {"env": "prod"}, "subscriptions": ["events-inbox"]},
+        {"attributes": {"DisplayName": "All events"}},
+        lambda: _topic_exists("events"),
+        lambda: boto3.client("sns").get_topic_attributes(TopicArn=_topic_arn("events"))["Attributes"]["DisplayName"],
+        "All events",
+        lambda: boto3.client("sns").create_topic(Name="events"),
+    ),
+    Case(
+        "dynamodb_table",
+        "sessions",
+        {
+            "hash_key": {"name": "id"},
+            "billing_mode": "PAY_PER_REQUEST",
+            "tags": {"env": "prod"},
+            "ttl": {"attribute": "expires"},
+        },
+        {"tags": {"env": "staging"}},
+        lambda: _table_exists("sessions"),
+        lambda: _table_tags("sessions").get("env"),
+        "staging",
+        lambda: boto3.client("dynamodb").create_table(
+            TableName="sessions",
+            KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        ),
+    ),
+    Case(
+        "ssm_parameter",
+        "/app/db-host",
+        {"value": "db.internal", "type": "String", "description": "database host", "tags": {"env": "prod"}},
+        {"value": "db2.internal"},
+        lambda: _param("/app/db-host") is not None,
+        lambda: _param("/app/db-host"),
+        "db2.internal",
+        lambda: boto3.client("ssm").put_parameter(Name="/app/db-host", Value="theirs", Type="String"),
     ),
 ]
 
@@ -111,6 +179,8 @@ def sync(case: Case, config: dict[str, Any] | None = None) -> SyncAws:
 
 @cases()
 def test_create_then_rerun_then_update_then_delete_twice(case, aws, c):
+    if case.resource_type == "sns_topic":  # its subscription: a tether-managed queue
+        assert run(c, SyncAws(resource_type="sqs_queue", resource_id="events-inbox")).status is JobStatus.COMPLETED
     job = run(c, sync(case))
     assert job.status is JobStatus.COMPLETED, job.last_error
     assert case.exists()
@@ -118,7 +188,7 @@ def test_create_then_rerun_then_update_then_delete_twice(case, aws, c):
 
     aws.clear()
     again = run(c, sync(case))
-    assert again.status is JobStatus.COMPLETED
+    assert again.status is JobStatus.COMPLETED, again.last_error
     assert aws.mutating() == [], f"a re-run changed AWS: {aws.mutating()}"
     assert aws.ops, "the re-run did read AWS"
 
@@ -141,10 +211,7 @@ def test_create_then_rerun_then_update_then_delete_twice(case, aws, c):
 
 @cases()
 def test_a_resource_created_outside_tether_is_not_ours_and_is_left_alone(case, aws, c):
-    if case.resource_type == "s3_bucket":
-        boto3.client("s3").create_bucket(Bucket=case.resource_id)
-    else:
-        boto3.client("sqs").create_queue(QueueName=case.resource_id, tags={"env": "theirs"})
+    case.create_outside()
     aws.clear()
     job = run(c, sync(case))
     assert job.status is JobStatus.FAILED and job.attempts == 1

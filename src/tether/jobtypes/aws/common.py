@@ -79,7 +79,15 @@ class Clients:
             max_pool_connections=32,
         )
         self._clients: dict[tuple[str, str], Any] = {}
+        self._accounts: dict[str, str] = {}
         self._lock = threading.Lock()  # a boto3 Session is not thread-safe; its clients are
+
+    def account(self, region: str) -> str:
+        """The account the credentials belong to (for ARNs that name it), asked once."""
+        account = self._accounts.get(region)
+        if account is None:
+            account = self._accounts[region] = str(self.get("sts", region).get_caller_identity()["Account"])
+        return account
 
     def get(self, service: str, region: str) -> Any:
         client = self._clients.get((service, region))
@@ -127,6 +135,9 @@ class Aws:
 
     def client(self, service: str) -> Any:
         return self.clients.get(service, self.region)
+
+    def arn(self, service: str, resource: str) -> str:
+        return f"arn:aws:{service}:{self.region}:{self.clients.account(self.region)}:{resource}"
 
     def pause(self, seconds: float) -> None:
         if self.cancelled is not None:
@@ -382,12 +393,20 @@ class ResourceType(ABC):
         to know it exists and whose it is. Raises botocore's errors for anything else."""
 
     @abstractmethod
-    def create(self, aws: Aws, resource_id: str, desired: dict[str, Any]) -> None:
+    def create(self, aws: Aws, resource_id: str, desired: dict[str, Any], config: Mapping[str, Any]) -> None:
         """Create it in the desired state, with the ownership tag in the creating call where the
         API allows (so a crash never leaves an untagged resource of ours)."""
 
     @abstractmethod
-    def update(self, aws: Aws, resource_id: str, desired: dict[str, Any], current: Current, fields: set[str]) -> None:
+    def update(
+        self,
+        aws: Aws,
+        resource_id: str,
+        desired: dict[str, Any],
+        current: Current,
+        fields: set[str],
+        config: Mapping[str, Any],
+    ) -> None:
         """Change only ``fields`` (those that differ) to their desired value."""
 
     @abstractmethod

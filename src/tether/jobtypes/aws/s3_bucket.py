@@ -147,7 +147,7 @@ class S3Bucket(ResourceType):
         # bucket created after this job was enqueued.
         return attempt > 1 and current.created_at is not None and current.created_at >= enqueued_at - 1.0
 
-    def create(self, aws: Aws, resource_id: str, desired: dict[str, Any]) -> None:
+    def create(self, aws: Aws, resource_id: str, desired: dict[str, Any], config: Mapping[str, Any]) -> None:
         s3 = aws.client("s3")
         args: dict[str, Any] = {"Bucket": resource_id}
         if aws.region != "us-east-1":
@@ -159,12 +159,20 @@ class S3Bucket(ResourceType):
                 raise NotOurs(self.describe(aws, resource_id), None) from None
             raise
         self._put_tags(s3, resource_id, desired.get("tags") or {}, aws.owner)
-        self.update(aws, resource_id, desired, Current({}, aws.owner), set(desired) - {"tags"})
+        self.update(aws, resource_id, desired, Current({}, aws.owner), set(desired) - {"tags"}, config)
 
     def _put_tags(self, s3: Any, bucket: str, tags: Mapping[str, str], owner: str) -> None:
         s3.put_bucket_tagging(Bucket=bucket, Tagging={"TagSet": tags_to_list({**tags, OWNER_TAG: owner})})
 
-    def update(self, aws: Aws, resource_id: str, desired: dict[str, Any], current: Current, fields: set[str]) -> None:
+    def update(
+        self,
+        aws: Aws,
+        resource_id: str,
+        desired: dict[str, Any],
+        current: Current,
+        fields: set[str],
+        config: Mapping[str, Any],
+    ) -> None:
         s3 = aws.client("s3")
         if "tags" in fields:
             self._put_tags(s3, resource_id, desired.get("tags") or {}, current.owner or aws.owner)

@@ -68,7 +68,7 @@ class SqsQueueConfig(ResourceConfig):
 def _canonical_value(name: str, value: Any) -> Any:
     """Attributes as AWS returns them: strings, booleans lowercase, a policy parsed."""
     if name == "Policy":
-        return orjson.loads(value) if isinstance(value, str) else value
+        return (orjson.loads(value) if value else None) if isinstance(value, str) else value
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
@@ -149,13 +149,21 @@ class SqsQueue(ResourceType):
             out["RedrivePolicy"] = self._redrive(aws, desired["dead_letter"])
         return out
 
-    def create(self, aws: Aws, resource_id: str, desired: dict[str, Any]) -> None:
+    def create(self, aws: Aws, resource_id: str, desired: dict[str, Any], config: Mapping[str, Any]) -> None:
         sqs = aws.client("sqs")
         attributes = {k: v for k, v in self._attributes(aws, desired).items() if v != ""}
         sqs.create_queue(QueueName=resource_id, Attributes=attributes, tags=owner_tags(aws, desired.get("tags")))
         with_not_found_retry(aws, lambda: sqs.get_queue_url(QueueName=resource_id))
 
-    def update(self, aws: Aws, resource_id: str, desired: dict[str, Any], current: Current, fields: set[str]) -> None:
+    def update(
+        self,
+        aws: Aws,
+        resource_id: str,
+        desired: dict[str, Any],
+        current: Current,
+        fields: set[str],
+        config: Mapping[str, Any],
+    ) -> None:
         sqs = aws.client("sqs")
         url = current.identity["url"]
         if "attributes" in fields or "dead_letter" in fields:

@@ -129,7 +129,7 @@ class SyncAwsType(JobType[SyncAws]):
             return {"state": "absent", "changed": True, **current.identity}
         if current is None:
             ctx.confirm_lease()
-            kind.create(aws, rid, desired)
+            kind.create(aws, rid, desired, payload.config)
             created = _read_back(kind, aws, rid)
             return {"state": "present", "changed": True, "created": True, **created.identity}
         fields = changed_fields(kind.diff(desired, current))
@@ -138,7 +138,7 @@ class SyncAwsType(JobType[SyncAws]):
         if not fields:
             return {"state": "present", "changed": False, **current.identity}
         ctx.confirm_lease()
-        kind.update(aws, rid, desired, current, fields)
+        kind.update(aws, rid, desired, current, fields, payload.config)
         return {"state": "present", "changed": True, "fields": sorted(fields), **current.identity}
 
 
