@@ -93,6 +93,13 @@ def _table_exists(name: str) -> bool:
     return name in boto3.client("dynamodb").list_tables()["TableNames"]
 
 
+def _object(bucket: str, key: str) -> Any:
+    try:
+        return boto3.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
+    except boto3.client("s3").exceptions.NoSuchKey:
+        return None
+
+
 def _param(name: str) -> str | None:
     try:
         return str(boto3.client("ssm").get_parameter(Name=name, WithDecryption=True)["Parameter"]["Value"])
@@ -166,7 +173,23 @@ CASES = [
         "db2.internal",
         lambda: boto3.client("ssm").put_parameter(Name="/app/db-host", Value="theirs", Type="String"),
     ),
+    Case(
+        "s3_object",
+        "tether-objs/reports/a.json",
+        {"content": {"n": 1}, "metadata": {"kind": "report"}, "tags": {"env": "prod"}},
+        {"content": {"n": 2}},
+        lambda: _object("tether-objs", "reports/a.json") is not None,
+        lambda: _object("tether-objs", "reports/a.json"),
+        b'{\n  "n": 2\n}\n',
+        lambda: boto3.client("s3").put_object(Bucket="tether-objs", Key="reports/a.json", Body=b"theirs"),
+    ),
 ]
+
+# What must exist first (a queue a topic subscribes, a bucket an object lives in): tether-managed.
+NEEDS = {
+    "sns_topic": SyncAws(resource_type="sqs_queue", resource_id="events-inbox"),
+    "s3_object": SyncAws(resource_type="s3_bucket", resource_id="tether-objs"),
+}
 
 
 def cases() -> Any:
@@ -179,8 +202,8 @@ def sync(case: Case, config: dict[str, Any] | None = None) -> SyncAws:
 
 @cases()
 def test_create_then_rerun_then_update_then_delete_twice(case, aws, c):
-    if case.resource_type == "sns_topic":  # its subscription: a tether-managed queue
-        assert run(c, SyncAws(resource_type="sqs_queue", resource_id="events-inbox")).status is JobStatus.COMPLETED
+    if case.resource_type in NEEDS:
+        assert run(c, NEEDS[case.resource_type]).status is JobStatus.COMPLETED
     job = run(c, sync(case))
     assert job.status is JobStatus.COMPLETED, job.last_error
     assert case.exists()
@@ -211,6 +234,8 @@ def test_create_then_rerun_then_update_then_delete_twice(case, aws, c):
 
 @cases()
 def test_a_resource_created_outside_tether_is_not_ours_and_is_left_alone(case, aws, c):
+    if case.resource_type in NEEDS:
+        assert run(c, NEEDS[case.resource_type]).status is JobStatus.COMPLETED
     case.create_outside()
     aws.clear()
     job = run(c, sync(case))

@@ -6,7 +6,7 @@ importing it here.
 
 from __future__ import annotations
 
-from . import dynamodb_table, s3_bucket, sns_topic, sqs_queue, ssm_parameter  # noqa: F401  # each registers its resource type
+from . import dynamodb_table, s3_bucket, s3_object, sns_topic, sqs_queue, ssm_parameter  # noqa: F401  # each registers its resource type
 from .common import OWNER_TAG, RESOURCES, AwsNotInstalled, on_client, reset_clients
 from .sync import SyncAws, SyncAwsProbe, SyncAwsType
 

@@ -11,6 +11,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
@@ -130,6 +131,7 @@ class Aws:
     clients: Clients
     region: str
     owner: str = ""
+    root: Path | None = None
     job_id: str = ""
     cancelled: _threading.Event | None = None
 
@@ -377,8 +379,13 @@ class ResourceType(ABC):
         """A problem with the resource id (AWS's naming rules), or None."""
         return None
 
-    def desired(self, config: Mapping[str, Any]) -> dict[str, Any]:
-        """The declared state in canonical form: only the keys the config declared."""
+    def check_config(self, config: ResourceConfig, root: Path) -> list[str]:
+        """Problems the model cannot see alone (a body file's path against the data root)."""
+        return []
+
+    def desired(self, config: Mapping[str, Any], root: Path | None = None) -> dict[str, Any]:
+        """The declared state in canonical form: only the keys the config declared (``root``: the
+        data root, for a body read from a data file)."""
         return {k: v for k, v in config.items() if k != "state"}
 
     def diff(self, desired: Mapping[str, Any], current: Current) -> tuple[Difference, ...]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -68,7 +69,7 @@ class DynamoDbTable(ResourceType):
             return "a DynamoDB table name is 3-255 characters: letters, digits, '_', '-' and '.'"
         return None
 
-    def desired(self, config: Mapping[str, Any]) -> dict[str, Any]:
+    def desired(self, config: Mapping[str, Any], root: Path | None = None) -> dict[str, Any]:
         model = DynamoDbTableConfig.model_validate(config)
         dumped = model.model_dump(mode="json")
         out = {k: dumped[k] for k in sorted(model.model_fields_set) if k != "state"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -69,7 +70,7 @@ class S3Bucket(ResourceType):
             return "an S3 bucket name is 3-63 characters: lowercase letters, digits, '.' and '-'"
         return None
 
-    def desired(self, config: Mapping[str, Any]) -> dict[str, Any]:
+    def desired(self, config: Mapping[str, Any], root: Path | None = None) -> dict[str, Any]:
         model = S3BucketConfig.model_validate(config)
         dumped = model.model_dump(mode="json")
         out = {k: dumped[k] for k in sorted(model.model_fields_set) if k != "state"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -72,7 +73,7 @@ class SnsTopic(ResourceType):
             return "an SNS topic name is 1-256 characters: letters, digits, '-' and '_' (FIFO: ending in .fifo)"
         return None
 
-    def desired(self, config: Mapping[str, Any]) -> dict[str, Any]:
+    def desired(self, config: Mapping[str, Any], root: Path | None = None) -> dict[str, Any]:
         model = SnsTopicConfig.model_validate(config)
         out: dict[str, Any] = {}
         if "tags" in model.model_fields_set:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -85,7 +86,7 @@ class SqsQueue(ResourceType):
             return "an SQS queue name is 1-80 characters: letters, digits, '-' and '_' (FIFO: ending in .fifo)"
         return None
 
-    def desired(self, config: Mapping[str, Any]) -> dict[str, Any]:
+    def desired(self, config: Mapping[str, Any], root: Path | None = None) -> dict[str, Any]:
         model = SqsQueueConfig.model_validate(config)
         out: dict[str, Any] = {}
         if "tags" in model.model_fields_set:

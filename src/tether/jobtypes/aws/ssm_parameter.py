@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import model_validator
@@ -54,7 +55,7 @@ class SsmParameter(ResourceType):
             return "an SSM parameter name is letters, digits, '_', '.', '-' and '/', not starting with aws or ssm"
         return None
 
-    def desired(self, config: Mapping[str, Any]) -> dict[str, Any]:
+    def desired(self, config: Mapping[str, Any], root: Path | None = None) -> dict[str, Any]:
         model = SsmParameterConfig.model_validate(config)
         out: dict[str, Any] = {}
         if model.value is not None:

@@ -11,7 +11,7 @@ import orjson
 from pydantic import Field, JsonValue, ValidationError
 
 from ... import config as settings
-from ...errors import InvalidPayload
+from ...errors import InvalidPayload, RetryableError
 from ..base import IN_SYNC, MISSING, MODIFIED, UNEXPECTED, UNKNOWN, Check, JobType, Payload, Probe
 from ..registry import describe as describe_validation
 from ..target import AWS, Target
@@ -22,6 +22,7 @@ from .common import (
     Clients,
     Current,
     NotOurs,
+    ResourceConfig,
     ResourceType,
     as_job_error,
     changed_fields,
@@ -74,15 +75,16 @@ class SyncAwsType(JobType[SyncAws]):
         problems = []
         if (problem := kind.check_id(payload.resource_id)) is not None:
             problems.append(f"resource_id: {problem}")
+        model: ResourceConfig | None = None
         try:
             model = kind.config_model.model_validate(payload.config)
         except ValidationError as e:
             problems.extend(f"config.{line}" for line in describe_validation(e))
-            model = None
-        if problems:
+        else:
+            problems.extend(kind.check_config(model, root))
+        if problems or model is None:
             raise InvalidPayload(self.name, problems)
         require_boto3()
-        assert model is not None
         update: dict[str, Any] = {}
         canonical = model.model_dump(mode="json", exclude_unset=True)
         if canonical != payload.config:
@@ -102,7 +104,7 @@ class SyncAwsType(JobType[SyncAws]):
     def run(self, payload: SyncAws, ctx: JobContext) -> dict[str, Any]:
         kind = resource_type_of(payload.resource_type)
         assert payload.region is not None  # prepare resolved it
-        aws = Aws(shared_clients(), payload.region, ctx.ledger_id, ctx.job.id, ctx.cancelled)
+        aws = Aws(shared_clients(), payload.region, ctx.ledger_id, ctx.root, ctx.job.id, ctx.cancelled)
         what = kind.describe(aws, payload.resource_id)
         try:
             return self._apply(kind, aws, payload, ctx, what)
@@ -114,7 +116,7 @@ class SyncAwsType(JobType[SyncAws]):
     def _apply(self, kind: ResourceType, aws: Aws, payload: SyncAws, ctx: JobContext, what: str) -> dict[str, Any]:
         rid = payload.resource_id
         absent = payload.config.get("state") == "absent"
-        desired = kind.desired(payload.config)
+        desired = kind.desired(payload.config, ctx.root)
         current = kind.read(aws, rid, full=not absent)
         if current is not None and current.owner != aws.owner:
             enqueued = ctx.job.created_at.timestamp()
@@ -179,21 +181,23 @@ class SyncAwsProbe(Probe):
     def check_many(self, items: Sequence[tuple[str, str]], root: Path, *, content: bool) -> list[Check]:
         workers = min(settings.aws_concurrency(self.concurrency), len(items))
         if workers <= 1:
-            return [self._check(payload, content) for _, payload in items]
+            return [self._check(payload, content, root) for _, payload in items]
         with ThreadPoolExecutor(workers, thread_name_prefix="tether-aws-probe") as pool:
-            return list(pool.map(lambda item: self._check(item[1], content), items))
+            return list(pool.map(lambda item: self._check(item[1], content, root), items))
 
-    def _check(self, payload: str, content: bool) -> Check:
+    def _check(self, payload: str, content: bool, root: Path) -> Check:
         try:
             fields = orjson.loads(payload)
             kind = RESOURCES[fields["resource_type"]]
             rid, region, config = fields["resource_id"], fields["region"], fields.get("config") or {}
             absent = config.get("state") == "absent"
-            desired = kind.desired(config)
+            desired = kind.desired(config, root)
+        except RetryableError as e:  # the desired state cannot be known now (a body file is gone)
+            return Check(UNKNOWN, detail=str(e))
         except Exception:  # only a row changed by hand: the ledger validated it
             return Check(UNKNOWN, detail="the job's stored payload could not be read")
         try:
-            aws = Aws(self.clients or shared_clients(), region)
+            aws = Aws(self.clients or shared_clients(), region, root=root)
             current = kind.read(aws, rid, full=content and not absent)
         except Exception as e:
             if is_not_found(e):  # gone between two reads of one check: definitely NotFound
