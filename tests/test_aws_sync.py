@@ -366,3 +366,39 @@ class _no_moto:
 
     def __exit__(self, *_: object) -> None:
         self.stubber.enabled = self.enabled
+
+
+# -- the data-model layer ----------------------------------------------------------------------
+
+
+def test_a_model_and_its_bucket_and_queue_are_recorded_in_one_transaction(aws, c):
+    from sqlalchemy.orm import Session
+
+    from tether import JsonStore
+
+    store = JsonStore(c, retry=RetryPolicy(base=0.0))
+    with Session(c.engine) as session:
+        store.save("projects/apollo.json", {"name": "apollo"}, session=session)
+        store.sync_aws("s3_bucket", "apollo-assets", {"tags": {"project": "apollo"}}, session=session)
+        store.sync_aws("sqs_queue", "apollo-jobs", {"attributes": {"VisibilityTimeout": 60}}, session=session)
+        session.rollback()  # the application changed its mind: no job exists
+    assert c.stats().outstanding == 0
+
+    with Session(c.engine) as session:
+        store.save("projects/apollo.json", {"name": "apollo"}, session=session)
+        store.sync_aws("s3_bucket", "apollo-assets", {"tags": {"project": "apollo"}}, session=session)
+        store.sync_aws("sqs_queue", "apollo-jobs", {"attributes": {"VisibilityTimeout": 60}}, session=session)
+        session.commit()
+    assert c.stats().outstanding == 3
+    store.flush()
+    assert store.load_json("projects/apollo.json") == {"name": "apollo"}
+    assert _bucket_tags("apollo-assets")["project"] == "apollo"
+    assert _queue_attr("apollo-jobs", "VisibilityTimeout") == "60"
+
+
+def test_store_refuses_a_bad_config_before_anything_is_enqueued(aws, c):
+    from tether import JsonStore
+
+    with pytest.raises(InvalidPayload, match="config.versioning"):
+        JsonStore(c).sync_aws("s3_bucket", "ok-bucket", {"versioning": "sometimes"})
+    assert c.stats().outstanding == 0

@@ -176,6 +176,7 @@ NOT_FOUND = frozenset(
         "NotFound",
         "NotFoundException",
         "ResourceNotFoundException",
+        "ResourceNotFound",
         "ParameterNotFound",
         "QueueDoesNotExist",
         "AWS.SimpleQueueService.NonExistentQueue",
