@@ -16,9 +16,9 @@ from typing import Any
 
 import boto3
 import pytest
-from awskit import DUMMY_ENV, client_hook, dummy_environment
 from moto.server import ThreadedMotoServer
 
+from awskit import DUMMY_ENV, client_hook, dummy_environment
 from tether import Coordinator, JobStatus
 from tether.jobtypes.aws import OWNER_TAG, SyncAws
 
