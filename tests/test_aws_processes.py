@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,7 @@ def worker(db: str, root: str, endpoint: str, log: Path, stderr: Path) -> subpro
 def plan() -> list[SyncAws]:
     """200 resources of five types; then, for some, a second job that changes or deletes them."""
     out: list[SyncAws] = []
-    kinds = [
+    kinds: list[tuple[str, Callable[[int], str], Callable[[str], dict[str, Any]]]] = [
         ("sqs_queue", lambda n: f"mp-queue-{n}", lambda g: {"attributes": {"DelaySeconds": 1}, "tags": {"gen": g}}),
         ("s3_bucket", lambda n: f"mp-bucket-{n}", lambda g: {"versioning": True, "tags": {"gen": g}}),
         ("sns_topic", lambda n: f"mp-topic-{n}", lambda g: {"tags": {"gen": g}}),
