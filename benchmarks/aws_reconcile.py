@@ -1,7 +1,7 @@
 """AWS drift check (issue 16): reconcile of N sync_aws resources against a local moto server,
 pooled (a pool of 8 threads, the default) against one at a time, in one run.
 
-    .venv/bin/python benchmarks/aws_reconcile.py [--resources 1000] [--runs 3] [--pool 8]
+    .venv/bin/python benchmarks/aws_reconcile.py [--resources 1000] [--runs 3] [--pool 8] [--rtt-ms 0]
 
 A moto server is started as its own process on a free loopback port (never a real AWS endpoint;
 dummy credentials), so the server's work does not share this process's GIL with the probes. The
@@ -23,9 +23,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from tether import Coordinator
-from tether.jobtypes.aws import SyncAws, reset_clients
+from tether.jobtypes.aws import SyncAws, on_client, reset_clients
 from tether.reconcile import reconcile
 
 
@@ -34,6 +35,9 @@ def main() -> int:
     parser.add_argument("--resources", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--pool", type=int, default=8)
+    parser.add_argument(
+        "--rtt-ms", type=float, default=0.0, help="add this round-trip time to every AWS call of the check (emulated)"
+    )
     args = parser.parse_args()
 
     with socket.socket() as s:
@@ -95,6 +99,17 @@ def _run(tmp: Path, args: argparse.Namespace) -> int:
             return 1
         print(f"setup: {args.resources} resources synced in {time.perf_counter() - start:.1f} s")
 
+        if args.rtt_ms:
+            # Loopback answers in microseconds; AWS from a region's own network in ~10-30 ms. Each
+            # call of the check waits this long before it is sent (the setup above did not).
+            delay = args.rtt_ms / 1000
+
+            def slow(client: Any) -> None:
+                client.meta.events.register("before-send", lambda **_: time.sleep(delay))
+
+            reset_clients()
+            on_client(slow)
+        reconcile(c)  # warm: clients, connection pools, the account id (asked once)
         figures: dict[int, list[float]] = {1: [], args.pool: []}
         for _ in range(args.runs):
             for pool in (1, args.pool):
@@ -107,7 +122,8 @@ def _run(tmp: Path, args: argparse.Namespace) -> int:
                     return 1
                 figures[pool].append(elapsed)
         one, pooled = statistics.median(figures[1]), statistics.median(figures[args.pool])
-        print(f"reconcile of {args.resources} AWS resources (moto server on loopback), median of {args.runs}:")
+        rtt = f", {args.rtt_ms:g} ms emulated round trip" if args.rtt_ms else ""
+        print(f"reconcile of {args.resources} AWS resources (moto server on loopback{rtt}), median of {args.runs}:")
         print(f"  one at a time : {one:7.2f} s  ({args.resources / one:6.0f} resources/s)")
         print(f"  pool of {args.pool:<6}: {pooled:7.2f} s  ({args.resources / pooled:6.0f} resources/s)")
         print(f"  pooled is {one / pooled:.1f}x faster")
