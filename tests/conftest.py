@@ -57,6 +57,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     engine = sa.create_engine(url)
     with engine.begin() as conn:
         conn.exec_driver_sql("DROP TABLE IF EXISTS tether_jobs")
+        conn.exec_driver_sql("DROP TABLE IF EXISTS tether_meta")
     engine.dispose()
     yield url
 

@@ -146,10 +146,13 @@ def test_status_exit_codes_follow_the_monitoring_plugin_convention(
     registry_c.register(WorkType())
     for i in range(4):
         registry_c.enqueue(Work(name=f"p{i}"))
-    assert tether("status").code == 0  # 4 outstanding, limit 100
-    assert tether("status", "--backlog-limit", "5").code == 1  # 4 >= 80% of 5: warning
-    assert tether("status", "--backlog-limit", "4").code == 2  # 4 >= 100% of 4: error
-    r = tether("status", "--backlog-limit", "4", "--warn-ratio", "0.5", "--json")
+    # The jobs were enqueued on the fake clock, months before the CLI's real now: age is not judged here.
+    assert tether("status").code == 1  # ...except by this: the oldest pending job waited over 1 h
+    young = ("--pending-age-warn", "off")
+    assert tether("status", *young).code == 0  # 4 outstanding, limit 100
+    assert tether("status", *young, "--backlog-limit", "5").code == 1  # 4 >= 80% of 5: warning
+    assert tether("status", *young, "--backlog-limit", "4").code == 2  # 4 >= 100% of 4: error
+    r = tether("status", *young, "--backlog-limit", "4", "--warn-ratio", "0.5", "--json")
     assert r.json()["thresholds"]["backlog_warn"] == 2
     r = tether("status", db_url=f"sqlite:///{tmp_path / 'missing.db'}")
     assert r.code == 3 and r.out == ""

@@ -77,10 +77,19 @@ def test_delete_removes_the_file(coordinator, root):
     assert not (root / "d/x.json").exists()
 
 
-def test_create_then_delete_on_one_path_apply_in_order(coordinator, root):
-    coordinator.enqueue(CreateFile(path="a.json", content=1))
-    coordinator.enqueue(DeleteFile(path="a.json", require_exists=True))
-    coordinator.run_until_idle(threads=3)
+def test_create_then_delete_on_one_path_apply_in_order(coordinator, root, clock, monkeypatch):
+    # The create fails once and waits out its backoff: the delete, enqueued after it on the same
+    # path, must wait too (claimed one at a time, so no batch orders them by accident).
+    monkeypatch.setattr(os, "fsync", FailOnce(os.fsync, OSError(5, "injected I/O error")))
+    create = coordinator.enqueue(CreateFile(path="a.json", content=1)).id
+    delete = coordinator.enqueue(DeleteFile(path="a.json", require_exists=True)).id
+    coordinator.run_until_idle(threads=3, batch=1)
+    assert coordinator.get(create).status is JobStatus.PENDING  # its retry is not due yet
+    assert coordinator.get(delete).status is JobStatus.PENDING  # held behind it
+    clock.advance(3600)
+    coordinator.run_until_idle(threads=3, batch=1)
+    assert coordinator.get(create).status is JobStatus.COMPLETED
+    assert coordinator.get(delete).status is JobStatus.COMPLETED
     assert not (root / "a.json").exists()
 
 

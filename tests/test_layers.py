@@ -17,7 +17,7 @@ LAYERS: list[tuple[str, ...]] = [
     # what a job is and what its handler may touch: the data root, targets, the handler context
     ("fs", "jobtypes", "context"),
     # the ledger: the table, its engine and statements, enqueue/claim/transition, wake-ups
-    ("schema", "engine", "sql", "backend", "build", "queue", "wakeup", "walwatch"),
+    ("schema", "engine", "meta", "sql", "backend", "build", "queue", "wakeup", "walwatch"),
     # running jobs
     ("worker",),
     # reading the ledger and the world: reconcile, the operator's questions

@@ -189,7 +189,8 @@ def test_show_reads_one_job_and_names_a_missing_id(ledger: Ledger) -> None:
 def test_health_verdict_follows_stuck_failed_and_backlog_thresholds(ledger: Ledger) -> None:
     h = health.health(ledger.coordinator)
     assert h.verdict is health.Verdict.ERROR and h.verdict.exit_code == 2
-    assert [c.verdict.label for c in h.checks] == ["ok", "error", "warning"]
+    assert [c.verdict.label for c in h.checks[:3]] == ["ok", "error", "warning"]
+    assert [c.name for c in h.checks[:3]] == ["backlog", "stuck", "failed"]
     ok_backlog = health.Thresholds(backlog_limit=100)
     s = observe.stats(ledger.coordinator, lock_timeout=10_000)  # nothing stuck
     assert health.assess(s, ok_backlog).verdict is health.Verdict.WARNING  # 2 failed
@@ -200,7 +201,19 @@ def test_health_verdict_follows_stuck_failed_and_backlog_thresholds(ledger: Ledg
 def test_empty_ledger_is_ok_and_thresholds_are_validated(coordinator: Coordinator) -> None:
     h = health.health(coordinator)
     assert h.verdict is health.Verdict.OK and h.reasons == []
-    assert h.to_dict()["thresholds"] == {"backlog_limit": 100, "backlog_warn": 80, "stuck_error": 1, "failed_warn": 1}
+    assert h.to_dict()["thresholds"] == {
+        "backlog_limit": 100,
+        "backlog_warn": 80,
+        "stuck_error": 1,
+        "failed_warn": 1,
+        "window": 3600.0,
+        "pending_age_warn": 3600.0,
+        "pending_age_error": None,
+        "success_rate_warn": None,
+        "success_rate_error": 0.95,
+        "p95_warn": 10.0,
+        "p95_error": None,
+    }
     with pytest.raises(ConfigError, match="backlog limit must be at least 1"):
         health.Thresholds(backlog_limit=0)
 
@@ -270,3 +283,49 @@ def test_the_coordinator_answers_the_operators_questions_from_python(coordinator
     clock.advance(days=8)
     # The older write of a.json can go; its newer one is what reconcile proves the file against.
     assert coordinator.purge(older_than=timedelta(days=7), dry_run=True).total == 1
+
+
+def test_the_alerting_rules_judge_pending_age_success_rate_and_p95_per_type(make_coordinator, clock) -> None:
+    """The async-processing seed's rules: oldest pending over 1 h warns, a success rate under 95%
+    over the window is an error, a type's p95 run time over 10 s warns; each level can be set."""
+    from datetime import timedelta
+
+    c = make_coordinator()
+    c.register(WorkType())
+    th = health.Thresholds()
+
+    def verdicts() -> dict[str, str]:
+        h = health.health(c, th)
+        return {check.name: check.verdict.label for check in h.checks[3:]}
+
+    assert verdicts() == {"oldest_pending_age": "ok", "success_rate": "ok"}  # nothing finished yet
+    for i in range(19):
+        c.enqueue(Work(name=f"ok{i}"))
+    c.enqueue(Work(name="bad", fail_times=1, permanent=True))
+    clock.advance(30)  # each job waits 30 s in the queue, then runs "instantly" on the fake clock
+    c.run_until_idle()
+    assert verdicts()["success_rate"] == "ok"  # 19 of 20: exactly 95%
+    c.enqueue(Work(name="bad2", fail_times=1, permanent=True))
+    c.run_until_idle()
+    assert verdicts()["success_rate"] == "error"  # 19 of 21
+    c.enqueue(Work(name="waits"))
+    clock.advance(hours=2)
+    v = verdicts()
+    assert v["oldest_pending_age"] == "warning" and v["success_rate"] == "ok"  # the failures left the window
+    th = health.Thresholds(pending_age_error=timedelta(hours=1).total_seconds())
+    assert verdicts()["oldest_pending_age"] == "error"
+    th = health.Thresholds(pending_age_warn=None)
+    assert verdicts()["oldest_pending_age"] == "ok"
+    c.run_until_idle()  # "waits" runs at once: the window now holds one completed job, of 0 s
+    job = c.enqueue(Work(name="slow")).id
+    [claimed] = c.queue.claim("w")
+    clock.advance(11)  # a run of 11 s: claimed_at to completed_at
+    from tether.queue import Decision
+
+    c.queue.finish_one("w", Decision.complete(claimed, None))
+    assert c.get(job).status.value == "completed"
+    checks = {ch.name: ch for ch in health.health(c, health.Thresholds()).checks}
+    assert checks["p95_duration:work"].verdict.label == "warning" and checks["p95_duration:work"].value == 11.0
+    assert health.health(c, health.Thresholds(p95_warn=None, p95_error=10)).verdict is health.Verdict.ERROR
+    with pytest.raises(ConfigError, match="success-rate-error must be a fraction"):
+        health.Thresholds(success_rate_error=95)

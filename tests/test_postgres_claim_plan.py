@@ -33,6 +33,7 @@ def pg_coordinator(pg_database: str, tmp_path: Path) -> Iterator[Coordinator]:
     engine = sa.create_engine(pg_database)
     with engine.begin() as conn:
         conn.exec_driver_sql("DROP TABLE IF EXISTS tether_jobs")
+        conn.exec_driver_sql("DROP TABLE IF EXISTS tether_meta")
     engine.dispose()
     registry = default_registry()
     pg_jobtypes.register(registry)

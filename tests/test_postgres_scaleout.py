@@ -66,6 +66,7 @@ def two_schemas(pg_database: str) -> Iterator[tuple[str, str, sa.Engine]]:
     admin = sa.create_engine(pg_database)
     with admin.begin() as conn:
         conn.exec_driver_sql("DROP TABLE IF EXISTS tether_jobs")
+        conn.exec_driver_sql("DROP TABLE IF EXISTS tether_meta")
         for schema in ("app_a", "app_b"):
             conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
             conn.exec_driver_sql(f"CREATE SCHEMA {schema}")

@@ -44,6 +44,7 @@ def pg_url(pg_database: str) -> Iterator[str]:
     engine = sa.create_engine(pg_database)
     with engine.begin() as conn:
         conn.exec_driver_sql("DROP TABLE IF EXISTS tether_jobs")
+        conn.exec_driver_sql("DROP TABLE IF EXISTS tether_meta")
     engine.dispose()
     yield pg_database
 

@@ -303,7 +303,7 @@ class Gadget(Widget):
 GadgetType.payload_model = Gadget
 
 
-def test_each_job_type_is_checked_by_its_own_probe_and_types_without_one_are_skipped(
+def test_each_job_type_is_checked_by_its_own_probe_and_types_without_one_are_reported_not_checked(
     make_coordinator, root: Path
 ) -> None:
     registry = default_registry()
@@ -315,8 +315,11 @@ def test_each_job_type_is_checked_by_its_own_probe_and_types_without_one_are_ski
     c.enqueue(CreateFile(path="x.json", content=1))
     c.run_until_idle()
     report = reconcile(c, content=False)
-    assert statuses(report) == {"w1": "missing"}
-    assert report.findings[0].detail == "no widget (content=False)" and report.counts["in_sync"] == 1
+    assert statuses(report) == {"w1": "missing", "g1": "not_checked"}
+    found = {f.path: f for f in report.findings}
+    assert found["w1"].detail == "no widget (content=False)" and report.counts["in_sync"] == 1
+    assert found["g1"].detail == "type 'gadget' has no probe: its effect cannot be checked"
+    assert report.counts["not_checked"] == 1
 
 
 def test_a_directory_or_symlink_where_a_file_was_written_is_modified(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -169,3 +170,41 @@ def test_a_modified_file_reports_its_differing_fields_and_every_finding_field_is
     doc = (REPO / "docs" / "cli-json.md").read_text()
     section = doc.split("## `tether reconcile --json`")[1].split("\n## ")[0]
     assert [f for f in [*report, *finding] if f"`{f}`" not in section and f'"{f}"' not in section] == []
+
+
+STAMPS = """
+from typing import ClassVar
+from tether import JobType, Payload
+from tether.jobtypes.target import Target
+
+class Stamp(Payload):
+    job_type: ClassVar[str] = "stamp"
+    path: str
+
+class StampType(JobType[Stamp]):
+    name = "stamp"
+    payload_model = Stamp
+
+    def target(self, p):
+        return Target.file(p.path)
+
+    def run(self, p, ctx):
+        (ctx.root / p.path).write_text("stamped")
+
+def register(registry):
+    registry.register(StampType())
+"""
+
+
+def test_a_type_without_a_probe_is_reported_not_checked_never_in_sync(tmp_path: Path) -> None:
+    (tmp_path / "stamps.py").write_text(STAMPS)
+    db, root = f"sqlite:///{tmp_path / 'tether.db'}", tmp_path / "data"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}, "PYTHONPATH": str(tmp_path)}
+    tether = [sys.executable, "-m", "tether", "--db", db, "--root", str(root), "--import", "stamps"]
+    subprocess.run([*tether, "enqueue", "stamp", "--payload", '{"path": "a.txt"}'], env=env, check=True, timeout=60)
+    subprocess.run([*tether, "worker", "--until-idle", "-q"], env=env, check=True, timeout=60)
+    (root / "a.txt").unlink()  # the effect is gone, and nothing can tell
+    done = subprocess.run([*tether, "reconcile", "--quiet"], env=env, capture_output=True, text=True, timeout=60)
+    assert "not_checked" in done.stdout and "type 'stamp' has no probe" in done.stdout
+    assert "in sync where checked; 1 not checked" in done.stdout
+    assert "\nin sync\n" not in done.stdout

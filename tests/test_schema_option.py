@@ -16,6 +16,7 @@ def shared_db(pg_database):
         for schema in ("app_one", "app_two"):
             conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         conn.exec_driver_sql("DROP TABLE IF EXISTS public.tether_jobs")
+        conn.exec_driver_sql("DROP TABLE IF EXISTS public.tether_meta")
     yield pg_database, engine
     with engine.begin() as conn:
         for schema in ("app_one", "app_two"):

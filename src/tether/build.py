@@ -131,6 +131,7 @@ class Builder:
                         parent_id,
                         None,
                         None if timeout is None else float(timeout),
+                        None,
                     ),
                 )
             )

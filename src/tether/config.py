@@ -26,12 +26,30 @@ DEFAULT_LOCK_TIMEOUT = 300.0
 DEFAULT_BACKLOG_LIMIT = 100
 """The soft backlog limit of ``tether status`` (a verdict, never a refusal)."""
 
+# The alerting rules of `tether status` (the async-processing seed's "Alerting Rules"): each has a
+# warning and an error threshold; None turns that level off.
+DEFAULT_ALERT_WINDOW = 3600.0
+"""Seconds of finished jobs the success rate and the p95 run time are measured over."""
+DEFAULT_PENDING_AGE_WARN: float | None = 3600.0
+DEFAULT_PENDING_AGE_ERROR: float | None = None
+DEFAULT_SUCCESS_RATE_WARN: float | None = None
+DEFAULT_SUCCESS_RATE_ERROR: float | None = 0.95
+DEFAULT_P95_WARN: float | None = 10.0
+DEFAULT_P95_ERROR: float | None = None
+
 ENV_DB = "TETHER_DB"
 ENV_ROOT = "TETHER_ROOT"
 ENV_SCHEMA = "TETHER_SCHEMA"
 ENV_DURABILITY = "TETHER_DURABILITY"
 ENV_IMPORT = "TETHER_IMPORT"
 ENV_BACKLOG_LIMIT = "TETHER_BACKLOG_LIMIT"
+ENV_ALERT_WINDOW = "TETHER_ALERT_WINDOW"
+ENV_PENDING_AGE_WARN = "TETHER_PENDING_AGE_WARN"
+ENV_PENDING_AGE_ERROR = "TETHER_PENDING_AGE_ERROR"
+ENV_SUCCESS_RATE_WARN = "TETHER_SUCCESS_RATE_WARN"
+ENV_SUCCESS_RATE_ERROR = "TETHER_SUCCESS_RATE_ERROR"
+ENV_P95_WARN = "TETHER_P95_WARN"
+ENV_P95_ERROR = "TETHER_P95_ERROR"
 ENV_LEDGER_ID = "TETHER_LEDGER_ID"
 ENV_AWS_CONCURRENCY = "TETHER_AWS_CONCURRENCY"
 
@@ -51,6 +69,12 @@ def db_url(given: str | None = None) -> str:
 def root(given: str | os.PathLike[str] | None = None) -> str | os.PathLike[str]:
     """The data root: ``given``, else ``$TETHER_ROOT``, else the working directory."""
     return given or _env(ENV_ROOT) or DEFAULT_ROOT
+
+
+def named_root(given: str | os.PathLike[str] | None = None) -> str | os.PathLike[str] | None:
+    """The data root the caller named (``given``, else ``$TETHER_ROOT``), or None: then a ledger
+    uses the root it recorded when it was created."""
+    return given or _env(ENV_ROOT)
 
 
 def schema(given: str | None = None) -> str | None:

@@ -10,6 +10,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+import orjson
+
 from .clock import Clock
 from .errors import Cancelled
 from .record import JobRecord
@@ -20,6 +22,9 @@ if TYPE_CHECKING:
 TIMEOUT = "timeout"
 SHUTDOWN = "shutdown"
 LEASE_LOST = "lease_lost"
+
+PROGRESS_EVERY = 1.0
+"""Seconds between two writes of one job's progress."""
 
 _MESSAGES = {
     TIMEOUT: "ran past its timeout",
@@ -42,6 +47,8 @@ class Services(Protocol):
     def build(self, payload: Payload, **options: Any) -> JobRecord: ...
 
     def holds(self, job: JobRecord, worker: str) -> bool: ...
+
+    def record_progress(self, job: JobRecord, worker: str, progress: str) -> bool: ...
 
 
 class JobContext:
@@ -70,6 +77,9 @@ class JobContext:
         self.children: list[JobRecord] = []
         self._build: Callable[..., JobRecord] = services.build
         self._holds: Callable[[JobRecord, str], bool] = services.holds
+        self._record_progress: Callable[[JobRecord, str, str], bool] = services.record_progress
+        self._progress: dict[str, Any] | None = None
+        self._progress_written = time.monotonic()  # a job's first second writes nothing
         self._shutdown = shutdown
         self._reason: str | None = None
         self._event: threading.Event | None = None
@@ -128,6 +138,22 @@ class JobContext:
         if self.worker and not self._holds(self.job, self.worker):
             self.cancel(LEASE_LOST)
             self.checkpoint()
+
+    # -- progress ----------------------------------------------------------------------------
+
+    def progress(self, done: float, total: float | None = None, note: str | None = None) -> None:
+        """Say how far the job has come (``tether jobs`` and ``show`` display it). Cheap to call
+        often: it is written to the ledger at most once every PROGRESS_EVERY seconds, and never
+        in a job's first such interval, so fast jobs never pay a write for it. ``note`` is for
+        the operator (a phase, a count): never put payload contents in it."""
+        self._progress = {"done": done, "total": total, "note": None if note is None else str(note)[:200]}
+        now = time.monotonic()
+        if now - self._progress_written < PROGRESS_EVERY or not self.worker:
+            return
+        self._progress_written = now
+        self._progress["at"] = self.clock.now().isoformat()
+        if not self._record_progress(self.job, self.worker, orjson.dumps(self._progress).decode()):
+            self.cancel(LEASE_LOST)
 
     # -- follow-up jobs ----------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from . import config, events, fs, observe
+from . import config, events, fs, meta, observe
 from .clock import Clock, SystemClock
 from .engine import Durability, create_engine, ensure_schema, schema_of
 from .errors import ConfigError, DatabaseUnavailable
@@ -31,8 +31,19 @@ _SESSION_KEY = "tether.enqueued"
 class Coordinator:
     """``Coordinator.open(db_url, root=...)``, then ``enqueue`` jobs and run a ``worker``."""
 
-    def __init__(self, engine: sa.Engine, *, root: Path, clock: Clock, registry: Registry, lock_timeout: float) -> None:
+    def __init__(
+        self,
+        engine: sa.Engine,
+        *,
+        root: Path,
+        clock: Clock,
+        registry: Registry,
+        lock_timeout: float,
+        ledger_id: str = "",
+    ) -> None:
         self.engine = engine
+        self.ledger_id = ledger_id
+        """A random id the ledger got when it was created (e.g. for tagging what its jobs own)."""
         self.root = root
         self.clock = clock
         self.registry = registry
@@ -52,29 +63,29 @@ class Coordinator:
         lock_timeout: float = config.DEFAULT_LOCK_TIMEOUT,
         registry: Registry | None = None,
         schema: str | None = None,
+        moved: bool = False,
     ) -> Coordinator:
         """Open (creating if needed) the ledger at ``db_url`` (default ``$TETHER_DB`` or
         ``sqlite:///tether.db``) for the data root ``root`` (default ``$TETHER_ROOT`` or ``.``).
         ``durability`` (default ``$TETHER_DURABILITY`` or ``"full"``): ``"normal"`` trades the
         last commits on power loss (never on a process crash) for speed, on SQLite. ``schema``
         (default ``$TETHER_SCHEMA``; PostgreSQL only) keeps the ledger in its own schema of a
-        database shared with other applications."""
+        database shared with other applications.
+
+        The ledger records the data root it was created for: without ``root`` (and
+        ``$TETHER_ROOT``) that one is used, and a different one is refused (``meta.RootMismatch``)
+        unless ``moved`` records it as the new root. Only a new ledger creates its root."""
         db_url = config.db_url(db_url)
-        root_path = Path(config.root(root)).expanduser().absolute()
-        if root_path.exists() and not root_path.is_dir():
-            raise ConfigError(f"data root {root_path} is not a directory")
-        try:
-            fs.make_root(root_path)
-        except OSError as e:
-            raise ConfigError(f"cannot create the data root {root_path}: {e.strerror}") from e
         engine = create_engine(
             db_url,
             durability=config.durability(durability),  # type: ignore[arg-type]  # create_engine checks the value
             schema=config.schema(schema),
         )
         try:
-            ensure_schema(engine)
-        except DatabaseUnavailable:
+            created = ensure_schema(engine)
+            root_path, ledger_id = meta.settle(engine, config.named_root(root), moved=moved)
+            _prepare_root(root_path, create=created)
+        except (DatabaseUnavailable, ConfigError):
             engine.dispose()
             raise
         return cls(
@@ -83,6 +94,7 @@ class Coordinator:
             clock=clock or SystemClock(),
             registry=registry or default_registry(),
             lock_timeout=lock_timeout,
+            ledger_id=ledger_id,
         )
 
     def register(self, job_type: JobType[Any]) -> JobType[Any]:
@@ -213,6 +225,24 @@ class Coordinator:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+def _prepare_root(root: Path, *, create: bool) -> None:
+    """A data root must be a directory; only a new ledger makes one (durably), so a mistyped path
+    is an error rather than a new, empty root that jobs write into."""
+    if root.is_dir():
+        return
+    if root.exists():
+        raise ConfigError(f"data root {root} is not a directory")
+    if not create:
+        raise ConfigError(
+            f"data root {root} does not exist; create it, or pass the right --root (a ledger creates "
+            "its root only when the ledger itself is new)"
+        )
+    try:
+        fs.make_root(root)
+    except OSError as e:
+        raise ConfigError(f"cannot create the data root {root}: {e.strerror}") from e
 
 
 def _channel(engine: sa.Engine) -> str:

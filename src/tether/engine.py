@@ -184,9 +184,10 @@ def _add_missing_columns(conn: sa.Connection, dialect: sa.Dialect) -> None:
                 conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}")
 
 
-def ensure_schema(engine: sa.Engine) -> None:
+def ensure_schema(engine: sa.Engine) -> bool:
     """Create the jobs table and any of its columns and indexes that are missing, drop the
-    indexes earlier versions used instead; safe to run from many workers at once."""
+    indexes earlier versions used instead; safe to run from many workers at once. True when
+    this call created the ledger (its jobs table did not exist)."""
     try:
         with engine.begin() as conn:
             if engine.dialect.name == "postgresql":
@@ -195,6 +196,7 @@ def ensure_schema(engine: sa.Engine) -> None:
                 conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:key))"), {"key": f"tether:{schema or ''}"})
                 if schema:
                     conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+            created = not sa.inspect(conn).has_table(TABLE)
             metadata.create_all(conn, checkfirst=True)
             _add_missing_columns(conn, engine.dialect)
             # create_all builds indexes only with a table it creates: a ledger from an earlier
@@ -208,5 +210,6 @@ def ensure_schema(engine: sa.Engine) -> None:
             for name in RETIRED_INDEXES:
                 if name in present:
                     conn.exec_driver_sql(f"DROP INDEX {name}")
+            return created
     except sa.exc.OperationalError as e:
         raise DatabaseUnavailable(f"cannot open the database at {engine.url!r}: {e.orig}") from e

@@ -7,13 +7,14 @@ are never refused because of it, it only changes the verdict.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import timedelta
 from enum import Enum
 from typing import Any
 
 from . import config
 from .errors import ConfigError
-from .observe import Source, Stats, stats
+from .observe import Source, Stats, durations, recent, stats
 
 
 class Verdict(Enum):
@@ -31,16 +32,35 @@ class Verdict(Enum):
 @dataclass(frozen=True)
 class Thresholds:
     """When the verdict changes. Defaults: backlog soft limit 100, warning at 80% of it, error
-    at 100%; any stuck job is an error; any failed job is a warning."""
+    at 100%; any stuck job is an error; any failed job is a warning; and the seed's alerting
+    rules over the last hour: oldest pending job over 1 h a warning, success rate under 95% an
+    error, p95 run time of a type over 10 s a warning (each level can be set or turned off)."""
 
     backlog_limit: int = config.DEFAULT_BACKLOG_LIMIT
     warn_ratio: float = 0.8
+    window: float = config.DEFAULT_ALERT_WINDOW
+    pending_age_warn: float | None = config.DEFAULT_PENDING_AGE_WARN
+    pending_age_error: float | None = config.DEFAULT_PENDING_AGE_ERROR
+    success_rate_warn: float | None = config.DEFAULT_SUCCESS_RATE_WARN
+    success_rate_error: float | None = config.DEFAULT_SUCCESS_RATE_ERROR
+    p95_warn: float | None = config.DEFAULT_P95_WARN
+    p95_error: float | None = config.DEFAULT_P95_ERROR
 
     def __post_init__(self) -> None:
         if self.backlog_limit < 1:
             raise ConfigError(f"backlog limit must be at least 1, not {self.backlog_limit}")
         if not 0 < self.warn_ratio <= 1:
             raise ConfigError(f"backlog warning ratio must be in (0, 1], not {self.warn_ratio}")
+        if not self.window > 0:
+            raise ConfigError(f"the alert window must be positive, not {self.window}")
+        for name in ("success_rate_warn", "success_rate_error"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value <= 1:
+                raise ConfigError(f"{name.replace('_', '-')} must be a fraction in [0, 1], not {value}")
+        for name in ("pending_age_warn", "pending_age_error", "p95_warn", "p95_error"):
+            value = getattr(self, name)
+            if value is not None and not value >= 0:
+                raise ConfigError(f"{name.replace('_', '-')} must be a number of seconds >= 0, not {value}")
 
     @property
     def backlog_warn(self) -> int:
@@ -53,7 +73,39 @@ class Thresholds:
             "backlog_warn": self.backlog_warn,
             "stuck_error": 1,
             "failed_warn": 1,
+            "window": self.window,
+            "pending_age_warn": self.pending_age_warn,
+            "pending_age_error": self.pending_age_error,
+            "success_rate_warn": self.success_rate_warn,
+            "success_rate_error": self.success_rate_error,
+            "p95_warn": self.p95_warn,
+            "p95_error": self.p95_error,
         }
+
+
+@dataclass(frozen=True)
+class Activity:
+    """What finished in the alert window: how many completed and failed, and the p95 run time
+    (seconds) of each type's completed jobs."""
+
+    window: float
+    completed: int = 0
+    failed: int = 0
+    p95_by_type: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def success_rate(self) -> float | None:
+        """Completed / finished in the window; None when nothing finished."""
+        finished = self.completed + self.failed
+        return self.completed / finished if finished else None
+
+
+def activity(source: Source, window: float) -> Activity:
+    """The window's finished jobs, from the same queries as ``tether recent`` and ``durations``."""
+    span = timedelta(seconds=window)
+    done = recent(source, since=span, limit=0)
+    p95 = {d.type: d.p95 for d in durations(source, since=span)}
+    return Activity(window, done.completed, done.failed, p95)
 
 
 @dataclass(frozen=True)
@@ -92,8 +144,73 @@ class Health:
         }
 
 
-def assess(s: Stats, thresholds: Thresholds | None = None) -> Health:
-    """The verdict for ``s``: the worst of the backlog, stuck and failed checks."""
+def _level(
+    name: str, value: float, warn: float | None, error: float | None, *, below: bool, unit: str, what: str
+) -> HealthCheck:
+    """One alerting rule: ``value`` against its error, then its warning threshold (over them, or
+    under them with ``below``)."""
+
+    def crosses(limit: float | None) -> bool:
+        return limit is not None and (value < limit if below else value > limit)
+
+    word = "under" if below else "over"
+    levels = [
+        f"{label} {word} {limit:g}{unit}" for label, limit in (("warn", warn), ("error", error)) if limit is not None
+    ]
+    rule = f"{what}: " + (", ".join(levels) if levels else "no threshold set")
+    if crosses(error):
+        return HealthCheck(name, value, Verdict.ERROR, rule)
+    if crosses(warn):
+        return HealthCheck(name, value, Verdict.WARNING, rule)
+    return HealthCheck(name, value, Verdict.OK, rule)
+
+
+def _alerts(s: Stats, th: Thresholds, act: Activity) -> list[HealthCheck]:
+    window = f"over the last {th.window:g}s"
+    checks = [
+        _level(
+            "oldest_pending_age",
+            round(s.oldest_pending_age or 0.0, 3),
+            th.pending_age_warn,
+            th.pending_age_error,
+            below=False,
+            unit="s",
+            what="seconds the oldest pending job has waited",
+        )
+    ]
+    rate = act.success_rate
+    if rate is None:
+        checks.append(HealthCheck("success_rate", 1.0, Verdict.OK, f"no job finished {window}"))
+    else:
+        checks.append(
+            _level(
+                "success_rate",
+                round(rate, 4),
+                th.success_rate_warn,
+                th.success_rate_error,
+                below=True,
+                unit="",
+                what=f"completed / finished {window} ({act.completed} completed, {act.failed} failed)",
+            )
+        )
+    for job_type, p95 in sorted(act.p95_by_type.items()):
+        checks.append(
+            _level(
+                f"p95_duration:{job_type}",
+                p95,
+                th.p95_warn,
+                th.p95_error,
+                below=False,
+                unit="s",
+                what=f"p95 run time of {job_type} jobs completed {window}",
+            )
+        )
+    return checks
+
+
+def assess(s: Stats, thresholds: Thresholds | None = None, act: Activity | None = None) -> Health:
+    """The verdict for ``s``: the worst of the backlog, stuck and failed checks, and, given the
+    window's ``act``, the alerting rules (oldest pending age, success rate, p95 per type)."""
     th = thresholds or Thresholds()
     if s.outstanding >= th.backlog_limit:
         backlog = HealthCheck(
@@ -123,10 +240,14 @@ def assess(s: Stats, thresholds: Thresholds | None = None) -> Health:
         "any failed job is a warning (tether retry --failed, or purge them)",
     )
     checks = [backlog, stuck, failed]
+    if act is not None:
+        checks += _alerts(s, th, act)
     worst = max((c.verdict for c in checks), key=lambda v: v.exit_code)
     return Health(worst, checks, th, s)
 
 
 def health(source: Source, thresholds: Thresholds | None = None, **kwargs: Any) -> Health:
-    """``assess(stats(source, **kwargs), thresholds)``: the Python form of ``tether status``."""
-    return assess(stats(source, **kwargs), thresholds)
+    """``assess(stats(source, **kwargs), thresholds, activity(...))``: the Python form of
+    ``tether status``."""
+    th = thresholds or Thresholds()
+    return assess(stats(source, **kwargs), th, activity(source, th.window))

@@ -382,6 +382,12 @@ class Queue:
                     lost.append(job.id)
         return lost
 
+    def record_progress(self, job: JobRecord, worker: str, progress: str) -> bool:
+        """Keep a running job's progress (JSON text); False if ``worker`` no longer holds it."""
+        with self.backend.write() as cur:
+            params = {"id": job.id, "worker": worker, "attempt": job.attempts, "progress": progress}
+            return cur.execute(sql.PROGRESS, params) == 1
+
     def holds(self, job: JobRecord, worker: str) -> bool:
         """Whether ``worker`` still holds ``job``'s current attempt (a read: no commit)."""
         with self.backend.read() as cur:

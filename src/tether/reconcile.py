@@ -220,7 +220,16 @@ class _Reconciler:
                     )
                 )
             elif probes[latest_type] is None:
-                continue  # a registered type without a probe has nothing on disk to prove
+                # Nothing can prove its effect holds: say so, never count it as in sync.
+                self._found(
+                    Finding(
+                        display(key),
+                        NOT_CHECKED,
+                        latest_id,
+                        latest_type,
+                        detail=f"type {latest_type!r} has no probe: its effect cannot be checked",
+                    )
+                )
             elif (remote := getattr(probes[latest_type], "remote", None)) and remote not in self.remote_allowed:
                 self._found(
                     Finding(

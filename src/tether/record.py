@@ -42,6 +42,7 @@ class JobRecord(NamedTuple):
     parent_id: str | None
     result: str | None
     timeout: float | None = None
+    progress: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> JobRecord:
@@ -65,8 +66,8 @@ class JobRecord(NamedTuple):
                 if include_payload:
                     out["payload"] = self.payload_data
                 continue
-            if name == "result":
-                value = self.result_data
+            if name in ("result", "progress"):
+                value = None if value is None else orjson.loads(str(value))
             elif isinstance(value, datetime):
                 value = value.isoformat()
             elif isinstance(value, JobStatus):

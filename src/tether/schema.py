@@ -76,6 +76,17 @@ class Job(TetherModel, table=True):
     parent_id: str | None = Field(default=None, max_length=26)
     result: str | None = Field(default=None, sa_type=sa.Text)
     timeout: float | None = None  # seconds an attempt may take; None: the job type's timeout, if any
+    progress: str | None = Field(default=None, sa_type=sa.Text)  # JSON {done, total, note, at} from the handler
+
+
+class Meta(TetherModel, table=True):
+    """What a ledger knows about itself, one row per key: its id, the data root it was created
+    for, and the schema version of the tether that last opened it (see meta.py)."""
+
+    __tablename__ = "tether_meta"
+
+    key: str = Field(primary_key=True, max_length=64)
+    value: str = Field(sa_type=sa.Text)
 
 
 _t = Job.__table__  # type: ignore[attr-defined]  # sqlmodel sets it; its types do not declare it

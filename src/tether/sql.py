@@ -146,6 +146,8 @@ UPDATE {TABLE} SET status = 'pending', locked_by = NULL, locked_at = NULL,
 WHERE {_FENCE} RETURNING {_COLS}
 """
 HEARTBEAT = f"UPDATE {TABLE} SET locked_at = :now WHERE {_FENCE}"
+# A running handler's progress (throttled by the context): only while this worker holds the job.
+PROGRESS = f"UPDATE {TABLE} SET progress = :progress WHERE {_FENCE}"
 HOLDS = f"SELECT id FROM {TABLE} WHERE {_FENCE}"
 
 # A failed job retried after a newer job on its target ran would undo the newer one.

@@ -34,6 +34,7 @@ class Settings:
     imports: tuple[str, ...] = ()
     durability: str | None = None
     schema: str | None = None
+    moved: bool = False
 
 
 settings = Settings()
@@ -51,7 +52,13 @@ def _global(
         None,
         "--root",
         envvar=config.ENV_ROOT,
-        help="The data root all payload paths are relative to (default: the working directory).",
+        help="The data root all payload paths are relative to (default: the one the ledger recorded "
+        "when it was created; a new ledger: the working directory).",
+    ),
+    moved: bool = typer.Option(
+        False,
+        "--moved",
+        help="The data moved: record --root as the ledger's new data root instead of refusing it.",
     ),
     imports: list[str] = typer.Option(
         [],
@@ -77,6 +84,7 @@ def _global(
     settings.db, settings.root, settings.imports = db, root, tuple(imports)
     settings.durability = durability
     settings.schema = schema
+    settings.moved = moved
 
 
 def open_coordinator(**kwargs: Any) -> Coordinator:
@@ -94,6 +102,7 @@ def open_coordinator(**kwargs: Any) -> Coordinator:
         register(registry)
     kwargs.setdefault("durability", settings.durability)
     kwargs.setdefault("schema", settings.schema)
+    kwargs.setdefault("moved", settings.moved)
     return Coordinator.open(settings.db, root=settings.root, registry=registry, **kwargs)
 
 

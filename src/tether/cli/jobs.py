@@ -10,7 +10,18 @@ from ..errors import ConfigError
 from ..record import JobRecord
 from ..status import JobStatus
 from .app import app, print_json
-from .output import JSON_OPTION, LIMIT_HELP, first_line, job_dicts, ledger, limit_value, parse_duration, table, when
+from .output import (
+    JSON_OPTION,
+    LIMIT_HELP,
+    first_line,
+    job_dicts,
+    ledger,
+    limit_value,
+    parse_duration,
+    progress_text,
+    table,
+    when,
+)
 
 
 @app.command()
@@ -66,5 +77,6 @@ def _when(job: JobRecord) -> str:
     if job.status is JobStatus.PENDING:
         return f"runs {when(job.run_at)}"
     if job.status is JobStatus.CLAIMED:
-        return f"claimed {when(job.claimed_at)}"
+        progress = progress_text(job.progress)
+        return f"claimed {when(job.claimed_at)}" + (f", {progress}" if progress else "")
     return f"{job.status.value} {when(job.completed_at)}"

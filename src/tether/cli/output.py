@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 import typer
 from rich.table import Table
@@ -106,3 +107,15 @@ def first_line(text: str | None, width: int = 100) -> str:
 
 def job_dicts(jobs: Iterable[JobRecord]) -> list[dict[str, Any]]:
     return [j.to_dict() for j in jobs]
+
+
+def progress_text(progress: str | None) -> str:
+    """A running job's progress as a person reads it: ``40/100 (40%) copying``."""
+    if not progress:
+        return ""
+    data = orjson.loads(progress)
+    done, total, note = data.get("done"), data.get("total"), data.get("note")
+    text = f"{done:g}" if isinstance(done, int | float) else str(done)
+    if isinstance(total, int | float) and total:
+        text += f"/{total:g} ({100 * done / total:.0f}%)" if isinstance(done, int | float) else f"/{total:g}"
+    return f"{text} {note}" if note else text

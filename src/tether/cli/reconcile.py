@@ -93,7 +93,10 @@ def _require_existing(db: str | None, root: str | None) -> None:
     """A check never creates what it checks: a mistyped --db would otherwise be a new, empty
     ledger reading "in sync", and a mistyped --root an empty directory reading "missing"."""
     open_ledger(db, schema=settings.schema).dispose()
-    path = Path(config.root(root))
+    named = config.named_root(root)
+    if named is None:
+        return  # the ledger's recorded root: opening the ledger checks it exists
+    path = Path(named)
     if not path.is_dir():
         what = "is not a directory" if path.exists() else "does not exist"
         raise ConfigError(f"the data root {path} {what} (check --root or TETHER_ROOT)")
@@ -155,6 +158,8 @@ def _print(report: Report) -> None:
             table.add_row(f.status, f.path, f.job_id or "-", expected, actual, style=style)
         out.print(table)
     verdict = {0: "in sync", 1: "could not check every path", 2: f"drift found ({report.drift})"}[report.exit_code]
+    if report.exit_code == 0 and report.counts["not_checked"]:
+        verdict = f"in sync where checked; {report.counts['not_checked']} not checked (see the table)"
     out.print(verdict)
 
 

@@ -8,7 +8,7 @@ from rich.table import Table
 
 from .. import observe
 from .app import app, out, print_json
-from .output import ledger, when
+from .output import ledger, progress_text, when
 
 
 @app.command()
@@ -36,6 +36,8 @@ def show(
     for name, value in job.to_dict().items():
         if name in ("last_error", "result"):
             continue
+        if name == "progress":
+            value = progress_text(job.progress) or None
         if name in times and value:
             value = when(getattr(job, name)) + " UTC"
         grid.add_row(name, "" if value is None else str(value))

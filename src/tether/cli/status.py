@@ -5,11 +5,33 @@ from __future__ import annotations
 import sqlalchemy as sa
 import typer
 
+from .. import config
 from ..config import DEFAULT_BACKLOG_LIMIT, DEFAULT_LOCK_TIMEOUT, ENV_BACKLOG_LIMIT
 from ..errors import TetherError
 from ..health import Health, Thresholds, Verdict, health
 from .app import app, err, out, print_json
-from .output import JSON_OPTION, age, ledger, table, when
+from .output import JSON_OPTION, age, ledger, parse_duration, table, when
+
+
+def _seconds(value: float | None) -> str:
+    return "off" if value is None else f"{value:g}s"
+
+
+def _fraction(value: float | None) -> str:
+    return "off" if value is None else f"{value:g}"
+
+
+def _threshold(text: str, option: str, *, fraction: bool = False) -> float | None:
+    """A threshold flag: ``off`` (or ``none``), else a duration (``1h``) or, for rates, a fraction."""
+    if text.strip().lower() in ("off", "none", ""):
+        return None
+    if fraction:
+        try:
+            return float(text)
+        except ValueError:
+            raise TetherError(f"{option}: {text!r} is not a fraction such as 0.95 (or off)") from None
+    return parse_duration(text, option).total_seconds()
+
 
 _STYLE = {Verdict.OK: "green", Verdict.WARNING: "yellow", Verdict.ERROR: "red", Verdict.UNKNOWN: "magenta"}
 
@@ -28,18 +50,74 @@ def status(
     lock_timeout: float = typer.Option(
         DEFAULT_LOCK_TIMEOUT, "--lock-timeout", help="Seconds after which a claimed job's lock is stale (stuck)."
     ),
+    window: str = typer.Option(
+        f"{config.DEFAULT_ALERT_WINDOW:g}s",
+        "--window",
+        envvar=config.ENV_ALERT_WINDOW,
+        help="Finished jobs the success rate and p95 run times are measured over, e.g. 1h.",
+    ),
+    pending_age_warn: str = typer.Option(
+        _seconds(config.DEFAULT_PENDING_AGE_WARN),
+        "--pending-age-warn",
+        envvar=config.ENV_PENDING_AGE_WARN,
+        help="Warn when the oldest pending job has waited longer (a duration, or off).",
+    ),
+    pending_age_error: str = typer.Option(
+        _seconds(config.DEFAULT_PENDING_AGE_ERROR),
+        "--pending-age-error",
+        envvar=config.ENV_PENDING_AGE_ERROR,
+        help="Error when the oldest pending job has waited longer (a duration, or off).",
+    ),
+    success_rate_warn: str = typer.Option(
+        _fraction(config.DEFAULT_SUCCESS_RATE_WARN),
+        "--success-rate-warn",
+        envvar=config.ENV_SUCCESS_RATE_WARN,
+        help="Warn when completed / finished in the window falls below this fraction (or off).",
+    ),
+    success_rate_error: str = typer.Option(
+        _fraction(config.DEFAULT_SUCCESS_RATE_ERROR),
+        "--success-rate-error",
+        envvar=config.ENV_SUCCESS_RATE_ERROR,
+        help="Error when completed / finished in the window falls below this fraction (or off).",
+    ),
+    p95_warn: str = typer.Option(
+        _seconds(config.DEFAULT_P95_WARN),
+        "--p95-warn",
+        envvar=config.ENV_P95_WARN,
+        help="Warn when a type's p95 run time in the window is longer (a duration, or off).",
+    ),
+    p95_error: str = typer.Option(
+        _seconds(config.DEFAULT_P95_ERROR),
+        "--p95-error",
+        envvar=config.ENV_P95_ERROR,
+        help="Error when a type's p95 run time in the window is longer (a duration, or off).",
+    ),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Health verdict, outstanding jobs by type, failed, stuck, oldest pending age.
 
     Exit status: 0 ok, 1 warning, 2 error, 3 could not tell (monitoring-plugin style). The
     backlog (pending + claimed) warns at --warn-ratio of --backlog-limit and is an error at
-    it; any stuck job is an error; any failed job is a warning.
+    it; any stuck job is an error; any failed job is a warning. The alerting rules: the oldest
+    pending job's age (warning past 1h), the success rate of the --window (error under 0.95),
+    and each type's p95 run time in it (warning past 10s); each level is a flag, `off` turns it
+    off.
 
     Example: tether --db sqlite:///ledger/tether.db status --backlog-limit 500 || alert
     """
     try:
-        thresholds = Thresholds(backlog_limit=backlog_limit, warn_ratio=warn_ratio)
+        span = _threshold(window, "--window")
+        thresholds = Thresholds(
+            backlog_limit=backlog_limit,
+            warn_ratio=warn_ratio,
+            window=config.DEFAULT_ALERT_WINDOW if span is None else span,
+            pending_age_warn=_threshold(pending_age_warn, "--pending-age-warn"),
+            pending_age_error=_threshold(pending_age_error, "--pending-age-error"),
+            success_rate_warn=_threshold(success_rate_warn, "--success-rate-warn", fraction=True),
+            success_rate_error=_threshold(success_rate_error, "--success-rate-error", fraction=True),
+            p95_warn=_threshold(p95_warn, "--p95-warn"),
+            p95_error=_threshold(p95_error, "--p95-error"),
+        )
         with ledger() as engine:
             h = health(engine, thresholds, lock_timeout=lock_timeout)
     except (TetherError, sa.exc.SQLAlchemyError, OSError) as e:
@@ -76,6 +154,6 @@ def _render(h: Health) -> None:
     table(
         "Checks",
         ["check", "value", "verdict", "threshold"],
-        [(c.name, int(c.value), c.verdict.label, c.rule) for c in h.checks],
+        [(c.name, f"{c.value:g}", c.verdict.label, c.rule) for c in h.checks],
     )
     out.print(f"as of {when(s.now)} UTC; oldest pending enqueued {when(s.oldest_pending_at) or '-'}", markup=False)

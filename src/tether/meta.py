@@ -1,0 +1,94 @@
+"""What a ledger knows about itself: its id, the data root it was created for, its schema version.
+
+The root is recorded when the ledger is created. A command that names no root uses it; one that
+names another is refused with both paths named, unless the operator says the data moved (then
+the new root is recorded). So a mistyped ``--root`` is an error, never a new empty data root
+written into, and a plain ``tether reconcile`` checks the directory the application writes to.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from . import events
+from .errors import ConfigError
+from .schema import Meta
+
+SCHEMA_VERSION = 3
+"""tether's ledger layout: 1 the first table, 2 partial indexes, 3 timeout/progress and tether_meta."""
+
+ROOT = "root"
+LEDGER_ID = "ledger_id"
+VERSION = "schema_version"
+
+_t = Meta.__table__  # type: ignore[attr-defined]  # sqlmodel declares __table__ on table models only at run time
+
+
+class RootMismatch(ConfigError):
+    """The data root given is not the one the ledger was created for."""
+
+    def __init__(self, recorded: str, given: str) -> None:
+        self.recorded, self.given = recorded, given
+        super().__init__(
+            f"this ledger's data root is {recorded}, not {given}; omit --root (TETHER_ROOT) to use "
+            f"the recorded one, or, if the data moved, pass --moved to record {given} as its new root"
+        )
+
+
+def read(conn: sa.Connection) -> dict[str, str]:
+    return {key: value for key, value in conn.execute(sa.select(_t.c.key, _t.c.value))}
+
+
+def _put(conn: sa.Connection, key: str, value: str) -> None:
+    if conn.execute(sa.update(_t).where(_t.c.key == key).values(value=value)).rowcount == 0:
+        conn.execute(sa.insert(_t).values(key=key, value=value))
+
+
+def settle(engine: sa.Engine, given: str | os.PathLike[str] | None, *, moved: bool = False) -> tuple[Path, str]:
+    """The data root to use and the ledger's id, recording them where the ledger has none yet.
+
+    ``given`` is the root the caller named (None: use the recorded one, else the working
+    directory). A root that differs from the recorded one is refused (RootMismatch) unless
+    ``moved``; a ledger from before roots were recorded adopts the one given."""
+    with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":  # two first opens must not record two roots
+            conn.execute(sa.text("LOCK TABLE tether_meta IN SHARE ROW EXCLUSIVE MODE"))
+        known = read(conn)
+        recorded = known.get(ROOT)
+        if given is None:
+            root = Path(recorded) if recorded else Path(".").absolute()
+        else:
+            root = Path(os.path.abspath(Path(given).expanduser()))
+        if recorded and not _same(recorded, root):
+            if not moved:
+                raise RootMismatch(recorded, str(root))
+            events.emit("root_moved", previous=recorded, root=str(root))
+        if recorded is None or str(root) != recorded:
+            _put(conn, ROOT, str(root))
+        ledger_id = known.get(LEDGER_ID)
+        if ledger_id is None:
+            ledger_id = secrets.token_hex(8)
+            _put(conn, LEDGER_ID, ledger_id)
+        version = int(known.get(VERSION, "0"))
+        if version > SCHEMA_VERSION:
+            raise ConfigError(
+                f"this ledger was last opened by a newer tether (schema {version}, this one knows "
+                f"{SCHEMA_VERSION}); upgrade tether before using it"
+            )
+        if version < SCHEMA_VERSION:
+            _put(conn, VERSION, str(SCHEMA_VERSION))
+    return root, ledger_id
+
+
+def _same(recorded: str, root: Path) -> bool:
+    """Whether two spellings name one directory (a symlinked path counts as the same)."""
+    if recorded == str(root):
+        return True
+    try:
+        return os.path.samefile(recorded, root)
+    except OSError:
+        return os.path.realpath(recorded) == os.path.realpath(root)
