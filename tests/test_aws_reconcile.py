@@ -77,7 +77,9 @@ def test_hand_made_drift_is_modified_missing_unexpected_and_untracked(endpoint, 
             SyncAws(resource_type="sqs_queue", resource_id="drift-queue", config={"attributes": {"DelaySeconds": 5}}),
             SyncAws(resource_type="sqs_queue", resource_id="drift-gone", config={"state": "absent"}),
             SyncAws(resource_type="sqs_queue", resource_id="drift-same", config={"tags": {"a": "1"}}),
+            SyncAws(resource_type="sns_topic", resource_id="drift-topic", config={}),
         )
+        apply(c, SyncAws(resource_type="sns_topic", resource_id="drift-topic", config={"state": "absent"}))
         owner = c.queue.ledger_id
     assert cli(site, endpoint).returncode == 0, "in sync before anyone touches AWS"
 
@@ -87,6 +89,7 @@ def test_hand_made_drift_is_modified_missing_unexpected_and_untracked(endpoint, 
     )
     sqs.delete_queue(QueueUrl=sqs.get_queue_url(QueueName="drift-queue")["QueueUrl"])
     sqs.create_queue(QueueName="drift-gone")
+    boto3.client("sns").create_topic(Name="drift-topic")  # deleted by its latest job, recreated by hand
     s3.create_bucket(Bucket="drift-extra")
     s3.put_bucket_tagging(Bucket="drift-extra", Tagging={"TagSet": [{"Key": OWNER_TAG, "Value": owner}]})
 
@@ -98,6 +101,7 @@ def test_hand_made_drift_is_modified_missing_unexpected_and_untracked(endpoint, 
     assert bucket["differences"] == [{"path": "tags.env", "expected": "prod", "actual": "dev", "kind": "NOT_EQUAL"}]
     assert found["sqs_queue:us-east-1:drift-queue"]["status"] == "missing"
     assert found["sqs_queue:us-east-1:drift-gone"]["status"] == "unexpected"
+    assert found["sns_topic:us-east-1:drift-topic"]["status"] == "unexpected"
     assert found["s3_bucket:us-east-1:drift-extra"]["status"] == "untracked"
     assert "sqs_queue:us-east-1:drift-same" not in found  # in sync
 

@@ -419,7 +419,8 @@ class Demo:
             with Coordinator.open(
                 f"sqlite:///{self.workdir / 'aws' / 'tether.db'}", root=self.workdir / "aws" / "data"
             ) as c:
-                return demo_aws.run(c, JsonStore(c, retry=FAST_RETRY), self.say, self.cli, base)
+                project = (project_path("apollo"), Project(slug="apollo", name="Apollo", owner="ada"))
+                return demo_aws.run(c, JsonStore(c, retry=FAST_RETRY), project, self.say, self.cli, base)
 
     def cli(self, args: list[str]) -> int:
         self.say(f"   $ tether {' '.join(args)}")

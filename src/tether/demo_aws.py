@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel
+
 if TYPE_CHECKING:
     from .coordinator import Coordinator
     from .store import JsonStore
@@ -86,24 +88,27 @@ def _wait_for(port: int, proc: subprocess.Popen[bytes], seconds: float = 30.0) -
 
 
 def run(
-    c: Coordinator, store: JsonStore, say: Callable[[str], Any], cli: Callable[[list[str]], int], base: list[str]
+    c: Coordinator,
+    store: JsonStore,
+    project: tuple[str, BaseModel],
+    say: Callable[[str], Any],
+    cli: Callable[[list[str]], int],
+    base: list[str],
 ) -> int:
-    """Steps 7 and 8 of the demo; 0 when reconcile found what it should (0, then 2)."""
+    """Steps 7 and 8 of the demo: ``project`` (its path and model) saved with its bucket and queue;
+    0 when reconcile found what it should (0, then 2)."""
     import boto3
     from sqlalchemy.orm import Session
 
-    from .demo import Project, project_path
-
     say("\n7. AWS resources paired with a model (a moto server on loopback stands in for AWS)")
-    project = Project(slug="apollo", name="Apollo", owner="ada")
     with Session(c.engine) as session:
-        store.save(project_path("apollo"), project, session=session)
+        store.save(*project, session=session)
         store.sync_aws(
             "s3_bucket", "apollo-assets", {"versioning": True, "tags": {"project": "apollo"}}, session=session
         )
         store.sync_aws("sqs_queue", "apollo-jobs", {"attributes": {"VisibilityTimeout": 60}}, session=session)
         session.commit()
-    say("   one transaction: save projects/apollo.json + sync_aws s3_bucket apollo-assets + sqs_queue apollo-jobs")
+    say(f"   one transaction: save {project[0]} + sync_aws s3_bucket apollo-assets + sqs_queue apollo-jobs")
     for job in store.flush():
         say(f"   {job.type:<12} {job.status.value:<10} {job.result or ''}")
 

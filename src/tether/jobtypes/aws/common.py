@@ -166,6 +166,8 @@ THROTTLING = frozenset(
         "LimitExceededException",
         "OperationAborted",
         "ResourceInUseException",
+        "AWS.SimpleQueueService.QueueDeletedRecently",  # a queue's name is free again after 60 s
+        "QueueDeletedRecently",
     }
 )
 NOT_FOUND = frozenset(
