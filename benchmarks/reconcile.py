@@ -39,7 +39,7 @@ from pathlib import Path
 from tether import Coordinator, CreateFile, DeleteFile
 from tether.ids import new_id
 from tether.jobtypes import render
-from tether.jobtypes.base import file_target
+from tether.jobtypes.files import file_target
 from tether.reconcile import reconcile
 
 BATCH = 20_000

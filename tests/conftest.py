@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from tether import Coordinator, FakeClock
+from tether import Coordinator, FakeClock, beneath
 from tether.jobtypes import Registry, default_registry
 
 PG_ADMIN_URL = os.environ.get("TETHER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -93,3 +93,12 @@ def make_coordinator(db_url: str, root: Path, clock: FakeClock) -> Iterator[Call
 @pytest.fixture
 def coordinator(make_coordinator: Callable[..., Coordinator]) -> Coordinator:
     return make_coordinator()
+
+
+@pytest.fixture(params=["openat2", "walk"])
+def lookup(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """How paths under the data root are opened: Linux openat2 (where the kernel has it), or the
+    portable per-component walk (``pytestmark = pytest.mark.usefixtures("lookup")`` runs a
+    module's tests with each)."""
+    monkeypatch.setattr(beneath, "_usable", None if request.param == "openat2" else False)
+    return request.param

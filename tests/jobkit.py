@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from tether import JobContext, JobType, Payload, PermanentError
 from tether.jobtypes import CreateFile, default_registry
-from tether.jobtypes.base import file_target
+from tether.jobtypes.files import file_target
 
 
 class Note(Payload):

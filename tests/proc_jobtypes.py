@@ -11,7 +11,7 @@ Job types added by ``register``:
 
 Fault hooks, switched on per worker process by environment variables (the test process, and any
 worker started without them, get the plain behaviour):
-- ``TETHER_TEST_HANG_BEFORE_RENAME=<marker>``: ``fs.atomic_write`` writes and fsyncs its temp
+- ``TETHER_TEST_HANG_BEFORE_RENAME=<marker>``: ``DataFile.write`` writes and fsyncs its temp
   file as usual, then, instead of renaming it, writes the temp path to ``<marker>`` and blocks
   forever, so the test can SIGKILL the worker in the middle of the atomic write.
 - ``TETHER_TEST_KILL_AFTER_WRITE=<marker>``: ``create_file`` runs the real handler (the rename
@@ -124,9 +124,10 @@ class _HangOnReplace:
     def __getattr__(self, name: str) -> Any:
         return getattr(os, name)
 
-    def replace(self, src: Any, dst: Any) -> None:
+    def replace(self, src: Any, dst: Any, *, src_dir_fd: int | None = None, dst_dir_fd: int | None = None) -> None:
         tmp = Path(self._marker + ".part")
-        tmp.write_text(os.fspath(src))
+        where = os.readlink(f"/proc/self/fd/{src_dir_fd}") if src_dir_fd is not None else ""
+        tmp.write_text(os.path.join(where, os.fspath(src)))
         os.rename(tmp, self._marker)  # the marker appears complete or not at all
         threading.Event().wait()
 

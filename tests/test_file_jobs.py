@@ -13,6 +13,12 @@ from tether import CreateFile, DeleteFile, JobStatus, fs
 from tether.jobtypes import render
 
 
+def write(root: Path, rel: str, data: bytes) -> None:
+    """tether's atomic write of one data file (what write_locked does once it holds the lock)."""
+    with fs.data_file(root, rel, create=True) as f:
+        f.write(data)
+
+
 def data_files(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and ".tether" not in p.parts)
 
@@ -112,7 +118,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp(monkeypatch, root, op):
     target.write_bytes(b"old")
     monkeypatch.setattr(os, op, FailOnce(getattr(os, op), OSError(5, "injected I/O error")))
     with pytest.raises(OSError, match="injected"):
-        fs.atomic_write(target, b"new contents")
+        write(root, "a.json", b"new contents")
     assert target.read_bytes() == b"old"
     assert sorted(p.name for p in root.iterdir()) == ["a.json"]
 
@@ -148,7 +154,7 @@ def test_a_retried_write_removes_the_temp_files_its_path_was_left_with(coordinat
 def test_readers_never_see_a_torn_file(root):
     target = root / "a.json"
     bodies = [bytes([65 + i]) * 200_000 for i in range(4)]
-    fs.atomic_write(target, bodies[0])
+    write(root, "a.json", bodies[0])
     stop = threading.Event()
     torn: list[int] = []
 
@@ -161,7 +167,7 @@ def test_readers_never_see_a_torn_file(root):
     t = threading.Thread(target=reader)
     t.start()
     for i in range(40):
-        fs.atomic_write(target, bodies[i % 4])
+        write(root, "a.json", bodies[i % 4])
     stop.set()
     t.join()
     assert torn == []
@@ -292,32 +298,29 @@ def test_a_path_lock_is_free_for_others_once_released(root):
         os.close(fd)
 
 
-def test_an_atomic_write_to_a_bare_file_name_lands_in_the_working_directory(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    fs.atomic_write("plain.json", b"{}")
-    assert (tmp_path / "plain.json").read_bytes() == b"{}"
-    assert fs.delete("plain.json") and not (tmp_path / "plain.json").exists()
-
-
 @pytest.fixture
 def synced(monkeypatch) -> list[str]:
-    """The directories fsynced, in order."""
+    """The files and directories fsynced, in order (their real paths)."""
     calls: list[str] = []
-    real = fs.fsync_dir
+    real = fs.fsync_fd
 
-    def record(directory):
-        calls.append(os.fspath(directory))
-        real(directory)
+    def record(fd):
+        calls.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
 
-    monkeypatch.setattr(fs, "fsync_dir", record)
+    monkeypatch.setattr(fs, "fsync_fd", record)
     return calls
+
+
+def dirs(calls: list[str]) -> list[str]:
+    return [c for c in calls if os.path.isdir(c)]
 
 
 def test_new_directories_are_made_durable_parent_first_before_the_rename(root, synced):
     real = os.path.realpath(root)
-    fs.atomic_write(fs.resolve(root, "a/b/c.json"), b"{}")
+    write(root, "a/b/c.json", b"{}")
     # root's entry for a, a's entry for b, then (after the rename) b's entry for c.json
-    assert synced == [real, f"{real}/a", f"{real}/a/b"]
+    assert dirs(synced) == [real, f"{real}/a", f"{real}/a/b"]
 
 
 def test_a_directory_someone_else_just_made_is_made_durable_by_the_first_write_into_it(root, synced):
@@ -325,37 +328,31 @@ def test_a_directory_someone_else_just_made_is_made_durable_by_the_first_write_i
     # there is only durable once the directory's own entry is.
     real = os.path.realpath(root)
     os.mkdir(root / "shared")
-    fs.atomic_write(fs.resolve(root, "shared/one.json"), b"1")
-    assert synced == [real, f"{real}/shared"]
+    write(root, "shared/one.json", b"1")
+    assert dirs(synced) == [real, f"{real}/shared"]
     synced.clear()
-    fs.atomic_write(fs.resolve(root, "shared/two.json"), b"2")
-    assert synced == [f"{real}/shared"]  # once per directory per process
+    write(root, "shared/two.json", b"2")
+    assert dirs(synced) == [f"{real}/shared"]  # once per directory per process
 
 
 def test_a_write_whose_directory_could_not_be_made_durable_leaves_the_target_and_tries_again(root, monkeypatch):
     real = os.path.realpath(root)
     calls: list[str] = []
-    original = fs.fsync_dir
+    original = fs.fsync_fd
 
-    def fail_on_the_root_once(directory):
-        calls.append(os.fspath(directory))
-        if os.fspath(directory) == real and calls.count(real) == 1:
+    def fail_on_the_root_once(fd):
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        calls.append(path)
+        if path == real and calls.count(real) == 1:
             raise OSError(5, "injected I/O error")
-        original(directory)
+        original(fd)
 
-    monkeypatch.setattr(fs, "fsync_dir", fail_on_the_root_once)
-    target = fs.resolve(root, "new/a.json")
+    monkeypatch.setattr(fs, "fsync_fd", fail_on_the_root_once)
     with pytest.raises(OSError, match="injected"):
-        fs.atomic_write(target, b"1")
-    assert not target.exists() and os.listdir(root / "new") == []  # no file, no temp file
-    fs.atomic_write(target, b"1")
-    assert target.read_bytes() == b"1" and calls.count(real) == 2  # the walk was not taken as done
-
-
-def test_outside_any_data_root_a_write_makes_durable_only_the_directories_it_made(tmp_path, synced):
-    base = os.path.realpath(tmp_path)
-    fs.atomic_write(f"{base}/x/y/f.json", b"{}")
-    assert synced == [base, f"{base}/x", f"{base}/x/y"]  # nothing above tmp_path
+        write(root, "new/a.json", b"1")
+    assert not (root / "new/a.json").exists() and os.listdir(root / "new") == []  # no file, no temp file
+    write(root, "new/a.json", b"1")
+    assert (root / "new/a.json").read_bytes() == b"1" and calls.count(real) == 2  # the walk was not taken as done
 
 
 def test_a_child_forked_inside_a_path_lock_does_not_believe_it_holds_it(root):

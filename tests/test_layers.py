@@ -12,10 +12,11 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "tether"
 
 # Lowest first. A module may import its own layer or any lower one.
 LAYERS: list[tuple[str, ...]] = [
-    # what everything uses: settings, time, errors, statuses, ids, plain records
-    ("config", "clock", "errors", "status", "ids", "retry", "events", "record", "outcome"),
+    # what everything uses: settings, time, errors (and which database errors are faults), statuses,
+    # ids, plain records, the limits a job must keep
+    ("config", "clock", "errors", "status", "ids", "retry", "events", "record", "outcome", "faults", "limits"),
     # what a job is and what its handler may touch: the data root, targets, the handler context
-    ("fs", "jobtypes", "context"),
+    ("beneath", "fs", "jobtypes", "context"),
     # the ledger: the table, its engine and statements, enqueue/claim/transition, wake-ups
     ("schema", "engine", "meta", "sql", "backend", "build", "queue", "wakeup", "walwatch"),
     # running jobs

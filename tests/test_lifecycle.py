@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import threading
 from datetime import UTC
 from typing import Any
@@ -408,14 +410,22 @@ def test_jobs_on_one_target_apply_in_enqueue_order_across_a_retry(make_coordinat
     assert [n for n, _ in notes.runs] == ["old", "other", "old", "new"]
 
 
-def test_older_write_retried_still_lands_before_the_newer_one(make_coordinator, root, clock):
+def test_older_write_retried_still_lands_before_the_newer_one(make_coordinator, root, clock, monkeypatch):
     c = make_coordinator()
-    # The older write fails once: the target path is a directory for a moment.
-    (root / "doc.json").mkdir()
+    # The older write fails once: an I/O error on the rename (retryable).
+    real_replace, failed = os.replace, list[int]()
+
+    def replace_failing_once(*args, **kwargs):
+        if not failed:
+            failed.append(1)
+            raise OSError(errno.EIO, "injected I/O error")
+        return real_replace(*args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace_failing_once)
     c.enqueue(CreateFile(path="doc.json", content={"v": 1}, overwrite=True))
     c.enqueue(CreateFile(path="doc.json", content={"v": 2}, overwrite=True))
     c.run_until_idle(threads=4)
-    (root / "doc.json").rmdir()
+    assert failed and not (root / "doc.json").exists()
     clock.advance(3600)
     c.run_until_idle(threads=4)
     assert orjson.loads((root / "doc.json").read_bytes()) == {"v": 2}

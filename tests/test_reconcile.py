@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -13,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from tether import Coordinator, CreateFile, DeleteFile, JobContext, JobType, Payload
-from tether.jobtypes import base, default_registry, render
+from tether.jobtypes import default_registry, files, render
 from tether.jobtypes.base import Check, Probe
 from tether.reconcile import reconcile
 
@@ -52,7 +53,7 @@ def unreadable(monkeypatch: pytest.MonkeyPatch):
     """Make named files fail to open/stat with an error. Tests run as root here, where chmod 000
     does not stop a read, so the failure is injected at the probe's one open/stat function."""
     failing: dict[str, int] = {}
-    real_open, real_lstat = base.open_data_file, base.lstat_data_file
+    real_open, real_lstat = files.open_data_file, files.lstat_data_file
 
     def fail_if_named(path: str) -> None:
         for name, code in failing.items():
@@ -63,23 +64,23 @@ def unreadable(monkeypatch: pytest.MonkeyPatch):
                     else PermissionError(code, os.strerror(code), path)
                 )
 
-    def fake_open(path: str) -> int:
-        fail_if_named(path)
-        return real_open(path)
+    def fake_open(dir_fd: int, name: str) -> int:
+        fail_if_named("/" + name)
+        return real_open(dir_fd, name)
 
-    def fake_lstat(path: str) -> os.stat_result:
-        fail_if_named(path)
-        return real_lstat(path)
+    def fake_lstat(name: str, dir_fd: int) -> os.stat_result:
+        fail_if_named("/" + name)
+        return real_lstat(name, dir_fd)
 
-    def fake_list(path: str, wanted: set[str]) -> dict[str, bool] | None:
+    def fake_list(path: str, wanted: set[str], dir_fd: int) -> dict[str, int] | None:
         if wanted & set(failing):
             return None  # as if the directory could not be listed: every file gets its own lstat
-        return real_list(path, wanted)
+        return real_list(path, wanted, dir_fd)
 
-    real_list = base.list_data_dir
-    monkeypatch.setattr(base, "open_data_file", fake_open)
-    monkeypatch.setattr(base, "lstat_data_file", fake_lstat)
-    monkeypatch.setattr(base, "list_data_dir", fake_list)
+    real_list = files.list_data_dir
+    monkeypatch.setattr(files, "open_data_file", fake_open)
+    monkeypatch.setattr(files, "lstat_data_file", fake_lstat)
+    monkeypatch.setattr(files, "list_data_dir", fake_list)
     return failing
 
 
@@ -181,10 +182,10 @@ def test_existence_only_mode_reads_no_file_and_sees_only_presence(
     (docs / "c.json").write_bytes(b"changed bytes")
     (docs / "d.json").write_text("{}")
 
-    def no_reads(path: str) -> int:
-        raise AssertionError(f"existence-only check opened {path}")
+    def no_reads(dir_fd: int, name: str) -> int:
+        raise AssertionError(f"existence-only check opened {name}")
 
-    monkeypatch.setattr(base, "open_data_file", no_reads)
+    monkeypatch.setattr(files, "open_data_file", no_reads)
     report = reconcile(coordinator, content=False)
     assert statuses(report) == {"docs/a.json": "missing", "docs/d.json": "unexpected"}
     assert report.findings[0].expected_size is not None  # the record still says what was expected
@@ -334,7 +335,8 @@ def test_a_directory_or_symlink_where_a_file_was_written_is_modified(
         ("docs/a.json", "modified", "is a directory"),
         ("docs/b.json", "modified", "is a symbolic link"),
     }
-    assert statuses(reconcile(coordinator, content=False)) == {"docs/a.json": "modified"}
+    # Existence only: a symlink is no regular file either (tether reads and writes only those).
+    assert statuses(reconcile(coordinator, content=False)) == {"docs/a.json": "modified", "docs/b.json": "modified"}
 
 
 def test_existence_checks_agree_whether_a_directory_is_listed_or_each_file_stat(
@@ -345,12 +347,14 @@ def test_existence_checks_agree_whether_a_directory_is_listed_or_each_file_stat(
     (root / "docs" / "e.json").unlink()
     (root / "docs" / "e.json").mkdir()
     lists: list[str] = []
-    real_list = base.list_data_dir
-    monkeypatch.setattr(base, "list_data_dir", lambda path, wanted: lists.append(path) or real_list(path, wanted))
-    monkeypatch.setattr(base, "_BYTES_PER_WANTED", 10**6)  # list any directory with 8+ of the paths
+    real_list = files.list_data_dir
+    monkeypatch.setattr(
+        files, "list_data_dir", lambda path, wanted, fd: lists.append(path) or real_list(path, wanted, fd)
+    )
+    monkeypatch.setattr(files, "_BYTES_PER_WANTED", 10**6)  # list any directory with 8+ of the paths
     listed = reconcile(coordinator, content=False)
     assert lists == [str(root / "docs")]
-    monkeypatch.setattr(base, "_LIST_AT", 10**9)  # never list: one lstat per file
+    monkeypatch.setattr(files, "_LIST_AT", 10**9)  # never list: one lstat per file
     stat_each = reconcile(coordinator, content=False)
     assert len(lists) == 1
     assert (
@@ -369,16 +373,22 @@ def test_leftover_temp_files_are_found_in_directories_the_probe_listed_and_below
     (root / "docs" / "old" / ".z.json.89abcdef.tether-tmp").write_bytes(b"yy")
     scans: list[str] = []
     real_scandir = os.scandir
-    monkeypatch.setattr(os, "scandir", lambda path=".": scans.append(os.path.normpath(path)) or real_scandir(path))
-    monkeypatch.setattr(base, "_BYTES_PER_WANTED", 10**6)  # list any directory with 8+ of the paths
+
+    def scandir(fd: int) -> Iterator[os.DirEntry[str]]:
+        scans.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real_scandir(fd)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    monkeypatch.setattr(files, "_BYTES_PER_WANTED", 10**6)  # list any directory with 8+ of the paths
     report = reconcile(coordinator, content=False)
     assert statuses(report) == {
         "docs/.a.json.0123abcd.tether-tmp": "leftover_temp",
         "docs/old/.z.json.89abcdef.tether-tmp": "leftover_temp",
     }
-    assert scans.count(str(root / "docs")) == 1  # listed once, for the probe; the walk reused it
-    assert str(root / "docs" / "old") in scans
-    monkeypatch.setattr(base, "_LIST_AT", 10**9)  # no listing by the probe: the walk reads docs/
+    real = os.path.realpath(root)
+    assert scans.count(f"{real}/docs") == 1  # listed once, for the probe; the walk reused it
+    assert f"{real}/docs/old" in scans
+    monkeypatch.setattr(files, "_LIST_AT", 10**9)  # no listing by the probe: the walk reads docs/
     assert statuses(reconcile(coordinator, content=False)) == statuses(report)
 
 

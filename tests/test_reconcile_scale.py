@@ -20,7 +20,7 @@ from tether import Coordinator, CreateFile, DeleteFile, SystemClock
 from tether.cli.reconcile import check_main
 from tether.ids import new_id
 from tether.jobtypes import create_file, render
-from tether.jobtypes.base import file_target
+from tether.jobtypes.files import file_target
 from tether.reconcile import ACTIVE_ON, COUNT_TARGETED, KNOWN_TARGETS, PAGE, PAGE_PAYLOADS, PAYLOADS, RECHECK, reconcile
 from tether.schema import Job
 

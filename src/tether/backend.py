@@ -23,6 +23,8 @@ from typing import Any, Protocol, TypeVar
 
 import sqlalchemy as sa
 
+from . import faults
+from .errors import LedgerFault
 from .record import JobRecord, make_tuple
 from .schema import TABLE
 from .status import JobStatus
@@ -133,6 +135,11 @@ class Backend:
 
     def close(self) -> None:
         """Close connections this backend holds outside the engine's pool."""
+
+    def file_fault(self) -> LedgerFault | None:
+        """A LedgerFault if the ledger's file is no longer the one this backend opened (a cheap
+        check; PostgreSQL has no file of ours to watch)."""
+        return None
 
     @contextmanager
     def read(self) -> Iterator[_Cursor]:
@@ -263,6 +270,31 @@ class SQLiteBackend(Backend):
         self._writers: weakref.WeakSet[_Writer] = weakref.WeakSet()
         self._busy_timeout = 30.0  # the engine's, read from the first write connection
         _backends.add(self)
+        self._path = engine.url.database or ""
+        try:
+            st = os.stat(self._path)
+            self._identity: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except OSError:
+            self._identity = None
+
+    def file_fault(self) -> LedgerFault | None:
+        # A worker whose ledger file was deleted or swapped would go on writing to the file it
+        # has open, which nobody will ever read again; one emptied is a ledger lost.
+        if self._identity is None:
+            return None
+        try:
+            st = os.stat(self._path)
+        except FileNotFoundError:
+            return faults.fault(faults.GONE, self._path, "the file was deleted while this process had it open")
+        except OSError:
+            return None  # cannot tell; the next statement will say
+        if (st.st_dev, st.st_ino) != self._identity:
+            return faults.fault(
+                faults.GONE, self._path, "the file was replaced by another while this process had it open"
+            )
+        if st.st_size == 0:
+            return faults.fault(faults.CORRUPT, self._path, "the file was emptied (0 bytes)")
+        return None
 
     def _checkout_writer(self) -> tuple[None, sqlite3.Connection]:
         # Each thread keeps one write connection out of the pool: a pool checkout and its reset

@@ -11,6 +11,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from pydantic_core import PydanticSerializationError
+
+from . import limits
 from .clock import Clock
 from .errors import InvalidPayload
 from .ids import new_id, new_ids
@@ -49,10 +52,13 @@ class Builder:
     """Builds jobs for one registry and data root; per payload class, what to call is looked up
     once and kept until the registry changes."""
 
-    def __init__(self, registry: Registry, root: Path, clock: Clock) -> None:
+    def __init__(
+        self, registry: Registry, root: Path, clock: Clock, *, max_payload_bytes: int = limits.DEFAULT_MAX_PAYLOAD_BYTES
+    ) -> None:
         self.registry = registry
         self.root = root
         self.clock = clock
+        self.max_payload_bytes = max_payload_bytes
         self._kinds: tuple[Registry, int, dict[type, _TypeHooks]] = (registry, -1, {})
 
     def build_many(
@@ -77,21 +83,20 @@ class Builder:
             kinds = {}
             self._kinds = (self.registry, self.registry.generation, kinds)
         name = (kinds.get(type(payloads[0])) or self._kind(payloads[0], kinds)).name
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise InvalidPayload(name, [f"priority: must be an integer, got {type(priority).__name__}"])
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-            raise InvalidPayload(name, [f"max_attempts: must be an integer >= 1, got {max_attempts!r}"])
+        now = now or self.clock.now()
+        problem = limits.option_problem(priority, max_attempts, delay, now)
+        if problem:
+            raise InvalidPayload(name, [problem])
         if key is not None and len(key) > 512:
             raise InvalidPayload(name, [f"key: at most 512 characters, got {len(key)}"])
         if timeout is not None and (
             isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < 1e9
         ):
             raise InvalidPayload(name, [f"timeout: must be a number of seconds > 0, got {timeout!r}"])
-        now = now or self.clock.now()
         if run_at is not None and delay is not None:
             raise InvalidPayload(name, ["give run_at or delay, not both"])
         if delay is not None:
-            run_at = now + (delay if isinstance(delay, timedelta) else timedelta(seconds=delay))
+            run_at = limits.delay_until(now, delay)
         elif run_at is not None and run_at.tzinfo is None:
             raise InvalidPayload(name, ["run_at: must be timezone-aware (UTC)"])
         run_at = run_at or now
@@ -101,7 +106,10 @@ class Builder:
         for payload, job_id in zip(payloads, ids, strict=True):
             kind = kinds.get(type(payload)) or self._kind(payload, kinds)
             if kind.prepare is not None:
-                payload = kind.prepare(payload, root)
+                try:
+                    payload = kind.prepare(payload, root)
+                except UnicodeError as e:  # a path no file system can name
+                    raise _unencodable(kind.name, payload, e) from e
             ordering_key = None if kind.ordering_key is None else kind.ordering_key(payload)
             if ordering_key is not None and len(ordering_key) > 1024:
                 raise InvalidPayload(
@@ -114,7 +122,7 @@ class Builder:
                     (
                         job_id,
                         kind.name,
-                        kind.encode(payload).decode(),
+                        self._encode(kind, payload).decode(),
                         _PENDING,
                         priority,
                         0,
@@ -137,6 +145,17 @@ class Builder:
             )
         return jobs
 
+    def _encode(self, kind: _TypeHooks, payload: Payload) -> bytes:
+        """The stored JSON of ``payload``, within the limits (``tether.limits``)."""
+        try:
+            encoded = kind.encode(payload)
+        except PydanticSerializationError as e:
+            raise _unencodable(kind.name, payload, e) from e
+        problem = limits.payload_problem(encoded, self.max_payload_bytes)
+        if problem:
+            raise InvalidPayload(kind.name, [problem])
+        return encoded
+
     def _kind(self, payload: Any, kinds: dict[type, _TypeHooks]) -> _TypeHooks:
         if not isinstance(payload, Payload):
             raise InvalidPayload(
@@ -144,3 +163,11 @@ class Builder:
             )
         kind = kinds[type(payload)] = _TypeHooks.of(self.registry.for_payload(payload), type(payload))
         return kind
+
+
+def _unencodable(job_type: str, payload: Payload, error: Exception) -> InvalidPayload:
+    """InvalidPayload for a payload that cannot be stored as JSON, naming the fields at fault."""
+    problems = list(limits.unencodable_strings(payload))
+    if not problems:
+        problems = [f"(payload): cannot be stored as JSON ({type(error).__name__}: {str(error).splitlines()[0]})"]
+    return InvalidPayload(job_type, problems)

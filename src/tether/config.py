@@ -56,6 +56,11 @@ ENV_AWS_CONCURRENCY = "TETHER_AWS_CONCURRENCY"
 DEFAULT_AWS_CONCURRENCY = 8
 """How many AWS resources a reconcile reads at once."""
 
+ENV_MAX_PAYLOAD_BYTES = "TETHER_MAX_PAYLOAD_BYTES"
+
+DEFAULT_MAX_PAYLOAD_BYTES = 16 * 1024 * 1024
+"""The largest payload enqueue accepts, as its stored JSON in bytes (``tether.limits`` checks it)."""
+
 
 def _env(name: str) -> str | None:
     return os.environ.get(name) or None  # an empty variable counts as unset
@@ -102,3 +107,19 @@ def aws_concurrency(given: int | None = None) -> int:
         return max(1, int(value)) if value else DEFAULT_AWS_CONCURRENCY
     except ValueError:
         raise ConfigError(f"{ENV_AWS_CONCURRENCY} must be a whole number, got {value!r}") from None
+
+
+def max_payload_bytes(given: int | None = None) -> int:
+    """The payload size limit: ``given``, else ``$TETHER_MAX_PAYLOAD_BYTES``, else 16 MiB."""
+    value: object = given
+    if value is None:
+        text = _env(ENV_MAX_PAYLOAD_BYTES)
+        if text is None:
+            return DEFAULT_MAX_PAYLOAD_BYTES
+        try:
+            value = int(text)
+        except ValueError:
+            raise ConfigError(f"{ENV_MAX_PAYLOAD_BYTES} must be a number of bytes, not {text!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"max_payload_bytes must be a positive number of bytes, not {value!r}")
+    return value

@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session
 
 from . import config, events, fs, meta, observe
 from .clock import Clock, SystemClock
-from .engine import Durability, create_engine, ensure_schema, schema_of
-from .errors import ConfigError, DatabaseUnavailable
+from .engine import Durability, create_engine, ensure_schema, opening_error, schema_of
+from .errors import ConfigError
 from .health import Health, Thresholds, health
 from .jobtypes import JobType, Payload, Registry, default_registry
 from .queue import Queue
@@ -40,6 +40,7 @@ class Coordinator:
         registry: Registry,
         lock_timeout: float,
         ledger_id: str = "",
+        max_payload_bytes: int = config.DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
         self.engine = engine
         self.ledger_id = ledger_id
@@ -49,7 +50,12 @@ class Coordinator:
         self.registry = registry
         self.lock_timeout = lock_timeout
         self.queue = Queue(
-            engine, clock=clock, registry=registry, root=root, wakeup=wakeup_for(engine, _channel(engine))
+            engine,
+            clock=clock,
+            registry=registry,
+            root=root,
+            wakeup=wakeup_for(engine, _channel(engine)),
+            max_payload_bytes=max_payload_bytes,
         )
 
     @classmethod
@@ -64,6 +70,7 @@ class Coordinator:
         registry: Registry | None = None,
         schema: str | None = None,
         moved: bool = False,
+        max_payload_bytes: int | None = None,
     ) -> Coordinator:
         """Open (creating if needed) the ledger at ``db_url`` (default ``$TETHER_DB`` or
         ``sqlite:///tether.db``) for the data root ``root`` (default ``$TETHER_ROOT`` or ``.``).
@@ -74,7 +81,10 @@ class Coordinator:
 
         The ledger records the data root it was created for: without ``root`` (and
         ``$TETHER_ROOT``) that one is used, and a different one is refused (``meta.RootMismatch``)
-        unless ``moved`` records it as the new root. Only a new ledger creates its root."""
+        unless ``moved`` records it as the new root. Only a new ledger creates its root. ``max_payload_bytes``
+        (default ``$TETHER_MAX_PAYLOAD_BYTES`` or 16 MiB): the largest payload (its stored JSON)
+        enqueue accepts."""
+        max_payload_bytes = config.max_payload_bytes(max_payload_bytes)
         db_url = config.db_url(db_url)
         engine = create_engine(
             db_url,
@@ -82,10 +92,13 @@ class Coordinator:
             schema=config.schema(schema),
         )
         try:
-            created = ensure_schema(engine)
-            root_path, ledger_id = meta.settle(engine, config.named_root(root), moved=moved)
-            _prepare_root(root_path, create=created)
-        except (DatabaseUnavailable, ConfigError):
+            ensure_schema(engine)
+            try:
+                root_path, ledger_id, first = meta.settle(engine, config.named_root(root), moved=moved)
+            except sa.exc.SQLAlchemyError as e:
+                raise opening_error(engine, e) from e
+            _prepare_root(root_path, create=first)
+        except BaseException:
             engine.dispose()
             raise
         return cls(
@@ -95,6 +108,7 @@ class Coordinator:
             registry=registry or default_registry(),
             lock_timeout=lock_timeout,
             ledger_id=ledger_id,
+            max_payload_bytes=max_payload_bytes,
         )
 
     def register(self, job_type: JobType[Any]) -> JobType[Any]:
@@ -228,8 +242,8 @@ class Coordinator:
 
 
 def _prepare_root(root: Path, *, create: bool) -> None:
-    """A data root must be a directory; only a new ledger makes one (durably), so a mistyped path
-    is an error rather than a new, empty root that jobs write into."""
+    """A data root must be a directory; only the open that records it first (a new ledger) makes
+    one (durably), so a mistyped path is an error rather than a new, empty root jobs write into."""
     if root.is_dir():
         return
     if root.exists():

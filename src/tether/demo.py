@@ -32,9 +32,11 @@ from pydantic import BaseModel, Field
 from . import fs, observe
 from .context import JobContext
 from .coordinator import Coordinator
+from .engine import mask_url
 from .errors import RetryableError, TetherError
 from .jobtypes import CreateFile, JobType, Payload, Registry, default_registry, render
-from .jobtypes.base import IN_SYNC, SYNCED, Check, Probe, check_file, checked_path, files_exist
+from .jobtypes.base import IN_SYNC, SYNCED, Check, Probe
+from .jobtypes.files import check_file, checked_path, files_exist, write_locked
 from .jobtypes.target import Target, display
 from .retry import RetryPolicy
 from .store import JsonStore
@@ -101,18 +103,9 @@ def requirement_files(req: Requirement) -> dict[str, bytes]:
 
 
 def write_file(ctx: JobContext, rel: str, data: bytes) -> bool:
-    """The one way the sample handlers write: per-path lock, atomic write, skip if unchanged."""
-    with fs.path_lock(ctx.root, rel):
-        target = fs.resolve(ctx.root, rel)
-        fs.remove_stale_temps(target)
-        try:
-            if target.read_bytes() == data:
-                return False  # a re-run after the write landed but the completion did not commit
-        except FileNotFoundError:
-            pass
-        ctx.confirm_lease()  # a worker that lost this job's lock must not write late
-        fs.atomic_write(target, data)
-        return True
+    """The one way the sample handlers write: tether's locked write (lock, no symlink followed,
+    skip if unchanged, confirm the lease, atomic write), on the path's canonical name."""
+    return write_locked(ctx, fs.canonical(ctx.root, rel), data)
 
 
 # -- one logical operation, one job ------------------------------------------------------------
@@ -183,7 +176,9 @@ class ArchiveProjectType(JobType[ArchiveProject]):
         return Target.file(project_path(payload.slug))
 
     def run(self, payload: ArchiveProject, ctx: JobContext) -> dict[str, Any]:
-        project = Project.model_validate(orjson.loads(fs.resolve(ctx.root, project_path(payload.slug)).read_bytes()))
+        project = Project.model_validate(
+            orjson.loads(fs.read(ctx.root, fs.canonical(ctx.root, project_path(payload.slug))))
+        )
         write_file(ctx, project_path(project.slug), json_bytes(project.model_copy(update={"status": "archived"})))
         children = 0
         # Reads the requirements as they are on disk now. A save of one of them still queued
@@ -199,7 +194,7 @@ class ArchiveProjectType(JobType[ArchiveProject]):
 
 def requirements_on_disk(root: Path) -> list[Requirement]:
     return [
-        Requirement.model_validate(orjson.loads(p.read_bytes()))
+        Requirement.model_validate(orjson.loads(fs.read(root, p.relative_to(root).as_posix())))
         for p in (Path(root) / "requirements").glob("REQ-*/requirement.json")
     ]
 
@@ -280,7 +275,8 @@ class Demo:
         rel = os.path.relpath(self.workdir)
         self.say(f"tether demo: scratch directory {rel}/ (wiped first)")
         self.say(f"  data root  {rel}/data   ({files} files copied from sample_data/data)")
-        self.say(f"  ledger     sqlite:///{rel}/tether.db   (embedded SQLite, WAL, synchronous=FULL)\n")
+        ledger = mask_url(f"sqlite:///{rel}/tether.db")  # as every URL tether prints
+        self.say(f"  ledger     {ledger}   (embedded SQLite, WAL, synchronous=FULL)\n")
         registry = register(default_registry(), flaky=True)
         with Coordinator.open(self.db_url, root=self.root, registry=registry) as c:
             store = JsonStore(c, retry=FAST_RETRY)

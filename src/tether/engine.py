@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import secrets
 import weakref
 from pathlib import Path
 from typing import Any, Literal
@@ -12,8 +13,8 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from . import config
-from .errors import ConfigError, DatabaseUnavailable
+from . import config, faults
+from .errors import ConfigError, DatabaseUnavailable, LedgerFault
 from .schema import RETIRED_INDEXES, TABLE, metadata
 
 Durability = Literal["full", "normal"]
@@ -52,17 +53,43 @@ def ledger_id(engine: sa.Engine) -> str:
     return "ledger-" + hashlib.sha256(where.encode()).hexdigest()[:16]
 
 
+def mask_url(url: str | sa.URL) -> str:
+    """A database URL as it may be printed: its password, and any ``password=`` query value,
+    replaced by ``***``. Done on the text, so a mistyped URL that does not parse is masked too:
+    everything from the first ``user:`` to the last ``@`` of the authority."""
+    text = url.render_as_string(hide_password=False) if isinstance(url, sa.URL) else str(url)
+    first_at = text.find("@")
+    if first_at >= 0:
+        slashes = text.find("//")
+        start = slashes + 2 if 0 <= slashes < first_at else 0
+        ends = [i for i in (text.find("/", first_at), text.find("?", first_at)) if i >= 0]
+        at = text.rfind("@", 0, min(ends, default=len(text)))
+        colon = text.find(":", start, at)
+        if colon >= 0:
+            text = f"{text[: colon + 1]}***{text[at:]}"
+    return _PASSWORD_PARAMETER.sub(r"\1***", text)
+
+
+_PASSWORD_PARAMETER = re.compile(r"(?i)([?&]password=)[^&]*")
+
+
+def ledger_name(engine: sa.Engine) -> str:
+    """The ledger as messages name it: a SQLite file's path, or the URL with its password masked."""
+    return (engine.url.database or "") if engine.dialect.name == "sqlite" else mask_url(engine.url)
+
+
 def create_engine(
     url: str, *, durability: Durability = "full", busy_timeout: float = 30.0, schema: str | None = None
 ) -> sa.Engine:
-    """An engine for ``url``; SQLite files (and their directory) are created when missing.
+    """An engine for ``url``; SQLite files (and their directory) are created when missing, a new
+    file whole with its table; an empty (0-byte) one is refused as a LedgerFault.
     ``schema`` (PostgreSQL) keeps the ledger in its own schema of a shared database."""
     if durability not in ("full", "normal"):
         raise ConfigError(f"durability must be 'full' or 'normal', not {durability!r}")
     try:
         parsed = make_url(url)
-    except sa.exc.ArgumentError as e:
-        raise ConfigError(f"not a database URL: {url!r} (expected e.g. sqlite:///tether.db)") from e
+    except sa.exc.ArgumentError:
+        raise ConfigError(f"not a database URL: {mask_url(url)!r} (expected e.g. sqlite:///tether.db)") from None
     if parsed.get_backend_name() == "sqlite":
         if schema is not None:
             raise ConfigError("schema applies to PostgreSQL only: a SQLite ledger is its own file, use another file")
@@ -104,6 +131,55 @@ def _sqlite_engine(url: sa.URL, durability: Durability, busy_timeout: float) -> 
             "the ledger can be corrupted; keep the SQLite file on a local disk, or use PostgreSQL "
             "to share the ledger between machines"
         )
+    try:
+        size: int | None = path.stat().st_size
+    except FileNotFoundError:
+        size = None
+    except OSError as e:
+        raise DatabaseUnavailable(f"cannot open the ledger file {path}: {e.strerror}") from e
+    if size == 0:
+        # SQLite would take an empty file for a new database and tether would fill it with an
+        # empty ledger: the jobs that were in it would be gone without a word.
+        raise LedgerFault(
+            faults.CORRUPT,
+            f"the ledger file {path} is empty (0 bytes): it was truncated, or something other than "
+            "tether created it; tether creates a new ledger only where no file exists. Restore it "
+            "from a backup, or remove it to start an empty ledger",
+        )
+    if size is None:
+        _create_sqlite_ledger(url, path, durability, busy_timeout)
+    return _sqlite_engine_at(url, path, durability, busy_timeout)
+
+
+def _create_sqlite_ledger(url: sa.URL, path: Path, durability: Durability, busy_timeout: float) -> None:
+    """Make a new ledger at ``path`` whole before it appears: built under a temporary name and
+    linked into place, so no process ever finds tether's ledger empty (and an empty file at
+    the path always means one was lost). A process that links first wins; the others use its."""
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tether-new")
+    engine = _sqlite_engine_at(url, temp, durability, busy_timeout)
+    try:
+        ensure_schema(engine)
+    finally:
+        engine.dispose()  # the last connection checkpoints and removes the temp WAL
+    try:
+        os.link(temp, path)
+    except FileExistsError:
+        pass  # another process created it meanwhile
+    except OSError:
+        # A filesystem without hard links: SQLite creates the file in place, as it always did.
+        pass
+    else:
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+    finally:
+        for leftover in (temp, temp.with_name(temp.name + "-wal"), temp.with_name(temp.name + "-shm")):
+            leftover.unlink(missing_ok=True)
+
+
+def _sqlite_engine_at(url: sa.URL, path: Path, durability: Durability, busy_timeout: float) -> sa.Engine:
     engine = sa.create_engine(
         url.set(database=str(path)),
         connect_args={"timeout": busy_timeout, "check_same_thread": False, "isolation_level": None},
@@ -211,5 +287,16 @@ def ensure_schema(engine: sa.Engine) -> bool:
                 if name in present:
                     conn.exec_driver_sql(f"DROP INDEX {name}")
             return created
-    except sa.exc.OperationalError as e:
-        raise DatabaseUnavailable(f"cannot open the database at {engine.url!r}: {e.orig}") from e
+    except sa.exc.SQLAlchemyError as e:
+        raise opening_error(engine, e) from e
+
+
+def opening_error(engine: sa.Engine, e: sa.exc.SQLAlchemyError) -> Exception:
+    """What to raise for a database error met while opening a ledger: a LedgerFault (fatal), a
+    DatabaseUnavailable (retry later), or the error itself when it is neither."""
+    fault = faults.ledger_fault(e, ledger_name(engine))
+    if fault is not None:
+        return fault
+    if not isinstance(e, sa.exc.OperationalError):
+        return e
+    return DatabaseUnavailable(f"cannot open the database at {mask_url(engine.url)}: {e.orig}")

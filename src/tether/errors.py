@@ -15,6 +15,15 @@ class DatabaseUnavailable(TetherError):
     """The database could not be opened or reached."""
 
 
+class LedgerFault(DatabaseUnavailable):
+    """The ledger itself is corrupt, full, read-only, unreadable or gone: retrying cannot mend
+    it, so a worker stops (see ``tether.faults``). The message says what to do."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        self.kind = kind
+        super().__init__(message)
+
+
 class UnknownJobType(TetherError):
     def __init__(self, name: str, known: list[str]) -> None:
         self.name = name

@@ -1,12 +1,15 @@
-"""The data root: safe path resolution, the one atomic write, delete, per-path locks.
+"""The data root: path checks, the one atomic write and delete (``DataFile``), per-path locks.
 
 A reader of a data file sees the old complete file or the new complete file, never a torn one.
-tether's own files are the ``.tether/`` directory under the root and ``*.tether-tmp`` temp
-files; neither is ever data.
+Every operation on data goes through a descriptor of its directory opened from the root without
+following any symlink (``beneath``); only regular files are read or replaced. tether's own files
+are the ``.tether/`` directory under the root and ``*.tether-tmp`` temp files; neither is ever
+data, however it is reached.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import os
@@ -19,16 +22,27 @@ from contextlib import ExitStack, contextmanager
 from functools import lru_cache
 from pathlib import Path
 
+from . import beneath
+
 INTERNAL_DIR = ".tether"
 TEMP_SUFFIX = ".tether-tmp"
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 _FILE_MODE = 0o666 & ~_UMASK
+NAME_MAX = 255  # bytes in one path component (Linux, macOS, the BSDs)
+PATH_MAX = 4095
+# ``.<name>.<8 hex>.tether-tmp``: the temp file of a write of <name>, in the same directory.
+TEMP_OVERHEAD = 1 + 1 + 8 + len(TEMP_SUFFIX)
 
 
 class PathRejected(ValueError):
     """Why a relative path is not acceptable (the caller names the field and job type)."""
+
+
+class NotRegularFile(OSError):
+    """What is at a data path is not a regular file (a directory, FIFO, socket or device); tether
+    reads and replaces only regular files. ``filename`` is the path, ``strerror`` what it is."""
 
 
 def normalize(rel: str) -> str:
@@ -46,28 +60,48 @@ def normalize(rel: str) -> str:
         raise PathRejected("contains '..'")
     if not parts:
         raise PathRejected("names the data root itself, not a file")
+    _check_internal(parts)
+    _check_lengths(parts)
+    return "/".join(parts)
+
+
+def _check_internal(parts: list[str]) -> None:
     if parts[0] == INTERNAL_DIR:
         raise PathRejected(f"is inside tether's own {INTERNAL_DIR}/ directory")
     if parts[-1].endswith(TEMP_SUFFIX):
         raise PathRejected(f"ends in {TEMP_SUFFIX}, which tether reserves for its temp files")
-    return "/".join(parts)
+
+
+def _check_lengths(parts: list[str]) -> None:
+    """Names the file system would refuse at run time, refused now: a component over NAME_MAX
+    bytes, a file name too long for its temp file's name, a path over PATH_MAX."""
+    total = 0
+    for n, part in enumerate(parts, 1):
+        size = len(part.encode("utf-8", "surrogatepass"))
+        total += size + 1
+        if size > NAME_MAX:
+            raise PathRejected(f"has a component of {size} bytes; at most {NAME_MAX} are allowed")
+        if n == len(parts) and size > NAME_MAX - TEMP_OVERHEAD:
+            raise PathRejected(
+                f"has a file name of {size} bytes; at most {NAME_MAX - TEMP_OVERHEAD} are allowed "
+                f"({NAME_MAX} less the {TEMP_OVERHEAD} of the temp file tether writes it through)"
+            )
+    if total - 1 > PATH_MAX:
+        raise PathRejected(f"is {total - 1} bytes long; at most {PATH_MAX} are allowed")
 
 
 def resolve(root: Path, rel: str) -> Path:
     """The absolute path of ``rel`` under ``root``, refusing anything that escapes it (including
-    through a symlink anywhere on the way). The file itself need not exist."""
+    through a symlink anywhere on the way). The file itself need not exist. For messages and
+    enqueue-time checks: operations on data go through ``data_file``, which follows no symlink."""
     return Path(_resolve(root, rel)[0])
-
-
-def absolute(root: Path, rel: str) -> str:
-    """``resolve`` as text, for handlers that only hand the path to the system."""
-    return _resolve(root, rel)[0]
 
 
 def canonical(root: Path, rel: str) -> str:
     """The one name of the file ``rel`` names: its resolved path relative to the real root. Two
     spellings of one file (through a symlinked directory inside the root) share it, so they
-    share one ordering key and one path lock."""
+    share one ordering key and one path lock. tether's own files are refused however they are
+    reached (``ln -s .tether data/tl`` makes ``tl/locks/paths.lock`` no data path)."""
     return _resolve(root, rel)[1]
 
 
@@ -91,55 +125,247 @@ def _resolve(root: Path, rel: str) -> tuple[str, str]:
 
 
 def _resolve_links(real_root: str, norm: str) -> tuple[str, str]:
-    target = os.path.realpath(os.path.join(real_root, norm))
+    for _ in range(3):
+        try:
+            target = os.path.realpath(os.path.join(real_root, norm))
+            break
+        except OSError as e:  # a symlink replaced by a directory between lstat and readlink
+            if e.errno != errno.EINVAL:
+                raise
+    else:
+        raise PathRejected("kept changing while it was resolved (a symlink swapped back and forth)")
     if target != real_root and not target.startswith(real_root + os.sep):
         raise PathRejected("resolves (through a symlink) outside the data root")
     if target == real_root:
         raise PathRejected("names the data root itself, not a file")
-    return target, os.path.relpath(target, real_root).replace(os.sep, "/")
+    rel = os.path.relpath(target, real_root).replace(os.sep, "/")
+    try:
+        _check_internal(rel.split("/"))
+        _check_lengths(rel.split("/"))
+    except PathRejected as e:
+        raise PathRejected(f"resolves (through a symlink) to {rel!r}, which {e}") from None
+    return target, rel
 
 
 @lru_cache(maxsize=64)
 def _real_root(root: str) -> str:
     # The root is resolved once per process; paths under it are resolved on every call.
-    real = os.path.realpath(root)
-    _roots.update((real, os.path.abspath(root)))
-    _durable_dirs.update(_roots)
-    return real
+    return os.path.realpath(root)
 
 
-# Directories whose entries this process has made durable, each with every directory above it up
-# to its data root. A file is not durable until all of those are, and a directory another thread
-# or process has just made may not be yet (its maker may still be on the way to fsyncing the
-# parent; ext4 without a journal does not carry a mkdir along with a later fsync). Data roots
-# count as durable: they exist before tether writes into them (see ``make_root``). A directory
-# removed and made again by someone else while this process runs is taken as durable.
-_roots: set[str] = set()
-_durable_dirs: set[str] = set()
+_ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+def open_root(root: str | os.PathLike[str]) -> int:
+    """A descriptor of the data root, opened for this operation (the caller closes it): the root
+    is the operator's to choose (it may itself be a symlink); nothing below it is followed. Not
+    cached: a root removed and made again must not leave writes going into the old, unlinked
+    directory."""
+    return os.open(_real_root(os.fspath(root)), _ROOT_FLAGS)
+
+
+@contextmanager
+def opened_root(root: str | os.PathLike[str]) -> Iterator[int]:
+    """``open_root``, closed on exit."""
+    fd = open_root(root)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+# The directories (relative to their real data root) whose entries this process has made
+# durable, each with every directory above it up to the root. A file is not durable until all of
+# those are, and a directory another thread or process has just made may not be yet (its maker
+# may still be on the way to fsyncing the parent; ext4 without a journal does not carry a mkdir
+# along with a later fsync). Data roots count as durable: they exist before tether writes into
+# them (see ``make_root``). A directory removed and made again by someone else while this
+# process runs is taken as durable. An fsync that fails adds nothing, so the next write tries it
+# again.
+_durable_dirs: set[tuple[str, str]] = set()
 _DURABLE_DIRS_MAX = 65_536  # past this the set starts again: forgetting costs only an fsync
 
 
-def _durable_entry(directory: str, made: list[str]) -> None:
-    """Make the entries of ``directory`` and of the directories above it durable, up to its data
-    root (outside any root: the directories this write ``made`` and ``directory`` itself),
-    parent first, so the set never holds a directory whose parents are not durable yet."""
-    d = os.path.abspath(directory)
-    if d in _durable_dirs:
-        return
-    chain = [d]
-    if any(d.startswith(root.rstrip("/") + "/") for root in _roots):
-        parent = os.path.dirname(d)
-        while parent not in _durable_dirs and parent != chain[-1]:  # ends at the root at the latest
-            chain.append(parent)
-            parent = os.path.dirname(parent)
-    else:
-        chain += [m for m in made if m != d]
+def _make_durable(dir_fd: int, real_root: str, directory: str) -> None:
+    """Make the entries of the directories on the way to ``directory`` (open as ``dir_fd``)
+    durable, parent first, so the set never holds a directory whose parents are not durable yet.
+    The parents are reached by ``..`` from the directory itself, not by name again: they are the
+    ones the file is really written under, whatever was renamed meanwhile."""
     if len(_durable_dirs) > _DURABLE_DIRS_MAX:
         _durable_dirs.clear()
-        _durable_dirs.update(_roots)
-    for d in sorted(chain, key=len):
-        fsync_dir(os.path.dirname(d))
-        _durable_dirs.add(d)
+    parts = directory.split("/")
+    ancestors = [dir_fd]  # ancestors[j]: the directory j levels above ``directory``
+    try:
+        for _ in parts:
+            ancestors.append(os.open("..", _ROOT_FLAGS, dir_fd=ancestors[-1]))
+        for depth in range(len(parts)):
+            key = (real_root, "/".join(parts[: depth + 1]))
+            if key not in _durable_dirs:
+                fsync_fd(ancestors[len(parts) - depth])  # the parent of the directory at depth + 1
+                _durable_dirs.add(key)
+    finally:
+        for fd in ancestors[1:]:
+            os.close(fd)
+
+
+def fsync_fd(fd: int) -> None:
+    """fsync one descriptor (a module attribute, so a test can make it fail)."""
+    os.fsync(fd)
+
+
+@contextmanager
+def data_file(root: str | os.PathLike[str], rel: str, *, create: bool = False) -> Iterator[DataFile]:
+    """The data path ``rel`` (normalized) under ``root``, through a descriptor of its directory
+    opened from the root without following any symlink. With ``create``, missing directories
+    are made. OSError names the component at fault (``filename``, relative to the root)."""
+    directory, _, name = rel.rpartition("/")
+    with opened_root(root) as root_fd:
+        dir_fd = beneath.open_dir(root_fd, directory, create=create)
+        try:
+            yield DataFile(_real_root(os.fspath(root)), directory, name, dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK  # never blocks on a FIFO swapped in after the lstat
+
+
+class DataFile:
+    """One data path, held by its directory's descriptor: every call acts inside that directory,
+    whatever is renamed or swapped for a symlink above it meanwhile."""
+
+    __slots__ = ("dir_fd", "directory", "name", "real_root", "rel")
+
+    def __init__(self, real_root: str, directory: str, name: str, dir_fd: int) -> None:
+        self.real_root, self.directory, self.name, self.dir_fd = real_root, directory, name, dir_fd
+        self.rel = f"{directory}/{name}" if directory else name
+
+    def lstat(self) -> os.stat_result | None:
+        """What is at the path (a symlink itself, not followed), None if nothing."""
+        try:
+            return os.stat(self.name, dir_fd=self.dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
+    def regular(self) -> os.stat_result | None:
+        """``lstat``, refusing anything but a regular file (NotRegularFile, ELOOP for a symlink)."""
+        st = self.lstat()
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            raise _not_regular(st.st_mode, self.rel)
+        return st
+
+    def holds(self, data: bytes) -> bool:
+        """Whether the regular file at the path holds exactly ``data``. When it does, it and its
+        directory are fsynced before this returns: whoever wrote it (an earlier attempt of this
+        job, say) may have seen its fsync fail, and the job must not complete on bytes that are
+        only in the page cache."""
+        try:
+            fd = os.open(self.name, _READ_FLAGS | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.dir_fd)
+        except FileNotFoundError:
+            return False
+        except OSError as e:
+            raise beneath._named(e, self.rel) from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):  # swapped since the lstat: check before any read
+                raise _not_regular(st.st_mode, self.rel)
+            if st.st_size != len(data) or _read_all(fd, len(data) + 1) != data:
+                return False
+            fsync_fd(fd)
+        finally:
+            os.close(fd)
+        fsync_fd(self.dir_fd)
+        return True
+
+    def write(self, data: bytes) -> None:
+        """Replace the file with ``data`` all at once: temp file in the same directory, write,
+        fsync, rename over the target, fsync the directory. The first time this process writes
+        into a directory it also makes the directories above it durable, up to the data root,
+        before the rename. The temp file is removed on any error, which leaves the target as
+        it was."""
+        tmp = f".{self.name}.{secrets.token_hex(4)}{TEMP_SUFFIX}"
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, _FILE_MODE, dir_fd=self.dir_fd
+        )
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                fsync_fd(fd)
+            finally:
+                os.close(fd)
+            if self.directory and (self.real_root, self.directory) not in _durable_dirs:
+                _make_durable(self.dir_fd, self.real_root, self.directory)
+            os.replace(tmp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+        except BaseException as e:
+            _unlink_quietly(tmp, self.dir_fd)
+            if isinstance(e, OSError) and e.filename is None:
+                raise beneath._named(e, self.rel) from None
+            raise
+        fsync_fd(self.dir_fd)
+
+    def delete(self) -> bool:
+        """Remove the file durably; False if it was not there. The directory is fsynced either
+        way: an earlier attempt may have removed it and then failed to fsync."""
+        try:
+            os.unlink(self.name, dir_fd=self.dir_fd)
+            deleted = True
+        except FileNotFoundError:
+            deleted = False
+        except OSError as e:
+            if e.errno in (errno.EISDIR, errno.EPERM) and (st := self.lstat()) and stat.S_ISDIR(st.st_mode):
+                raise _not_regular(st.st_mode, self.rel) from None
+            raise beneath._named(e, self.rel) from None
+        fsync_fd(self.dir_fd)
+        return deleted
+
+    def remove_stale_temps(self) -> int:
+        """Remove temp files left for this path by interrupted writes. Call only while holding the
+        path's lock, so no live write of this path owns one of them."""
+        removed = 0
+        prefix = f".{self.name}."
+        with os.scandir(self.dir_fd) as entries:
+            for entry in entries:
+                name = entry.name
+                if (
+                    name.startswith(prefix)
+                    and name.endswith(TEMP_SUFFIX)
+                    and len(name) == len(prefix) + 8 + len(TEMP_SUFFIX)
+                    and not entry.is_dir(follow_symlinks=False)
+                ):
+                    _unlink_quietly(name, self.dir_fd)
+                    removed += 1
+        return removed
+
+
+def _not_regular(mode: int, rel: str) -> OSError:
+    if stat.S_ISLNK(mode):
+        return OSError(errno.ELOOP, "is a symbolic link", rel)
+    return NotRegularFile(errno.EINVAL, "is a directory" if stat.S_ISDIR(mode) else "is not a regular file", rel)
+
+
+def _read_all(fd: int, limit: int) -> bytes:
+    """Up to ``limit`` bytes of an open file."""
+    chunks, size = [], 0
+    while size < limit and (chunk := os.read(fd, min(limit - size, 1 << 20))):
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def read(root: str | os.PathLike[str], rel: str) -> bytes:
+    """The bytes of the regular data file ``rel`` (normalized), opened from the root without
+    following any symlink and without blocking (a FIFO, socket or device is NotRegularFile)."""
+    with opened_root(root) as root_fd:
+        fd = beneath.open_beneath(root_fd, rel, _READ_FLAGS)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _not_regular(st.st_mode, rel)
+        return _read_all(fd, 1 << 62)
+    finally:
+        os.close(fd)
 
 
 def _make_dirs(directory: str) -> list[str]:
@@ -159,76 +385,12 @@ def make_root(root: str | os.PathLike[str]) -> None:
         fsync_dir(os.path.dirname(d))
 
 
-def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
-    """Replace ``path`` with ``data`` all at once: temp file in the same directory, write, fsync,
-    rename over the target, fsync the directory. The first time this process writes into a
-    directory it also makes the directories above it durable, up to the data root, before the
-    rename. The temp file is removed on any error, which leaves the target as it was."""
-    directory, name = os.path.split(os.fspath(path))
-    directory = directory or "."
-    tmp = os.path.join(directory, f".{name}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
-    made: list[str] = []
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
-    except FileNotFoundError:  # the directory is missing: rarer than a stat to check it first
-        made = _make_dirs(directory)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if directory not in _durable_dirs:
-            _durable_entry(directory, made)
-        os.replace(tmp, path)
-    except BaseException:
-        _unlink_quietly(tmp)
-        raise
-    fsync_dir(directory)
-
-
-def delete(path: str | os.PathLike[str]) -> bool:
-    """Remove ``path`` durably; False if it was not there."""
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return False
-    fsync_dir(os.path.dirname(os.fspath(path)) or ".")
-    return True
-
-
 def fsync_dir(directory: str | os.PathLike[str]) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        os.fsync(fd)
+        fsync_fd(fd)
     finally:
         os.close(fd)
-
-
-def remove_stale_temps(path: str | os.PathLike[str]) -> int:
-    """Remove temp files left for ``path`` by interrupted writes. Call only while holding the
-    path's lock, so no live write of this path owns one of them."""
-    removed = 0
-    directory, target = os.path.split(os.fspath(path))
-    try:
-        entries = os.scandir(directory or ".")
-    except FileNotFoundError:
-        return 0
-    prefix = f".{target}."
-    with entries:
-        for entry in entries:
-            name = entry.name
-            if (
-                name.startswith(prefix)
-                and name.endswith(TEMP_SUFFIX)
-                and len(name) == len(prefix) + 8 + len(TEMP_SUFFIX)
-            ):
-                _unlink_quietly(entry.path)
-                removed += 1
-    return removed
 
 
 LOCK_STRIPES = 1024  # lock files, where open file description locks are missing
@@ -284,7 +446,7 @@ def path_lock(root: Path, rel: str) -> Iterator[None]:
             held[key] -= 1
         return
     name = LOCK_FILE if _OFD_SETLKW is not None else f"{h:04d}.lock"
-    fd = _open_lock_file(os.path.join(key[0], INTERNAL_DIR, "locks", name))
+    fd = _open_lock_file(key[0], name)
     try:
         if _OFD_SETLKW is not None:
             fcntl.fcntl(fd, _OFD_SETLKW, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, h, 1, 0))
@@ -299,12 +461,16 @@ def path_lock(root: Path, rel: str) -> Iterator[None]:
         os.close(fd)  # closing the descriptor releases the lock
 
 
-def _open_lock_file(path: str) -> int:
-    try:
-        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    except FileNotFoundError:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+def _open_lock_file(root: str, name: str) -> int:
+    """``.tether/locks/<name>`` under the root, following no symlink: a ``.tether`` that is a
+    symlink is refused (ELOOP), never used to put the lock file outside the root."""
+    rel = f"{INTERNAL_DIR}/locks/{name}"
+    with opened_root(root) as root_fd:
+        try:
+            return beneath.open_beneath(root_fd, rel, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:
+            os.close(beneath.open_dir(root_fd, f"{INTERNAL_DIR}/locks", create=True))
+            return beneath.open_beneath(root_fd, rel, os.O_RDWR | os.O_CREAT, 0o644)
 
 
 @contextmanager
@@ -320,8 +486,8 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _unlink_quietly(path: str | os.PathLike[str]) -> None:
+def _unlink_quietly(name: str, dir_fd: int) -> None:
     try:
-        os.unlink(path)
+        os.unlink(name, dir_fd=dir_fd)
     except FileNotFoundError:
         pass

@@ -48,8 +48,9 @@ def _put(conn: sa.Connection, key: str, value: str) -> None:
         conn.execute(sa.insert(_t).values(key=key, value=value))
 
 
-def settle(engine: sa.Engine, given: str | os.PathLike[str] | None, *, moved: bool = False) -> tuple[Path, str]:
-    """The data root to use and the ledger's id, recording them where the ledger has none yet.
+def settle(engine: sa.Engine, given: str | os.PathLike[str] | None, *, moved: bool = False) -> tuple[Path, str, bool]:
+    """The data root to use, the ledger's id, and whether this open recorded the root first (a
+    new ledger, or one from before roots were recorded), recording what the ledger lacks.
 
     ``given`` is the root the caller named (None: use the recorded one, else the working
     directory). A root that differs from the recorded one is refused (RootMismatch) unless
@@ -81,7 +82,7 @@ def settle(engine: sa.Engine, given: str | os.PathLike[str] | None, *, moved: bo
             )
         if version < SCHEMA_VERSION:
             _put(conn, VERSION, str(SCHEMA_VERSION))
-    return root, ledger_id
+    return root, ledger_id, recorded is None
 
 
 def _same(recorded: str, root: Path) -> bool:

@@ -11,12 +11,19 @@ from .errors import PermanentError, TetherError
 
 
 def error_text(exc: BaseException) -> str:
-    """What goes into ``last_error``: the message, plus the traceback for unexpected errors
-    (NUL bytes written as \\0: PostgreSQL text cannot hold them)."""
+    """What goes into ``last_error``: ``ExceptionType: message`` first, which is the line that
+    ``failed``, ``jobs``, ``recent`` and the events show; for an error that is not tether's own the
+    traceback follows on the next lines, for ``tether show`` (NUL bytes written as \\0:
+    PostgreSQL text cannot hold them)."""
+    try:
+        message = str(exc).strip()
+    except Exception:  # an exception whose __str__ fails still gets its type on the first line
+        message = "<message unavailable>"
+    head = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
     if isinstance(exc, TetherError):
-        text = f"{type(exc).__name__}: {exc}"
+        text = head
     else:
-        text = "".join(traceback.format_exception(exc, limit=20)).rstrip()
+        text = head.split("\n", 1)[0] + "\n" + "".join(traceback.format_exception(exc, limit=20)).rstrip()
     return text.replace("\x00", "\\0")
 
 

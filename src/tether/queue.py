@@ -12,11 +12,11 @@ from typing import Any, NamedTuple
 import orjson
 import sqlalchemy as sa
 
-from . import events, sql
+from . import events, faults, sql
 from .backend import Backend
 from .build import Builder
 from .clock import Clock
-from .engine import ledger_id
+from .engine import ledger_id, ledger_name
 from .errors import (
     DatabaseUnavailable,
     DuplicateActiveJob,
@@ -27,6 +27,7 @@ from .errors import (
 )
 from .jobtypes import Payload, Registry
 from .jobtypes.target import display
+from .limits import DEFAULT_MAX_PAYLOAD_BYTES
 from .outcome import encode_result
 from .record import InsertResult, JobRecord, make_tuple
 from .status import FENCED, TRANSITIONS, JobStatus
@@ -124,7 +125,16 @@ def _by_size(jobs: list[JobRecord]) -> Iterator[list[JobRecord]]:
 
 
 class Queue:
-    def __init__(self, engine: sa.Engine, *, clock: Clock, registry: Registry, root: Path, wakeup: Wakeup) -> None:
+    def __init__(
+        self,
+        engine: sa.Engine,
+        *,
+        clock: Clock,
+        registry: Registry,
+        root: Path,
+        wakeup: Wakeup,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> None:
         self.engine = engine
         self.clock = clock
         self.registry = registry
@@ -132,10 +142,15 @@ class Queue:
         self.wakeup = wakeup
         self.backend = Backend.for_engine(engine)
         self._claim_sql = sql.claim_sql(engine.dialect.name)
-        self.builder = Builder(registry, root, clock)
+        self.builder = Builder(registry, root, clock, max_payload_bytes=max_payload_bytes)
         self.ledger_id = ledger_id(engine)
         self._json_sql = sql.insert_json_sql(engine.dialect.name) if self.backend.reads_json else None
         self._complete_many_sql = sql.complete_many_sql(engine.dialect.name) if self.backend.reads_json else None
+
+    @property
+    def where(self) -> str:
+        """The ledger as messages name it (``engine.ledger_name``)."""
+        return ledger_name(self.engine)
 
     # -- enqueue ---------------------------------------------------------------------------
 
@@ -213,7 +228,12 @@ class Queue:
                     results = self.insert_all(cur, jobs)
                     if any(not r.duplicate for r in results):
                         self.wakeup.notify_in(cur)
-        except sa.exc.OperationalError as e:
+        except sa.exc.SQLAlchemyError as e:
+            fault = faults.ledger_fault(e, self.where)
+            if fault is not None:
+                raise fault from e
+            if not isinstance(e, sa.exc.OperationalError):
+                raise
             raise DatabaseUnavailable(f"could not record the job(s), nothing was enqueued: {e.orig}") from e
         self.committed(results)
         return results

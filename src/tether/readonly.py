@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any, Union
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from . import config
+from . import config, faults
 from .clock import SystemClock
-from .engine import READ_ONLY, create_engine
+from .engine import READ_ONLY, create_engine, ledger_name, mask_url
 from .errors import DatabaseUnavailable
 from .record import JobRecord
 from .schema import FINISHED_SQL, TABLE, Job
@@ -51,17 +51,24 @@ def open_ledger(db_url: str | None = None, *, schema: str | None = None) -> sa.E
         path = Path(url.database).expanduser().absolute()
         if not path.is_file():
             raise NoLedger(f"no ledger at {path} (the file does not exist; check --db or TETHER_DB)")
+        if path.stat().st_size == 0:
+            raise NoLedger(f"no ledger at {path} (the file is empty, 0 bytes, so it has no {TABLE} table)")
     engine = create_engine(db_url, schema=config.schema(schema))
     try:
         with engine.connect() as conn:
             present = sa.inspect(conn).has_table(TABLE)
-    except sa.exc.OperationalError as e:
+    except sa.exc.SQLAlchemyError as e:
         engine.dispose()
+        fault = faults.ledger_fault(e, ledger_name(engine))
+        if fault is not None:
+            raise fault from e
+        if not isinstance(e, sa.exc.OperationalError):
+            raise
         reason = " ".join(str(e.orig).split())  # drivers' messages span lines; ours are one
-        raise DatabaseUnavailable(f"cannot open the database at {engine.url!r}: {reason}") from e
+        raise DatabaseUnavailable(f"cannot open the database at {mask_url(engine.url)}: {reason}") from e
     if not present:
         engine.dispose()
-        raise NoLedger(f"no ledger at {engine.url!r} (the database has no {TABLE} table)")
+        raise NoLedger(f"no ledger at {mask_url(engine.url)} (the database has no {TABLE} table)")
     return engine
 
 

@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
 
-from . import events, fs, sql
+from . import beneath, events, fs, sql
 from .backend import Backend
 from .drift import DRIFT, IN_SYNC, LEFTOVER_TEMP, NOT_CHECKED, STATUSES, UNKNOWN, UNTRACKED, Finding, Report
 from .engine import READ_ONLY
-from .jobtypes.base import SYNCED, Check, Probe, listings
+from .jobtypes.base import SYNCED, Check, Probe
+from .jobtypes.files import listings
 from .jobtypes.target import display, file_key
 
 if TYPE_CHECKING:
@@ -367,7 +368,11 @@ class _Reconciler:
             if self._read(ACTIVE_ON, {"key": file_key(target)}):
                 return  # a running job's write in progress
         try:  # asked after the ledger: gone means a write finished meanwhile
-            size = os.lstat(os.path.join(self.root, rel)).st_size
+            with fs.data_file(self.root, rel) as f:
+                st = f.lstat()
+            if st is None:
+                return
+            size = st.st_size
         except FileNotFoundError:
             return
         except OSError as e:
@@ -402,40 +407,48 @@ def _entries(
 ) -> Iterator[tuple[str, os.DirEntry[str] | bool | None]]:
     """(relative path, entry) of every non-directory entry under ``root`` (only temp files with
     ``only_temps``), skipping ``.tether/``; (directory, None) for one that could not be listed.
-    With ``listed`` (only temp files), the directories in it are taken from it (entry: True)."""
+    With ``listed`` (only temp files), the directories in it are taken from it (entry: True).
+    Each directory is opened from the root without following a symlink, as the probes read."""
     suffix = fs.TEMP_SUFFIX
     stack = [""]
-    while stack:
-        prefix = stack.pop()
-        path = os.path.join(root, prefix) if prefix else root
-        known = listed.get(os.path.normpath(path)) if listed else None
-        if known is not None and only_temps:
-            temps, subdirs = known
-            for name in temps:
-                yield f"{prefix}{name}", True
-            stack.extend(f"{prefix}{name}/" for name in subdirs if prefix or name != fs.INTERNAL_DIR)
-            continue
-        try:
-            entries = os.scandir(path)
-        except FileNotFoundError:
-            continue
-        except OSError:
-            yield prefix.rstrip("/") or ".", None
-            continue
-        with entries:
-            for entry in entries:
-                if only_temps and entry.name.endswith(suffix):
-                    yield f"{prefix}{entry.name}", entry
-                    continue
-                try:
-                    is_dir = entry.is_dir(follow_symlinks=False)
-                except OSError:
-                    is_dir = False
-                if is_dir:
-                    if prefix or entry.name != fs.INTERNAL_DIR:
-                        stack.append(f"{prefix}{entry.name}/")
-                elif not only_temps:
-                    yield f"{prefix}{entry.name}", entry
+    with fs.opened_root(root) as root_fd:
+        while stack:
+            prefix = stack.pop()
+            path = os.path.join(root, prefix) if prefix else root
+            known = listed.get(os.path.normpath(path)) if listed else None
+            if known is not None and only_temps:
+                temps, subdirs = known
+                for name in temps:
+                    yield f"{prefix}{name}", True
+                stack.extend(f"{prefix}{name}/" for name in subdirs if prefix or name != fs.INTERNAL_DIR)
+                continue
+            try:
+                dir_fd = beneath.open_dir(root_fd, prefix.rstrip("/"))
+            except FileNotFoundError:
+                continue
+            except OSError:
+                yield prefix.rstrip("/") or ".", None
+                continue
+            try:
+                entries = os.scandir(dir_fd)
+            except OSError:
+                os.close(dir_fd)
+                yield prefix.rstrip("/") or ".", None
+                continue
+            try:  # the entries' stat() uses dir_fd: it stays open while they are handed out
+                with entries:
+                    for entry in entries:
+                        try:
+                            is_dir = entry.is_dir(follow_symlinks=False)
+                        except OSError:
+                            is_dir = False
+                        if is_dir:  # a data directory named ``x.tether-tmp`` is no temp file
+                            if prefix or entry.name != fs.INTERNAL_DIR:
+                                stack.append(f"{prefix}{entry.name}/")
+                        elif not only_temps or entry.name.endswith(suffix):
+                            yield f"{prefix}{entry.name}", entry
+            finally:
+                os.close(dir_fd)
 
 
 def _size(entry: os.DirEntry[str]) -> int | None:

@@ -260,16 +260,22 @@ class JsonStore:
         except fs.PathRejected as e:
             raise UnsafePath("load", "path", path, str(e)) from e
 
+    def _canonical(self, path: str) -> str:
+        try:
+            return fs.canonical(self.coordinator.root, path)
+        except fs.PathRejected as e:
+            raise UnsafePath("load", "path", path, str(e)) from e
+
     def exists(self, path: str) -> bool:
         return self.path(path).is_file()
 
     def load(self, path: str, model: type[M]) -> M:
         """Read ``path`` from disk and validate it as ``model``. ModelNotFound if it is missing,
         InvalidModel if it is not valid JSON or not a valid ``model``."""
-        target = self.path(path)
         try:
-            data = target.read_bytes()
-        except (FileNotFoundError, IsADirectoryError) as e:
+            # Opened from the root, following no symlink, never blocking (a FIFO there is no model).
+            data = fs.read(self.coordinator.root, self._canonical(path))
+        except (FileNotFoundError, NotADirectoryError, fs.NotRegularFile) as e:
             raise ModelNotFound(path, str(self.coordinator.root)) from e
         try:
             return model.model_validate(orjson.loads(data))
@@ -282,10 +288,9 @@ class JsonStore:
 
     def load_json(self, path: str) -> Any:
         """Read ``path`` as a plain JSON value (ModelNotFound if missing)."""
-        target = self.path(path)
         try:
-            return orjson.loads(target.read_bytes())
-        except (FileNotFoundError, IsADirectoryError) as e:
+            return orjson.loads(fs.read(self.coordinator.root, self._canonical(path)))
+        except (FileNotFoundError, NotADirectoryError, fs.NotRegularFile) as e:
             raise ModelNotFound(path, str(self.coordinator.root)) from e
         except orjson.JSONDecodeError as e:
             raise InvalidModel(

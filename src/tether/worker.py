@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
 
-from . import config, events
+from . import config, events, faults
 from .context import LEASE_LOST, SHUTDOWN, TIMEOUT, JobContext
-from .errors import Cancelled, InvalidPayload, JobTimedOut, PermanentError
+from .errors import Cancelled, InvalidPayload, JobTimedOut, LedgerFault, PermanentError
 from .outcome import encode_result, error_text
 from .queue import Decision
 from .record import JobRecord
@@ -89,13 +89,22 @@ class Worker:
         self.empty_polls = 0  # claims that found nothing ready
         self._slow = False
         self._last_beat = time.monotonic()
+        self.fault: LedgerFault | None = None  # what stopped this worker, if the ledger did
 
     # -- single steps ------------------------------------------------------------------------
 
     def run_once(self, now: datetime | None = None) -> int:
         """One tick: claim ready jobs (as of ``now``; up to ``batch``, or one while jobs are
-        slow), run them in order, record their outcomes in group commits. Returns jobs run."""
-        return self._run_batch(self._claim(now), claim_next=False)[0]
+        slow), run them in order, record their outcomes in group commits. Returns jobs run;
+        LedgerFault if the ledger is corrupt, full, read-only or gone."""
+        try:
+            ran = self._run_batch(self._claim(now), claim_next=False)[0]
+        except sa.exc.SQLAlchemyError as e:
+            self._fatal(e)
+            raise
+        if self.fault is not None:
+            raise self.fault
+        return ran
 
     def _claim(self, now: datetime | None = None) -> _Claimed:
         leased_at = time.monotonic()
@@ -201,24 +210,21 @@ class Worker:
             try:
                 return self.queue.finish_and_claim(self.id, decisions, records=False, claim=claim)[1]
             except (sa.exc.OperationalError, sa.exc.InterfaceError) as e:
+                if self._fatal(e):
+                    return []  # unrecorded: the locks go stale and the jobs run again elsewhere
                 # Recording must not wait on claiming (which may be what fails), and a commit
                 # that went through unseen must not leave a second batch claimed: retry without.
                 claim = 0
                 backoff = self._next_backoff(backoff)
-                events.emit(
-                    "db_error", worker=self.id, error=type(e.orig or e).__name__, retry_in=backoff, jobs=len(decisions)
-                )
+                events.emit("db_error", worker=self.id, error=faults.describe(e), retry_in=backoff, jobs=len(decisions))
                 if self._stopping.wait(backoff) and self._cancel.is_set():
                     return []
             except sa.exc.SQLAlchemyError as e:
+                if self._fatal(e):
+                    return []
                 # The database refuses this outcome (a value it cannot store): retrying would
                 # never end, so record each alone and fail the ones it refuses.
-                events.emit(
-                    "db_refused",
-                    worker=self.id,
-                    error=type(getattr(e, "orig", None) or e).__name__,
-                    jobs=len(decisions),
-                )
+                events.emit("db_refused", worker=self.id, error=faults.describe(e), jobs=len(decisions))
                 if len(decisions) > 1:
                     for d in decisions:
                         self._record([d])
@@ -227,8 +233,7 @@ class Worker:
                     return []  # even the plain failure is refused; the lock will go stale
                 refused_once = True
                 [d] = decisions
-                cause = getattr(e, "orig", None) or e  # not every SQLAlchemyError wraps a driver error
-                error = f"tether could not record this job's outcome ({d.edge}): {type(cause).__name__}: {cause}"
+                error = f"tether could not record this job's outcome ({d.edge}): {faults.describe(e)}"
                 decisions = [Decision.fail(d.job, error, d.duration)]
 
     def heartbeat_once(self, now: datetime | None = None) -> list[str]:
@@ -251,11 +256,18 @@ class Worker:
         """Sweep stale locks, then run jobs until none is ready; returns how many ran. Signals
         stop it as they stop ``run()``."""
         with self._signals(install_signals):
-            self.sweep_once()
+            try:
+                self.sweep_once()
+            except sa.exc.SQLAlchemyError as e:
+                if self._fatal(e):
+                    raise self.fault from e  # type: ignore[misc]
+                raise
             return self._run(until_idle=True)
 
     def run(self, *, install_signals: bool = True) -> int:
-        """Run until stopped (SIGINT/SIGTERM when ``install_signals``); returns jobs run."""
+        """Run until stopped (SIGINT/SIGTERM when ``install_signals``); returns jobs run. Raises
+        LedgerFault, once its threads have stopped, if the ledger is corrupt, full, read-only or
+        gone (``tether.faults``); other database errors are retried with backoff."""
         with self._signals(install_signals):
             return self._run(until_idle=False)
 
@@ -325,7 +337,15 @@ class Worker:
                         self._beat_quietly()
             if watcher is not None:
                 watcher.stop()
-        events.emit("worker_stopped", worker=self.id, processed=self.processed - start_count)
+        fault = self.fault
+        events.emit(
+            "worker_stopped",
+            worker=self.id,
+            processed=self.processed - start_count,
+            fault=None if fault is None else fault.kind,
+        )
+        if fault is not None:
+            raise fault
         return self.processed - start_count
 
     def _supervise(self, threads: list[threading.Thread], until_idle: bool) -> None:
@@ -334,6 +354,8 @@ class Worker:
         next_sweep = time.monotonic() + self.config.sweep_every
         while any(t.is_alive() for t in threads):
             threads[0].join(timeout=min(0.2, self.config.heartbeat_every))
+            if self.fault is None:
+                self._fatal(self.queue.backend.file_fault())
             now = time.monotonic()
             if now >= next_beat:
                 self._beat_quietly()
@@ -342,7 +364,8 @@ class Worker:
                 try:
                     self.sweep_once()
                 except sa.exc.SQLAlchemyError as e:
-                    events.emit("db_error", worker=self.id, error=type(getattr(e, "orig", None) or e).__name__)
+                    if not self._fatal(e):
+                        events.emit("db_error", worker=self.id, error=faults.describe(e))
                 next_sweep = now + self.config.sweep_every
 
     def _beat_quietly(self) -> None:
@@ -352,7 +375,9 @@ class Worker:
             self.heartbeat_once()
             self._last_beat = time.monotonic()
         except sa.exc.SQLAlchemyError as e:
-            events.emit("db_error", worker=self.id, error=type(getattr(e, "orig", None) or e).__name__)
+            if self._fatal(e):
+                return
+            events.emit("db_error", worker=self.id, error=faults.describe(e))
             if time.monotonic() - self._last_beat > self.config.lock_timeout / 2:
                 with self._running_lock:
                     contexts = [ctx for _, ctx in self._running.values()]
@@ -384,10 +409,10 @@ class Worker:
                 carried.jobs, carried.leased_at = following.jobs, following.leased_at
                 backoff = 0.0
             except sa.exc.SQLAlchemyError as e:
+                if self._fatal(e):
+                    return
                 backoff = self._next_backoff(backoff)
-                events.emit(
-                    "db_error", worker=self.id, error=type(getattr(e, "orig", None) or e).__name__, retry_in=backoff
-                )
+                events.emit("db_error", worker=self.id, error=faults.describe(e), retry_in=backoff)
                 ran = -1
             finally:
                 with self._idle:
@@ -409,6 +434,25 @@ class Worker:
                     self._idle.wait_for(lambda: self._busy == 0 or self._drained or self._stopping.is_set())
             else:
                 self.queue.wakeup.wait(seen, self.config.poll_interval)
+
+    def _fatal(self, error: BaseException | None) -> bool:
+        """Whether ``error`` is a ledger fault (``tether.faults``). The first one stops this
+        worker: running jobs are cancelled at their next checkpoint, and what it holds is given
+        back where the ledger still takes a write; ``run`` then raises it."""
+        if error is None:
+            return False
+        if self.fault is not None:
+            return faults.kind_of(error) is not None
+        fault = faults.ledger_fault(error, self.queue.where)
+        if fault is None:
+            # The statement may have failed because the file under it went away.
+            fault = self.queue.backend.file_fault()
+            if fault is None:
+                return False
+        self.fault = fault
+        events.emit("ledger_fault", worker=self.id, fault=fault.kind, error=str(fault))
+        self.stop(cancel=True)
+        return True
 
     def _next_backoff(self, current: float) -> float:
         return min(self.config.max_db_backoff, max(self.config.poll_interval, current * 2))

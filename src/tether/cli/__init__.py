@@ -7,7 +7,10 @@ import sys
 import sqlalchemy as sa
 import typer
 
-from ..errors import TetherError
+from .. import config
+from ..engine import mask_url
+from ..errors import LedgerFault, TetherError
+from ..faults import EXIT_LEDGER_FAULT, describe, ledger_fault
 
 # Importing a command module registers its command.
 from . import (  # noqa: F401  (imported for the commands they register)
@@ -26,11 +29,13 @@ from . import (  # noqa: F401  (imported for the commands they register)
     stuck,
     worker,
 )
-from .app import app, err
+from .app import app, err, settings
 
 
 def main() -> None:
-    """Console entry point: errors become one clear line and a non-zero exit, not a traceback."""
+    """Console entry point: errors become one clear line and a non-zero exit, not a traceback:
+    1 for bad input or an unreachable database, 74 (``faults.EXIT_LEDGER_FAULT``) when the ledger
+    is corrupt, full, read-only or gone, 130 when interrupted; usage errors 2."""
     try:
         # Without standalone mode, click returns (not raises) the exit code of typer.Exit and
         # of Ctrl-C (130).
@@ -38,9 +43,15 @@ def main() -> None:
     except typer.Abort:
         err.print("aborted")
         sys.exit(130)
-    except (TetherError, sa.exc.SQLAlchemyError, OSError) as e:
-        err.print(f"tether: error: {e}", markup=False, soft_wrap=True)
-        sys.exit(1)
+    except LedgerFault as e:
+        _fail(f"tether: ledger fault: {e}", EXIT_LEDGER_FAULT)
+    except sa.exc.SQLAlchemyError as e:
+        fault = ledger_fault(e, mask_url(config.db_url(settings.db)))
+        if fault is not None:
+            _fail(f"tether: ledger fault: {fault}", EXIT_LEDGER_FAULT)
+        _fail(f"tether: error: {describe(e)}", 1)  # never the statement and its parameters
+    except (TetherError, OSError) as e:
+        _fail(f"tether: error: {e}", 1)
     except typer.TyperException as e:  # usage errors: typer bundles its own click
         display = getattr(e, "show", None)
         if display is None:
@@ -49,6 +60,11 @@ def main() -> None:
         sys.exit(getattr(e, "exit_code", 2))
     if isinstance(code, int) and code:
         sys.exit(code)
+
+
+def _fail(line: str, code: int) -> None:
+    err.print(line, markup=False, soft_wrap=True)
+    sys.exit(code)
 
 
 __all__ = ["app", "main"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +13,8 @@ from rich.console import Console
 
 from .. import config
 from ..coordinator import Coordinator
+from ..errors import ConfigError
+from ..outcome import error_text
 
 app = typer.Typer(
     name="tether",
@@ -89,21 +92,39 @@ def _global(
 
 def open_coordinator(**kwargs: Any) -> Coordinator:
     """The ledger named by --db/--root, with the job types of every --import module."""
-    import importlib
-
     from ..jobtypes import default_registry
 
     registry = default_registry()
     for module in settings.imports:
-        mod = importlib.import_module(module)
-        register = getattr(mod, "register", None)
-        if register is None:
-            raise typer.BadParameter(f"module {module!r} has no register(registry) function", param_hint="--import")
-        register(registry)
+        register_module(module, registry)
     kwargs.setdefault("durability", settings.durability)
     kwargs.setdefault("schema", settings.schema)
     kwargs.setdefault("moved", settings.moved)
     return Coordinator.open(settings.db, root=settings.root, registry=registry, **kwargs)
+
+
+def register_module(module: str, registry: Any) -> None:
+    """Import ``module`` (the working directory first on ``sys.path``, as ``python -m`` puts it)
+    and call its ``register(registry)``; any failure is a ConfigError naming the module."""
+    import importlib
+
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        mod = importlib.import_module(module)
+    except Exception as e:  # not found, a syntax error, or an error raised while it loads
+        raise ConfigError(f"--import {module}: cannot import it: {_one_line(e)}") from e
+    register = getattr(mod, "register", None)
+    if register is None:
+        raise typer.BadParameter(f"module {module!r} has no register(registry) function", param_hint="--import")
+    try:
+        register(registry)
+    except Exception as e:
+        raise ConfigError(f"--import {module}: its register(registry) raised {_one_line(e)}") from e
+
+
+def _one_line(error: BaseException) -> str:
+    return error_text(error).split("\n", 1)[0]
 
 
 def print_json(data: Any) -> None:

@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
+import sqlalchemy as sa
 import typer
 from rich.table import Table
 
 from .. import config, events
 from ..errors import ConfigError
+from ..faults import describe
 from ..readonly import open_ledger
 from ..reconcile import DRIFT, STATUSES, Report, count_targeted_jobs
 from ..reconcile import reconcile as run_reconcile
@@ -82,7 +84,8 @@ def reconcile(
         err.print("tether reconcile: interrupted; nothing was checked to the end")
         sys.exit(130)
     except Exception as e:  # a crash must never read as drift (exit 2)
-        err.print(f"tether reconcile: could not check: {type(e).__name__}: {e}", markup=False, soft_wrap=True)
+        reason = describe(e) if isinstance(e, sa.exc.SQLAlchemyError) else f"{type(e).__name__}: {e}"
+        err.print(f"tether reconcile: could not check: {reason}", markup=False, soft_wrap=True)
         sys.exit(1)
     # sys.exit, not typer.Exit: the console entry runs typer without standalone mode, where an
     # Exit code is returned to it rather than raised.
@@ -194,6 +197,7 @@ def check_main(argv: list[str] | None = None) -> None:
             err.print(f"reconcile/check: {e}", markup=False)
         sys.exit(1)
     except Exception as e:
-        err.print(f"reconcile/check: could not check: {type(e).__name__}: {e}", markup=False, soft_wrap=True)
+        reason = describe(e) if isinstance(e, sa.exc.SQLAlchemyError) else f"{type(e).__name__}: {e}"
+        err.print(f"reconcile/check: could not check: {reason}", markup=False, soft_wrap=True)
         sys.exit(1)
     sys.exit(rv if isinstance(rv, int) else 0)

@@ -8,6 +8,7 @@ import typer
 from .. import config
 from ..config import DEFAULT_BACKLOG_LIMIT, DEFAULT_LOCK_TIMEOUT, ENV_BACKLOG_LIMIT
 from ..errors import TetherError
+from ..faults import describe
 from ..health import Health, Thresholds, Verdict, health
 from .app import app, err, out, print_json
 from .output import JSON_OPTION, age, ledger, parse_duration, table, when
@@ -122,7 +123,7 @@ def status(
             h = health(engine, thresholds, lock_timeout=lock_timeout)
     except (TetherError, sa.exc.SQLAlchemyError, OSError) as e:
         # Could not tell: never let an unreadable ledger look healthy (exit 3, not 0 or 1).
-        reason = " ".join(str(e).split())
+        reason = describe(e) if isinstance(e, sa.exc.SQLAlchemyError) else " ".join(str(e).split())
         if as_json:
             print_json({"verdict": Verdict.UNKNOWN.label, "exit_code": 3, "error": reason})
         else:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -11,20 +10,15 @@ import orjson
 from pydantic import JsonValue, model_validator
 
 from .. import fs
-from ..errors import PermanentError
-from .base import (
-    IN_SYNC,
-    SYNCED,
-    UNREADABLE_PAYLOAD,
-    Check,
-    JobType,
-    Payload,
-    Probe,
-    check_file,
+from .base import IN_SYNC, SYNCED, UNREADABLE_PAYLOAD, Check, JobType, Payload, Probe
+from .files import (
+    check_files,
     checked_path,
+    enqueue_collision,
     file_paths,
     files_exist,
     with_expected,
+    write_locked,
 )
 from .target import Target
 
@@ -76,21 +70,24 @@ class CreateFileProbe(Probe):
 
     def check_many(self, items: Sequence[tuple[str, str]], root: Path, *, content: bool) -> list[Check]:
         if content:
-            out = []
-            for _, payload in items:
-                try:
-                    fields = orjson.loads(payload)
-                    rel, expected = fields["path"], render_fields(fields.get("content"), fields.get("text"))
-                except (orjson.JSONDecodeError, TypeError, KeyError, AttributeError):
-                    out.append(UNREADABLE_PAYLOAD)  # only a row changed by hand: the ledger validated it
-                    continue
-                out.append(check_file(root, rel, expected))
-            return out
+            expected = [_expected(payload) for _, payload in items]
+            checked = iter(check_files(root, [e for e in expected if e is not None]))
+            return [UNREADABLE_PAYLOAD if e is None else next(checked) for e in expected]
         found = files_exist(root, file_paths(items), present=True)
         return [
             c if c is SYNCED or c.status == IN_SYNC else _expecting(c, p)
             for c, (_, p) in zip(found, items, strict=True)
         ]
+
+
+def _expected(payload: str) -> tuple[str, bytes] | None:
+    """The path and bytes a stored payload promises; None if the row cannot be read as one (only
+    a row changed by hand: the ledger validated it)."""
+    try:
+        fields = orjson.loads(payload)
+        return fields["path"], render_fields(fields.get("content"), fields.get("text"))
+    except (orjson.JSONDecodeError, TypeError, KeyError, AttributeError):
+        return None
 
 
 def _expecting(check: Check, payload: str | None) -> Check:
@@ -112,6 +109,7 @@ class CreateFileType(JobType[CreateFile]):
 
     def prepare(self, payload: CreateFile, root: Path) -> CreateFile:
         path = checked_path(self.name, "path", root, payload.path)
+        enqueue_collision(self.name, "path", root, path)
         return payload if path == payload.path else payload.model_copy(update={"path": path})
 
     def target(self, payload: CreateFile) -> Target:
@@ -119,32 +117,5 @@ class CreateFileType(JobType[CreateFile]):
 
     def run(self, payload: CreateFile, ctx: JobContext) -> dict[str, Any]:
         data = render(payload)
-        digest = fs.sha256(data)
-        with fs.path_lock(ctx.root, payload.path):
-            target = fs.absolute(ctx.root, payload.path)
-            if ctx.job.attempts > 1:
-                # An earlier attempt may have died mid-write; only a re-run can have left a
-                # temp file for this path, so first attempts skip the directory scan.
-                fs.remove_stale_temps(target)
-            size = _size(target)
-            if size == len(data) and _read(target) == data:
-                # A re-run after the write landed but its completion did not commit.
-                return {"bytes": len(data), "sha256": digest, "written": False}
-            if size is not None and not payload.overwrite:
-                raise PermanentError(f"{payload.path} exists with different content and overwrite is false")
-            ctx.confirm_lease()
-            fs.atomic_write(target, data)
-        return {"bytes": len(data), "sha256": digest, "written": True}
-
-
-def _read(target: str) -> bytes:
-    with open(target, "rb") as f:
-        return f.read()
-
-
-def _size(target: str) -> int | None:
-    """The size of the file at ``target``, None if there is none (one stat answers both)."""
-    try:
-        return os.stat(target).st_size
-    except FileNotFoundError:
-        return None
+        written = write_locked(ctx, payload.path, data, overwrite=payload.overwrite)
+        return {"bytes": len(data), "sha256": fs.sha256(data), "written": written}

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .. import fs
 from ..errors import PermanentError
-from .base import Check, JobType, Payload, Probe, checked_path, file_paths, files_exist
+from .base import Check, JobType, Payload, Probe
+from .files import checked_path, delete_locked, enqueue_collision, file_paths, files_exist
 from .target import Target
 
 if TYPE_CHECKING:
@@ -44,20 +44,14 @@ class DeleteFileType(JobType[DeleteFile]):
 
     def prepare(self, payload: DeleteFile, root: Path) -> DeleteFile:
         path = checked_path(self.name, "path", root, payload.path)
+        enqueue_collision(self.name, "path", root, path)
         return payload if path == payload.path else payload.model_copy(update={"path": path})
 
     def target(self, payload: DeleteFile) -> Target:
         return Target.file(payload.path)
 
     def run(self, payload: DeleteFile, ctx: JobContext) -> dict[str, Any]:
-        with fs.path_lock(ctx.root, payload.path):
-            target = fs.absolute(ctx.root, payload.path)
-            if ctx.job.attempts > 1:
-                # An earlier attempt may have died mid-write; only a re-run can have left a
-                # temp file for this path, so first attempts skip the directory scan.
-                fs.remove_stale_temps(target)
-            ctx.confirm_lease()
-            deleted = fs.delete(target)
+        deleted = delete_locked(ctx, payload.path)
         # On a later attempt the file may be gone because an earlier attempt deleted it and
         # crashed before its completion committed: only the first attempt can tell.
         if not deleted and payload.require_exists and ctx.job.attempts == 1:
