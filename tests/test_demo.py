@@ -38,6 +38,9 @@ def test_demo_runs_end_to_end_from_a_fresh_directory(tmp_path):
     assert "REFUSED (InvalidModel), no job recorded" in out
     assert "DEDUPLICATED" in out
     assert "(attempt 1: simulated outage" in out
+    # The AWS part: its own moto server; drift made by hand found by reconcile.
+    assert "AWS reconcile exit codes: 0 (in sync), then 2 (drift found)" in out
+    assert 'tags.project="hermes"' in out and "sqs_queue:us-east-1:apollo-jobs" in out
     assert "UNEXPECTED" not in out
     assert "reconcile exit codes: 0 (in sync), then 2 (drift found)" in out
     assert re.search(r"modified +people/alan.json", out) and re.search(r"missing +people/ada.json", out)

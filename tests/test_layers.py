@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("coordinator",),
     ("store",),
     # the edges: the command line, the sample application, the package's front door
+    ("demo_aws",),
     ("cli", "ui", "demo", "__main__", "__init__"),
 ]
 

@@ -290,6 +290,7 @@ class Demo:
             self.show_jobs(c)
             self.check_files(store)
         code = self.observe(rel)
+        code = max(code, self.aws(rel))
         exe = Path(sys.executable).parent / "tether"
         tether = os.path.relpath(exe) if exe.exists() else "tether"
         self.say(
@@ -414,6 +415,22 @@ class Demo:
             + ("" if ok else "   UNEXPECTED: expected 0 then 2")
         )
         return 0 if ok else 1
+
+    def aws(self, rel: str) -> int:
+        """The AWS part (tether.demo_aws), on a ledger of its own so the file drift above stays apart."""
+        from . import demo_aws
+
+        why = demo_aws.available()
+        if why is not None:
+            self.say(f"\n7. AWS part skipped: {why}")
+            return 0
+        base = ["--db", f"sqlite:///{rel}/aws/tether.db", "--root", f"{rel}/aws/data"]
+        with demo_aws.moto_server():
+            with Coordinator.open(
+                f"sqlite:///{self.workdir / 'aws' / 'tether.db'}", root=self.workdir / "aws" / "data"
+            ) as c:
+                project = (project_path("apollo"), Project(slug="apollo", name="Apollo", owner="ada"))
+                return demo_aws.run(c, JsonStore(c, retry=FAST_RETRY), project, self.say, self.cli, base)
 
     def cli(self, args: list[str]) -> int:
         self.say(f"   $ tether {' '.join(args)}")

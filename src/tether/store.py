@@ -2,7 +2,8 @@
 
 An application's data-model code should not assemble job payloads by hand. ``JsonStore`` takes a
 pydantic / SQLModel model (or a plain dict), validates it, and enqueues one ``create_file`` job
-holding its canonical JSON; ``delete`` enqueues a ``delete_file``. The call returns once the job
+holding its canonical JSON; ``delete`` enqueues a ``delete_file``; ``sync_aws`` a job that makes
+an AWS resource paired with the model match its declared state. The call returns once the job
 is durably recorded (the acknowledgement); ``wait=True`` or ``flush()`` also runs it. ``load``
 reads straight from disk: the files are the data layer, the database only coordinates.
 """
@@ -23,7 +24,7 @@ from sqlalchemy.orm import Session
 from . import fs
 from .coordinator import Coordinator
 from .errors import InvalidPayload, TetherError, UnsafePath
-from .jobtypes import ClaudeExtraction, CreateFile, DeleteFile
+from .jobtypes import ClaudeExtraction, CreateFile, DeleteFile, SyncAws
 from .jobtypes.claude_extraction import REQUIREMENT_TEMPLATE, render_prompt
 from .jobtypes.registry import describe
 from .record import InsertResult, JobRecord
@@ -186,6 +187,29 @@ class JsonStore:
         requirement_id = fields.get("id") if isinstance(fields.get("id"), str) else requirement_path
         payload = ClaudeExtraction.of(prompt=prompt, target_path=target_path, requirement_id=requirement_id, **extra)
         return self._record(payload, wait=wait, key=None, session=session, **options)
+
+    def sync_aws(
+        self,
+        resource_type: str,
+        resource_id: str,
+        config: Mapping[str, Any] | None = None,
+        *,
+        region: str | None = None,
+        wait: bool = False,
+        key: str | None = None,
+        session: Session | None = None,
+        **options: Any,
+    ) -> InsertResult:
+        """Record a job that makes the AWS resource match ``config`` (its full desired state;
+        ``{"state": "absent"}`` deletes it), with ``session=`` in the application's own
+        transaction. Raises InvalidPayload (nothing enqueued) for a config its type refuses."""
+        try:
+            payload = SyncAws(
+                resource_type=resource_type, resource_id=resource_id, config=dict(config or {}), region=region
+            )
+        except ValidationError as e:
+            raise InvalidPayload(SyncAws.job_type, describe(e)) from e
+        return self._record(payload, wait=wait, key=key, session=session, **options)
 
     def _record(
         self, payload: Any, *, wait: bool, key: str | None, session: Session | None, **options: Any

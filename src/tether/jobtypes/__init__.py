@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .aws import SyncAws, SyncAwsType
 from .base import JobType, Payload
 from .claude_extraction import ClaudeExtraction, ClaudeExtractionType
 from .create_file import CreateFile, CreateFileType, render
@@ -10,7 +11,7 @@ from .registry import Registry
 
 
 def default_registry() -> Registry:
-    return Registry([CreateFileType(), DeleteFileType(), ClaudeExtractionType()])
+    return Registry([CreateFileType(), DeleteFileType(), ClaudeExtractionType(), SyncAwsType()])
 
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "JobType",
     "Payload",
     "Registry",
+    "SyncAws",
     "default_registry",
     "render",
 ]
