@@ -129,12 +129,20 @@ def test_status_json_has_the_documented_schema(ledger: Ledger, tether) -> None:
         "outstanding",
         "failed",
         "stuck",
+        "quarantined",
         "oldest_pending_at",
         "oldest_pending_age",
         "by_type",
     }
     assert (data["verdict"], data["exit_code"], data["stuck"], data["failed"]) == ("error", 2, 1, 2)
-    assert data["by_type"] == [{"type": "work", "pending": 3, "claimed": 1, "outstanding": 4}]
+    assert data["quarantined"] == 0
+    [work] = data["by_type"]
+    assert {k: work[k] for k in ("type", "pending", "claimed", "outstanding")} == {
+        "type": "work",
+        "pending": 3,
+        "claimed": 1,
+        "outstanding": 4,
+    }
     assert data["thresholds"]["backlog_limit"] == 100
 
 
@@ -148,7 +156,7 @@ def test_status_exit_codes_follow_the_monitoring_plugin_convention(
         registry_c.enqueue(Work(name=f"p{i}"))
     # The jobs were enqueued on the fake clock, months before the CLI's real now: age is not judged here.
     assert tether("status").code == 1  # ...except by this: the oldest pending job waited over 1 h
-    young = ("--pending-age-warn", "off")
+    young = ("--pending-age-warn", "off", "--unclaimed-grace", "off")
     assert tether("status", *young).code == 0  # 4 outstanding, limit 100
     assert tether("status", *young, "--backlog-limit", "5").code == 1  # 4 >= 80% of 5: warning
     assert tether("status", *young, "--backlog-limit", "4").code == 2  # 4 >= 100% of 4: error
@@ -209,7 +217,8 @@ def test_durations_per_type_as_table_and_json(ledger: Ledger, tether) -> None:
     assert r.code == 0 and "work" in r.out and "5.00s" in r.out
     types = {d["type"]: d for d in tether("durations", "--since", "2h", "--json").json()["types"]}
     assert types["work"]["count"] == 8 and types["work"]["p95"] == 5.0
-    assert set(types["work"]) == {"type", "count", "p50", "p95", "p99", "max", "mean"}
+    assert set(types["work"]) == {"type", "count", "p50", "p95", "p99", "max", "mean", "spend"}
+    assert types["work"]["spend"] is None  # no cost recorded by this type
 
 
 def test_duplicates_shows_keys_with_their_statuses(ledger: Ledger, tether) -> None:

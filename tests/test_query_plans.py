@@ -32,13 +32,16 @@ PARAMS = {
     "result": None,
     "error": "e",
     "rows": "{}",
+    "attempts": 1,
+    "quarantine": "q",
+    "acquitted": "a",
 }
 
 HOT = {
     "insert": (sql.INSERT, None),
     "active_by_key": (sql.ACTIVE_BY_KEY, ("ux_tether_jobs_key_active", "ix_tether_jobs_key")),
     "get": (sql.GET, "sqlite_autoindex_tether_jobs_1"),
-    "claim": (sql.CLAIM_SQLITE, "ix_tether_jobs_pending"),
+    "claim": (sql.claim_sql("sqlite", ["create_file", "delete_file"]), "ix_tether_jobs_pending"),
     "complete": (sql.COMPLETE, "sqlite_autoindex_tether_jobs_1"),
     "retry": (sql.RETRY, "sqlite_autoindex_tether_jobs_1"),
     "fail": (sql.FAIL, "sqlite_autoindex_tether_jobs_1"),
@@ -46,8 +49,10 @@ HOT = {
     "heartbeat": (sql.HEARTBEAT, "sqlite_autoindex_tether_jobs_1"),
     "manual_retry": (sql.MANUAL_RETRY, "sqlite_autoindex_tether_jobs_1"),
     "newer_on_target": (sql.NEWER_ON_TARGET, "ix_tether_jobs_targeted"),
-    "reclaim": (sql.RECLAIM, "ix_tether_jobs_claimed_lock"),
-    "reclaim_exhausted": (sql.RECLAIM_EXHAUSTED, "ix_tether_jobs_claimed_lock"),
+    "stale": (sql.STALE, "ix_tether_jobs_claimed_lock"),
+    "reclaim": (sql.RECLAIM, "sqlite_autoindex_tether_jobs_1"),
+    "reclaim_exhausted": (sql.RECLAIM_EXHAUSTED, "sqlite_autoindex_tether_jobs_1"),
+    "acquit": (sql.ACQUIT, "ix_tether_jobs_quarantined"),
     "complete_many": (sql.COMPLETE_MANY_SQLITE, "sqlite_autoindex_tether_jobs_1"),
     "insert_payloads": (sql.INSERT_PAYLOADS_SQLITE, None),
     "insert_targeted": (sql.INSERT_TARGETED_SQLITE, None),
@@ -55,8 +60,9 @@ HOT = {
 
 
 # The claim reads the partial index of pending jobs in its ORDER BY and stops at LIMIT: SQLite
-# calls that a SCAN, but it reads no finished, claimed or (beyond LIMIT) waiting row.
-ORDERED_WALKS = {"SCAN j USING INDEX ix_tether_jobs_pending"}
+# calls that a SCAN, but it reads no finished, claimed or (beyond LIMIT) waiting row. So does its
+# probe of the first ready job (h: is it quarantined?), which stops at the first.
+ORDERED_WALKS = {"SCAN j USING INDEX ix_tether_jobs_pending", "SCAN h USING INDEX ix_tether_jobs_pending"}
 # Statements that take their rows as JSON walk that JSON (json_each), never the table.
 JSON_WALKS = ("SCAN r VIRTUAL TABLE", "SCAN json_each VIRTUAL TABLE")
 
@@ -111,12 +117,12 @@ def test_hot_statement_neither_scans_nor_sorts(engine, name):
 
 
 def test_claim_updates_the_chosen_jobs_by_primary_key(engine):
-    steps = plan(engine, sql.CLAIM_SQLITE)
+    steps = plan(engine, sql.claim_sql("sqlite", ["create_file", "delete_file"]))
     assert steps[0] == "SEARCH tether_jobs USING INDEX sqlite_autoindex_tether_jobs_1 (id=?)", steps
 
 
 def test_claim_checks_older_jobs_on_the_target_through_the_active_target_index(engine):
-    steps = plan(engine, sql.CLAIM_SQLITE)
+    steps = plan(engine, sql.claim_sql("sqlite", ["create_file", "delete_file"]))
     assert any("ix_tether_jobs_target_active" in s for s in steps), steps
 
 

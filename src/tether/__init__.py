@@ -11,6 +11,8 @@ from .errors import (
     InvalidPayload,
     InvalidTransition,
     JobNotFound,
+    JobTimedOut,
+    LedgerFault,
     LostLease,
     PermanentError,
     RetryableError,
@@ -20,6 +22,9 @@ from .errors import (
     UnsafePath,
 )
 from .jobtypes import CreateFile, DeleteFile, JobType, Payload, Registry
+from .jobtypes.base import Check, Difference, Probe
+from .jobtypes.files import checked_path, delete_locked, write_locked
+from .jobtypes.target import Target
 from .record import InsertResult, JobRecord
 from .retry import RetryPolicy
 from .status import JobStatus
@@ -28,37 +33,46 @@ from .worker import Worker, WorkerConfig
 
 __all__ = [
     "Cancelled",
+    "Check",
     "Clock",
     "ConfigError",
     "Coordinator",
     "CreateFile",
     "DatabaseUnavailable",
     "DeleteFile",
+    "Difference",
     "DuplicateActiveJob",
     "FakeClock",
     "InsertResult",
-    "InvalidPayload",
     "InvalidModel",
+    "InvalidPayload",
     "InvalidTransition",
     "JobContext",
-    "JsonStore",
-    "ModelNotFound",
-    "NotApplied",
     "JobNotFound",
     "JobRecord",
     "JobStatus",
+    "JobTimedOut",
     "JobType",
+    "JsonStore",
+    "LedgerFault",
     "LostLease",
+    "ModelNotFound",
+    "NotApplied",
     "Payload",
     "PermanentError",
+    "Probe",
     "Registry",
     "RetryPolicy",
     "RetryableError",
     "Superseded",
     "SystemClock",
+    "Target",
     "TetherError",
     "UnknownJobType",
     "UnsafePath",
     "Worker",
     "WorkerConfig",
+    "checked_path",
+    "delete_locked",
+    "write_locked",
 ]

@@ -8,19 +8,19 @@ index, never the whole table, except where a docstring says so (see benchmarks/s
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 
 from . import ids
-from .errors import JobNotFound
+from .errors import ConfigError, JobNotFound
+from .readonly import COLUMNS, engine_of, finished, lock_timeout_of, now_of, reading, records, select_jobs, t
 from .readonly import NoLedger as NoLedger  # `X as X`: NoLedger, Source, open_ledger are this API too
 from .readonly import Source as Source
-from .readonly import engine_of, finished, lock_timeout_of, now_of, reading, records, select_jobs, t
 from .readonly import open_ledger as open_ledger
 from .record import JobRecord
-from .schema import CLAIMED_SQL, PENDING_SQL
+from .schema import CLAIMED_SQL, PENDING_SQL, QUARANTINED_SQL
 from .status import JobStatus
 
 
@@ -36,6 +36,8 @@ class TypeBacklog:
     type: str
     pending: int = 0
     claimed: int = 0
+    oldest_ready_at: datetime | None = None
+    """When the longest-waiting pending job that may run now became ready (its ``run_at``)."""
 
     @property
     def outstanding(self) -> int:
@@ -52,6 +54,7 @@ class Stats:
     failed: int
     stuck: int
     oldest_pending_at: datetime | None
+    quarantined: int = 0  # outstanding jobs a worker died holding: each runs alone (reclaim.py)
 
     @property
     def pending(self) -> int:
@@ -81,10 +84,25 @@ class Stats:
             "outstanding": self.outstanding,
             "failed": self.failed,
             "stuck": self.stuck,
+            "quarantined": self.quarantined,
             "oldest_pending_at": self.oldest_pending_at.isoformat() if self.oldest_pending_at else None,
             "oldest_pending_age": self.oldest_pending_age,
-            "by_type": [{**asdict(b), "outstanding": b.outstanding} for b in self.by_type],
+            "by_type": [
+                {
+                    **asdict(b),
+                    "outstanding": b.outstanding,
+                    "oldest_ready_at": b.oldest_ready_at.isoformat() if b.oldest_ready_at else None,
+                }
+                for b in self.by_type
+            ],
         }
+
+
+def _utc(value: Any) -> datetime | None:
+    """A time read through an aggregate (min, max): SQLite gives text, PostgreSQL a datetime."""
+    if value is None or isinstance(value, datetime):
+        return value if value is None or value.tzinfo else value.replace(tzinfo=UTC)
+    return datetime.fromisoformat(str(value)).replace(tzinfo=UTC)
 
 
 def stats(source: Source, *, lock_timeout: float | None = None, now: datetime | None = None) -> Stats:
@@ -93,15 +111,18 @@ def stats(source: Source, *, lock_timeout: float | None = None, now: datetime | 
     lock_timeout = lock_timeout_of(source, lock_timeout)
     cutoff = now - timedelta(seconds=lock_timeout)
     with reading(source) as conn:
-        backlog: dict[str, dict[str, int]] = {}
+        backlog: dict[str, dict[str, Any]] = {}
         # Each status through its own partial index, so only the backlog is read: the condition
         # is written as the index's own literal, which both databases match when they plan.
+        ready = sa.func.min(sa.case((t.c.run_at <= now, t.c.run_at)))
         per_status = [
-            sa.select(t.c.type, t.c.status, sa.func.count()).where(sa.text(cond)).group_by(t.c.type, t.c.status)
+            sa.select(t.c.type, t.c.status, sa.func.count(), ready).where(sa.text(cond)).group_by(t.c.type, t.c.status)
             for cond in (PENDING_SQL, CLAIMED_SQL)
         ]
-        for job_type, status, n in conn.execute(sa.union_all(*per_status)):
+        for job_type, status, n, ready_at in conn.execute(sa.union_all(*per_status)):
             backlog.setdefault(job_type, {})[status] = n
+            if status == JobStatus.PENDING.value:
+                backlog[job_type]["ready"] = _utc(ready_at)
         failed = conn.execute(
             sa.select(sa.func.count()).where(t.c.status == JobStatus.FAILED.value, finished())
         ).scalar_one()
@@ -111,8 +132,14 @@ def stats(source: Source, *, lock_timeout: float | None = None, now: datetime | 
         oldest = conn.execute(
             sa.select(sa.func.min(t.c.created_at)).where(t.c.status == JobStatus.PENDING.value)
         ).scalar_one()
-    by_type = [TypeBacklog(k, v.get("pending", 0), v.get("claimed", 0)) for k, v in sorted(backlog.items())]
-    return Stats(now, lock_timeout, by_type, failed, stuck, oldest)
+        # Through the partial index of exactly these rows (empty while no worker dies).
+        quarantined = conn.execute(
+            sa.select(sa.func.count()).select_from(t).where(sa.text(QUARANTINED_SQL))
+        ).scalar_one()
+    by_type = [
+        TypeBacklog(k, v.get("pending", 0), v.get("claimed", 0), v.get("ready")) for k, v in sorted(backlog.items())
+    ]
+    return Stats(now, lock_timeout, by_type, failed, stuck, oldest, quarantined)
 
 
 # -- what failed, what is stuck? -----------------------------------------------------------------
@@ -173,17 +200,58 @@ class Durations:
     p99: float
     max: float
     mean: float
+    spend: Spend | None = None
+    """What the type's jobs paid (AI extractions): None for types whose results carry no cost."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def _seconds_between(dialect: str, start: Any, end: Any) -> Any:
+@dataclass(frozen=True)
+class Spend:
+    """Summed over a type's completed jobs whose result records ``cost_usd`` (an AI assistant's
+    envelope): US dollars and tokens."""
+
+    jobs: int
+    cost_usd: float
+    input_tokens: int
+    output_tokens: int
+
+
+_SPENT = ("cost_usd", "input_tokens", "output_tokens")
+
+
+def _result_number(dialect: str, key: str) -> Any:
+    # Results are JSON text; only rows that name the key are read (a LIKE before any parsing).
+    if dialect == "sqlite":
+        return sa.func.json_extract(t.c.result, f"$.{key}")
+    return sa.cast(sa.func.json_extract_path_text(sa.cast(t.c.result, sa.JSON), key), sa.Float)
+
+
+def spend(source: Source, *, since: datetime, job_type: str | None = None, conn: Any = None) -> dict[str, Spend]:
+    """Per type, the cost and tokens of jobs completed since ``since`` (see Spend)."""
+    dialect = engine_of(source).dialect.name
+    query = (
+        sa.select(
+            t.c.type, sa.func.count(), *(sa.func.coalesce(sa.func.sum(_result_number(dialect, k)), 0) for k in _SPENT)
+        )
+        .where(t.c.status == JobStatus.COMPLETED.value, t.c.completed_at >= since, t.c.result.like('%"cost_usd"%'))
+        .group_by(t.c.type)
+    )
+    if job_type is not None:
+        query = query.where(t.c.type == job_type)
+    with reading(source) as conn:
+        rows = conn.execute(query).all()
+    return {name: Spend(n, round(float(cost), 6), int(tin), int(tout)) for name, n, cost, tin, tout in rows}
+
+
+def seconds_between(dialect: str, start: Any, end: Any) -> Any:
     # SQLite keeps times as text; PostgreSQL as timestamptz. The subtraction happens in SQL so
     # a million rows are not parsed into datetimes in Python.
     if dialect == "sqlite":
         return (sa.func.julianday(end) - sa.func.julianday(start)) * 86400.0
-    return sa.extract("epoch", end - start)
+    # EXTRACT gives numeric (Decimal in Python) since PostgreSQL 14; a float is what callers want.
+    return sa.cast(sa.extract("epoch", end - start), sa.Float)
 
 
 def percentile(ordered: list[float], q: float) -> float:
@@ -206,7 +274,7 @@ def durations(
     if isinstance(since, timedelta):
         since = now_of(source, now) - since
     engine = engine_of(source)
-    seconds = _seconds_between(engine.dialect.name, t.c.claimed_at, t.c.completed_at)
+    seconds = seconds_between(engine.dialect.name, t.c.claimed_at, t.c.completed_at)
     query = sa.select(t.c.type, seconds).where(
         t.c.status == JobStatus.COMPLETED.value, t.c.completed_at >= since, t.c.claimed_at.is_not(None)
     )
@@ -217,6 +285,7 @@ def durations(
         for name, value in conn.execute(query.execution_options(yield_per=10_000)):
             # Millisecond resolution: julianday() arithmetic is only good to ~50 µs.
             by_type.setdefault(name, []).append(max(0.0, round(float(value), 3)))
+    spent = spend(source, since=since, job_type=job_type)
     out = []
     for name in sorted(by_type):
         values = sorted(by_type[name])
@@ -229,6 +298,7 @@ def durations(
                 percentile(values, 99),
                 values[-1],
                 sum(values) / len(values),
+                spent.get(name),
             )
         )
     return out
@@ -346,14 +416,23 @@ def _finished(
     until: datetime | None,
     limit: int | None,
 ) -> list[JobRecord]:
-    query = select_jobs().where(t.c.status.in_([s.value for s in statuses]), finished())
-    if since is not None:
-        query = query.where(t.c.completed_at >= since)
-    if until is not None:
-        query = query.where(t.c.completed_at <= until)
-    if job_type is not None:
-        query = query.where(t.c.type == job_type)
-    return records(conn, query.order_by(t.c.completed_at.desc(), t.c.id.desc()).limit(limit))
+    # One walk of ix_tether_jobs_done per status, newest first, merged here: with ``status IN``
+    # neither database can read that index in completed_at order across the statuses, so it
+    # sorted the whole window before taking the newest few (4.7 s for a window of 1,000,000).
+    newest = (t.c.completed_at.desc(), t.c.id.desc())
+    found: list[JobRecord] = []
+    for status in statuses:
+        query = select_jobs().where(t.c.status == status.value, finished())
+        if since is not None:
+            query = query.where(t.c.completed_at >= since)
+        if until is not None:
+            query = query.where(t.c.completed_at <= until)
+        if job_type is not None:
+            query = query.where(t.c.type == job_type)
+        found += records(conn, query.order_by(*newest).limit(limit))
+    if len(statuses) > 1:
+        found.sort(key=lambda j: (j.completed_at, j.id), reverse=True)
+    return found[:limit] if limit is not None else found
 
 
 def jobs(
@@ -405,7 +484,167 @@ def children(source: Source, job_id: str, *, limit: int = 20) -> list[JobRecord]
 
 def counts(source: Source) -> dict[tuple[str, str], int]:
     """Jobs by (status, type) over the whole ledger. Counts every row: covered by an index on
-    (status, type) if there is one, otherwise a full scan (used by metrics, not by status)."""
+    (status, type) if there is one, otherwise a full scan (so neither status nor metrics use it)."""
     with reading(source) as conn:
         rows = conn.execute(sa.select(t.c.status, t.c.type, sa.func.count()).group_by(t.c.status, t.c.type))
         return {(status, name): n for status, name, n in rows}
+
+
+# -- pages of jobs (keyset) and failures by error: what the web page asks ----------------------
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """What ``jobs_page`` selects: each field narrows, ``None`` leaves it open. ``target`` is an
+    ``ordering_key`` as stored (``file:a/b.json``); ``key`` an idempotency key, which is unique per
+    type only, so it needs ``job_type`` (the index on keys starts with the type)."""
+
+    status: str | None = None
+    job_type: str | None = None
+    target: str | None = None
+    key: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.status is not None:
+            object.__setattr__(self, "status", _status_str(self.status))
+        if self.key is not None and self.job_type is None:
+            raise ConfigError("a key filter needs a type: idempotency keys are unique per type only")
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """One page of ``jobs_page``: ``after`` is the cursor of the next page (``None``: last page)."""
+
+    jobs: list[JobRecord]
+    after: str | None
+    by_finish: bool
+
+
+def jobs_page(
+    source: Source, where: JobFilter, *, after: str | None = None, oldest_first: bool = False, limit: int = 50
+) -> JobPage:
+    """A page of jobs by keyset, never OFFSET: each page starts after the last row of the one
+    before (``after``, the cursor it returned), so jobs added meanwhile never shift a page.
+
+    Completed and failed jobs are ordered by finish time (cursor ``completed_at|id``) through
+    ``ix_tether_jobs_done``; pending and claimed ones by enqueue time (``created_at|id``) through
+    their status's partial index, sorting only that backlog's ids; any other listing by id (enqueue
+    order too) through the primary key, or the target's or key's index when one is given. A type
+    alone has no index: its pages walk the primary key and skip other types' jobs."""
+    if limit < 1:
+        raise ConfigError(f"a page holds at least one job, not {limit}")
+    by_finish = where.status in ("completed", "failed")
+    query = sa.select(t.c.id)
+    for column, value in (
+        (t.c.status, where.status),
+        (t.c.type, where.job_type),
+        (t.c.ordering_key, where.target),
+        (t.c.idempotency_key, where.key),
+    ):
+        if value is not None:
+            query = query.where(column == value)
+    if by_finish:
+        query = query.where(finished())
+        if where.since is not None:
+            query = query.where(t.c.completed_at >= where.since)
+        if where.until is not None:
+            query = query.where(t.c.completed_at < where.until)
+    else:
+        if where.since is not None:  # ids are time-ordered: "enqueued since" is a primary-key range
+            query = query.where(t.c.id >= ids.floor_id(where.since), t.c.created_at >= where.since)
+        if where.until is not None:
+            query = query.where(t.c.id < ids.floor_id(where.until), t.c.created_at < where.until)
+    # Ordering a backlog by id would walk the primary key through every finished job to find it.
+    time = t.c.completed_at if by_finish else t.c.created_at if where.status is not None else None
+    order = [t.c.id] if time is None else [time, t.c.id]
+    if after is not None:
+        query = query.where(_after(after, order, oldest_first))
+    sort = [c if oldest_first else c.desc() for c in order]
+    picked = query.order_by(*sort).limit(limit + 1)
+    if time is not None:  # the sort takes ids; only the chosen rows are read in full
+        picked = select_jobs().where(t.c.id.in_(picked)).order_by(*sort)
+    else:
+        picked = picked.with_only_columns(*COLUMNS)
+    with reading(source) as conn:
+        found = records(conn, picked)
+    more = len(found) > limit
+    found = found[:limit]
+    cursor = _cursor(found[-1], time) if more else None
+    return JobPage(found, cursor, by_finish)
+
+
+def _cursor(job: JobRecord, time: Any) -> str:
+    if time is None:
+        return job.id
+    at = getattr(job, time.name)
+    return f"{at.isoformat()}|{job.id}"
+
+
+def _after(cursor: str, order: list[Any], ascending: bool) -> sa.ColumnElement[bool]:
+    """Rows strictly past ``cursor`` in the listing's order. The leading column's bound is
+    written on its own (``<=``), so the index range starts at the cursor, not at its end."""
+    if len(order) == 1:
+        return order[0] > cursor if ascending else order[0] < cursor  # type: ignore[no-any-return]
+    at_text, _, job_id = cursor.partition("|")
+    try:
+        at = datetime.fromisoformat(at_text)
+    except ValueError as e:
+        raise ConfigError(f"page cursor {cursor!r} is not one this page gave out") from e
+    if at.tzinfo is None or not job_id:
+        raise ConfigError(f"page cursor {cursor!r} is not one this page gave out")
+    col, tie = order
+    if ascending:
+        return sa.and_(col >= at, sa.or_(col > at, tie > job_id))
+    return sa.and_(col <= at, sa.or_(col < at, tie < job_id))
+
+
+@dataclass(frozen=True)
+class ErrorGroup:
+    """Failed jobs that share an error message (``error_summary`` of their ``last_error``):
+    how many, of which types, when the last of them failed, and the newest of them."""
+
+    message: str
+    count: int
+    types: dict[str, int]
+    last_failed_at: datetime
+    newest_id: str
+
+
+def error_summary(text: str | None) -> str:
+    """The line that names an error: a traceback's last line (its exception), else the first."""
+    lines = [line.strip() for line in (text or "").strip().splitlines() if line.strip()]
+    if not lines:
+        return "(no error recorded)"
+    return lines[-1] if lines[0].startswith("Traceback") else lines[0]
+
+
+def failed_by_error(source: Source, *, job_type: str | None = None) -> list[ErrorGroup]:
+    """Failed jobs grouped by error message, largest group first. The database groups the
+    failed rows (through ``ix_tether_jobs_done``) by type and whole error text; only those
+    groups are merged here by their summary line, so no job is built in Python."""
+    query = (
+        sa.select(t.c.type, t.c.last_error, sa.func.count(), sa.func.max(t.c.completed_at), sa.func.max(t.c.id))
+        .where(t.c.status == JobStatus.FAILED.value, finished())
+        .group_by(t.c.type, t.c.last_error)
+    )
+    if job_type is not None:
+        query = query.where(t.c.type == job_type)
+    merged: dict[str, dict[str, Any]] = {}
+    with reading(source) as conn:
+        for name, error, n, last_at, newest in conn.execute(query):
+            group = merged.setdefault(error_summary(error), {"count": 0, "types": {}, "at": last_at, "id": newest})
+            group["count"] += n
+            group["types"][name] = group["types"].get(name, 0) + n
+            group["at"], group["id"] = max(group["at"], last_at), max(group["id"], newest)
+    out = [ErrorGroup(m, g["count"], dict(sorted(g["types"].items())), g["at"], g["id"]) for m, g in merged.items()]
+    out.sort(key=lambda g: (-g.count, g.message))
+    return out
+
+
+def on_target(source: Source, target: str, *, limit: int = 20) -> list[JobRecord]:
+    """Jobs on one target (``ordering_key``) in enqueue order, the latest ``limit`` of them."""
+    query = select_jobs().where(t.c.ordering_key == target).order_by(t.c.id.desc()).limit(limit)
+    with reading(source) as conn:
+        return list(reversed(records(conn, query)))
