@@ -30,12 +30,14 @@ from . import (  # noqa: F401  (imported for the commands they register)
     worker,
 )
 from .app import app, err, settings
+from .pipe import quiet_closed_stdout
 
 
 def main() -> None:
     """Console entry point: errors become one clear line and a non-zero exit, not a traceback:
     1 for bad input or an unreachable database, 74 (``faults.EXIT_LEDGER_FAULT``) when the ledger
     is corrupt, full, read-only or gone, 130 when interrupted; usage errors 2."""
+    quiet_closed_stdout()
     try:
         # Without standalone mode, click returns (not raises) the exit code of typer.Exit and
         # of Ctrl-C (130).
