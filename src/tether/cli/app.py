@@ -23,6 +23,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # click's plain help: paragraphs rewrapped to the terminal, no `<bool>` after flags, and no
+    # rich import for --help.
+    rich_markup_mode=None,
 )
 
 # Piped output keeps whole table rows (rich would wrap them at 80 columns).

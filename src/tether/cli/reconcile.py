@@ -46,7 +46,11 @@ def reconcile(
         "Without it the check writes nothing.",
     ),
     quiet: bool = typer.Option(
-        False, "--quiet", "-q", help="Do not print events (drift.detected, reconcile.finished: JSON lines on stderr)."
+        False,
+        "--quiet",
+        "-q",
+        help="Do not print events (drift.detected, reconcile.finished: JSON lines on stderr; "
+        "never on a terminal, where the report already lists every finding).",
     ),
     db: str | None = typer.Option(None, "--db", help="Ledger URL (same as the global --db / TETHER_DB)."),
     root: str | None = typer.Option(None, "--root", help="Data root (same as the global --root / TETHER_ROOT)."),
@@ -65,7 +69,9 @@ def reconcile(
         if root is not None:
             settings.root = root
         _require_existing(settings.db, settings.root)
-        with events.to_stderr(not quiet), open_coordinator() as coordinator:
+        # Events are for a log (stderr redirected, the journal); a person at a terminal reads the
+        # report, which lists every finding already.
+        with events.to_stderr(not quiet and not err.is_terminal), open_coordinator() as coordinator:
             options: dict[str, Any] = {"content": not exists_only, "untracked": untracked}
             with _progress(coordinator, enabled=not as_json and err.is_terminal) as progress:
                 options["progress"] = progress

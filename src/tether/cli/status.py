@@ -126,7 +126,8 @@ def status(
         reason = describe(e) if isinstance(e, sa.exc.SQLAlchemyError) else " ".join(str(e).split())
         if as_json:
             print_json({"verdict": Verdict.UNKNOWN.label, "exit_code": 3, "error": reason})
-        else:
+        else:  # on stdout, where monitoring plugins read the status line; stderr for a person
+            out.print(f"UNKNOWN  {reason}", markup=False, soft_wrap=True)
             err.print(f"tether: UNKNOWN: {reason}", markup=False, soft_wrap=True)
         raise typer.Exit(Verdict.UNKNOWN.exit_code) from None
     if as_json:
