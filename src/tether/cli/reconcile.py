@@ -181,12 +181,29 @@ def _bytes(size: int | None, sha256: str | None) -> str:
     return " ".join(p for p in parts if p)
 
 
+def _check_command() -> Any:
+    """``reconcile`` as a command of its own (``Usage: reconcile/check [OPTIONS]``) that also
+    takes tether's global options but --db and --root, which it has: --import, --schema, ..."""
+    group = typer.main.get_command(app)
+    command = group.commands["reconcile"]  # type: ignore[attr-defined]
+    own = {p.name for p in command.params}
+    shared = [p for p in group.params if p.name not in own]
+
+    def run(**values: Any) -> Any:
+        group.callback(db=values["db"], root=values["root"], **{p.name: values.pop(p.name) for p in shared})
+        return command.callback(**values)
+
+    return type(command)(
+        "reconcile/check", callback=run, params=[*command.params, *shared], help=command.help, rich_markup_mode=None
+    )
+
+
 def check_main(argv: list[str] | None = None) -> None:
     """Entry of ``reconcile/check``: ``tether reconcile`` in which every failure, a usage error
     included, exits 1 (click's usage errors exit 2, which here would read as drift)."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        rv = app(["reconcile", *args], prog_name="reconcile/check", standalone_mode=False)
+        rv = _check_command().main(args, prog_name="reconcile/check", standalone_mode=False)
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except typer.TyperException as e:  # usage errors (typer's own click)
