@@ -5,16 +5,18 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import typer
 from rich.console import Console
 
 from .. import config
-from ..coordinator import Coordinator
 from ..errors import ConfigError
 from ..outcome import error_text
+
+if TYPE_CHECKING:
+    from ..coordinator import Coordinator
 
 app = typer.Typer(
     name="tether",
@@ -95,6 +97,7 @@ def _global(
 
 def open_coordinator(**kwargs: Any) -> Coordinator:
     """The ledger named by --db/--root, with the job types of every --import module."""
+    from ..coordinator import Coordinator
     from ..jobtypes import default_registry
 
     registry = default_registry()

@@ -13,7 +13,6 @@ import typer
 from .. import events
 from ..clock import SystemClock
 from ..errors import ConfigError, InvalidPayload
-from ..limits import option_problem
 from ..record import JobRecord
 from ..status import JobStatus
 from .app import app, err, open_coordinator, out, print_json
@@ -105,6 +104,8 @@ def enqueue(
     if (payload is None) == (jsonl is None):
         raise typer.BadParameter("give exactly one of --payload or --jsonl")
     options = dict(priority=priority, key=key, max_attempts=max_attempts, delay=delay)
+    from ..limits import option_problem
+
     # Check options, read and parse before the ledger is opened: bad input creates nothing.
     problem = option_problem(priority, max_attempts, delay, SystemClock().now())
     if problem:  # an option, not the payload: named as the flag the user typed

@@ -7,7 +7,6 @@ import sys
 import typer
 
 from ..config import DEFAULT_BACKLOG_LIMIT, DEFAULT_LOCK_TIMEOUT, ENV_BACKLOG_LIMIT
-from ..health import Thresholds
 from .app import app
 from .output import ledger, parse_duration
 
@@ -32,6 +31,7 @@ def metrics(
 
     Example: tether --db sqlite:///ledger/tether.db metrics --window 15m
     """
+    from ..health import Thresholds
     from ..metrics import exposition  # prometheus-client is loaded by this command only
 
     span = parse_duration(window, "--window")

@@ -12,20 +12,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
-import sqlalchemy as sa
 import typer
-from rich.table import Table
 
 from .. import config, events
 from ..errors import ConfigError
 from ..faults import describe
-from ..readonly import open_ledger
-from ..reconcile import DRIFT, STATUSES, Report, count_targeted_jobs
-from ..reconcile import reconcile as run_reconcile
 from .app import app, err, open_coordinator, out, print_json, settings
 
 if TYPE_CHECKING:
     from rich.progress import Progress
+
+    from ..reconcile import Report
+
+
+def _reason(error: BaseException) -> str:
+    """One line for a failed check: a database error's driver message, else the exception."""
+    sa_exc = sys.modules.get("sqlalchemy.exc")
+    if sa_exc is not None and isinstance(error, sa_exc.SQLAlchemyError):
+        return describe(error)
+    return f"{type(error).__name__}: {error}"
 
 
 @app.command()
@@ -64,6 +69,8 @@ def reconcile(
     Example: tether --db sqlite:///ledger/tether.db --root ./data reconcile --json
     """
     try:
+        from ..reconcile import reconcile as run_reconcile
+
         if db is not None:
             settings.db = db
         if root is not None:
@@ -84,8 +91,7 @@ def reconcile(
         err.print("tether reconcile: interrupted; nothing was checked to the end")
         sys.exit(130)
     except Exception as e:  # a crash must never read as drift (exit 2)
-        reason = describe(e) if isinstance(e, sa.exc.SQLAlchemyError) else f"{type(e).__name__}: {e}"
-        err.print(f"tether reconcile: could not check: {reason}", markup=False, soft_wrap=True)
+        err.print(f"tether reconcile: could not check: {_reason(e)}", markup=False, soft_wrap=True)
         sys.exit(1)
     # sys.exit, not typer.Exit: the console entry runs typer without standalone mode, where an
     # Exit code is returned to it rather than raised.
@@ -95,6 +101,8 @@ def reconcile(
 def _require_existing(db: str | None, root: str | None) -> None:
     """A check never creates what it checks: a mistyped --db would otherwise be a new, empty
     ledger reading "in sync", and a mistyped --root an empty directory reading "missing"."""
+    from ..readonly import open_ledger
+
     open_ledger(db, schema=settings.schema).dispose()
     named = config.named_root(root)
     if named is None:
@@ -117,6 +125,8 @@ class _progress:
             return None
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+        from ..reconcile import count_targeted_jobs
+
         total = count_targeted_jobs(self.coordinator)
         self.bar = Progress(
             TextColumn("reconciling jobs"),
@@ -137,6 +147,10 @@ class _progress:
 
 
 def _print(report: Report) -> None:
+    from rich.table import Table
+
+    from ..reconcile import DRIFT, STATUSES
+
     counts = ", ".join(f"{report.counts[s]} {s}" for s in STATUSES if report.counts[s] or s == "in_sync")
     newest = report.newest_job_id or "none"
     mode = "content" if report.content else "existence only"
@@ -214,7 +228,6 @@ def check_main(argv: list[str] | None = None) -> None:
             err.print(f"reconcile/check: {e}", markup=False)
         sys.exit(1)
     except Exception as e:
-        reason = describe(e) if isinstance(e, sa.exc.SQLAlchemyError) else f"{type(e).__name__}: {e}"
-        err.print(f"reconcile/check: could not check: {reason}", markup=False, soft_wrap=True)
+        err.print(f"reconcile/check: could not check: {_reason(e)}", markup=False, soft_wrap=True)
         sys.exit(1)
     sys.exit(rv if isinstance(rv, int) else 0)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import typer
 
-from .. import observe
 from ..errors import ConfigError, TetherError
 from .app import app, err, open_coordinator, out, print_json
 from .output import ledger, table
@@ -24,6 +23,8 @@ def retry(
 
     Example: tether retry --failed --type create_file
     """
+    from .. import observe
+
     if bool(job_ids) == all_failed:
         raise ConfigError("give job ids or --failed (not both, not neither)")
     if job_type and not all_failed:

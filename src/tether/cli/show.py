@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import orjson
 import typer
-from rich.table import Table
 
-from .. import observe
 from .app import app, out, print_json
 from .output import ledger, progress_text, when
 
@@ -27,6 +25,10 @@ def show(
 
     Example: tether show 01JD3X9Q8ZK2M4N5P6R7S8T9V0 --payload   (or: tether show s8t9v0)
     """
+    from rich.table import Table
+
+    from .. import observe
+
     with ledger() as engine:
         job_id = observe.resolve_id(engine, job_id)
         job = observe.show(engine, job_id)
