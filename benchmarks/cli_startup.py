@@ -47,6 +47,7 @@ def main() -> None:
             env={**env, "PYTHONPATH": str(trees["after"])},
             check=True,
             stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         commands = {"tether --help": ["--help"], "tether status": ["status"]}
         times: dict[tuple[str, str], list[float]] = {(t, c): [] for t in trees for c in commands}
