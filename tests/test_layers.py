@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("coordinator",),
     ("store",),
     # the edges: the command line, the sample application, the package's front door
-    ("cli", "demo", "__main__", "__init__"),
+    ("cli", "ui", "demo", "__main__", "__init__"),
 ]
 
 

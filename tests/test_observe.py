@@ -213,6 +213,7 @@ def test_empty_ledger_is_ok_and_thresholds_are_validated(coordinator: Coordinato
         "success_rate_error": 0.95,
         "p95_warn": 10.0,
         "p95_error": None,
+        "unclaimed_grace": 300.0,
     }
     with pytest.raises(ConfigError, match="backlog limit must be at least 1"):
         health.Thresholds(backlog_limit=0)

@@ -57,7 +57,7 @@ def test_claiming_jobs_without_ordering_key_reads_no_other_active_job(pg_coordin
     with pg_coordinator.engine.connect() as conn:
         with conn.begin() as tx:
             (plan,) = conn.execute(
-                sa.text("EXPLAIN (ANALYZE, FORMAT JSON) " + sql.claim_sql("postgresql")), params
+                sa.text("EXPLAIN (ANALYZE, FORMAT JSON) " + sql.claim_sql("postgresql", ["pg_noop"])), params
             ).scalar_one()
             tx.rollback()
     claimed = plan["Plan"]["Actual Rows"]

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from tether import Coordinator, CreateFile, DeleteFile, Payload
-from tether.jobtypes.base import IN_SYNC, MISSING, MODIFIED, UNEXPECTED, UNKNOWN, Check, Probe
+from tether import Check, Coordinator, CreateFile, DeleteFile, Payload, Probe
+from tether.drift import IN_SYNC, MISSING, MODIFIED, UNEXPECTED, UNKNOWN
 
 
 @dataclass

@@ -38,7 +38,7 @@ HOT = {
     "insert": (sql.INSERT, None),
     "active_by_key": (sql.ACTIVE_BY_KEY, ("ux_tether_jobs_key_active", "ix_tether_jobs_key")),
     "get": (sql.GET, "sqlite_autoindex_tether_jobs_1"),
-    "claim": (sql.CLAIM_SQLITE, "ix_tether_jobs_pending"),
+    "claim": (sql.claim_sql("sqlite", ["create_file", "delete_file"]), "ix_tether_jobs_pending"),
     "complete": (sql.COMPLETE, "sqlite_autoindex_tether_jobs_1"),
     "retry": (sql.RETRY, "sqlite_autoindex_tether_jobs_1"),
     "fail": (sql.FAIL, "sqlite_autoindex_tether_jobs_1"),
@@ -111,12 +111,12 @@ def test_hot_statement_neither_scans_nor_sorts(engine, name):
 
 
 def test_claim_updates_the_chosen_jobs_by_primary_key(engine):
-    steps = plan(engine, sql.CLAIM_SQLITE)
+    steps = plan(engine, sql.claim_sql("sqlite", ["create_file", "delete_file"]))
     assert steps[0] == "SEARCH tether_jobs USING INDEX sqlite_autoindex_tether_jobs_1 (id=?)", steps
 
 
 def test_claim_checks_older_jobs_on_the_target_through_the_active_target_index(engine):
-    steps = plan(engine, sql.CLAIM_SQLITE)
+    steps = plan(engine, sql.claim_sql("sqlite", ["create_file", "delete_file"]))
     assert any("ix_tether_jobs_target_active" in s for s in steps), steps
 
 

@@ -13,9 +13,8 @@ from typing import Any, ClassVar
 import pytest
 import sqlalchemy as sa
 
-from tether import Coordinator, CreateFile, DeleteFile, JobContext, JobType, Payload
+from tether import Check, Coordinator, CreateFile, DeleteFile, JobContext, JobType, Payload, Probe
 from tether.jobtypes import default_registry, files, render
-from tether.jobtypes.base import Check, Probe
 from tether.reconcile import reconcile
 
 

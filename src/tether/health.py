@@ -45,6 +45,7 @@ class Thresholds:
     success_rate_error: float | None = config.DEFAULT_SUCCESS_RATE_ERROR
     p95_warn: float | None = config.DEFAULT_P95_WARN
     p95_error: float | None = config.DEFAULT_P95_ERROR
+    unclaimed_grace: float = config.DEFAULT_UNCLAIMED_GRACE
 
     def __post_init__(self) -> None:
         if self.backlog_limit < 1:
@@ -80,6 +81,7 @@ class Thresholds:
             "success_rate_error": self.success_rate_error,
             "p95_warn": self.p95_warn,
             "p95_error": self.p95_error,
+            "unclaimed_grace": self.unclaimed_grace,
         }
 
 
@@ -240,6 +242,19 @@ def assess(s: Stats, thresholds: Thresholds | None = None, act: Activity | None 
         "any failed job is a warning (tether retry --failed, or purge them)",
     )
     checks = [backlog, stuck, failed]
+    for b in s.by_type:
+        # A worker claims only the types it has: jobs of a type no running worker has wait.
+        waited = (s.now - b.oldest_ready_at).total_seconds() if b.oldest_ready_at else 0.0
+        if b.pending and not b.claimed and waited > th.unclaimed_grace:
+            checks.append(
+                HealthCheck(
+                    f"unclaimed:{b.type}",
+                    round(waited, 3),
+                    Verdict.WARNING,
+                    f"a {b.type} job has been ready for over {th.unclaimed_grace:g}s and none is running: "
+                    f"is a worker with this type registered (--import)?",
+                )
+            )
     if act is not None:
         checks += _alerts(s, th, act)
     worst = max((c.verdict for c in checks), key=lambda v: v.exit_code)

@@ -8,16 +8,16 @@ index, never the whole table, except where a docstring says so (see benchmarks/s
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 
 from . import ids
-from .errors import AmbiguousJobId, JobNotFound
+from .errors import AmbiguousJobId, ConfigError, JobNotFound
+from .readonly import COLUMNS, engine_of, finished, lock_timeout_of, now_of, reading, records, select_jobs, t
 from .readonly import NoLedger as NoLedger  # `X as X`: NoLedger, Source, open_ledger are this API too
 from .readonly import Source as Source
-from .readonly import engine_of, finished, lock_timeout_of, now_of, reading, records, select_jobs, t
 from .readonly import open_ledger as open_ledger
 from .record import JobRecord
 from .schema import CLAIMED_SQL, PENDING_SQL
@@ -36,6 +36,8 @@ class TypeBacklog:
     type: str
     pending: int = 0
     claimed: int = 0
+    oldest_ready_at: datetime | None = None
+    """When the longest-waiting pending job that may run now became ready (its ``run_at``)."""
 
     @property
     def outstanding(self) -> int:
@@ -83,8 +85,22 @@ class Stats:
             "stuck": self.stuck,
             "oldest_pending_at": self.oldest_pending_at.isoformat() if self.oldest_pending_at else None,
             "oldest_pending_age": self.oldest_pending_age,
-            "by_type": [{**asdict(b), "outstanding": b.outstanding} for b in self.by_type],
+            "by_type": [
+                {
+                    **asdict(b),
+                    "outstanding": b.outstanding,
+                    "oldest_ready_at": b.oldest_ready_at.isoformat() if b.oldest_ready_at else None,
+                }
+                for b in self.by_type
+            ],
         }
+
+
+def _utc(value: Any) -> datetime | None:
+    """A time read through an aggregate (min, max): SQLite gives text, PostgreSQL a datetime."""
+    if value is None or isinstance(value, datetime):
+        return value if value is None or value.tzinfo else value.replace(tzinfo=UTC)
+    return datetime.fromisoformat(str(value)).replace(tzinfo=UTC)
 
 
 def stats(source: Source, *, lock_timeout: float | None = None, now: datetime | None = None) -> Stats:
@@ -93,15 +109,18 @@ def stats(source: Source, *, lock_timeout: float | None = None, now: datetime | 
     lock_timeout = lock_timeout_of(source, lock_timeout)
     cutoff = now - timedelta(seconds=lock_timeout)
     with reading(source) as conn:
-        backlog: dict[str, dict[str, int]] = {}
+        backlog: dict[str, dict[str, Any]] = {}
         # Each status through its own partial index, so only the backlog is read: the condition
         # is written as the index's own literal, which both databases match when they plan.
+        ready = sa.func.min(sa.case((t.c.run_at <= now, t.c.run_at)))
         per_status = [
-            sa.select(t.c.type, t.c.status, sa.func.count()).where(sa.text(cond)).group_by(t.c.type, t.c.status)
+            sa.select(t.c.type, t.c.status, sa.func.count(), ready).where(sa.text(cond)).group_by(t.c.type, t.c.status)
             for cond in (PENDING_SQL, CLAIMED_SQL)
         ]
-        for job_type, status, n in conn.execute(sa.union_all(*per_status)):
+        for job_type, status, n, ready_at in conn.execute(sa.union_all(*per_status)):
             backlog.setdefault(job_type, {})[status] = n
+            if status == JobStatus.PENDING.value:
+                backlog[job_type]["ready"] = _utc(ready_at)
         failed = conn.execute(
             sa.select(sa.func.count()).where(t.c.status == JobStatus.FAILED.value, finished())
         ).scalar_one()
@@ -111,7 +130,9 @@ def stats(source: Source, *, lock_timeout: float | None = None, now: datetime | 
         oldest = conn.execute(
             sa.select(sa.func.min(t.c.created_at)).where(t.c.status == JobStatus.PENDING.value)
         ).scalar_one()
-    by_type = [TypeBacklog(k, v.get("pending", 0), v.get("claimed", 0)) for k, v in sorted(backlog.items())]
+    by_type = [
+        TypeBacklog(k, v.get("pending", 0), v.get("claimed", 0), v.get("ready")) for k, v in sorted(backlog.items())
+    ]
     return Stats(now, lock_timeout, by_type, failed, stuck, oldest)
 
 
@@ -427,3 +448,163 @@ def counts(source: Source) -> dict[tuple[str, str], int]:
     with reading(source) as conn:
         rows = conn.execute(sa.select(t.c.status, t.c.type, sa.func.count()).group_by(t.c.status, t.c.type))
         return {(status, name): n for status, name, n in rows}
+
+
+# -- pages of jobs (keyset) and failures by error: what the web page asks ----------------------
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """What ``jobs_page`` selects: each field narrows, ``None`` leaves it open. ``target`` is an
+    ``ordering_key`` as stored (``file:a/b.json``); ``key`` an idempotency key, which is unique per
+    type only, so it needs ``job_type`` (the index on keys starts with the type)."""
+
+    status: str | None = None
+    job_type: str | None = None
+    target: str | None = None
+    key: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.status is not None:
+            object.__setattr__(self, "status", _status_str(self.status))
+        if self.key is not None and self.job_type is None:
+            raise ConfigError("a key filter needs a type: idempotency keys are unique per type only")
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """One page of ``jobs_page``: ``after`` is the cursor of the next page (``None``: last page)."""
+
+    jobs: list[JobRecord]
+    after: str | None
+    by_finish: bool
+
+
+def jobs_page(
+    source: Source, where: JobFilter, *, after: str | None = None, oldest_first: bool = False, limit: int = 50
+) -> JobPage:
+    """A page of jobs by keyset, never OFFSET: each page starts after the last row of the one
+    before (``after``, the cursor it returned), so jobs added meanwhile never shift a page.
+
+    Completed and failed jobs are ordered by finish time (cursor ``completed_at|id``) through
+    ``ix_tether_jobs_done``; pending and claimed ones by enqueue time (``created_at|id``) through
+    their status's partial index, sorting only that backlog's ids; any other listing by id (enqueue
+    order too) through the primary key, or the target's or key's index when one is given. A type
+    alone has no index: its pages walk the primary key and skip other types' jobs."""
+    if limit < 1:
+        raise ConfigError(f"a page holds at least one job, not {limit}")
+    by_finish = where.status in ("completed", "failed")
+    query = sa.select(t.c.id)
+    for column, value in (
+        (t.c.status, where.status),
+        (t.c.type, where.job_type),
+        (t.c.ordering_key, where.target),
+        (t.c.idempotency_key, where.key),
+    ):
+        if value is not None:
+            query = query.where(column == value)
+    if by_finish:
+        query = query.where(finished())
+        if where.since is not None:
+            query = query.where(t.c.completed_at >= where.since)
+        if where.until is not None:
+            query = query.where(t.c.completed_at < where.until)
+    else:
+        if where.since is not None:  # ids are time-ordered: "enqueued since" is a primary-key range
+            query = query.where(t.c.id >= ids.floor_id(where.since), t.c.created_at >= where.since)
+        if where.until is not None:
+            query = query.where(t.c.id < ids.floor_id(where.until), t.c.created_at < where.until)
+    # Ordering a backlog by id would walk the primary key through every finished job to find it.
+    time = t.c.completed_at if by_finish else t.c.created_at if where.status is not None else None
+    order = [t.c.id] if time is None else [time, t.c.id]
+    if after is not None:
+        query = query.where(_after(after, order, oldest_first))
+    sort = [c if oldest_first else c.desc() for c in order]
+    picked = query.order_by(*sort).limit(limit + 1)
+    if time is not None:  # the sort takes ids; only the chosen rows are read in full
+        picked = select_jobs().where(t.c.id.in_(picked)).order_by(*sort)
+    else:
+        picked = picked.with_only_columns(*COLUMNS)
+    with reading(source) as conn:
+        found = records(conn, picked)
+    more = len(found) > limit
+    found = found[:limit]
+    cursor = _cursor(found[-1], time) if more else None
+    return JobPage(found, cursor, by_finish)
+
+
+def _cursor(job: JobRecord, time: Any) -> str:
+    if time is None:
+        return job.id
+    at = getattr(job, time.name)
+    return f"{at.isoformat()}|{job.id}"
+
+
+def _after(cursor: str, order: list[Any], ascending: bool) -> sa.ColumnElement[bool]:
+    """Rows strictly past ``cursor`` in the listing's order. The leading column's bound is
+    written on its own (``<=``), so the index range starts at the cursor, not at its end."""
+    if len(order) == 1:
+        return order[0] > cursor if ascending else order[0] < cursor  # type: ignore[no-any-return]
+    at_text, _, job_id = cursor.partition("|")
+    try:
+        at = datetime.fromisoformat(at_text)
+    except ValueError as e:
+        raise ConfigError(f"page cursor {cursor!r} is not one this page gave out") from e
+    if at.tzinfo is None or not job_id:
+        raise ConfigError(f"page cursor {cursor!r} is not one this page gave out")
+    col, tie = order
+    if ascending:
+        return sa.and_(col >= at, sa.or_(col > at, tie > job_id))
+    return sa.and_(col <= at, sa.or_(col < at, tie < job_id))
+
+
+@dataclass(frozen=True)
+class ErrorGroup:
+    """Failed jobs that share an error message (``error_summary`` of their ``last_error``):
+    how many, of which types, when the last of them failed, and the newest of them."""
+
+    message: str
+    count: int
+    types: dict[str, int]
+    last_failed_at: datetime
+    newest_id: str
+
+
+def error_summary(text: str | None) -> str:
+    """The line that names an error: a traceback's last line (its exception), else the first."""
+    lines = [line.strip() for line in (text or "").strip().splitlines() if line.strip()]
+    if not lines:
+        return "(no error recorded)"
+    return lines[-1] if lines[0].startswith("Traceback") else lines[0]
+
+
+def failed_by_error(source: Source, *, job_type: str | None = None) -> list[ErrorGroup]:
+    """Failed jobs grouped by error message, largest group first. The database groups the
+    failed rows (through ``ix_tether_jobs_done``) by type and whole error text; only those
+    groups are merged here by their summary line, so no job is built in Python."""
+    query = (
+        sa.select(t.c.type, t.c.last_error, sa.func.count(), sa.func.max(t.c.completed_at), sa.func.max(t.c.id))
+        .where(t.c.status == JobStatus.FAILED.value, finished())
+        .group_by(t.c.type, t.c.last_error)
+    )
+    if job_type is not None:
+        query = query.where(t.c.type == job_type)
+    merged: dict[str, dict[str, Any]] = {}
+    with reading(source) as conn:
+        for name, error, n, last_at, newest in conn.execute(query):
+            group = merged.setdefault(error_summary(error), {"count": 0, "types": {}, "at": last_at, "id": newest})
+            group["count"] += n
+            group["types"][name] = group["types"].get(name, 0) + n
+            group["at"], group["id"] = max(group["at"], last_at), max(group["id"], newest)
+    out = [ErrorGroup(m, g["count"], dict(sorted(g["types"].items())), g["at"], g["id"]) for m, g in merged.items()]
+    out.sort(key=lambda g: (-g.count, g.message))
+    return out
+
+
+def on_target(source: Source, target: str, *, limit: int = 20) -> list[JobRecord]:
+    """Jobs on one target (``ordering_key``) in enqueue order, the latest ``limit`` of them."""
+    query = select_jobs().where(t.c.ordering_key == target).order_by(t.c.id.desc()).limit(limit)
+    with reading(source) as conn:
+        return list(reversed(records(conn, query)))

@@ -141,10 +141,18 @@ class Queue:
         self.root = root
         self.wakeup = wakeup
         self.backend = Backend.for_engine(engine)
-        self._claim_sql = sql.claim_sql(engine.dialect.name)
+        self._claim_sql: tuple[int, str] = (-1, "")  # (registry generation, statement)
         self.builder = Builder(registry, root, clock, max_payload_bytes=max_payload_bytes)
         self._json_sql = sql.insert_json_sql(engine.dialect.name) if self.backend.reads_json else None
         self._complete_many_sql = sql.complete_many_sql(engine.dialect.name) if self.backend.reads_json else None
+
+    def _claim_statement(self) -> str:
+        """The claim for this registry's types, made again only when a type is registered."""
+        generation, statement = self._claim_sql
+        if generation != self.registry.generation:
+            statement = sql.claim_sql(self.engine.dialect.name, self.registry.names())
+            self._claim_sql = (self.registry.generation, statement)
+        return statement
 
     @property
     def where(self) -> str:
@@ -263,7 +271,8 @@ class Queue:
         return self._claimed(rows, worker)
 
     def _claim_in(self, cur: Any, worker: str, now: datetime, limit: int) -> list[JobRecord]:
-        claimed: list[JobRecord] = cur.records(self._claim_sql, {"worker": worker, "now": now, "limit": limit})
+        params = {"worker": worker, "now": now, "limit": limit}
+        claimed: list[JobRecord] = cur.records(self._claim_statement(), params)
         return claimed
 
     def _claimed(self, rows: list[JobRecord], worker: str) -> list[JobRecord]:

@@ -197,29 +197,15 @@ class _Reconciler:
                 )
             elif latest_id is None or latest_type is None:
                 continue  # only failed jobs ever named this target: nothing is expected of it
-            elif latest_type not in probes:
-                # Said, not skipped: a check run without the application's job types must not
-                # read as "all in sync".
-                self._found(
-                    Finding(
-                        display(key),
-                        NOT_CHECKED,
-                        latest_id,
-                        latest_type,
-                        detail=f"job type {latest_type!r} is not registered here (pass --import MODULE)",
-                    )
+            elif latest_type not in probes or probes[latest_type] is None:
+                # Said, not skipped: a check run without the application's job types, or of a
+                # type nothing can check, must not read as "all in sync".
+                why = (
+                    f"job type {latest_type!r} is not registered here (pass --import MODULE)"
+                    if latest_type not in probes
+                    else f"type {latest_type!r} has no probe: its effect cannot be checked"
                 )
-            elif probes[latest_type] is None:
-                # Nothing can prove its effect holds: say so, never count it as in sync.
-                self._found(
-                    Finding(
-                        display(key),
-                        NOT_CHECKED,
-                        latest_id,
-                        latest_type,
-                        detail=f"type {latest_type!r} has no probe: its effect cannot be checked",
-                    )
-                )
+                self._found(Finding(display(key), NOT_CHECKED, latest_id, latest_type, detail=why))
             else:
                 group = by_type.get(latest_type)
                 if group is None:

@@ -4,6 +4,8 @@ plans are checked in tests/test_query_plans.py."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from .schema import ACTIVE_KEYED_SQL, TABLE, Job
 
 COLUMNS = tuple(Job.__table__.c.keys())  # type: ignore[attr-defined]  # sqlmodel sets it; its types do not declare it
@@ -62,9 +64,12 @@ GET = f"SELECT {_COLS} FROM {TABLE} WHERE id = :id"
 # to one path land in enqueue order even when the older one is retried. The IS NULL test is not
 # redundant: without it PostgreSQL, on statistics that lag a freshly filled queue, plans the
 # NOT EXISTS as an anti join reading every active job once per candidate.
+# A worker claims only the types it has registered ({types}: their names as SQL literals, filled
+# in by ``claim_sql``): a job of a type it lacks waits for a worker that has it, instead of
+# burning its attempts on UnknownJobType. Literals, not a bound list: the planner sees a constant.
 _CLAIMABLE = f"""
 SELECT j.id FROM {TABLE} AS j
-WHERE j.status = 'pending' AND j.run_at <= :now
+WHERE j.status = 'pending' AND j.run_at <= :now AND j.type IN ({{types}})
   AND (j.ordering_key IS NULL OR NOT EXISTS (
       SELECT 1 FROM {TABLE} AS o
       WHERE o.ordering_key = j.ordering_key AND o.{_ACTIVE} AND o.id < j.id))
@@ -179,8 +184,10 @@ RETURNING {_COLS}
 """
 
 
-def claim_sql(dialect: str) -> str:
-    return CLAIM_POSTGRES if dialect == "postgresql" else CLAIM_SQLITE
+def claim_sql(dialect: str, types: Iterable[str]) -> str:
+    """The claim for a worker that has the job types ``types``."""
+    names = ", ".join("'" + name.replace("'", "''") + "'" for name in sorted(types)) or "NULL"
+    return (CLAIM_POSTGRES if dialect == "postgresql" else CLAIM_SQLITE).replace("{types}", names)
 
 
 def complete_many_sql(dialect: str) -> str:

@@ -29,6 +29,7 @@ from . import (  # noqa: F401  (imported for the commands they register)
     show,
     status,
     stuck,
+    ui,
     worker,
 )
 from .app import app, err, settings

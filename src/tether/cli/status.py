@@ -23,6 +23,10 @@ def _fraction(value: float | None) -> str:
     return "off" if value is None else f"{value:g}"
 
 
+def _off_is_never(seconds: float | None) -> float:
+    return float("inf") if seconds is None else seconds
+
+
 def _threshold(text: str, option: str, *, fraction: bool = False) -> float | None:
     """A threshold flag: ``off`` (or ``none``), else a duration (``1h``) or, for rates, a fraction."""
     if text.strip().lower() in ("off", "none", ""):
@@ -98,6 +102,13 @@ def status(
         envvar=config.ENV_P95_ERROR,
         help="Error when a type's p95 run time in the window is longer (a duration, or off).",
     ),
+    unclaimed_grace: str = typer.Option(
+        _seconds(config.DEFAULT_UNCLAIMED_GRACE),
+        "--unclaimed-grace",
+        envvar=config.ENV_UNCLAIMED_GRACE,
+        help="Warn when a type's ready job waited this long with none of its type running: no worker "
+        "may have the type registered (a duration, or off).",
+    ),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Health verdict, outstanding jobs by type, failed, stuck, oldest pending age.
@@ -125,6 +136,7 @@ def status(
             success_rate_error=_threshold(success_rate_error, "--success-rate-error", fraction=True),
             p95_warn=_threshold(p95_warn, "--p95-warn"),
             p95_error=_threshold(p95_error, "--p95-error"),
+            unclaimed_grace=_off_is_never(_threshold(unclaimed_grace, "--unclaimed-grace")),
         )
         with ledger() as engine:
             h = health(engine, thresholds, lock_timeout=lock_timeout)

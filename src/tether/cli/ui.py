@@ -1,0 +1,64 @@
+"""``tether ui``: serve the web page over the ledger (needs the extra: pip install 'tether[ui]')."""
+
+from __future__ import annotations
+
+import typer
+
+from .. import config
+from ..errors import ConfigError
+from .app import app, err, open_coordinator, settings
+from .reconcile import _require_existing
+
+
+@app.command()
+def ui(
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="Address to listen on. Not loopback: --token-file is required."
+    ),
+    port: int = typer.Option(8787, "--port", help="Port to listen on."),
+    allow_actions: bool = typer.Option(
+        False, "--allow-actions", help="Enable retry and purge buttons (each confirmed, CSRF-checked, an event)."
+    ),
+    token_file: str | None = typer.Option(
+        None, "--token-file", help="File holding the sign-in token (16+ characters): bearer header or login form."
+    ),
+    allowed_hosts: list[str] = typer.Option(
+        [], "--allowed-host", help="Another Host name clients use (repeatable); required with --host 0.0.0.0."
+    ),
+    show_payloads: bool = typer.Option(
+        False, "--show-payloads", help="Show job payloads (they may hold file contents or prompts)."
+    ),
+    backlog_limit: int = typer.Option(
+        config.DEFAULT_BACKLOG_LIMIT, "--backlog-limit", envvar=config.ENV_BACKLOG_LIMIT, help="Backlog soft limit."
+    ),
+) -> None:
+    """Serve the overview, jobs, failures, durations and drift as a web page (read-only by default).
+
+    Binds to loopback unless told otherwise; any other address needs --token-file. Pages read
+    the ledger through the same functions as the CLI's commands.
+
+    Example: tether --db sqlite:///ledger/tether.db --root ./data ui --port 8787
+    """
+    try:
+        import uvicorn
+
+        from .. import ui as web
+    except ImportError as e:
+        raise ConfigError(f"tether ui needs its extra: pip install 'tether[ui]' ({e.name} is missing)") from e
+    from ..health import Thresholds
+    token = web.read_token(token_file) if token_file else None
+    hosts = web.bind_hosts(host, token, allowed_hosts)
+    _require_existing(settings.db, settings.root)  # a page never creates the ledger it shows
+    with open_coordinator() as coordinator:
+        page = web.app(
+            coordinator,
+            allow_actions=allow_actions,
+            show_payloads=show_payloads,
+            token=token,
+            allowed_hosts=hosts,
+            thresholds=Thresholds(backlog_limit=backlog_limit),
+        )
+        where = f"[{host}]" if ":" in host else host
+        mode = "actions enabled" if allow_actions else "read-only"
+        err.print(f"tether ui: http://{where}:{port}/ ({mode}; Ctrl-C to stop)", markup=False)
+        uvicorn.run(page, host=host, port=port, log_level="warning", server_header=False)

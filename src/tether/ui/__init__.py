@@ -1,0 +1,75 @@
+"""``tether ui``: the operator's questions and the drift on a web page (optional extra ``tether[ui]``).
+
+``tether.ui.app(coordinator)`` is an ASGI app, served by ``tether ui`` or mounted inside an
+application's own (``Mount("/tether", app=tether.ui.app(coordinator))``). It is read-only unless
+``allow_actions``; every page reads through ``tether.observe``, as the CLI does.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import sqlalchemy as sa
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ..health import Thresholds
+from .actions import Actions
+from .security import LOOPBACK_HOSTS, Guard, bind_hosts, is_loopback, read_token
+from .web import HERE, Pages
+
+if TYPE_CHECKING:
+    from ..coordinator import Coordinator
+
+__all__ = ["LOOPBACK_HOSTS", "app", "bind_hosts", "is_loopback", "read_token"]
+
+
+def app(
+    source: Coordinator | sa.Engine,
+    *,
+    allow_actions: bool = False,
+    show_payloads: bool = False,
+    token: str | None = None,
+    allowed_hosts: Iterable[str] | None = LOOPBACK_HOSTS,
+    thresholds: Thresholds | None = None,
+) -> Starlette:
+    """The page over ``source`` (a ``Coordinator``; a bare ``Engine`` gives the read-only pages
+    without drift). ``token``: required sign-in (bearer header or the login form's cookie).
+    ``allowed_hosts``: the ``Host`` names answered (DNS rebinding); ``None`` leaves that check to
+    the application that mounts this one. Payloads are shown only with ``show_payloads``."""
+    key = secrets.token_bytes(32)  # signs session and CSRF cookies; a restart signs everyone out
+    pages = Pages(
+        source,
+        allow_actions=allow_actions,
+        show_payloads=show_payloads,
+        thresholds=thresholds or Thresholds(),
+        token=token,
+        key=key,
+    )
+    actions = Actions(pages)
+    routes = [
+        Route("/", pages.overview),
+        Route("/live/overview", pages.overview_live),
+        Route("/jobs", pages.jobs),
+        Route("/jobs/{job_id}", pages.job),
+        Route("/failed", pages.failed),
+        Route("/durations", pages.durations),
+        Route("/drift", pages.drift_page),
+        Route("/live/drift", pages.drift_live),
+        Route("/drift/run", pages.drift_run, methods=["POST"]),
+        Route("/actions/retry", actions.guarded(actions.retry), methods=["GET", "POST"]),
+        Route("/actions/retry-failed", actions.guarded(actions.retry_failed), methods=["GET", "POST"]),
+        Route("/actions/purge", actions.guarded(actions.purge), methods=["GET", "POST"]),
+        Route("/login", pages.login, methods=["GET", "POST"]),
+        Route("/metrics", pages.metrics),
+        Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    hosts = None if allowed_hosts is None else tuple(h.lower().strip("[]") for h in allowed_hosts)
+    guard = Middleware(Guard, allowed_hosts=hosts, token=token, key=key)
+    web = Starlette(routes=routes, middleware=[guard])
+    web.state.pages = pages  # tests and the CLI reach the drift runner through it
+    return web

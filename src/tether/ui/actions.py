@@ -1,0 +1,90 @@
+"""The page's operator actions (only with ``--allow-actions``): retry one failed job, retry every
+failed job of a type, purge finished jobs older than a cutoff. Each is a GET that shows what will
+happen and asks to confirm, then a POST with the CSRF token that does it; each is an event."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from .. import events, observe
+from ..cli.output import parse_duration
+from ..errors import JobNotFound, TetherError
+from ..retention import purge
+from .security import csrf_ok, form
+from .web import Pages
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class Actions:
+    def __init__(self, pages: Pages) -> None:
+        self.pages = pages
+
+    def guarded(self, handler: Callable[[Request, dict[str, str]], Awaitable[Response]]) -> Handler:
+        """Refuse unless actions are enabled and (for a POST) the CSRF token matches."""
+
+        async def run(request: Request) -> Response:
+            if not self.pages.allow_actions or self.pages.coordinator is None:
+                why = "this page is read-only: start it with `tether ui --allow-actions` to retry or purge"
+                return self.pages.problem(request, why, 403)
+            fields: dict[str, str] = dict(request.query_params)
+            if request.method == "POST":
+                fields = await form(request)
+                if not csrf_ok(request, fields):
+                    why = "the form's CSRF token is missing or wrong: reload the page and try again"
+                    return self.pages.problem(request, why, 403)
+            try:
+                return await handler(request, fields)
+            except TetherError as e:
+                return self.pages.problem(request, str(e), 404 if isinstance(e, JobNotFound) else 409)
+
+        return run
+
+    def _done(self, request: Request, action: str, **facts: Any) -> Response:
+        client = request.client.host if request.client else None
+        events.emit("ui.action", action=action, client=client, **facts)
+        return self.pages.render(request, "done.html", action=action, facts=facts)
+
+    # -- retry one ---------------------------------------------------------------------------------
+
+    async def retry(self, request: Request, fields: dict[str, str]) -> Response:
+        job = observe.show(self.pages.source, fields.get("job", ""))
+        if request.method == "GET":
+            return self.pages.render(request, "confirm_retry.html", job=job)
+        assert self.pages.coordinator is not None  # guarded
+        moved = self.pages.coordinator.retry(job.id)
+        return self._done(request, "retry", job_id=moved.id, type=moved.type, status=moved.status.value)
+
+    # -- retry all failed of a type ----------------------------------------------------------------
+
+    async def retry_failed(self, request: Request, fields: dict[str, str]) -> Response:
+        job_type = fields.get("type") or None
+        failed = observe.failed(self.pages.source, job_type=job_type, limit=None)
+        if request.method == "GET":
+            return self.pages.render(request, "confirm_retry_failed.html", job_type=job_type, count=len(failed))
+        assert self.pages.coordinator is not None  # guarded
+        retried, refused = [], []
+        for job in failed:
+            try:
+                retried.append(self.pages.coordinator.retry(job.id).id)
+            except TetherError as e:
+                refused.append(f"{job.id}: {e}")
+        return self._done(
+            request, "retry_failed", type=job_type, retried=len(retried), refused=len(refused), errors=refused[:20]
+        )
+
+    # -- purge -------------------------------------------------------------------------------------
+
+    async def purge(self, request: Request, fields: dict[str, str]) -> Response:
+        older_text = fields.get("older_than") or "30d"
+        older = parse_duration(older_text, "older than")
+        statuses = [s for s in ("completed", "failed") if fields.get(s)] or ["completed"]
+        dry = purge(self.pages.source, older_than=older, statuses=statuses, dry_run=True)
+        if request.method == "GET":
+            return self.pages.render(request, "confirm_purge.html", older_than=older_text, statuses=statuses, plan=dry)
+        done = purge(self.pages.source, older_than=older, statuses=statuses)
+        return self._done(request, "purge", older_than=older_text, statuses=statuses, deleted=done.total)

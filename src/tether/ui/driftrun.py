@@ -1,0 +1,66 @@
+"""The drift page's reconcile: run on demand in a background thread, one at a time; the last
+report (or the error that stopped it) is kept in this process's memory for the page."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from .. import events
+from ..reconcile import Report, reconcile
+
+if TYPE_CHECKING:
+    from ..coordinator import Coordinator
+
+
+@dataclass(frozen=True)
+class DriftState:
+    running: bool
+    started_at: datetime | None
+    report: Report | None
+    error: str | None
+
+
+class DriftRunner:
+    def __init__(self, coordinator: Coordinator) -> None:
+        self.coordinator = coordinator
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._started_at: datetime | None = None
+        self._report: Report | None = None
+        self._error: str | None = None
+
+    def state(self) -> DriftState:
+        with self._lock:
+            running = self._thread is not None and self._thread.is_alive()
+            return DriftState(running, self._started_at, self._report, self._error)
+
+    def start(self, *, content: bool = True) -> bool:
+        """Start a check unless one is running; returns whether this call started one."""
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return False
+            self._started_at = self.coordinator.clock.now()
+            self._thread = threading.Thread(target=self._run, args=(content,), name="tether-ui-reconcile", daemon=True)
+            self._thread.start()
+        events.emit("ui.reconcile_started", content=content)
+        return True
+
+    def join(self, timeout: float | None = None) -> None:
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+
+    def _run(self, content: bool) -> None:
+        report, error = None, None
+        try:
+            report = reconcile(self.coordinator, content=content)
+        except Exception as e:  # shown on the page; a failed check is never drift
+            error = f"{type(e).__name__}: {e}"
+        with self._lock:
+            if report is not None:
+                self._report, self._error = report, None
+            else:
+                self._error = error
