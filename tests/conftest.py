@@ -58,6 +58,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     with engine.begin() as conn:
         conn.exec_driver_sql("DROP TABLE IF EXISTS tether_jobs")
         conn.exec_driver_sql("DROP TABLE IF EXISTS tether_meta")
+        conn.exec_driver_sql("DROP TABLE IF EXISTS tether_reconcile_runs")
     engine.dispose()
     yield url
 

@@ -6,6 +6,9 @@ repository on PYTHONPATH); the test process loads it by file path to enqueue the
 Job types added by ``register``:
 - ``append_id``: appends ``<job id> <pid>`` as one line to ``log`` with O_APPEND, so the test can
   count how many times each job's effect was applied.
+- ``poison_or_not``: appends ``<job id> <pid>`` to ``log`` like ``append_id``; then, if the payload
+  says ``poison``, ends its own process with ``os._exit(1)`` (as a segfaulting C extension or the
+  OOM killer would end it: no exception, no finally, no outcome recorded).
 - ``slow``: touches ``started``, then waits until ``release`` exists, calling
   ``ctx.checkpoint()`` every few milliseconds (the shape of a cancellable long job).
 
@@ -74,6 +77,29 @@ class AppendIdType(JobType[AppendId]):
         self.kill_at = kill_at
 
 
+class PoisonOrNot(Payload):
+    job_type: ClassVar[str] = "poison_or_not"
+
+    log: str  # absolute path of the run log (outside the data root)
+    n: int  # the job's place in the test's list
+    poison: bool = False
+
+
+class PoisonOrNotType(JobType[PoisonOrNot]):
+    name = "poison_or_not"
+    payload_model = PoisonOrNot
+
+    def run(self, payload: PoisonOrNot, ctx: JobContext) -> dict[str, Any]:
+        fd = os.open(payload.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{ctx.job.id} {os.getpid()}\n".encode())
+        finally:
+            os.close(fd)
+        if payload.poison:
+            os._exit(1)
+        return {"n": payload.n}
+
+
 class Slow(Payload):
     job_type: ClassVar[str] = "slow"
 
@@ -136,6 +162,7 @@ def register(registry: Registry) -> None:
     kill_at = os.environ.get(KILL_AT_ENV)
     registry.register(AppendIdType(int(kill_at) if kill_at else None))
     registry.register(SlowType())
+    registry.register(PoisonOrNotType())
     if marker := os.environ.get(KILL_ENV):
         registry.register(KillAfterWriteType(marker))
     if marker := os.environ.get(HANG_ENV):

@@ -147,7 +147,8 @@ def test_a_lost_lease_in_a_group_commit_spares_the_other_jobs(make_coordinator, 
     a, b = c.queue.claim("w1", limit=2)
     clock.advance(c.lock_timeout + 1)
     c.reclaim_stale()
-    [a2, b2] = c.queue.claim("w2", limit=2)
+    # A dead worker's batch-mates come back quarantined: claimed one at a time.
+    [a2], [b2] = c.queue.claim("w2", limit=2), c.queue.claim("w2", limit=2)
     # w1 still holds nothing; w2 reports both, but a was stolen back by nobody: simulate w1's late batch
     moved = c.queue.finish("w1", [Decision.complete(a, None), Decision.complete(b, None)])
     assert moved == [None, None]
@@ -190,7 +191,9 @@ def test_a_stale_attempt_beside_the_current_one_in_a_group_commit_is_refused(mak
     [old] = c.queue.claim("w1", limit=1)
     clock.advance(c.lock_timeout + 1)
     c.reclaim_stale()
-    again = c.queue.claim("w1", limit=2)
+    again = c.queue.claim("w1", limit=2)  # the reclaimed job is quarantined: claimed alone
+    assert [j.id for j in again] == [old.id]
+    again += c.queue.claim("w1", limit=2)
     current = next(j for j in again if j.id == old.id)
     other = next(j for j in again if j.id != old.id)
     assert current.attempts == old.attempts + 1

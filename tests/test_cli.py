@@ -129,11 +129,13 @@ def test_status_json_has_the_documented_schema(ledger: Ledger, tether) -> None:
         "outstanding",
         "failed",
         "stuck",
+        "quarantined",
         "oldest_pending_at",
         "oldest_pending_age",
         "by_type",
     }
     assert (data["verdict"], data["exit_code"], data["stuck"], data["failed"]) == ("error", 2, 1, 2)
+    assert data["quarantined"] == 0
     [work] = data["by_type"]
     assert {k: work[k] for k in ("type", "pending", "claimed", "outstanding")} == {
         "type": "work",
@@ -215,7 +217,8 @@ def test_durations_per_type_as_table_and_json(ledger: Ledger, tether) -> None:
     assert r.code == 0 and "work" in r.out and "5.00s" in r.out
     types = {d["type"]: d for d in tether("durations", "--since", "2h", "--json").json()["types"]}
     assert types["work"]["count"] == 8 and types["work"]["p95"] == 5.0
-    assert set(types["work"]) == {"type", "count", "p50", "p95", "p99", "max", "mean"}
+    assert set(types["work"]) == {"type", "count", "p50", "p95", "p99", "max", "mean", "spend"}
+    assert types["work"]["spend"] is None  # no cost recorded by this type
 
 
 def test_duplicates_shows_keys_with_their_statuses(ledger: Ledger, tether) -> None:

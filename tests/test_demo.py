@@ -40,6 +40,9 @@ def test_demo_runs_end_to_end_from_a_fresh_directory(tmp_path):
     assert "REFUSED (InvalidModel), no job recorded" in out
     assert "DEDUPLICATED" in out
     assert "(attempt 1: simulated outage" in out
+    # The AWS part: its own moto server; drift made by hand found by reconcile.
+    assert "AWS reconcile exit codes: 0 (in sync), then 2 (drift found)" in out
+    assert 'tags.project="hermes"' in out and "sqs_queue:us-east-1:apollo-jobs" in out
     assert "UNEXPECTED" not in out
     assert "reconcile exit codes: 0 (in sync), then 2 (drift found)" in out
     assert re.search(r"modified +people/alan.json", out) and re.search(r"missing +people/ada.json", out)
@@ -56,13 +59,15 @@ def test_demo_runs_end_to_end_from_a_fresh_directory(tmp_path):
     portal = [orjson.loads(p.read_bytes()) for p in data.glob("requirements/*/requirement.json")]
     assert sorted(r["status"] for r in portal if r["project"] == "portal") == ["archived"] * 8
     assert (data / "reports/billing.md").read_text().startswith("# Report: billing")
+    extraction = orjson.loads((data / "requirements/REQ-001/extraction.json").read_bytes())
+    assert extraction["requirement_id"] == "REQ-001"  # answered by the stand-in assistant
 
     engine = sa.create_engine(f"sqlite:///{tmp_path / 'demo-run' / 'tether.db'}")
     with engine.connect() as conn:
         rows = conn.execute(sa.text("SELECT type, status, attempts, parent_id FROM tether_jobs")).all()
     engine.dispose()
     assert {r.status for r in rows} == {"completed"}
-    assert len(rows) == 15 and sum(1 for r in rows if r.parent_id) == 8
+    assert len(rows) == 16 and sum(1 for r in rows if r.parent_id) == 8
     assert [r.attempts for r in rows if r.type == "publish_report"] == [2]  # one job despite two enqueues
     assert tree_digest(REPO / "sample_data") == sample_before
 

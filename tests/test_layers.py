@@ -18,15 +18,16 @@ LAYERS: list[tuple[str, ...]] = [
     # what a job is and what its handler may touch: the data root, targets, the handler context
     ("beneath", "fs", "jobtypes", "context"),
     # the ledger: the table, its engine and statements, enqueue/claim/transition, wake-ups
-    ("schema", "engine", "meta", "sql", "backend", "build", "queue", "wakeup", "walwatch"),
+    ("schema", "engine", "meta", "sql", "backend", "build", "reclaim", "queue", "wakeup", "walwatch"),
     # running jobs
     ("worker",),
     # reading the ledger and the world: reconcile, the operator's questions
-    ("drift", "reconcile", "readonly", "observe", "health", "metrics", "retention"),
+    ("drift", "reconcile_runs", "reconcile", "readonly", "observe", "health", "metrics", "retention"),
     # what applications hold
     ("coordinator",),
     ("store",),
     # the edges: the command line, the sample application, the package's front door
+    ("demo_aws",),
     ("cli", "ui", "demo", "__main__", "__init__"),
 ]
 

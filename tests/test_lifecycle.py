@@ -215,7 +215,8 @@ def test_stale_reclaim_on_the_last_attempt_fails_the_job(c, clock):
     clock.advance(c.lock_timeout + 1)
     [dead] = c.reclaim_stale()
     assert dead.id == job_id and dead.status is JobStatus.FAILED
-    assert "expired on the last attempt" in dead.last_error
+    assert dead.last_error.startswith("worker died while running (reclaimed, attempt 1 of 1; no attempts left)")
+    assert "lock of worker w1 expired" in dead.last_error
 
 
 def test_heartbeat_keeps_a_slow_job_from_being_reclaimed(make_coordinator, clock):

@@ -219,17 +219,30 @@ def test_empty_ledger_is_ok_and_thresholds_are_validated(coordinator: Coordinato
         health.Thresholds(backlog_limit=0)
 
 
-def test_metrics_expose_jobs_by_status_and_type_and_durations(ledger: Ledger) -> None:
+def test_metrics_expose_jobs_by_status_and_type_and_histograms_of_the_window(ledger: Ledger) -> None:
     text = metrics.exposition(ledger.coordinator).decode()
     lines = set(text.splitlines())
-    assert 'tether_jobs{status="completed",type="work"} 8.0' in lines
     assert 'tether_jobs{status="failed",type="create_file"} 0.0' in lines
     assert 'tether_jobs{status="claimed",type="work"} 1.0' in lines
+    assert not any(line.startswith('tether_jobs{status="completed"') for line in lines)  # a full count: not read
     assert "tether_jobs_stuck 1.0" in lines and "tether_jobs_failed 2.0" in lines
     assert "tether_health 2.0" in lines
-    assert 'tether_job_duration_seconds{quantile="0.95",type="work"} 5.0' in lines
-    assert 'tether_job_duration_seconds_count{type="work"} 8.0' in lines
-    assert "# TYPE tether_job_duration_seconds summary" in lines
+    assert 'tether_jobs_finished_total{status="completed",type="work"} 8.0' in lines
+    assert 'tether_jobs_finished_total{status="failed",type="work"} 2.0' in lines
+    # work ran 0 (comeback), 1, 2, 2, 2, 3, 4, 5 s: a value on a bound is inside it
+    assert 'tether_job_duration_seconds_bucket{le="1.0",type="work"} 2.0' in lines
+    assert 'tether_job_duration_seconds_bucket{le="2.5",type="work"} 5.0' in lines
+    assert 'tether_job_duration_seconds_sum{type="work"} 19.0' in lines
+    assert 'tether_job_attempts_bucket{le="1.0",type="work"} 8.0' in lines  # a retry by hand starts again at 0
+    assert "# TYPE tether_job_duration_seconds histogram" in lines
+    assert "# TYPE tether_job_queue_wait_seconds histogram" in lines
+    assert "tether_ledger_up 1.0" in lines
+    assert not any(line.startswith("process_") for line in lines)  # a one-off process's own numbers mean nothing
+    # The window is the last hour: move past it and the finished jobs are gone, the backlog stays.
+    ledger.clock.advance(3600)
+    later = set(metrics.exposition(ledger.coordinator).decode().splitlines())
+    assert not any(line.startswith("tether_jobs_finished_total") for line in later)
+    assert 'tether_jobs{status="failed",type="work"} 2.0' in later
 
 
 def test_purge_deletes_old_finished_jobs_but_keeps_the_latest_per_target(

@@ -16,14 +16,21 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from tether import Coordinator, observe, retention
+from tether import Coordinator, metrics, observe, retention
 from tether.jobtypes import default_registry
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 STATUSES = ["pending", "claimed", "completed", "completed", "completed", "failed"]
 
-# Walks that read only the backlog: partial indexes of pending and of claimed jobs.
-BACKLOG_WALKS = ("USING INDEX ix_tether_jobs_pending", "USING INDEX ix_tether_jobs_claimed_lock")
+# Walks that read only the backlog: partial indexes of pending and of claimed jobs; and the
+# newest of the few reconcile verdicts kept, by its primary key.
+BACKLOG_WALKS = (
+    "USING INDEX ix_tether_jobs_pending",
+    "USING INDEX ix_tether_jobs_claimed_lock",
+    "SCAN tether_reconcile_runs USING INDEX sqlite_autoindex_tether_reconcile_runs_1",
+)
+# Listings of finished jobs, newest first: each walks its window in order and stops at the limit.
+NEWEST_FINISHED = ("failed", "failed since", "recent", "jobs completed", "jobs failed")
 
 
 def _two_pages(c: Coordinator, where: observe.JobFilter) -> None:
@@ -46,6 +53,9 @@ QUESTIONS: dict[str, Callable[[Coordinator], Any]] = {
     "recent": lambda c: observe.recent(c, now=NOW),
     **{f"jobs {s}": partial(observe.jobs, status=s) for s in ("pending", "claimed", "completed", "failed")},
     "jobs completed since": lambda c: observe.jobs(c, status="completed", since=NOW - timedelta(seconds=100)),
+    "metrics scrape": lambda c: list(
+        metrics.LedgerCollector(c, since=NOW - timedelta(seconds=100), settle=timedelta(0)).collect()
+    ),
     # the web page's listing: one keyset page, and the page after it, per driving index
     **{
         f"jobs page {name}": partial(_two_pages, where=where)
@@ -129,6 +139,24 @@ def test_an_operator_question_reads_through_an_index(ledger, name):
             if "LIMIT" in statement and name in ORDERED_WALKS:
                 walks = [s for s in walks if s != ORDERED_WALKS[name]]
             assert not walks, f"{name} reads more than its index range: {steps}\n{statement}"
+
+
+@pytest.mark.parametrize("name", NEWEST_FINISHED)
+def test_a_listing_of_finished_jobs_never_sorts_its_whole_window(ledger, name):
+    with ledger.engine.connect() as conn:
+        raw = conn.connection.driver_connection
+        for statement, parameters in executed(ledger, QUESTIONS[name]):
+            steps = [row[3] for row in raw.execute("EXPLAIN QUERY PLAN " + statement, parameters)]
+            assert "USE TEMP B-TREE FOR ORDER BY" not in steps, f"{name} sorts its window: {steps}\n{statement}"
+
+
+def test_a_scrape_reads_finished_jobs_through_an_index_range_on_completed_at(ledger):
+    statements = executed(ledger, QUESTIONS["metrics scrape"])
+    with ledger.engine.connect() as conn:
+        raw = conn.connection.driver_connection
+        steps = [row[3] for s, p in statements for row in raw.execute("EXPLAIN QUERY PLAN " + s, p)]
+    ranges = [s for s in steps if "ix_tether_jobs_done (status=? AND completed_at>? AND completed_at<?)" in s]
+    assert ranges, steps
 
 
 def test_jobs_are_counted_through_the_backlog_and_finished_indexes_only(ledger):

@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
+from moto import mock_aws
 
+from awskit import client_hook, dummy_environment
 from tether import Check, Coordinator, CreateFile, DeleteFile, Payload, Probe
 from tether.drift import IN_SYNC, MISSING, MODIFIED, UNEXPECTED, UNKNOWN
+from tether.jobtypes import ClaudeExtraction, ClaudeExtractionType, Registry, default_registry
+from tether.jobtypes.aws import SyncAws, reset_clients
 
 
 @dataclass
@@ -41,6 +47,9 @@ class ProbeCase:
     make_modified: Callable[[Coordinator, Payload], object] | None
     make_unexpected: Callable[[Coordinator, Payload], object] | None
     broken_world: Callable[[], Any]  # a context manager under which reading the world fails
+    registry: Callable[[], Registry] | None = None  # job types configured for the test (default: built-ins)
+    world: Callable[[], AbstractContextManager[Any]] = nullcontext  # the world the whole test runs in
+    job_type: str | None = None  # when several cases share one job type (default: ``name``)
 
 
 @contextmanager
@@ -63,6 +72,39 @@ def _file(c: Coordinator, rel: str) -> Path:
     return Path(c.root, rel)
 
 
+def _with_stand_in_assistant() -> Registry:
+    registry = default_registry()
+    stand_in = Path(__file__).resolve().parent.parent / "sample_data" / "stand_in_claude.py"
+    registry.register(ClaudeExtractionType(command=[sys.executable, str(stand_in)]))
+    return registry
+
+
+@contextmanager
+def _moto() -> Iterator[None]:
+    """AWS, in-process (moto), with dummy credentials; fresh clients."""
+    with pytest.MonkeyPatch.context() as mp:
+        dummy_environment(mp)
+        with mock_aws(), client_hook(lambda client: None):
+            yield
+
+
+@contextmanager
+def _no_credentials() -> Iterator[None]:
+    """AWS cannot be read: boto3's default chain finds no credentials."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+            mp.delenv(name, raising=False)
+        reset_clients()
+        try:
+            yield
+        finally:
+            reset_clients()
+
+
+def _queue_url(name: str) -> str:
+    return str(boto3.client("sqs").get_queue_url(QueueName=name)["QueueUrl"])
+
+
 CASES = [
     ProbeCase(
         "create_file",
@@ -80,6 +122,38 @@ CASES = [
         make_unexpected=lambda c, p: _file(c, "docs/gone.json").write_text("back\n"),
         broken_world=_disk_fails,
     ),
+    ProbeCase(
+        "claude_extraction",
+        complete=lambda c: ClaudeExtraction.of(prompt="id: REQ-001\n", target_path="x/a.json", requirement_id="R"),
+        make_missing=lambda c, p: _file(c, "x/a.json").unlink(),
+        make_modified=lambda c, p: _file(c, "x/a.json").write_text('{"edited": true}\n'),
+        make_unexpected=None,
+        broken_world=_disk_fails,
+        registry=_with_stand_in_assistant,
+    ),
+    ProbeCase(
+        "sync_aws",
+        complete=lambda c: SyncAws(
+            resource_type="sqs_queue",
+            resource_id="probe-q",
+            config={"attributes": {"VisibilityTimeout": 40}, "tags": {"env": "prod"}},
+        ),
+        make_missing=lambda c, p: boto3.client("sqs").delete_queue(QueueUrl=_queue_url("probe-q")),
+        make_modified=lambda c, p: boto3.client("sqs").tag_queue(QueueUrl=_queue_url("probe-q"), Tags={"env": "dev"}),
+        make_unexpected=None,
+        broken_world=_no_credentials,
+        world=_moto,
+    ),
+    ProbeCase(
+        "sync_aws_absent",
+        complete=lambda c: SyncAws(resource_type="sqs_queue", resource_id="probe-gone", config={"state": "absent"}),
+        make_missing=None,
+        make_modified=None,
+        make_unexpected=lambda c, p: boto3.client("sqs").create_queue(QueueName="probe-gone"),
+        broken_world=_no_credentials,
+        world=_moto,
+        job_type="sync_aws",
+    ),
 ]
 
 
@@ -90,20 +164,23 @@ def cases(state: str | None = None) -> Any:
 
 
 @pytest.fixture
-def completed(case: ProbeCase, make_coordinator: Callable[..., Coordinator]) -> tuple[Coordinator, Payload, Completed]:
-    c = make_coordinator()
-    if case.name == "delete_file":  # something to delete, so the job has an effect
-        c.enqueue(CreateFile(path="docs/gone.json", text="x"))
-    payload = case.complete(c)
-    job_id = c.enqueue(payload).id
-    c.run_until_idle()
-    job = c.get(job_id)
-    assert job.status.value == "completed" and job.ordering_key is not None
-    return c, payload, Completed(job.ordering_key, job.payload)
+def completed(
+    case: ProbeCase, make_coordinator: Callable[..., Coordinator]
+) -> Iterator[tuple[Coordinator, Payload, Completed]]:
+    with case.world():
+        c = make_coordinator() if case.registry is None else make_coordinator(registry=case.registry())
+        if case.name == "delete_file":  # something to delete, so the job has an effect
+            c.enqueue(CreateFile(path="docs/gone.json", text="x"))
+        payload = case.complete(c)
+        job_id = c.enqueue(payload).id
+        c.run_until_idle()
+        job = c.get(job_id)
+        assert job.status.value == "completed" and job.ordering_key is not None, job.last_error
+        yield c, payload, Completed(job.ordering_key, job.payload)
 
 
 def probe_of(c: Coordinator, case: ProbeCase) -> Probe:
-    probe = c.registry.get(case.name).probe
+    probe = c.registry.get(case.job_type or case.name).probe
     assert probe is not None, f"{case.name} has no probe"
     return probe
 

@@ -32,6 +32,9 @@ PARAMS = {
     "result": None,
     "error": "e",
     "rows": "{}",
+    "attempts": 1,
+    "quarantine": "q",
+    "acquitted": "a",
 }
 
 HOT = {
@@ -46,8 +49,10 @@ HOT = {
     "heartbeat": (sql.HEARTBEAT, "sqlite_autoindex_tether_jobs_1"),
     "manual_retry": (sql.MANUAL_RETRY, "sqlite_autoindex_tether_jobs_1"),
     "newer_on_target": (sql.NEWER_ON_TARGET, "ix_tether_jobs_targeted"),
-    "reclaim": (sql.RECLAIM, "ix_tether_jobs_claimed_lock"),
-    "reclaim_exhausted": (sql.RECLAIM_EXHAUSTED, "ix_tether_jobs_claimed_lock"),
+    "stale": (sql.STALE, "ix_tether_jobs_claimed_lock"),
+    "reclaim": (sql.RECLAIM, "sqlite_autoindex_tether_jobs_1"),
+    "reclaim_exhausted": (sql.RECLAIM_EXHAUSTED, "sqlite_autoindex_tether_jobs_1"),
+    "acquit": (sql.ACQUIT, "ix_tether_jobs_quarantined"),
     "complete_many": (sql.COMPLETE_MANY_SQLITE, "sqlite_autoindex_tether_jobs_1"),
     "insert_payloads": (sql.INSERT_PAYLOADS_SQLITE, None),
     "insert_targeted": (sql.INSERT_TARGETED_SQLITE, None),
@@ -55,8 +60,9 @@ HOT = {
 
 
 # The claim reads the partial index of pending jobs in its ORDER BY and stops at LIMIT: SQLite
-# calls that a SCAN, but it reads no finished, claimed or (beyond LIMIT) waiting row.
-ORDERED_WALKS = {"SCAN j USING INDEX ix_tether_jobs_pending"}
+# calls that a SCAN, but it reads no finished, claimed or (beyond LIMIT) waiting row. So does its
+# probe of the first ready job (h: is it quarantined?), which stops at the first.
+ORDERED_WALKS = {"SCAN j USING INDEX ix_tether_jobs_pending", "SCAN h USING INDEX ix_tether_jobs_pending"}
 # Statements that take their rows as JSON walk that JSON (json_each), never the table.
 JSON_WALKS = ("SCAN r VIRTUAL TABLE", "SCAN json_each VIRTUAL TABLE")
 

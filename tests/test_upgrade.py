@@ -1,13 +1,15 @@
-"""Opening a ledger an earlier version left brings its indexes up to date (SQLite and PostgreSQL)."""
+"""Opening a ledger an earlier version left brings its columns and indexes up to date (SQLite and
+PostgreSQL)."""
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 
-from tether import Coordinator
+from tether import Coordinator, CreateFile, JobStatus
 from tether.engine import create_engine, ensure_schema
 from tether.jobtypes import default_registry
 from tether.schema import Job
+from tether.sql import COLUMNS
 
 
 def index_names(url: str) -> set[str | None]:
@@ -35,6 +37,33 @@ def test_an_older_ledger_gets_the_indexes_added_since_and_loses_the_retired_ones
     assert {index.name for index in Job.__table__.indexes} <= names  # type: ignore[attr-defined]  # sqlmodel's, undeclared
 
 
+def column_names(url: str) -> set[str]:
+    engine = create_engine(url)
+    try:
+        return {column["name"] for column in sa.inspect(engine).get_columns("tether_jobs")}
+    finally:
+        engine.dispose()
+
+
+def test_an_older_ledger_gets_the_quarantine_column_and_its_index_and_keeps_its_jobs(db_url, tmp_path):
+    with Coordinator.open(db_url, root=tmp_path / "data", registry=default_registry()) as c:
+        job_id = c.enqueue(CreateFile(path="a.json", text="a")).id
+    engine = create_engine(db_url)
+    with engine.begin() as conn:  # as the version before quarantine (issue 22) left it
+        conn.exec_driver_sql("DROP INDEX ix_tether_jobs_quarantined")
+        conn.exec_driver_sql("ALTER TABLE tether_jobs DROP COLUMN quarantine")
+    engine.dispose()
+    assert "quarantine" not in column_names(db_url)
+
+    with Coordinator.open(db_url, root=tmp_path / "data", registry=default_registry()) as c:
+        assert c.get(job_id).quarantine is None
+        assert c.run_until_idle() == 1
+        assert c.get(job_id).status is JobStatus.COMPLETED
+
+    assert set(COLUMNS) <= column_names(db_url)
+    assert "ix_tether_jobs_quarantined" in index_names(db_url)
+
+
 def test_opening_an_up_to_date_ledger_runs_no_index_statement(db_url, tmp_path):
     # On PostgreSQL even CREATE INDEX IF NOT EXISTS would lock the table against every writer.
     Coordinator.open(db_url, root=tmp_path / "data", registry=default_registry()).close()
@@ -46,6 +75,7 @@ def test_opening_an_up_to_date_ledger_runs_no_index_statement(db_url, tmp_path):
     finally:
         engine.dispose()
     assert not [s for s in statements if "INDEX" in s.upper() and not s.lstrip().upper().startswith("SELECT")]
+    assert not [s for s in statements if s.lstrip().upper().startswith("ALTER")]
 
 
 def test_an_older_ledger_gets_the_columns_added_since_and_keeps_its_jobs(db_url, tmp_path):

@@ -139,7 +139,8 @@ class Builder:
                         parent_id,
                         None,
                         None if timeout is None else float(timeout),
-                        None,
+                        None,  # progress
+                        None,  # quarantine
                     ),
                 )
             )

@@ -54,6 +54,12 @@ ENV_SUCCESS_RATE_ERROR = "TETHER_SUCCESS_RATE_ERROR"
 ENV_P95_WARN = "TETHER_P95_WARN"
 ENV_P95_ERROR = "TETHER_P95_ERROR"
 ENV_UNCLAIMED_GRACE = "TETHER_UNCLAIMED_GRACE"
+ENV_LEDGER_ID = "TETHER_LEDGER_ID"
+ENV_AWS_CONCURRENCY = "TETHER_AWS_CONCURRENCY"
+
+DEFAULT_AWS_CONCURRENCY = 8
+"""How many AWS resources a reconcile reads at once."""
+
 ENV_MAX_PAYLOAD_BYTES = "TETHER_MAX_PAYLOAD_BYTES"
 
 DEFAULT_MAX_PAYLOAD_BYTES = 16 * 1024 * 1024
@@ -88,6 +94,23 @@ def schema(given: str | None = None) -> str | None:
 def durability(given: str | None = None) -> str:
     """SQLite commit durability: ``given``, else ``$TETHER_DURABILITY``, else ``full``."""
     return given or _env(ENV_DURABILITY) or DEFAULT_DURABILITY
+
+
+def ledger_id(given: str | None = None) -> str | None:
+    """This ledger's name in AWS ownership tags: ``given``, else ``$TETHER_LEDGER_ID``, else None
+    (derived from the ledger's location, see ``engine.ledger_id``)."""
+    return given or _env(ENV_LEDGER_ID)
+
+
+def aws_concurrency(given: int | None = None) -> int:
+    """AWS reads a reconcile runs at once: ``given``, else ``$TETHER_AWS_CONCURRENCY``, else 8."""
+    if given is not None:
+        return max(1, given)
+    value = _env(ENV_AWS_CONCURRENCY)
+    try:
+        return max(1, int(value)) if value else DEFAULT_AWS_CONCURRENCY
+    except ValueError:
+        raise ConfigError(f"{ENV_AWS_CONCURRENCY} must be a whole number, got {value!r}") from None
 
 
 def max_payload_bytes(given: int | None = None) -> int:

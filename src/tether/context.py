@@ -42,6 +42,7 @@ class Services(Protocol):
 
     root: Path
     clock: Clock
+    ledger_id: str
 
     def build(self, payload: Payload, **options: Any) -> JobRecord: ...
 
@@ -71,6 +72,8 @@ class JobContext:
         self.worker = worker
         self.root: Path = services.root
         self.clock: Clock = services.clock
+        # What the ledger calls itself in the world (tether's ownership tag on AWS resources).
+        self.ledger_id: str = services.ledger_id
         self.children: list[JobRecord] = []
         self._build: Callable[..., JobRecord] = services.build
         self._holds: Callable[[JobRecord, str], bool] = services.holds

@@ -34,7 +34,7 @@ from .context import JobContext
 from .coordinator import Coordinator
 from .engine import mask_url
 from .errors import RetryableError, TetherError
-from .jobtypes import CreateFile, JobType, Payload, Registry, default_registry, render
+from .jobtypes import ClaudeExtractionType, CreateFile, JobType, Payload, Registry, default_registry, render
 from .jobtypes.base import IN_SYNC, SYNCED, Check, Probe
 from .jobtypes.files import check_file, checked_path, files_exist, write_locked
 from .jobtypes.target import Target, display
@@ -244,6 +244,7 @@ def register(registry: Registry, *, flaky: bool = False) -> Registry:
 
 MARKER = ".tether-demo"  # only a directory holding this file is ever wiped
 DEFAULT_SAMPLE = Path(__file__).resolve().parents[2] / "sample_data"
+EXTRACTION_PATH = "requirements/REQ-001/extraction.json"
 FAST_RETRY = RetryPolicy(base=0.2, cap=1.0)  # so the demo's retry waits a fraction of a second
 
 
@@ -278,6 +279,10 @@ class Demo:
         ledger = mask_url(f"sqlite:///{rel}/tether.db")  # as every URL tether prints
         self.say(f"  ledger     {ledger}   (embedded SQLite, WAL, synchronous=FULL)\n")
         registry = register(default_registry(), flaky=True)
+        # The extraction asks the stand-in assistant (no account, no network, no bill); point
+        # TETHER_ASSISTANT_COMMAND at the real `claude` outside the demo.
+        stand_in = self.sample / "stand_in_claude.py"
+        registry.register(ClaudeExtractionType(command=[sys.executable, str(stand_in)]))
         with Coordinator.open(self.db_url, root=self.root, registry=registry) as c:
             store = JsonStore(c, retry=FAST_RETRY)
             self.operations(c, store)
@@ -285,6 +290,7 @@ class Demo:
             self.show_jobs(c)
             self.check_files(store)
         code = self.observe(rel)
+        code = max(code, self.aws(rel))
         exe = Path(sys.executable).parent / "tether"
         tether = os.path.relpath(exe) if exe.exists() else "tether"
         self.say(
@@ -328,6 +334,8 @@ class Demo:
         say(f"   save_requirement REQ-003 status -> done (overwrites both files)      job {short(r.id)} queued")
         r = c.enqueue(ArchiveProject(slug="portal"))
         say(f"   archive_project  portal (parent: enqueues a child per requirement)   job {short(r.id)} queued")
+        r = store.extract(requirement_path("REQ-001"), EXTRACTION_PATH)
+        say(f"   extract          REQ-001 -> {EXTRACTION_PATH} (stand-in assistant)  job {short(r.id)} queued")
         for _ in range(2):  # the user clicks "publish" twice
             r = c.enqueue(PublishReport(slug="billing"))
             verdict = "DEDUPLICATED (same key, still active)" if r.duplicate else "queued"
@@ -377,6 +385,13 @@ class Demo:
             f"{store.load(project_path('portal'), Project).status}"
         )
         self.say(f"   reports/billing.md         {store.exists('reports/billing.md')}")
+        answer = store.load_json(EXTRACTION_PATH)
+        [job] = [j for j in observe.jobs(store.coordinator, limit=None) if j.type == "claude_extraction"]
+        spent = orjson.loads(store.coordinator.get(job.id).result or "{}")
+        self.say(
+            f"   {EXTRACTION_PATH}  {answer}; cost ${spent.get('cost_usd')}, "
+            f"{spent.get('input_tokens')} in / {spent.get('output_tokens')} out tokens"
+        )
 
     def observe(self, rel: str) -> int:
         """``tether status``, then ``tether reconcile`` before and after files are damaged by hand,
@@ -400,6 +415,22 @@ class Demo:
             + ("" if ok else "   UNEXPECTED: expected 0 then 2")
         )
         return 0 if ok else 1
+
+    def aws(self, rel: str) -> int:
+        """The AWS part (tether.demo_aws), on a ledger of its own so the file drift above stays apart."""
+        from . import demo_aws
+
+        why = demo_aws.available()
+        if why is not None:
+            self.say(f"\n7. AWS part skipped: {why}")
+            return 0
+        base = ["--db", f"sqlite:///{rel}/aws/tether.db", "--root", f"{rel}/aws/data"]
+        with demo_aws.moto_server():
+            with Coordinator.open(
+                f"sqlite:///{self.workdir / 'aws' / 'tether.db'}", root=self.workdir / "aws" / "data"
+            ) as c:
+                project = (project_path("apollo"), Project(slug="apollo", name="Apollo", owner="ada"))
+                return demo_aws.run(c, JsonStore(c, retry=FAST_RETRY), project, self.say, self.cli, base)
 
     def cli(self, args: list[str]) -> int:
         self.say(f"   $ tether {' '.join(args)}")

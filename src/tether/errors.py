@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 
 class TetherError(Exception):
     """Base class of every tether error."""
@@ -124,6 +126,16 @@ class JobTimedOut(RetryableError):
     def __init__(self, job_type: str, job_id: str, timeout: float) -> None:
         self.timeout = timeout
         super().__init__(f"{job_type} job {job_id} ran past its timeout of {timeout:g}s and was cancelled")
+
+
+class Deferred(JobError):
+    """The attempt could not start its work before ``until`` (an assistant's rate limit with a
+    reset time): the job, and every pending job of its type, waits until then; the attempt is
+    given back, not counted."""
+
+    def __init__(self, message: str, until: datetime) -> None:
+        self.until = until
+        super().__init__(message)
 
 
 class Cancelled(JobError):

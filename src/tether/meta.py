@@ -18,8 +18,9 @@ from . import events
 from .errors import ConfigError
 from .schema import Meta
 
-SCHEMA_VERSION = 3
-"""tether's ledger layout: 1 the first table, 2 partial indexes, 3 timeout/progress and tether_meta."""
+SCHEMA_VERSION = 4
+"""tether's ledger layout: 1 the first table, 2 partial indexes, 3 timeout/progress and tether_meta,
+4 quarantine (a job a dead worker held is claimed alone)."""
 
 ROOT = "root"
 LEDGER_ID = "ledger_id"

@@ -1,88 +1,399 @@
-"""The ledger's numbers as Prometheus metrics (text exposition via prometheus-client).
+"""The ledger's numbers as Prometheus metrics: one collector, served over HTTP or printed once.
 
-A custom collector reads the ledger on every scrape, so the numbers are the database's, not
-one process's counters: any number of workers can run, and any process can serve the metrics.
+``LedgerCollector`` reads the ledger on every scrape, so the numbers are the database's, not one
+process's: any number of workers can run, and any process can serve them. ``registry`` puts it
+beside prometheus-client's process collectors; ``serve`` answers scrapes with prometheus-client's
+own HTTP server (``tether metrics --serve``), and an ASGI app mounts the same registry with
+``prometheus_client.make_asgi_app(registry(source))``.
+
+A scrape costs the same on a ledger of a thousand or a million jobs: waiting, running and failed
+jobs are counted through the indexes partial to them, and finished jobs are read once each. The
+collector keeps cumulative counters and histograms (Prometheus's own model: ``rate()`` over them)
+and reads only the jobs that finished since its previous scrape, an index range on
+``completed_at``. It reads up to ``settle`` before now, so a group commit that lands a little
+after its jobs' completion times is still counted.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import socket
+import threading
+import time
+from bisect import bisect_left
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric, SummaryMetricFamily
+import sqlalchemy as sa
+from prometheus_client import (
+    CollectorRegistry,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+    start_http_server,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from sqlalchemy.dialects.postgresql import ARRAY
 
-from . import observe
+from . import events, observe, reconcile_runs
+from .errors import ConfigError, DatabaseUnavailable
 from .health import Thresholds, assess
-from .observe import Source
+from .readonly import Source, finished, now_of, reading, t
 from .status import JobStatus
+
+DEFAULT_PORT = 9464  # the port Prometheus's registry of exporter ports gives OpenTelemetry's exporters
+SETTLE = timedelta(seconds=60)
+"""How far behind now a served scrape reads finished jobs. A worker stamps ``completed_at`` when
+the handler returns and commits outcomes in groups, a moment later; a job committed more than
+this after its stamp (it waited behind a batch-mate that ran longer) is not counted."""
+SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
+ATTEMPT_BUCKETS = (1, 2, 3, 5, 10)
+# Each bound plus half a resolution step (1 ms, 1 attempt): the count of these below a value is
+# the bucket of a value measured to that resolution, a value on a bound included in it (le).
+_SECONDS_ABOVE = tuple(b + 0.0005 for b in SECONDS_BUCKETS)
+_ATTEMPTS_ABOVE = tuple(b + 0.5 for b in ATTEMPT_BUCKETS)
+_BACKLOG_AND_FAILED = (JobStatus.PENDING, JobStatus.CLAIMED, JobStatus.FAILED)
+
+
+class _Histogram:
+    """Buckets of one label set, as Prometheus's client keeps them (exposed cumulatively)."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # per bucket, the last one +Inf
+        self.sum = 0.0
+
+    def buckets(self) -> list[tuple[str, float]]:
+        out: list[tuple[str, float]] = []
+        running = 0
+        for bound, n in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            running += n
+            out.append(("+Inf" if bound == float("inf") else repr(float(bound)), running))
+        return out
+
+
+class _Finished:
+    """Jobs that finished after ``since``, accumulated as they are read: counts by outcome and
+    type; run time, queue wait and attempts of completed jobs by type."""
+
+    def __init__(self, since: datetime) -> None:
+        self.since = since
+        self.upto = since
+        self.counts: dict[tuple[str, str], int] = {}
+        self.by_type: dict[str, tuple[_Histogram, _Histogram, _Histogram]] = {}  # duration, wait, attempts
+        self.lock = threading.Lock()  # two scrapes at once must not read one range twice
+
+    def advance(self, conn: sa.Connection, until: datetime) -> None:
+        """Read the jobs that finished in ``(upto, until]`` through ``ix_tether_jobs_done``."""
+        if until <= self.upto:
+            return
+        window = (
+            t.c.status.in_((JobStatus.COMPLETED.value, JobStatus.FAILED.value)),
+            finished(),
+            t.c.completed_at > self.upto,
+            t.c.completed_at <= until,
+        )
+        if conn.dialect.name == "postgresql":
+            self._add_groups(conn, window)
+        else:
+            self._add_rows(conn, window)
+        self.upto = until
+
+    def _histograms(self, job_type: str) -> tuple[_Histogram, _Histogram, _Histogram]:
+        hs = self.by_type.get(job_type)
+        if hs is None:
+            hs = (_Histogram(SECONDS_BUCKETS), _Histogram(SECONDS_BUCKETS), _Histogram(ATTEMPT_BUCKETS))
+            self.by_type[job_type] = hs
+        return hs
+
+    def _add_rows(self, conn: sa.Connection, window: tuple[Any, ...]) -> None:
+        # SQLite: one row per job, bucketed here (SQLite would compute each CASE of a bucket
+        # expression anew, slower than this loop). A one-off reading of a busy hour goes through
+        # every row of it: kept to plain operations, no call per row.
+        dialect = conn.dialect.name
+        query = sa.select(
+            t.c.status,
+            t.c.type,
+            t.c.attempts,
+            observe.seconds_between(dialect, t.c.claimed_at, t.c.completed_at),
+            observe.seconds_between(dialect, t.c.run_at, t.c.claimed_at),
+        ).where(*window)
+        counts, by_type, completed = self.counts, self.by_type, JobStatus.COMPLETED.value
+        # julianday() arithmetic is good to ~50 us: against bounds half a millisecond up, a job of
+        # exactly 1 s still lands in the 1 s bucket (as it does on PostgreSQL, rounded to the ms).
+        seconds, tries_at = _SECONDS_ABOVE, _ATTEMPTS_ABOVE
+        for part in conn.execute(query.execution_options(yield_per=10_000)).partitions():
+            for status, job_type, attempts, took, waited in part:
+                key = (status, job_type)
+                counts[key] = counts.get(key, 0) + 1
+                if status != completed or took is None:
+                    continue
+                hs = by_type.get(job_type) or self._histograms(job_type)
+                duration, wait, tries = hs
+                if took < 0:
+                    took = 0.0
+                duration.counts[bisect_left(seconds, took)] += 1
+                duration.sum += took
+                if waited is None or waited < 0:
+                    waited = 0.0
+                wait.counts[bisect_left(seconds, waited)] += 1
+                wait.sum += waited
+                tries.counts[bisect_left(tries_at, attempts)] += 1
+                tries.sum += attempts
+
+    def _add_groups(self, conn: sa.Connection, window: tuple[Any, ...]) -> None:
+        # PostgreSQL buckets in the server and sends one row per (outcome, type, buckets), not
+        # one per job. width_bucket counts the thresholds <= a value. The three buckets travel
+        # as one number, so the planner expects few groups and hashes them instead of sorting
+        # every job (a sort spilled to disk took twice as long as sending the rows).
+        took = sa.func.greatest(0, observe.seconds_between("postgresql", t.c.claimed_at, t.c.completed_at))
+        waited = sa.func.greatest(0, observe.seconds_between("postgresql", t.c.run_at, t.c.claimed_at))
+        per_job = (
+            sa.select(t.c.status, t.c.type, t.c.attempts, took.label("took"), waited.label("waited"))
+            .where(*window)
+            .subquery()
+        )
+        seconds = sa.cast(sa.literal(list(_SECONDS_ABOVE)), ARRAY(sa.Float))
+        tries = sa.cast(sa.literal(list(_ATTEMPTS_ABOVE)), ARRAY(sa.Float))
+        key = (
+            sa.func.width_bucket(per_job.c.took, seconds) * 10_000
+            + sa.func.width_bucket(per_job.c.waited, seconds) * 100
+            + sa.func.width_bucket(sa.cast(per_job.c.attempts, sa.Float), tries)
+        ).label("k")
+        query = sa.select(
+            per_job.c.status,
+            per_job.c.type,
+            key,
+            sa.func.count(),
+            sa.func.sum(per_job.c.took),
+            sa.func.sum(per_job.c.waited),
+            sa.func.sum(per_job.c.attempts),
+        ).group_by(per_job.c.status, per_job.c.type, key)
+        completed = JobStatus.COMPLETED.value
+        for status, job_type, k, n, took_sum, waited_sum, attempts_sum in conn.execute(query):
+            self.counts[(status, job_type)] = self.counts.get((status, job_type), 0) + n
+            if status != completed:
+                continue
+            duration, wait, tries_h = self._histograms(job_type)
+            duration.counts[k // 10_000] += n
+            duration.sum += took_sum
+            wait.counts[k // 100 % 100] += n
+            wait.sum += waited_sum
+            tries_h.counts[k % 100] += n
+            tries_h.sum += attempts_sum
+
+    def types(self) -> set[str]:
+        return {name for _, name in self.counts}
 
 
 class LedgerCollector:
-    """Collects, per scrape: jobs by status and type, oldest pending age, failed, stuck, health,
-    and a summary of completion durations over ``window``."""
+    """Collects, per scrape: jobs waiting, running and failed by type; outstanding, stuck, oldest
+    pending age, health; jobs finished since ``since`` by outcome and type, with histograms of
+    their run time, queue wait and attempts; the last reconcile verdict.
+
+    ``since`` defaults to now (a served collector counts what finishes while it runs); ``settle``
+    is how far behind now it reads finished jobs (``SETTLE``; zero for a one-off reading)."""
 
     def __init__(
         self,
         source: Source,
         *,
         lock_timeout: float | None = None,
-        window: timedelta = timedelta(hours=1),
+        since: datetime | None = None,
+        settle: timedelta = SETTLE,
         thresholds: Thresholds | None = None,
     ) -> None:
         self.source = source
         self.lock_timeout = lock_timeout
-        self.window = window
+        self.settle = settle
         self.thresholds = thresholds or Thresholds()
+        self.finished = _Finished(since or now_of(source, None))
 
     def describe(self) -> list[Metric]:
         # Registering must not query the database (prometheus-client calls describe or collect).
         return []
 
     def collect(self) -> Iterator[Metric]:
-        s = observe.stats(self.source, lock_timeout=self.lock_timeout)
-        jobs = GaugeMetricFamily("tether_jobs", "Jobs in the ledger by status and type.", labels=["status", "type"])
-        counted = observe.counts(self.source)
+        started = time.perf_counter()
+        try:
+            families = self._read()
+        except DatabaseUnavailable as e:
+            # An exporter's convention (pg_up, mysql_up): the scrape succeeds and says the source is down.
+            events.emit("metrics.ledger_unavailable", reason=str(e))
+            yield _gauge("tether_ledger_up", "1 if the last scrape could read the ledger.", 0)
+            return
+        yield from families
+        yield _gauge("tether_ledger_up", "1 if the last scrape could read the ledger.", 1)
+        yield _gauge(
+            "tether_ledger_scrape_duration_seconds",
+            "Time this scrape spent reading the ledger.",
+            time.perf_counter() - started,
+        )
+
+    def _read(self) -> list[Metric]:
+        now = now_of(self.source, None)
+        s = observe.stats(self.source, lock_timeout=self.lock_timeout, now=now)
+        with reading(self.source) as conn:
+            failed = _failed_by_type(conn)
+            with self.finished.lock:
+                self.finished.advance(conn, now - self.settle)
+                out = self._finished_families()
+                seen = self.finished.types()
+            verdict = reconcile_runs.last(conn)
+        counted = {(JobStatus.FAILED.value, name): n for name, n in failed.items()}
+        for b in s.by_type:
+            counted[(JobStatus.PENDING.value, b.type)] = b.pending
+            counted[(JobStatus.CLAIMED.value, b.type)] = b.claimed
+        jobs = GaugeMetricFamily(
+            "tether_jobs",
+            "Jobs waiting (pending), running (claimed) or failed (waiting for an operator), by type. "
+            "Completed jobs are counted in tether_jobs_finished_total.",
+            labels=["status", "type"],
+        )
         # Every status appears for every type seen, at zero too, so an alert on
         # tether_jobs{status="failed"} sees 0 rather than no series.
-        for job_type in sorted({name for _, name in counted}):
-            for status in JobStatus:
+        for job_type in sorted({name for _, name in counted} | seen):
+            for status in _BACKLOG_AND_FAILED:
                 jobs.add_metric([status.value, job_type], counted.get((status.value, job_type), 0))
-        yield jobs
-        yield _gauge("tether_jobs_outstanding", "Pending plus claimed jobs (the backlog).", s.outstanding)
-        yield _gauge("tether_jobs_failed", "Failed jobs (waiting for an operator).", s.failed)
-        yield _gauge("tether_jobs_stuck", "Claimed jobs whose lock is older than the lock timeout.", s.stuck)
-        yield _gauge("tether_lock_timeout_seconds", "Lock timeout used to count stuck jobs.", s.lock_timeout)
-        yield _gauge(
-            "tether_oldest_pending_age_seconds",
-            "Age of the oldest pending job (0 if none).",
-            s.oldest_pending_age or 0.0,
+        return [
+            jobs,
+            _gauge("tether_jobs_outstanding", "Pending plus claimed jobs (the backlog).", s.outstanding),
+            _gauge("tether_jobs_failed", "Failed jobs (waiting for an operator).", s.failed),
+            _gauge("tether_jobs_stuck", "Claimed jobs whose lock is older than the lock timeout.", s.stuck),
+            _gauge("tether_lock_timeout_seconds", "Lock timeout used to count stuck jobs.", s.lock_timeout),
+            _gauge(
+                "tether_oldest_pending_age_seconds",
+                "Age of the oldest pending job (0 if none).",
+                s.oldest_pending_age or 0,
+            ),
+            _gauge(
+                "tether_backlog_soft_limit", "Backlog soft limit of the health verdict.", self.thresholds.backlog_limit
+            ),
+            _gauge(
+                "tether_health",
+                "Health verdict: 0 ok, 1 warning, 2 error.",
+                assess(s, self.thresholds).verdict.exit_code,
+            ),
+            *out,
+            *_reconcile_families(verdict),
+        ]
+
+    def _finished_families(self) -> list[Metric]:
+        f = self.finished
+        created = f.since.timestamp()
+        done = CounterMetricFamily(
+            "tether_jobs_finished",
+            "Jobs that completed or failed since the collector started (tether_jobs_finished_created).",
+            labels=["status", "type"],
         )
-        yield _gauge(
-            "tether_backlog_soft_limit", "Backlog soft limit of the health verdict.", self.thresholds.backlog_limit
-        )
-        yield _gauge(
-            "tether_health", "Health verdict: 0 ok, 1 warning, 2 error.", assess(s, self.thresholds).verdict.exit_code
-        )
-        summary = SummaryMetricFamily(
-            "tether_job_duration_seconds",
-            f"claimed_at to completed_at of jobs completed in the last {self.window.total_seconds():g}s.",
-            labels=["type"],
-        )
-        for d in observe.durations(self.source, since=self.window, now=s.now):
-            summary.add_metric([d.type], count_value=d.count, sum_value=d.mean * d.count)
-            for q, value in (("0.5", d.p50), ("0.95", d.p95), ("0.99", d.p99)):
-                summary.add_sample("tether_job_duration_seconds", {"type": d.type, "quantile": q}, value)
-        yield summary
+        for (status, job_type), n in sorted(f.counts.items()):
+            done.add_metric([status, job_type], n, created=created)
+        histograms = []
+        for n, (name, doc) in enumerate(
+            (
+                ("tether_job_duration_seconds", "claimed_at to completed_at of completed jobs (last attempt)."),
+                (
+                    "tether_job_queue_wait_seconds",
+                    "run_at (enqueue, or the end of a delay or backoff) to claimed_at of completed jobs.",
+                ),
+                ("tether_job_attempts", "Attempts a completed job took."),
+            )
+        ):
+            family = HistogramMetricFamily(name, doc, labels=["type"])
+            for job_type, hs in sorted(f.by_type.items()):
+                family.add_metric([job_type], hs[n].buckets(), round(hs[n].sum, 3))
+            histograms.append(family)
+        return [done, *histograms]
+
+
+def _failed_by_type(conn: sa.Connection) -> dict[str, int]:
+    # The failed range of ix_tether_jobs_done: as many rows as jobs waiting for an operator.
+    query = (
+        sa.select(t.c.type, sa.func.count()).where(t.c.status == JobStatus.FAILED.value, finished()).group_by(t.c.type)
+    )
+    return {name: n for name, n in conn.execute(query)}
+
+
+def _reconcile_families(verdict: reconcile_runs.Verdict | None) -> list[Metric]:
+    if verdict is None:  # never checked: no series, rather than a verdict nobody gave
+        return []
+    targets = GaugeMetricFamily(
+        "tether_reconcile_last_targets", "Targets by status in the last reconcile check.", labels=["status"]
+    )
+    for status, n in sorted(verdict.counts.items()):
+        targets.add_metric([status], n)
+    return [
+        _gauge(
+            "tether_reconcile_last_run_timestamp_seconds",
+            "When the last reconcile check finished (Unix time).",
+            verdict.finished_at.timestamp(),
+        ),
+        _gauge(
+            "tether_reconcile_last_verdict",
+            "Exit status of the last reconcile check: 0 in sync, 1 could not check, 2 drift.",
+            verdict.exit_code,
+        ),
+        _gauge("tether_reconcile_last_drift", "Paths found drifted by the last reconcile check.", verdict.drift),
+        targets,
+    ]
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, value=value)
 
 
-def exposition(source: Source, **kwargs: Any) -> bytes:
-    """Prometheus text exposition (format 0.0.4) of the ledger, from a private registry."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(LedgerCollector(source, **kwargs))
-    return generate_latest(registry)
+def registry(source: Source, *, process: bool = True, **kwargs: Any) -> CollectorRegistry:
+    """A registry of one ``LedgerCollector(source, **kwargs)`` and, with ``process``, this process's
+    own metrics (CPU, memory, file descriptors, Python's GC): what a scrape endpoint serves."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(LedgerCollector(source, **kwargs))
+    if process:
+        ProcessCollector(registry=reg)
+        PlatformCollector(registry=reg)
+        GCCollector(registry=reg)
+    return reg
+
+
+def exposition(source: Source, *, window: timedelta = timedelta(hours=1), **kwargs: Any) -> bytes:
+    """One reading in Prometheus text format (0.0.4), the finished-job families counting the last
+    ``window``: what ``tether metrics`` prints for a textfile collector."""
+    since = now_of(source, None) - window
+    return generate_latest(registry(source, process=False, since=since, settle=timedelta(0), **kwargs))
+
+
+def is_loopback(host: str) -> bool:
+    """Whether every address ``host`` names is a loopback address."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except socket.gaierror as e:
+        raise ConfigError(f"--host {host!r}: cannot resolve it ({e.strerror})") from e
+    return bool(infos) and all(ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos)
+
+
+def serve(
+    source: Source, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, allow_remote: bool = False, **kwargs: Any
+) -> tuple[Any, threading.Thread]:
+    """Answer scrapes at ``http://host:port/metrics`` from a thread (prometheus-client's server);
+    returns the server (``server_port``, ``shutdown()``) and its thread. Only loopback addresses
+    unless ``allow_remote``: the numbers (job types, error counts) are the operator's business."""
+    if not allow_remote and not is_loopback(host):
+        raise ConfigError(
+            f"--host {host} is not a loopback address, so any machine that reaches it could read the "
+            "ledger's numbers; pass --allow-remote to serve there (and restrict who can connect)"
+        )
+    reg = registry(source, **kwargs)
+    try:
+        return start_http_server(port, addr=host, registry=reg)
+    except OSError as e:
+        raise ConfigError(f"cannot listen on {host}:{port}: {e.strerror}") from e
+
+
+__all__ = ["DEFAULT_PORT", "SETTLE", "LedgerCollector", "exposition", "registry", "serve"]

@@ -16,7 +16,7 @@ from . import events, faults, sql
 from .backend import Backend
 from .build import Builder
 from .clock import Clock
-from .engine import ledger_name
+from .engine import ledger_id, ledger_name
 from .errors import (
     DatabaseUnavailable,
     DuplicateActiveJob,
@@ -29,8 +29,9 @@ from .jobtypes import Payload, Registry
 from .jobtypes.target import display
 from .limits import DEFAULT_MAX_PAYLOAD_BYTES
 from .outcome import encode_result
+from .reclaim import SUSPECT, verdicts
 from .record import InsertResult, JobRecord, make_tuple
-from .status import FENCED, TRANSITIONS, JobStatus
+from .status import FENCED, SWEPT, TRANSITIONS, JobStatus
 from .wakeup import Wakeup
 
 _EDGE_SQL = {
@@ -38,7 +39,10 @@ _EDGE_SQL = {
     "retry": sql.RETRY,
     "fail": sql.FAIL,
     "release": sql.RELEASE,
+    "defer": sql.DEFER,
     "manual_retry": sql.MANUAL_RETRY,
+    "reclaim": sql.RECLAIM,
+    "reclaim_exhausted": sql.RECLAIM_EXHAUSTED,
 }
 _EDGE_EVENT = {
     "claim": "claimed",
@@ -46,6 +50,7 @@ _EDGE_EVENT = {
     "retry": "retrying",
     "fail": "failed",
     "release": "released",
+    "defer": "deferred",
     "reclaim": "reclaimed",
     "reclaim_exhausted": "failed",
     "manual_retry": "requeued",
@@ -70,7 +75,7 @@ class Decision(NamedTuple):
 
     def after(self) -> JobRecord:
         """The job as this decision leaves it (for its event, when the row was not read back)."""
-        attempts = self.job.attempts - 1 if self.edge == "release" else self.job.attempts
+        attempts = self.job.attempts - 1 if self.edge in ("release", "defer") else self.job.attempts
         return self.job._replace(
             attempts=attempts,
             run_at=self.values.get("run_at", self.job.run_at),
@@ -102,6 +107,12 @@ class Decision(NamedTuple):
     def release(cls, job: JobRecord, duration: float | None = None) -> Decision:
         """Given back untouched (shutdown, a batch that turned slow): the attempt is not counted."""
         return cls(job, "release", {}, duration=duration)
+
+    @classmethod
+    def defer(cls, job: JobRecord, error: str, run_at: datetime, duration: float | None = None) -> Decision:
+        """Given back until ``run_at`` (a rate limit's reset), with every pending job of its type:
+        the attempt is not counted."""
+        return cls(job, "defer", {"error": error, "run_at": run_at}, duration=duration)
 
 
 # What varies between jobs enqueued together, and what they share (one JSON insert per share).
@@ -142,7 +153,10 @@ class Queue:
         self.wakeup = wakeup
         self.backend = Backend.for_engine(engine)
         self._claim_sql: tuple[int, str] = (-1, "")  # (registry generation, statement)
+        self._limits: dict[str, int] = {}
+        self._limits_generation = -1
         self.builder = Builder(registry, root, clock, max_payload_bytes=max_payload_bytes)
+        self.ledger_id = ledger_id(engine)
         self._json_sql = sql.insert_json_sql(engine.dialect.name) if self.backend.reads_json else None
         self._complete_many_sql = sql.complete_many_sql(engine.dialect.name) if self.backend.reads_json else None
 
@@ -271,8 +285,45 @@ class Queue:
         return self._claimed(rows, worker)
 
     def _claim_in(self, cur: Any, worker: str, now: datetime, limit: int) -> list[JobRecord]:
+        limited = self._limited()
+        if limited:
+            return self._claim_limited(cur, worker, now, limit, limited)
         params = {"worker": worker, "now": now, "limit": limit}
         claimed: list[JobRecord] = cur.records(self._claim_statement(), params)
+        return claimed
+
+    # -- per-type concurrency limits (issue 17): only when a registered type has max_running ----
+
+    def _limited(self) -> dict[str, int]:
+        """Registered types with a ``max_running`` limit (by name, sorted: every worker locks
+        them in one order)."""
+        if self._limits_generation != self.registry.generation:
+            found = {}
+            for name in self.registry.names():
+                cap = self.registry.get(name).max_running
+                if cap is not None:
+                    found[name] = int(cap)
+            self._limits, self._limits_generation = found, self.registry.generation
+        return self._limits
+
+    def _claim_limited(
+        self, cur: Any, worker: str, now: datetime, limit: int, limited: dict[str, int]
+    ) -> list[JobRecord]:
+        """The claim, with each limited type taken only up to its room: ``max_running`` minus its
+        jobs claimed now, across every worker (counted in the claiming transaction)."""
+        dialect = self.engine.dialect.name
+        params: dict[str, Any] = {"worker": worker, "now": now, "limit": limit}
+        unlimited = [name for name in self.registry.names() if name not in limited]
+        claimed: list[JobRecord] = cur.records(sql.claim_sql(dialect, unlimited), params)
+        for name, cap in limited.items():
+            if len(claimed) >= limit:
+                break
+            if dialect == "postgresql":
+                cur.scalar(sql.LOCK_TYPE_CLAIMS, {"lock": f"tether.max_running.{name}"})
+            room = min(limit - len(claimed), cap - int(cur.scalar(sql.RUNNING_OF_TYPE, {"type": name})))
+            if room > 0:
+                of_type = {"worker": worker, "now": now, "limit": room}
+                claimed += cur.records(sql.claim_sql(dialect, [name]), of_type)
         return claimed
 
     def _claimed(self, rows: list[JobRecord], worker: str) -> list[JobRecord]:
@@ -302,7 +353,7 @@ class Queue:
         row cost a quarter of a no-op job's CPU."""
         from_status, to_status = TRANSITIONS[edge]
         params: dict[str, Any] = {"id": job_id, **values}
-        if edge in FENCED:
+        if edge in FENCED or edge in SWEPT:
             if worker is None or attempt is None:
                 raise ValueError(f"{edge} is fenced: worker and attempt are required")
             params.update(worker=worker, attempt=attempt)
@@ -366,7 +417,10 @@ class Queue:
                 moved.append(job)
                 if job is not None and d.children:
                     inserted.extend(self.insert_all(cur, d.children))
-            if inserted or any(d.edge in ("retry", "release") for d in decisions):
+            for d, job in zip(decisions, moved, strict=True):
+                if job is not None and d.edge == "defer":  # after the batch's releases: they wait too
+                    cur.execute(sql.DEFER_TYPE, {"type": d.job.type, "run_at": d.values["run_at"]})
+            if inserted or any(d.edge in ("retry", "release", "defer") for d in decisions):
                 self.wakeup.notify_in(cur)
             if claim:
                 claimed = self._claim_in(cur, worker, self.clock.now(), claim)
@@ -422,22 +476,35 @@ class Queue:
             return cur.scalar(sql.HOLDS, {"id": job.id, "worker": worker, "attempt": job.attempts}) is not None
 
     def reclaim_stale(self, lock_timeout: float, *, now: datetime | None = None) -> list[JobRecord]:
-        """Return claimed jobs whose lock is older than ``lock_timeout`` seconds to pending (the
-        attempt is not counted again), or to failed if that was their last attempt."""
+        """Return claimed jobs whose lock is older than ``lock_timeout`` seconds to pending, or to
+        failed if that was their last attempt; reclaim.py decides whose attempt counts."""
         now = now or self.clock.now()
         cutoff = now - timedelta(seconds=lock_timeout)
+        moved: list[tuple[str, JobRecord]] = []
         with self.backend.write() as cur:
-            back = cur.records(sql.RECLAIM, {"cutoff": cutoff})
-            dead = cur.records(sql.RECLAIM_EXHAUSTED, {"cutoff": cutoff, "now": now})
-            if back:
+            for v in verdicts(cur.records(sql.STALE, {"cutoff": cutoff})):
+                values: dict[str, Any] = {
+                    "attempts": v.attempts,
+                    "quarantine": v.quarantine,
+                    "error": v.error,
+                    "cutoff": cutoff,
+                }
+                if v.edge == "reclaim_exhausted":
+                    values["now"] = now
+                job = self.transition(cur, v.edge, v.job.id, worker=v.job.locked_by, attempt=v.job.attempts, **values)
+                if job is None:  # renewed since it was read (PostgreSQL: a heartbeat got in first)
+                    continue
+                assert isinstance(job, JobRecord)
+                moved.append((v.edge, job))
+                if v.acquit is not None:
+                    cur.execute(sql.ACQUIT, {"quarantine": v.acquit, "acquitted": SUSPECT})
+            if any(edge == "reclaim" for edge, _ in moved):
                 self.wakeup.notify_in(cur)
-        for job in back:
-            self._event("reclaim", job, None)
-        for job in dead:
-            self._event("reclaim_exhausted", job, None)
-        if back:
+        for edge, job in moved:
+            self._event(edge, job, None)
+        if any(edge == "reclaim" for edge, _ in moved):
             self.wakeup.wake_local()
-        return back + dead
+        return [job for edge, job in moved if edge == "reclaim"] + [job for edge, job in moved if edge != "reclaim"]
 
     def manual_retry(self, job_id: str) -> JobRecord:
         """Operator action: a failed job goes back to pending with its attempts reset."""

@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
 
-from . import beneath, events, fs, sql
+from . import beneath, events, fs, reconcile_runs, sql
 from .backend import Backend
 from .drift import DRIFT, IN_SYNC, LEFTOVER_TEMP, NOT_CHECKED, STATUSES, UNKNOWN, UNTRACKED, Finding, Report
 from .engine import READ_ONLY
 from .jobtypes.base import SYNCED, Check, Probe
+from .jobtypes.claude_extraction import answer_of
 from .jobtypes.files import listings
 from .jobtypes.target import display, file_key
 
@@ -69,18 +70,24 @@ def reconcile(
     untracked: bool = False,
     batch_size: int = BATCH,
     progress: Callable[[int], None] | None = None,
+    aws: bool = True,
 ) -> Report:
-    """Compare the ledger with the data root; write nothing anywhere.
+    """Compare the ledger with the data root; change nothing (the one write is the check's
+    verdict, kept in ``tether_reconcile_runs`` for metrics and pages).
 
     ``content`` false checks existence only (no file is read). ``untracked`` also reports files
-    under the root that no job ever named. ``progress`` is called with the number of jobs read
-    after each batch."""
+    under the root that no job ever named (and, with ``aws``, AWS resources carrying this
+    ledger's ownership tag that no job names). ``aws`` false leaves AWS alone: its targets are
+    ``not_checked``. ``progress`` is called with the number of jobs read after each batch."""
     reconciler = _Reconciler(
         coordinator.engine, coordinator.root, coordinator.registry, content, untracked, batch_size, progress
     )
+    reconciler.remote_allowed = {"aws"} if aws else set()
+    reconciler.ledger_id = coordinator.queue.ledger_id
     report = reconciler.run(coordinator.clock.now())
     report.finished_at = coordinator.clock.now()
     events.emit("reconcile.finished", **report.summary())
+    reconcile_runs.record(coordinator.engine, report)
     return report
 
 
@@ -111,6 +118,11 @@ class _Reconciler:
         self.backend = Backend.for_engine(engine)
         self.suspects: list[tuple[str, Finding]] = []
         self.report: Report
+        # Probes that read a remote world (``Probe.remote``: "aws") run only when allowed; the
+        # targets they were asked about feed the search for untracked remote resources.
+        self.remote_allowed: set[str] = set()
+        self.remote_seen: dict[str, set[str]] = {}
+        self.ledger_id = ""
 
     def run(self, now: datetime) -> Report:
         self.report = Report(checked_at=now, content=self.content, untracked=self.untracked)
@@ -132,6 +144,8 @@ class _Reconciler:
         # one that appeared since was left by a write that was running during this check, and
         # the next check reports it if that write died.
         self._walk(_entries(self.root, only_temps=not self.untracked, listed=listed))
+        if self.untracked:
+            self._remote_untracked()
         self.report.findings.sort(key=lambda f: f.path)
         return self.report
 
@@ -206,7 +220,19 @@ class _Reconciler:
                     else f"type {latest_type!r} has no probe: its effect cannot be checked"
                 )
                 self._found(Finding(display(key), NOT_CHECKED, latest_id, latest_type, detail=why))
+            elif (remote := getattr(probes[latest_type], "remote", None)) and remote not in self.remote_allowed:
+                self._found(
+                    Finding(
+                        display(key),
+                        NOT_CHECKED,
+                        latest_id,
+                        latest_type,
+                        detail=f"{remote} not checked (--no-{remote})",
+                    )
+                )
             else:
+                if remote:
+                    self.remote_seen.setdefault(latest_type, set()).add(key)
                 group = by_type.get(latest_type)
                 if group is None:
                     group = by_type[latest_type] = ([], [], [])
@@ -283,6 +309,26 @@ class _Reconciler:
         elif finding.status == UNKNOWN:
             events.emit("reconcile.unreadable", path=finding.path, job_id=finding.job_id, detail=finding.detail)
 
+    def _remote_untracked(self) -> None:
+        """Remote resources that carry this ledger's ownership tag but that no job names."""
+        for job_type, probe in self.probes.items():
+            find = getattr(probe, "untracked", None)
+            remote = getattr(probe, "remote", None)
+            if find is None or remote not in self.remote_allowed:
+                continue
+            try:
+                found: dict[str, str] = find(self.ledger_id, self.remote_seen.get(job_type, set()))
+            except Exception as e:  # could not list: say so, never "none untracked"
+                self._found(Finding(f"{remote}:*", UNKNOWN, job_type=job_type, detail=f"could not list: {e}"))
+                continue
+            keys = list(found)
+            known: set[str] = set()
+            for start in range(0, len(keys), 500):
+                known.update(row[0] for row in self._read(KNOWN_TARGETS, {"keys": keys[start : start + 500]}))
+            for key in keys:
+                if key not in known:
+                    self._found(Finding(display(key), UNTRACKED, job_type=job_type, detail=found[key]))
+
     # -- the data root ---------------------------------------------------------------------
 
     def _walk(self, entries: Iterable[tuple[str, os.DirEntry[str] | bool | None]]) -> None:
@@ -324,7 +370,7 @@ class _Reconciler:
         self._found(Finding(rel, LEFTOVER_TEMP, actual_size=size, detail="temp file of an interrupted write"))
 
     def _untracked(self, files: list[tuple[str, int | None]]) -> None:
-        keys = {}
+        keys: list[tuple[str, str, int | None]] = []
         for rel, size in files:
             try:
                 rel.encode()
@@ -333,11 +379,11 @@ class _Reconciler:
                     Finding(rel.encode(errors="surrogateescape").decode(errors="replace"), UNTRACKED, actual_size=size)
                 )
                 continue
-            keys[file_key(rel)] = (rel, size)
+            keys.append((file_key(answer_of(rel) or rel), rel, size))  # an answer's sidecar goes with it
         if not keys:
             return
-        known = {row[0] for row in self._read(KNOWN_TARGETS, {"keys": list(keys)})}
-        for key, (rel, size) in keys.items():
+        known = {row[0] for row in self._read(KNOWN_TARGETS, {"keys": sorted({k for k, _, _ in keys})})}
+        for key, rel, size in keys:
             if key not in known:
                 self._found(Finding(rel, UNTRACKED, actual_size=size, detail="no job ever named this file"))
 

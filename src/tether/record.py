@@ -43,6 +43,7 @@ class JobRecord(NamedTuple):
     result: str | None
     timeout: float | None = None
     progress: str | None = None
+    quarantine: str | None = None  # why it is claimed alone (a dead worker held it); see reclaim.py
 
     @classmethod
     def from_row(cls, row: Any) -> JobRecord:

@@ -16,6 +16,7 @@ from sqlmodel import Field, SQLModel
 from .status import JobStatus
 
 TABLE = "tether_jobs"
+RECONCILE_TABLE = "tether_reconcile_runs"
 
 
 class UTCDateTime(sa.TypeDecorator[datetime]):
@@ -77,6 +78,9 @@ class Job(TetherModel, table=True):
     result: str | None = Field(default=None, sa_type=sa.Text)
     timeout: float | None = None  # seconds an attempt may take; None: the job type's timeout, if any
     progress: str | None = Field(default=None, sa_type=sa.Text)  # JSON {done, total, note, at} from the handler
+    # Set when a worker died while holding the job (see reclaim.py); while set, the job is
+    # claimed alone, never in a batch. Added after the first release: ensure_schema adds it.
+    quarantine: str | None = Field(default=None, max_length=256)
 
 
 class Meta(TetherModel, table=True):
@@ -167,6 +171,33 @@ sa.Index(
     sqlite_where=sa.text("parent_id IS NOT NULL"),
     postgresql_where=sa.text("parent_id IS NOT NULL"),
 )
+
+# Jobs a dead worker left quarantined and not yet finished: ``tether status`` counts them, the
+# sweep finds a crashed batch's other suspects. Empty while no worker dies.
+QUARANTINED_SQL = f"quarantine IS NOT NULL AND {ACTIVE_SQL}"
+sa.Index(
+    "ix_tether_jobs_quarantined",
+    _t.c.quarantine,
+    sqlite_where=sa.text(QUARANTINED_SQL),
+    postgresql_where=sa.text(QUARANTINED_SQL),
+)
+
+
+class ReconcileRun(TetherModel, table=True):
+    """The verdict of one reconcile check (its summary, never its findings), so a scraper or a
+    page can tell when disk and ledger were last compared and whether they agreed. Only the
+    newest few are kept (``reconcile_runs.KEEP``)."""
+
+    __tablename__ = RECONCILE_TABLE
+
+    id: str = Field(primary_key=True, max_length=26)  # a ULID of checked_at: newest is highest
+    checked_at: datetime = Field(sa_type=UTCDateTime)
+    finished_at: datetime = Field(sa_type=UTCDateTime)
+    mode: str = Field(max_length=16)  # content or exists
+    exit_code: int  # 0 in sync, 1 could not check, 2 drift
+    drift: int
+    counts: str = Field(sa_type=sa.Text)  # JSON {status: n}
+
 
 # Indexes of earlier versions, replaced by the partial ones above; ensure_schema drops them.
 RETIRED_INDEXES = (

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .schema import ACTIVE_KEYED_SQL, TABLE, Job
+from .schema import ACTIVE_KEYED_SQL, QUARANTINED_SQL, TABLE, Job
 
 COLUMNS = tuple(Job.__table__.c.keys())  # type: ignore[attr-defined]  # sqlmodel sets it; its types do not declare it
 _COLS = ", ".join(COLUMNS)
@@ -60,6 +60,7 @@ WHERE type = :type AND idempotency_key = :idempotency_key AND {_ACTIVE}
 
 GET = f"SELECT {_COLS} FROM {TABLE} WHERE id = :id"
 
+
 # A job waits while an older job on the same target (ordering_key) is still active, so writes
 # to one path land in enqueue order even when the older one is retried. The IS NULL test is not
 # redundant: without it PostgreSQL, on statistics that lag a freshly filled queue, plans the
@@ -67,14 +68,32 @@ GET = f"SELECT {_COLS} FROM {TABLE} WHERE id = :id"
 # A worker claims only the types it has registered ({types}: their names as SQL literals, filled
 # in by ``claim_sql``): a job of a type it lacks waits for a worker that has it, instead of
 # burning its attempts on UnknownJobType. Literals, not a bound list: the planner sees a constant.
-_CLAIMABLE = f"""
+def _ready(j: str, o: str) -> str:
+    """The claim's condition on candidate ``j`` (``o``: the alias of its target probe)."""
+    return f"""{j}.status = 'pending' AND {j}.run_at <= :now AND {j}.type IN ({{types}})
+  AND ({j}.ordering_key IS NULL OR NOT EXISTS (
+      SELECT 1 FROM {TABLE} AS {o}
+      WHERE {o}.ordering_key = {j}.ordering_key AND {o}.{_ACTIVE} AND {o}.id < {j}.id))"""
+
+
+_ORDER = "ORDER BY {j}.priority DESC, {j}.created_at, {j}.id"
+# Quarantine (issue 22): a job a worker died holding is claimed alone, never in a batch, so a job
+# that kills its worker takes no batch-mate down with it. The first ready job in claim order
+# decides: quarantined, the claim takes it alone; otherwise up to :limit jobs that are not
+# quarantined. The two backends find that first job differently (below).
+#
+# SQLite: a scalar probe of the first ready job, built from the same _ready() as the candidates
+# so the two cannot disagree; it reads one entry of the pending index (SQLite cannot sort the
+# chosen candidates again without a temp B-tree, which the plan tests forbid).
+_FIRST_IS_PLAIN = f"""(SELECT h.quarantine IS NULL FROM {TABLE} AS h
+      WHERE {_ready("h", "ho")}
+      {_ORDER.format(j="h")} LIMIT 1)"""
+_CLAIMABLE_SQLITE = f"""
 SELECT j.id FROM {TABLE} AS j
-WHERE j.status = 'pending' AND j.run_at <= :now AND j.type IN ({{types}})
-  AND (j.ordering_key IS NULL OR NOT EXISTS (
-      SELECT 1 FROM {TABLE} AS o
-      WHERE o.ordering_key = j.ordering_key AND o.{_ACTIVE} AND o.id < j.id))
-ORDER BY j.priority DESC, j.created_at, j.id
-LIMIT :limit
+WHERE {_ready("j", "o")}
+  AND (j.quarantine IS NULL) = {_FIRST_IS_PLAIN}
+{_ORDER.format(j="j")}
+LIMIT CASE WHEN {_FIRST_IS_PLAIN} THEN :limit ELSE 1 END
 """
 
 _CLAIM = """
@@ -90,20 +109,32 @@ RETURNING {cols}
 # smaller size, and would otherwise sort the pending rows of a status index; should the index ever
 # become unusable the statement fails to prepare instead of silently scanning.
 CLAIM_SQLITE = (
-    _CLAIM.format(table=TABLE, claimable=_CLAIMABLE, cols=_COLS)
+    _CLAIM.format(table=TABLE, claimable=_CLAIMABLE_SQLITE, cols=_COLS)
     .replace("WHERE status = 'pending' AND id IN", "WHERE +status = 'pending' AND id IN")
-    .replace(f"FROM {TABLE} AS j", f"FROM {TABLE} AS j INDEXED BY ix_tether_jobs_pending")
-    .replace(f"FROM {TABLE} AS o", f"FROM {TABLE} AS o INDEXED BY ix_tether_jobs_target_active")
+    .replace(f"FROM {TABLE} AS j\n", f"FROM {TABLE} AS j INDEXED BY ix_tether_jobs_pending\n")
+    .replace(f"FROM {TABLE} AS h\n", f"FROM {TABLE} AS h INDEXED BY ix_tether_jobs_pending\n")
+    .replace(f"FROM {TABLE} AS o\n", f"FROM {TABLE} AS o INDEXED BY ix_tether_jobs_target_active\n")
+    .replace(f"FROM {TABLE} AS ho\n", f"FROM {TABLE} AS ho INDEXED BY ix_tether_jobs_target_active\n")
 )
 # PostgreSQL: concurrent claimers skip rows another transaction is claiming instead of queueing
 # behind its row locks (SQLite has one writer at a time and needs no such clause). The candidates
 # sit in a CTE because PostgreSQL may re-run an ``IN (... LIMIT n)`` subquery per outer row,
-# claiming more than n jobs; a locking CTE is evaluated exactly once.
+# claiming more than n jobs; a locking CTE is evaluated exactly once. Quarantine: the first of
+# the (at most :limit) candidates it locked decides, sorted in memory; a probe like SQLite's
+# would walk the pending jobs again, which on statistics that lag a freshly filled queue is a
+# bitmap scan and sort of every pending job, twice (benchmarks/README.md). Quarantined
+# candidates left out stay pending; their row locks end with the transaction.
 CLAIM_POSTGRES = f"""
-WITH next AS ({_CLAIMABLE} FOR UPDATE OF j SKIP LOCKED)
+WITH next AS (
+    SELECT j.id, j.quarantine IS NULL AS plain, j.priority, j.created_at FROM {TABLE} AS j
+    WHERE {_ready("j", "o")}
+    {_ORDER.format(j="j")}
+    LIMIT :limit FOR UPDATE OF j SKIP LOCKED),
+first AS MATERIALIZED (SELECT n.id, n.plain FROM next AS n {_ORDER.format(j="n")} LIMIT 1)
 UPDATE {TABLE} AS t SET status = 'claimed', locked_by = :worker, locked_at = :now,
                         claimed_at = :now, attempts = t.attempts + 1
-FROM next WHERE t.id = next.id
+FROM next, first
+WHERE t.id = next.id AND (next.id = first.id OR (first.plain AND next.plain))
 RETURNING {", ".join("t." + c for c in COLUMNS)}
 """
 
@@ -150,6 +181,14 @@ UPDATE {TABLE} SET status = 'pending', locked_by = NULL, locked_at = NULL,
                    attempts = attempts - 1
 WHERE {_FENCE} RETURNING {_COLS}
 """
+# A rate limit with a reset time: the attempt is given back and the job waits until the reset;
+# DEFER_TYPE holds back the type's other pending jobs until then too (not a status change).
+DEFER = f"""
+UPDATE {TABLE} SET status = 'pending', locked_by = NULL, locked_at = NULL,
+                   attempts = attempts - 1, run_at = :run_at, last_error = :error
+WHERE {_FENCE} RETURNING {_COLS}
+"""
+DEFER_TYPE = f"UPDATE {TABLE} SET run_at = :run_at WHERE type = :type AND status = 'pending' AND run_at < :run_at"
 HEARTBEAT = f"UPDATE {TABLE} SET locked_at = :now WHERE {_FENCE}"
 # A running handler's progress (throttled by the context): only while this worker holds the job.
 PROGRESS = f"UPDATE {TABLE} SET progress = :progress WHERE {_FENCE}"
@@ -164,23 +203,30 @@ ORDER BY id LIMIT 1
 
 MANUAL_RETRY = f"""
 UPDATE {TABLE} SET status = 'pending', attempts = 0, run_at = :now, completed_at = NULL,
-                   locked_by = NULL, locked_at = NULL
+                   locked_by = NULL, locked_at = NULL, quarantine = NULL
 WHERE id = :id AND status = 'failed' RETURNING {_COLS}
 """
 
-# Stale locks: a dead worker's job goes back to pending without counting an attempt (the
-# claim already counted it), or to failed when that was its last attempt.
+# Stale locks: the sweep reads a dead worker's jobs, then reclaim.py decides each one's edge and
+# attempt count (kept for the job that ran alone, given back to a crashed batch's jobs). The
+# transitions are fenced like a worker's own, and on the lock still being stale.
+STALE = f"SELECT {_COLS} FROM {TABLE} WHERE status = 'claimed' AND locked_at < :cutoff"
+_STALE_FENCE = f"{_FENCE} AND locked_at < :cutoff"
 RECLAIM = f"""
 UPDATE {TABLE} SET status = 'pending', locked_by = NULL, locked_at = NULL,
-                   last_error = 'lock of worker ' || locked_by || ' expired; job reclaimed'
-WHERE status = 'claimed' AND locked_at < :cutoff AND attempts < max_attempts
-RETURNING {_COLS}
+                   attempts = :attempts, quarantine = :quarantine, last_error = :error
+WHERE {_STALE_FENCE} RETURNING {_COLS}
 """
 RECLAIM_EXHAUSTED = f"""
 UPDATE {TABLE} SET status = 'failed', locked_by = NULL, locked_at = NULL, completed_at = :now,
-                   last_error = 'lock of worker ' || locked_by || ' expired on the last attempt'
-WHERE status = 'claimed' AND locked_at < :cutoff AND attempts >= max_attempts
-RETURNING {_COLS}
+                   attempts = :attempts, quarantine = :quarantine, last_error = :error
+WHERE {_STALE_FENCE} RETURNING {_COLS}
+"""
+# A crashed batch's crash was charged to one of its jobs: the others no longer owe it (they
+# stay quarantined). Not a status change.
+ACQUIT = f"""
+UPDATE {TABLE} SET quarantine = :acquitted
+WHERE quarantine = :quarantine AND {QUARANTINED_SQL}
 """
 
 
@@ -188,6 +234,16 @@ def claim_sql(dialect: str, types: Iterable[str]) -> str:
     """The claim for a worker that has the job types ``types``."""
     names = ", ".join("'" + name.replace("'", "''") + "'" for name in sorted(types)) or "NULL"
     return (CLAIM_POSTGRES if dialect == "postgresql" else CLAIM_SQLITE).replace("{types}", names)
+
+
+# -- per-type concurrency limits (max_running); used only when a registered type sets one ------
+# The claim of the unlimited types is claim_sql(dialect, those types); each limited type is then
+# claimed with claim_sql(dialect, [that type]), for up to its remaining room.
+
+RUNNING_OF_TYPE = f"SELECT count(*) FROM {TABLE} WHERE type = :type AND status = 'claimed'"
+# PostgreSQL: claims of one limited type wait for each other (held until commit), so two workers
+# never both see room for the last slot; SQLite's single writer already orders them.
+LOCK_TYPE_CLAIMS = "SELECT pg_advisory_xact_lock(hashtext(:lock))"
 
 
 def complete_many_sql(dialect: str) -> str:

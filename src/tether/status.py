@@ -27,8 +27,12 @@ TRANSITIONS: dict[str, tuple[JobStatus, JobStatus]] = {
     "reclaim": (JobStatus.CLAIMED, JobStatus.PENDING),
     "reclaim_exhausted": (JobStatus.CLAIMED, JobStatus.FAILED),
     "release": (JobStatus.CLAIMED, JobStatus.PENDING),
+    "defer": (JobStatus.CLAIMED, JobStatus.PENDING),
     "manual_retry": (JobStatus.FAILED, JobStatus.PENDING),
 }
 
 # Edges that leave ``claimed`` on behalf of the worker holding the job: fenced by owner and attempt.
-FENCED = frozenset({"complete", "retry", "fail", "release"})
+FENCED = frozenset({"complete", "retry", "fail", "release", "defer"})
+# Edges the stale-lock sweep takes for a dead worker: fenced on its owner and attempt as above,
+# and on the lock still being stale.
+SWEPT = frozenset({"reclaim", "reclaim_exhausted"})

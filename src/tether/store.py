@@ -2,7 +2,8 @@
 
 An application's data-model code should not assemble job payloads by hand. ``JsonStore`` takes a
 pydantic / SQLModel model (or a plain dict), validates it, and enqueues one ``create_file`` job
-holding its canonical JSON; ``delete`` enqueues a ``delete_file``. The call returns once the job
+holding its canonical JSON; ``delete`` enqueues a ``delete_file``; ``sync_aws`` a job that makes
+an AWS resource paired with the model match its declared state. The call returns once the job
 is durably recorded (the acknowledgement); ``wait=True`` or ``flush()`` also runs it. ``load``
 reads straight from disk: the files are the data layer, the database only coordinates.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,7 +24,8 @@ from sqlalchemy.orm import Session
 from . import fs
 from .coordinator import Coordinator
 from .errors import InvalidPayload, TetherError, UnsafePath
-from .jobtypes import CreateFile, DeleteFile
+from .jobtypes import ClaudeExtraction, CreateFile, DeleteFile, SyncAws
+from .jobtypes.claude_extraction import REQUIREMENT_TEMPLATE, render_prompt
 from .jobtypes.registry import describe
 from .record import InsertResult, JobRecord
 from .status import JobStatus
@@ -156,6 +158,57 @@ class JsonStore:
             payload = DeleteFile(path=path, require_exists=require_exists)
         except ValidationError as e:
             raise InvalidPayload(DeleteFile.job_type, describe(e)) from e
+        return self._record(payload, wait=wait, key=key, session=session, **options)
+
+    def extract(
+        self,
+        requirement_path: str,
+        target_path: str,
+        *,
+        template: str | Callable[[dict[str, Any]], str] = REQUIREMENT_TEMPLATE,
+        schema: dict[str, Any] | None = None,
+        model: str | None = None,
+        wait: bool = False,
+        session: Session | None = None,
+        **options: Any,
+    ) -> InsertResult:
+        """Read the requirement at ``requirement_path``, render ``template`` with its fields into
+        the frozen prompt, and record one ``claude_extraction`` job that keeps the assistant's
+        answer at ``target_path``. The same prompt for the same requirement while one is active
+        returns that job (``duplicate=True``). The requirement's ``id`` field names it (else its
+        path)."""
+        fields = self.load_json(requirement_path)
+        if not isinstance(fields, dict):
+            raise InvalidModel("requirement", requirement_path, ["(model): expected a JSON object"], on_disk=True)
+        prompt = render_prompt(template, fields)
+        extra: dict[str, Any] = {"schema": schema} if schema is not None else {}
+        if model is not None:
+            extra["model"] = model
+        requirement_id = fields.get("id") if isinstance(fields.get("id"), str) else requirement_path
+        payload = ClaudeExtraction.of(prompt=prompt, target_path=target_path, requirement_id=requirement_id, **extra)
+        return self._record(payload, wait=wait, key=None, session=session, **options)
+
+    def sync_aws(
+        self,
+        resource_type: str,
+        resource_id: str,
+        config: Mapping[str, Any] | None = None,
+        *,
+        region: str | None = None,
+        wait: bool = False,
+        key: str | None = None,
+        session: Session | None = None,
+        **options: Any,
+    ) -> InsertResult:
+        """Record a job that makes the AWS resource match ``config`` (its full desired state;
+        ``{"state": "absent"}`` deletes it), with ``session=`` in the application's own
+        transaction. Raises InvalidPayload (nothing enqueued) for a config its type refuses."""
+        try:
+            payload = SyncAws(
+                resource_type=resource_type, resource_id=resource_id, config=dict(config or {}), region=region
+            )
+        except ValidationError as e:
+            raise InvalidPayload(SyncAws.job_type, describe(e)) from e
         return self._record(payload, wait=wait, key=key, session=session, **options)
 
     def _record(

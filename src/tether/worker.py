@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from . import config, events, faults
 from .context import LEASE_LOST, SHUTDOWN, TIMEOUT, JobContext
-from .errors import Cancelled, InvalidPayload, JobTimedOut, LedgerFault, PermanentError
+from .errors import Cancelled, Deferred, InvalidPayload, JobTimedOut, LedgerFault, PermanentError, TetherError
 from .outcome import encode_result, error_text
 from .queue import Decision
 from .record import JobRecord
@@ -190,6 +190,8 @@ class Worker:
             return Decision(job, "complete", {"result": outcome.result}, outcome.children, duration, now)
         if isinstance(outcome, Cancelled):
             return Decision.release(job, duration)
+        if isinstance(outcome, Deferred):
+            return Decision.defer(job, error_text(outcome), outcome.until, duration)
         error = error_text(outcome)
         if isinstance(outcome, (PermanentError, InvalidPayload)) or job.attempts >= job.max_attempts:
             return Decision.fail(job, error, duration, now)
@@ -278,17 +280,25 @@ class Worker:
 
     def stop(self, *, cancel: bool = False) -> None:
         """Stop claiming; running jobs finish. With ``cancel``, they stop at their next
-        checkpoint and give their attempt back."""
+        checkpoint and give their attempt back; jobs of a type with ``cancel_at_shutdown`` (an
+        assistant call that may run for minutes) do so at once."""
         self._stopping.set()
         if cancel:
             self._cancel.set()
-            with self._running_lock:
-                contexts = [ctx for _, ctx in self._running.values()]
-            for ctx in contexts:
+        with self._running_lock:
+            running = list(self._running.values())
+        for job, ctx in running:
+            if cancel or self._cancels_at_shutdown(job.type):
                 ctx.cancel(SHUTDOWN)
         self.queue.wakeup.wake_local()
         with self._idle:
             self._idle.notify_all()
+
+    def _cancels_at_shutdown(self, job_type: str) -> bool:
+        try:
+            return self.queue.registry.get(job_type).cancel_at_shutdown
+        except TetherError:  # a type this worker does not know cannot be running here
+            return False
 
     @contextmanager
     def _signals(self, install: bool) -> Iterator[None]:

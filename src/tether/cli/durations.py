@@ -17,7 +17,7 @@ def durations(
     """How long jobs take: count, p50, p95, p99, max per type over a window.
 
     Measured claimed_at -> completed_at of completed jobs (the last attempt only). JSON gives
-    seconds.
+    seconds. Types whose jobs record a cost (AI extractions) also show dollars and tokens.
 
     Example: tether durations --since 1h --type create_file
     """
@@ -29,9 +29,10 @@ def durations(
     if as_json:
         print_json({"window_seconds": window.total_seconds(), "types": [d.to_dict() for d in rows]})
         return
-    table(
-        f"Durations of jobs completed in the last {since}",
-        ["type", "count", "p50", "p95", "p99", "max"],
-        [(d.type, d.count, seconds(d.p50), seconds(d.p95), seconds(d.p99), seconds(d.max)) for d in rows],
-        empty="no jobs completed",
-    )
+    columns = ["type", "count", "p50", "p95", "p99", "max"]
+    cells = [[d.type, d.count, seconds(d.p50), seconds(d.p95), seconds(d.p99), seconds(d.max)] for d in rows]
+    if any(d.spend for d in rows):  # AI extractions: what they cost
+        columns += ["cost (USD)", "tokens in", "tokens out"]
+        for row, d in zip(cells, rows, strict=True):
+            row += [f"{d.spend.cost_usd:.4f}", d.spend.input_tokens, d.spend.output_tokens] if d.spend else ["", "", ""]
+    table(f"Durations of jobs completed in the last {since}", columns, cells, empty="no jobs completed")

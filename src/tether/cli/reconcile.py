@@ -42,13 +42,19 @@ def reconcile(
         help="Only check that files exist or are absent (no file is read): fast, but misses changed bytes.",
     ),
     untracked: bool = typer.Option(
-        False, "--untracked", help="Also report files under the root that no job ever named."
+        False,
+        "--untracked",
+        help="Also report files under the root that no job ever named, and AWS resources that carry this "
+        "ledger's ownership tag but that no job names.",
+    ),
+    aws: bool = typer.Option(
+        True, "--aws/--no-aws", help="Check sync_aws resources against AWS (--no-aws: report them not_checked)."
     ),
     startup: bool = typer.Option(
         False,
         "--startup",
         help="Reclaim stale locks first (Coordinator.startup_check): what to run before workers start. "
-        "Without it the check writes nothing.",
+        "Without it the check changes nothing (it records only its verdict).",
     ),
     quiet: bool = typer.Option(
         False,
@@ -79,7 +85,7 @@ def reconcile(
         # Events are for a log (stderr redirected, the journal); a person at a terminal reads the
         # report, which lists every finding already.
         with events.to_stderr(not quiet and not err.is_terminal), open_coordinator() as coordinator:
-            options: dict[str, Any] = {"content": not exists_only, "untracked": untracked}
+            options: dict[str, Any] = {"content": not exists_only, "untracked": untracked, "aws": aws}
             with _progress(coordinator, enabled=not as_json and err.is_terminal) as progress:
                 options["progress"] = progress
                 report = coordinator.startup_check(**options) if startup else run_reconcile(coordinator, **options)

@@ -170,6 +170,12 @@ def _render(h: Health) -> None:
     )
     for reason in h.reasons:
         out.print(f"  - {reason}", markup=False)
+    if s.quarantined:
+        out.print(
+            f"  {s.quarantined} quarantined: a worker died while holding them; each runs alone until it completes "
+            "or fails (tether jobs --json: quarantine, last_error)",
+            markup=False,
+        )
     table(
         "Outstanding by type",
         ["type", "pending", "claimed", "outstanding"],

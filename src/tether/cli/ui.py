@@ -46,6 +46,7 @@ def ui(
     except ImportError as e:
         raise ConfigError(f"tether ui needs its extra: pip install 'tether[ui]' ({e.name} is missing)") from e
     from ..health import Thresholds
+
     token = web.read_token(token_file) if token_file else None
     hosts = web.bind_hosts(host, token, allowed_hosts)
     _require_existing(settings.db, settings.root)  # a page never creates the ledger it shows
