@@ -213,7 +213,7 @@ ENQUEUE = ["enqueue", "create_file", "--payload", '{"path": "a.json", "text": "x
     [
         (["--priority", "99999999999999999999"], "priority: must be between -2147483648 and 2147483647"),
         (["--priority", "-99999999999999999999"], "priority: must be between -2147483648 and 2147483647"),
-        (["--max-attempts", "99999999999999999999"], "max_attempts: must be between 1 and 2147483647"),
+        (["--max-attempts", "99999999999999999999"], "--max-attempts: must be between 1 and 2147483647"),
         (["--delay", "nan"], "delay: must be a number of seconds >= 0, got nan"),
         (["--delay", "inf"], "delay: inf seconds from now is past the last date a run time can hold"),
         (["--delay", "1e300"], "delay: 1e+300 seconds from now is past the last date"),
@@ -240,7 +240,7 @@ def test_cli_invalid_utf8_in_payload_jsonl_or_stdin_is_one_line(tmp_path):
     proc = run_cli_bytes(tmp_path, "enqueue", "create_file", "--jsonl", "-", stdin=bad + b"\n")
     assert_one_clean_line(proc, "stdin line 1 is not valid UTF-8 (byte 0xff at position 28)")
     proc = run_cli_bytes(tmp_path, "enqueue", "create_file", "--payload", f"@{tmp_path / 'nope.json'}")
-    assert_one_clean_line(proc, "nope.json: cannot read the file (No such file or directory)")
+    assert_one_clean_line(proc, "nope.json': No such file or directory")
     assert not (tmp_path / "cli.db").exists()
 
 

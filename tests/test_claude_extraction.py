@@ -311,8 +311,8 @@ def test_sigterm_to_a_worker_mid_extraction_releases_the_job_without_counting_th
     worker = subprocess.Popen(
         [sys.executable, "-c", "from tether.cli import main; main()", "--db", ledger, "--root", str(root), "worker"],
         env=env,
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+        stdout=subprocess.PIPE,  # the worker's events are on its stdout, errors on stderr
     )
     try:
         deadline = time.monotonic() + 30
@@ -321,7 +321,7 @@ def test_sigterm_to_a_worker_mid_extraction_releases_the_job_without_counting_th
             time.sleep(0.02)
         child = int((tmp_path / "calls").read_text().split()[2])
         worker.send_signal(signal.SIGTERM)  # one: an extraction is cancelled at once (cancel_at_shutdown)
-        _, err = worker.communicate(timeout=30)
+        err, _ = worker.communicate(timeout=30)
     finally:
         if worker.poll() is None:
             worker.kill()

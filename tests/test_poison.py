@@ -71,7 +71,7 @@ def start_worker(db_url: str, root: Path, stderr: Path, lock_timeout: float) -> 
     argv = [*TETHER, "--db", db_url, "--root", str(root), "--import", "tests.proc_jobtypes"]
     argv += ["worker", "--until-idle", "--lock-timeout", str(lock_timeout)]
     with open(stderr, "wb") as err:
-        return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        return subprocess.Popen(argv, cwd=REPO, env=env, stdout=err, stderr=subprocess.STDOUT)  # events: stdout
 
 
 def tether(db_url: str, root: Path, *args: str) -> str:

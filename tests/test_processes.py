@@ -52,7 +52,7 @@ def registry() -> Registry:
 
 
 class Proc:
-    """One ``tether worker`` subprocess whose stderr (its JSON event lines) goes to a file."""
+    """One ``tether worker`` subprocess whose output (JSON event lines on stdout, errors on stderr) goes to a file."""
 
     def __init__(self, popen: subprocess.Popen[bytes], stderr: Path) -> None:
         self.popen = popen
@@ -107,7 +107,7 @@ def start_worker(tmp_path: Path, ledger: str, root: Path) -> Iterator[Callable[.
             argv += ["--import", "tests.proc_jobtypes"]
         with open(stderr, "wb") as err:
             popen = subprocess.Popen(
-                [*argv, "worker", *args], cwd=REPO, env=full_env, stdout=subprocess.DEVNULL, stderr=err
+                [*argv, "worker", *args], cwd=REPO, env=full_env, stdout=err, stderr=subprocess.STDOUT
             )
         procs.append(Proc(popen, stderr))
         return procs[-1]

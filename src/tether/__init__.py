@@ -1,35 +1,105 @@
-"""tether: every side effect recorded as a job, performed with retries, and proven on disk."""
+"""tether: every side effect recorded as a job, performed with retries, and proven on disk.
 
-from .clock import Clock, FakeClock, SystemClock
-from .context import JobContext
-from .coordinator import Coordinator
-from .errors import (
-    Cancelled,
-    ConfigError,
-    DatabaseUnavailable,
-    DuplicateActiveJob,
-    InvalidPayload,
-    InvalidTransition,
-    JobNotFound,
-    JobTimedOut,
-    LedgerFault,
-    LostLease,
-    PermanentError,
-    RetryableError,
-    Superseded,
-    TetherError,
-    UnknownJobType,
-    UnsafePath,
-)
-from .jobtypes import CreateFile, DeleteFile, JobType, Payload, Registry
-from .jobtypes.base import Check, Difference, Probe
-from .jobtypes.files import checked_path, delete_locked, write_locked
-from .jobtypes.target import Target
-from .record import InsertResult, JobRecord
-from .retry import RetryPolicy
-from .status import JobStatus
-from .store import InvalidModel, JsonStore, ModelNotFound, NotApplied
-from .worker import Worker, WorkerConfig
+Names are imported when first used (PEP 562): the command line imports this package, and
+``tether --help`` should not pay for the ledger's table model and SQLAlchemy.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .clock import Clock, FakeClock, SystemClock
+    from .context import JobContext
+    from .coordinator import Coordinator
+    from .errors import (
+        Cancelled,
+        ConfigError,
+        DatabaseUnavailable,
+        DuplicateActiveJob,
+        InvalidPayload,
+        InvalidTransition,
+        JobNotFound,
+        JobTimedOut,
+        LedgerFault,
+        LostLease,
+        PermanentError,
+        RetryableError,
+        Superseded,
+        TetherError,
+        UnknownJobType,
+        UnsafePath,
+    )
+    from .jobtypes import CreateFile, DeleteFile, JobType, Payload, Registry
+    from .jobtypes.base import Check, Difference, Probe
+    from .jobtypes.files import checked_path, delete_locked, write_locked
+    from .jobtypes.target import Target
+    from .record import InsertResult, JobRecord
+    from .retry import RetryPolicy
+    from .status import JobStatus
+    from .store import InvalidModel, JsonStore, ModelNotFound, NotApplied
+    from .worker import Worker, WorkerConfig
+
+_WHERE = {
+    "Clock": ".clock",
+    "FakeClock": ".clock",
+    "SystemClock": ".clock",
+    "JobContext": ".context",
+    "Coordinator": ".coordinator",
+    "Cancelled": ".errors",
+    "ConfigError": ".errors",
+    "DatabaseUnavailable": ".errors",
+    "DuplicateActiveJob": ".errors",
+    "InvalidPayload": ".errors",
+    "InvalidTransition": ".errors",
+    "JobNotFound": ".errors",
+    "JobTimedOut": ".errors",
+    "LedgerFault": ".errors",
+    "LostLease": ".errors",
+    "PermanentError": ".errors",
+    "RetryableError": ".errors",
+    "Superseded": ".errors",
+    "TetherError": ".errors",
+    "UnknownJobType": ".errors",
+    "UnsafePath": ".errors",
+    "CreateFile": ".jobtypes",
+    "DeleteFile": ".jobtypes",
+    "JobType": ".jobtypes",
+    "Payload": ".jobtypes",
+    "Registry": ".jobtypes",
+    "Check": ".jobtypes.base",
+    "Difference": ".jobtypes.base",
+    "Probe": ".jobtypes.base",
+    "checked_path": ".jobtypes.files",
+    "delete_locked": ".jobtypes.files",
+    "write_locked": ".jobtypes.files",
+    "Target": ".jobtypes.target",
+    "InsertResult": ".record",
+    "JobRecord": ".record",
+    "RetryPolicy": ".retry",
+    "JobStatus": ".status",
+    "InvalidModel": ".store",
+    "JsonStore": ".store",
+    "ModelNotFound": ".store",
+    "NotApplied": ".store",
+    "Worker": ".worker",
+    "WorkerConfig": ".worker",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tether' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # once imported, a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_WHERE])
+
 
 __all__ = [
     "Cancelled",

@@ -58,6 +58,15 @@ class JobNotFound(TetherError):
         super().__init__(f"no job with id {job_id!r}")
 
 
+class AmbiguousJobId(TetherError):
+    """A shortened job id matches more than one job: give more of it."""
+
+    def __init__(self, text: str, candidates: list[str]) -> None:
+        self.text, self.candidates = text, candidates
+        shown = ", ".join(candidates[:5]) + (", ..." if len(candidates) > 5 else "")
+        super().__init__(f"{text!r} matches more than one job ({shown}): give more of the id")
+
+
 class InvalidTransition(TetherError):
     """A status change the lifecycle does not allow (see docs/lifecycle.md)."""
 

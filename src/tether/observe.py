@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from . import ids
-from .errors import ConfigError, JobNotFound
+from .errors import AmbiguousJobId, ConfigError, JobNotFound
 from .readonly import COLUMNS, engine_of, finished, lock_timeout_of, now_of, reading, records, select_jobs, t
 from .readonly import NoLedger as NoLedger  # `X as X`: NoLedger, Source, open_ledger are this API too
 from .readonly import Source as Source
@@ -474,6 +474,24 @@ def show(source: Source, job_id: str) -> JobRecord:
     if row is None:
         raise JobNotFound(job_id)
     return JobRecord.from_row(row)
+
+
+def resolve_id(source: Source, text: str) -> str:
+    """The one job id that ``text`` names: the whole id, or (as git takes commits) any unique
+    prefix or suffix, in either case. JobNotFound if none, AmbiguousJobId if several."""
+    wanted = text.strip().upper()
+    if not wanted.isalnum():  # ULIDs are letters and digits: nothing to escape in LIKE below
+        raise JobNotFound(text)
+    with reading(source) as conn:
+        if conn.execute(sa.select(t.c.id).where(t.c.id == wanted)).first() is not None:
+            return wanted
+        shortened = sa.or_(t.c.id.like(f"{wanted}%"), t.c.id.like(f"%{wanted}"))
+        found = [row[0] for row in conn.execute(sa.select(t.c.id).where(shortened).order_by(t.c.id).limit(6))]
+    if not found:
+        raise JobNotFound(text)
+    if len(found) > 1:
+        raise AmbiguousJobId(text, found)
+    return str(found[0])
 
 
 def children(source: Source, job_id: str, *, limit: int = 20) -> list[JobRecord]:

@@ -50,7 +50,11 @@ def open_ledger(db_url: str | None = None, *, schema: str | None = None) -> sa.E
     if url is not None and url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
         path = Path(url.database).expanduser().absolute()
         if not path.is_file():
-            raise NoLedger(f"no ledger at {path} (the file does not exist; check --db or TETHER_DB)")
+            if path.is_dir():
+                what = "it is a directory, not a ledger file"
+            else:
+                what = "it is not a regular file" if path.exists() else "the file does not exist"
+            raise NoLedger(f"no ledger at {path} ({what}; check --db or TETHER_DB)")
         if path.stat().st_size == 0:
             raise NoLedger(f"no ledger at {path} (the file is empty, 0 bytes, so it has no {TABLE} table)")
     engine = create_engine(db_url, schema=config.schema(schema))

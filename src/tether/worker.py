@@ -8,6 +8,7 @@ import signal
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -87,6 +88,7 @@ class Worker:
         self._busy = 0
         self._drained = False
         self.processed = 0
+        self.outcomes: Counter[str] = Counter()  # handlers run, by edge: complete, retry, fail, release
         self.empty_polls = 0  # claims that found nothing ready
         self._slow = False
         self._last_beat = time.monotonic()
@@ -137,6 +139,7 @@ class Worker:
         pending: list[Decision] = []
         flush_at = 0.0
         ran = 0
+        edges: Counter[str] = Counter()
         slow = False
         finished = False
         following = _Claimed()
@@ -152,6 +155,7 @@ class Worker:
                     pending = []
                 outcome, duration = self._run_handler(job, ctx)
                 pending.append(self._decide_safely(job, outcome, duration))
+                edges[pending[-1].edge] += 1
                 ran += 1
                 if len(pending) == 1:
                     flush_at = time.perf_counter() + self.config.flush_after
@@ -171,6 +175,7 @@ class Worker:
             with self._running_lock:
                 for job in jobs:
                     self._running.pop(job.id, None)
+                self.outcomes.update(edges)
             self.processed += ran
         return ran, following
 

@@ -1,14 +1,16 @@
-"""The command line: a thin layer over the coordinator, one module per command."""
+"""The command line: a thin layer over the coordinator, one module per command.
+
+Each command module imports at its top only typer and the light modules (config, errors,
+events): what a command needs from the ledger (SQLAlchemy, the table model, the coordinator)
+it imports when it runs, so ``tether --help`` starts without them."""
 
 from __future__ import annotations
 
 import sys
 
-import sqlalchemy as sa
 import typer
 
 from .. import config
-from ..engine import mask_url
 from ..errors import LedgerFault, TetherError
 from ..faults import EXIT_LEDGER_FAULT, describe, ledger_fault
 
@@ -32,12 +34,14 @@ from . import (  # noqa: F401  (imported for the commands they register)
     worker,
 )
 from .app import app, err, settings
+from .pipe import quiet_closed_stdout
 
 
 def main() -> None:
     """Console entry point: errors become one clear line and a non-zero exit, not a traceback:
     1 for bad input or an unreachable database, 74 (``faults.EXIT_LEDGER_FAULT``) when the ledger
     is corrupt, full, read-only or gone, 130 when interrupted; usage errors 2."""
+    quiet_closed_stdout()
     try:
         # Without standalone mode, click returns (not raises) the exit code of typer.Exit and
         # of Ctrl-C (130).
@@ -47,11 +51,6 @@ def main() -> None:
         sys.exit(130)
     except LedgerFault as e:
         _fail(f"tether: ledger fault: {e}", EXIT_LEDGER_FAULT)
-    except sa.exc.SQLAlchemyError as e:
-        fault = ledger_fault(e, mask_url(config.db_url(settings.db)))
-        if fault is not None:
-            _fail(f"tether: ledger fault: {fault}", EXIT_LEDGER_FAULT)
-        _fail(f"tether: error: {describe(e)}", 1)  # never the statement and its parameters
     except (TetherError, OSError) as e:
         _fail(f"tether: error: {e}", 1)
     except typer.TyperException as e:  # usage errors: typer bundles its own click
@@ -60,8 +59,23 @@ def main() -> None:
             raise
         display()
         sys.exit(getattr(e, "exit_code", 2))
+    except Exception as e:
+        if not _is_database_error(e):
+            raise
+        from ..engine import mask_url
+
+        fault = ledger_fault(e, mask_url(config.db_url(settings.db)))
+        if fault is not None:
+            _fail(f"tether: ledger fault: {fault}", EXIT_LEDGER_FAULT)
+        _fail(f"tether: error: {describe(e)}", 1)  # never the statement and its parameters
     if isinstance(code, int) and code:
         sys.exit(code)
+
+
+def _is_database_error(error: BaseException) -> bool:
+    """A SQLAlchemy error (without importing SQLAlchemy when no command loaded it)."""
+    sa_exc = sys.modules.get("sqlalchemy.exc")
+    return sa_exc is not None and isinstance(error, sa_exc.SQLAlchemyError)
 
 
 def _fail(line: str, code: int) -> None:

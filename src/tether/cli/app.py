@@ -6,16 +6,18 @@ import os
 import sys
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import typer
 from rich.console import Console
 
 from .. import config
-from ..coordinator import Coordinator
 from ..errors import ConfigError, TetherError
 from ..outcome import error_text
+
+if TYPE_CHECKING:
+    from ..coordinator import Coordinator
 
 app = typer.Typer(
     name="tether",
@@ -24,6 +26,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # click's plain help: paragraphs rewrapped to the terminal, no `<bool>` after flags, and no
+    # rich import for --help.
+    rich_markup_mode=None,
 )
 
 # Piped output keeps whole table rows (rich would wrap them at 80 columns).
@@ -93,6 +98,7 @@ def _global(
 
 def open_coordinator(**kwargs: Any) -> Coordinator:
     """The ledger named by --db/--root, with the job types of every --import module."""
+    from ..coordinator import Coordinator
     from ..jobtypes import default_registry
 
     registry = default_registry()

@@ -6,7 +6,6 @@ from collections import Counter
 
 import typer
 
-from .. import observe
 from .app import app, print_json
 from .output import JSON_OPTION, ledger, limit_value, table
 
@@ -23,6 +22,8 @@ def duplicates(
 
     Example: tether duplicates --type create_file --json
     """
+    from .. import observe
+
     n = limit_value(limit)
     with ledger() as engine:
         groups = observe.duplicates(engine, job_type=job_type, limit=n)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import typer
 
-from .. import observe
 from .app import app, print_json
 from .output import JSON_OPTION, ledger, parse_duration, seconds, table
 
@@ -22,6 +21,8 @@ def durations(
 
     Example: tether durations --since 1h --type create_file
     """
+    from .. import observe
+
     window = parse_duration(since, "--since")
     with ledger() as engine:
         rows = observe.durations(engine, since=window, job_type=job_type)

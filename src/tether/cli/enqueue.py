@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 import typer
 
+from .. import events
 from ..clock import SystemClock
-from ..errors import InvalidPayload
-from ..limits import option_problem
-from .app import app, open_coordinator, out, print_json
+from ..errors import ConfigError, InvalidPayload
+from ..record import JobRecord
+from ..status import JobStatus
+from .app import app, err, open_coordinator, out, print_json
+from .output import first_line
 
 
 def _load_payload(job_type: str, raw: str) -> dict[str, Any]:
@@ -21,7 +25,7 @@ def _load_payload(job_type: str, raw: str) -> dict[str, Any]:
         try:
             text = Path(raw[1:]).read_bytes()
         except OSError as e:
-            raise InvalidPayload(job_type, [f"{source}: cannot read the file ({e.strerror})"]) from e
+            raise ConfigError(f"{source}: cannot read the file {raw[1:]!r}: {e.strerror}") from e
     else:
         # Arguments that are not UTF-8 arrive with their bytes escaped as surrogates: undone here,
         # so the check below names the byte.
@@ -55,7 +59,7 @@ def _read_lines(job_type: str, jsonl: str) -> list[tuple[int, bytes]]:
         else:
             data = Path(jsonl).read_bytes()
     except OSError as e:
-        raise InvalidPayload(job_type, [f"--jsonl {jsonl}: cannot read it ({e.strerror})"]) from e
+        raise ConfigError(f"--jsonl {jsonl}: cannot read the file {jsonl!r}: {e.strerror}") from e
     return [(n, line) for n, line in enumerate(data.splitlines(), 1) if line.strip()]
 
 
@@ -76,19 +80,37 @@ def enqueue(
     ),
     max_attempts: int = typer.Option(3, "--max-attempts", help="Attempts before the job fails."),
     delay: float | None = typer.Option(None, "--delay", help="Seconds to wait before the job may run."),
+    wait: bool = typer.Option(
+        False,
+        "--wait",
+        help="Return when the job(s) finished, run by a worker (this command runs none): exit 0 "
+        "completed, 1 failed, 3 not finished within --timeout.",
+    ),
+    timeout: float | None = typer.Option(None, "--timeout", help="With --wait: give up after this many seconds."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the queued event (a JSON line on stderr)."),
     as_json: bool = typer.Option(False, "--json", help="Print the whole job record(s) as JSON."),
 ) -> None:
-    """Record a job; prints its id (or the id of the active duplicate it matched).
+    """Record a job; prints its id (or the id of the active duplicate it matched) on stdout,
+    and its `queued` event and any note on stderr.
 
     Example: tether enqueue create_file --payload '{"path": "notes/a.json", "content": {"a": 1}}'
+
+    Example: id=$(tether enqueue create_file --payload @job.json --wait --timeout 60)
     """
+    if timeout is not None and (timeout != timeout or timeout < 0):
+        raise ConfigError(f"--timeout: must be a number of seconds >= 0, got {timeout}")
+    if timeout is not None and not wait:
+        raise ConfigError("--timeout needs --wait")
     if (payload is None) == (jsonl is None):
         raise typer.BadParameter("give exactly one of --payload or --jsonl")
     options = dict(priority=priority, key=key, max_attempts=max_attempts, delay=delay)
+    from ..limits import option_problem
+
     # Check options, read and parse before the ledger is opened: bad input creates nothing.
     problem = option_problem(priority, max_attempts, delay, SystemClock().now())
-    if problem:
-        raise InvalidPayload(job_type, [problem])
+    if problem:  # an option, not the payload: named as the flag the user typed
+        name, _, rule = problem.partition(": ")
+        raise ConfigError(f"--{name.replace('_', '-')}: {rule}")
     items: list[tuple[int | None, dict[str, Any]]]
     if payload is not None:
         items = [(None, _load_payload(job_type, payload))]
@@ -96,7 +118,7 @@ def enqueue(
         assert jsonl is not None  # exactly one of the two, checked above
         source = "stdin" if jsonl == "-" else f"--jsonl {jsonl}"
         items = [(n, _parse_object(job_type, f"{source} line {n}", line)) for n, line in _read_lines(job_type, jsonl)]
-    with open_coordinator() as coordinator:
+    with events.to_stderr(not quiet), open_coordinator() as coordinator:
         registry, queue = coordinator.registry, coordinator.queue
         jobs = []
         for n, data in items:
@@ -107,9 +129,52 @@ def enqueue(
                     raise
                 raise InvalidPayload(job_type, [f"line {n}: {p}" for p in e.problems]) from e
         results = queue.enqueue_all(jobs)
+        if not as_json:
+            for r in results:  # ids alone on stdout (id=$(tether enqueue ...)); notes on stderr
+                out.print(r.id)
+                if r.duplicate:
+                    key = r.job.idempotency_key
+                    err.print(f"{r.id}: duplicate of an active job (--key {key}); nothing new recorded", markup=False)
+        finished = [r.job for r in results]
+        if wait:
+            out.file.flush()
+            finished = _wait(coordinator, [r.id for r in results], timeout)
     if as_json:
-        records = [{**r.job.to_dict(), "duplicate": r.duplicate} for r in results]
+        duplicate = {r.id: r.duplicate for r in results}
+        records = [{**j.to_dict(), "duplicate": duplicate[j.id]} for j in finished]
         print_json(records[0] if payload is not None else records)
-        return
-    for r in results:
-        out.print(f"{r.id}{'  (duplicate of an active job)' if r.duplicate else ''}")
+    if wait:
+        raise typer.Exit(_wait_exit_code(finished))
+
+
+def _wait(coordinator: Any, ids: list[str], timeout: float | None) -> list[JobRecord]:
+    """The jobs once every one is completed or failed, or as they are when ``timeout`` passes.
+    It only reads: a worker runs them (a job that waits for its retry backoff is waited for too)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    interval = 0.05
+    while True:
+        jobs = [coordinator.get(i) for i in ids]
+        open_ = [j for j in jobs if j.status not in _FINISHED]
+        if not open_ or (deadline is not None and time.monotonic() >= deadline):
+            break
+        pause = interval if deadline is None else min(interval, max(0.0, deadline - time.monotonic()))
+        time.sleep(pause)  # polling an operator's wait, not a race: up to 1 s between reads
+        interval = min(interval * 2, 1.0)
+    for j in jobs:
+        line = f"{j.id}: {j.status.value}"
+        if j.status is JobStatus.FAILED:
+            line += f" after {j.attempts} attempt(s): {first_line(j.last_error, 200)}"
+        elif j.status not in _FINISHED:
+            line += f" (not finished after {timeout:g}s; is a worker running?)"
+        err.print(line, markup=False, soft_wrap=True)
+    return jobs
+
+
+_FINISHED = frozenset({JobStatus.COMPLETED, JobStatus.FAILED})
+
+
+def _wait_exit_code(jobs: list[JobRecord]) -> int:
+    """3 if any job is not finished, else 1 if any failed, else 0."""
+    if any(j.status not in _FINISHED for j in jobs):
+        return 3
+    return 1 if any(j.status is JobStatus.FAILED for j in jobs) else 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import typer
 
-from .. import observe
 from ..clock import SystemClock
 from .app import app, print_json
 from .output import JSON_OPTION, LIMIT_HELP, first_line, job_dicts, ledger, limit_value, parse_duration, table, when
@@ -24,6 +23,8 @@ def failed(
 
     Example: tether failed --type create_file --since 24h
     """
+    from .. import observe
+
     window = parse_duration(since, "--since") if since else None
     n = limit_value(limit)
     with ledger() as engine:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import typer
 
-from .. import observe, schedule
 from ..clock import SystemClock
 from ..errors import ConfigError
 from ..record import JobRecord
@@ -45,6 +44,8 @@ def jobs(
 
     Example: tether jobs --status pending --type create_file --limit 20
     """
+    from .. import observe, schedule
+
     if status is not None and status not in {s.value for s in JobStatus}:
         raise ConfigError(f"--status: {status!r} is not a status; use one of {', '.join(s.value for s in JobStatus)}")
     window = parse_duration(since, "--since") if since else None

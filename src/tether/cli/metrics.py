@@ -8,7 +8,6 @@ import sys
 import typer
 
 from ..config import DEFAULT_BACKLOG_LIMIT, DEFAULT_LOCK_TIMEOUT, ENV_BACKLOG_LIMIT
-from ..health import Thresholds
 from .app import app, err
 from .output import ledger, parse_duration
 
@@ -47,6 +46,7 @@ def metrics(
     Example: tether --db sqlite:///ledger/tether.db metrics --serve --port 9464
     """
     from .. import metrics as m  # prometheus-client is loaded by this command only
+    from ..health import Thresholds
 
     thresholds = Thresholds(backlog_limit=backlog_limit)
     if not serve:

@@ -6,17 +6,18 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-import sqlalchemy as sa
 import typer
-from rich.table import Table
 
 from ..errors import ConfigError
-from ..observe import open_ledger
-from ..record import JobRecord
 from .app import out, settings
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+    from ..record import JobRecord
 
 JSON_OPTION = typer.Option(False, "--json", help="Print JSON (schema: docs/cli-json.md) instead of a table.")
 LIMIT_HELP = "Show at most this many jobs (0 for all)."
@@ -49,6 +50,8 @@ def limit_value(limit: int) -> int | None:
 @contextmanager
 def ledger() -> Iterator[sa.Engine]:
     """The ledger named by --db / TETHER_DB, opened for reading; never creates one."""
+    from ..readonly import open_ledger
+
     engine = open_ledger(settings.db, schema=settings.schema)
     try:
         yield engine
@@ -58,6 +61,8 @@ def ledger() -> Iterator[sa.Engine]:
 
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]], *, empty: str = "none") -> None:
     """A rich table; or, with no rows, one line saying so."""
+    from rich.table import Table
+
     rows = list(rows)
     if not rows:
         out.print(f"{title}: {empty}" if title else empty)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import typer
 
 from ..errors import ConfigError
-from ..retention import purge as purge_jobs
 from ..status import JobStatus
 from .app import app, out, print_json
 from .output import ledger, parse_duration, table, when
@@ -30,6 +29,8 @@ def purge(
 
     Example: tether purge --completed --older-than 7d --dry-run
     """
+    from ..retention import purge as purge_jobs
+
     statuses = [s for s, on in ((JobStatus.COMPLETED, completed), (JobStatus.FAILED, failed)) if on]
     if not statuses:
         raise ConfigError("say what to purge: --completed and/or --failed")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import typer
 
-from .. import observe
 from .app import app, out, print_json
 from .output import (
     JSON_OPTION,
@@ -31,6 +30,8 @@ def recent(
 
     Example: tether recent --since 1h
     """
+    from .. import observe
+
     window = parse_duration(since, "--since")
     n = limit_value(limit)
     with ledger() as engine:

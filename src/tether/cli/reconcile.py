@@ -12,20 +12,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
-import sqlalchemy as sa
 import typer
-from rich.table import Table
 
 from .. import config, events
 from ..errors import ConfigError
 from ..faults import describe
-from ..readonly import open_ledger
-from ..reconcile import DRIFT, STATUSES, Report, count_targeted_jobs
-from ..reconcile import reconcile as run_reconcile
 from .app import app, err, open_coordinator, out, print_json, settings
 
 if TYPE_CHECKING:
     from rich.progress import Progress
+
+    from ..reconcile import Report
+
+
+def _reason(error: BaseException) -> str:
+    """One line for a failed check: a database error's driver message, else the exception."""
+    sa_exc = sys.modules.get("sqlalchemy.exc")
+    if sa_exc is not None and isinstance(error, sa_exc.SQLAlchemyError):
+        return describe(error)
+    return f"{type(error).__name__}: {error}"
 
 
 @app.command()
@@ -52,7 +57,11 @@ def reconcile(
         "Without it the check changes nothing (it records only its verdict).",
     ),
     quiet: bool = typer.Option(
-        False, "--quiet", "-q", help="Do not print events (drift.detected, reconcile.finished: JSON lines on stderr)."
+        False,
+        "--quiet",
+        "-q",
+        help="Do not print events (drift.detected, reconcile.finished: JSON lines on stderr; "
+        "never on a terminal, where the report already lists every finding).",
     ),
     db: str | None = typer.Option(None, "--db", help="Ledger URL (same as the global --db / TETHER_DB)."),
     root: str | None = typer.Option(None, "--root", help="Data root (same as the global --root / TETHER_ROOT)."),
@@ -66,12 +75,16 @@ def reconcile(
     Example: tether --db sqlite:///ledger/tether.db --root ./data reconcile --json
     """
     try:
+        from ..reconcile import reconcile as run_reconcile
+
         if db is not None:
             settings.db = db
         if root is not None:
             settings.root = root
         _require_existing(settings.db, settings.root)
-        with events.to_stderr(not quiet), open_coordinator() as coordinator:
+        # Events are for a log (stderr redirected, the journal); a person at a terminal reads the
+        # report, which lists every finding already.
+        with events.to_stderr(not quiet and not err.is_terminal), open_coordinator() as coordinator:
             options: dict[str, Any] = {"content": not exists_only, "untracked": untracked, "aws": aws}
             with _progress(coordinator, enabled=not as_json and err.is_terminal) as progress:
                 options["progress"] = progress
@@ -84,8 +97,7 @@ def reconcile(
         err.print("tether reconcile: interrupted; nothing was checked to the end")
         sys.exit(130)
     except Exception as e:  # a crash must never read as drift (exit 2)
-        reason = describe(e) if isinstance(e, sa.exc.SQLAlchemyError) else f"{type(e).__name__}: {e}"
-        err.print(f"tether reconcile: could not check: {reason}", markup=False, soft_wrap=True)
+        err.print(f"tether reconcile: could not check: {_reason(e)}", markup=False, soft_wrap=True)
         sys.exit(1)
     # sys.exit, not typer.Exit: the console entry runs typer without standalone mode, where an
     # Exit code is returned to it rather than raised.
@@ -95,6 +107,8 @@ def reconcile(
 def _require_existing(db: str | None, root: str | None) -> None:
     """A check never creates what it checks: a mistyped --db would otherwise be a new, empty
     ledger reading "in sync", and a mistyped --root an empty directory reading "missing"."""
+    from ..readonly import open_ledger
+
     open_ledger(db, schema=settings.schema).dispose()
     named = config.named_root(root)
     if named is None:
@@ -117,6 +131,8 @@ class _progress:
             return None
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+        from ..reconcile import count_targeted_jobs
+
         total = count_targeted_jobs(self.coordinator)
         self.bar = Progress(
             TextColumn("reconciling jobs"),
@@ -137,6 +153,10 @@ class _progress:
 
 
 def _print(report: Report) -> None:
+    from rich.table import Table
+
+    from ..reconcile import DRIFT, STATUSES
+
     counts = ", ".join(f"{report.counts[s]} {s}" for s in STATUSES if report.counts[s] or s == "in_sync")
     newest = report.newest_job_id or "none"
     mode = "content" if report.content else "existence only"
@@ -181,12 +201,30 @@ def _bytes(size: int | None, sha256: str | None) -> str:
     return " ".join(p for p in parts if p)
 
 
+def _check_command() -> Any:
+    """``reconcile`` as a command of its own (``Usage: reconcile/check [OPTIONS]``) that also
+    takes tether's global options but --db and --root, which it has: --import, --schema, ..."""
+    group = typer.main.get_command(app)
+    command = group.commands["reconcile"]  # type: ignore[attr-defined]
+    own = {p.name for p in command.params}
+    shared = [p for p in group.params if p.name not in own]
+
+    def run(**values: Any) -> Any:
+        assert group.callback is not None and command.callback is not None  # both are typer commands
+        group.callback(db=values["db"], root=values["root"], **{p.name: values.pop(p.name) for p in shared})
+        return command.callback(**values)
+
+    return type(command)(
+        "reconcile/check", callback=run, params=[*command.params, *shared], help=command.help, rich_markup_mode=None
+    )
+
+
 def check_main(argv: list[str] | None = None) -> None:
     """Entry of ``reconcile/check``: ``tether reconcile`` in which every failure, a usage error
     included, exits 1 (click's usage errors exit 2, which here would read as drift)."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        rv = app(["reconcile", *args], prog_name="reconcile/check", standalone_mode=False)
+        rv = _check_command().main(args, prog_name="reconcile/check", standalone_mode=False)
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except typer.TyperException as e:  # usage errors (typer's own click)
@@ -197,7 +235,6 @@ def check_main(argv: list[str] | None = None) -> None:
             err.print(f"reconcile/check: {e}", markup=False)
         sys.exit(1)
     except Exception as e:
-        reason = describe(e) if isinstance(e, sa.exc.SQLAlchemyError) else f"{type(e).__name__}: {e}"
-        err.print(f"reconcile/check: could not check: {reason}", markup=False, soft_wrap=True)
+        err.print(f"reconcile/check: could not check: {_reason(e)}", markup=False, soft_wrap=True)
         sys.exit(1)
     sys.exit(rv if isinstance(rv, int) else 0)

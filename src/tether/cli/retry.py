@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import typer
 
-from .. import observe
 from ..errors import ConfigError, TetherError
 from .app import app, err, open_coordinator, out, print_json
 from .output import ledger, table
@@ -12,7 +11,7 @@ from .output import ledger, table
 
 @app.command()
 def retry(
-    job_ids: list[str] | None = typer.Argument(None, metavar="[ID]...", help="Ids of failed jobs to retry."),
+    job_ids: list[str] | None = typer.Argument(None, metavar="ID", help="Ids of failed jobs to retry."),
     all_failed: bool = typer.Option(False, "--failed", help="Retry every failed job (with --type: of that type)."),
     job_type: str | None = typer.Option(None, "--type", "-t", help="With --failed: only jobs of this type."),
     as_json: bool = typer.Option(False, "--json", help="Print what was retried as JSON (schema: docs/cli-json.md)."),
@@ -24,6 +23,8 @@ def retry(
 
     Example: tether retry --failed --type create_file
     """
+    from .. import observe
+
     if bool(job_ids) == all_failed:
         raise ConfigError("give job ids or --failed (not both, not neither)")
     if job_type and not all_failed:

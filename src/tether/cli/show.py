@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import orjson
 import typer
-from rich.table import Table
 
-from .. import observe
 from .app import app, out, print_json
 from .output import ledger, progress_text, when
 
 
 @app.command()
 def show(
-    job_id: str = typer.Argument(..., metavar="ID", help="The job id (a ULID, as printed by enqueue or jobs)."),
+    job_id: str = typer.Argument(
+        ...,
+        metavar="ID",
+        help="The job id as printed by enqueue or jobs, or any unique prefix or suffix of it (any case).",
+    ),
     payload: bool = typer.Option(
         False, "--payload", help="Also print the payload (it may hold file contents or prompts)."
     ),
@@ -21,9 +23,14 @@ def show(
 ) -> None:
     """Everything about one job: every column, the whole last error, result, children.
 
-    Example: tether show 01JD3X9Q8ZK2M4N5P6R7S8T9V0 --payload
+    Example: tether show 01JD3X9Q8ZK2M4N5P6R7S8T9V0 --payload   (or: tether show s8t9v0)
     """
+    from rich.table import Table
+
+    from .. import observe
+
     with ledger() as engine:
+        job_id = observe.resolve_id(engine, job_id)
         job = observe.show(engine, job_id)
         kids = observe.children(engine, job_id)
     if as_json:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import sqlalchemy as sa
+import sys
+from typing import TYPE_CHECKING
+
 import typer
 
 from .. import config
 from ..config import DEFAULT_BACKLOG_LIMIT, DEFAULT_LOCK_TIMEOUT, ENV_BACKLOG_LIMIT
 from ..errors import TetherError
 from ..faults import describe
-from ..health import Health, Thresholds, Verdict, health
 from .app import app, err, out, print_json
 from .output import JSON_OPTION, age, ledger, parse_duration, table, when
 
@@ -38,7 +39,11 @@ def _threshold(text: str, option: str, *, fraction: bool = False) -> float | Non
     return parse_duration(text, option).total_seconds()
 
 
-_STYLE = {Verdict.OK: "green", Verdict.WARNING: "yellow", Verdict.ERROR: "red", Verdict.UNKNOWN: "magenta"}
+if TYPE_CHECKING:
+    from ..health import Health
+
+_STYLE = {"ok": "green", "warning": "yellow", "error": "red", "unknown": "magenta"}
+_UNKNOWN_EXIT = 3  # Verdict.UNKNOWN.exit_code, before health (and SQLAlchemy) could be imported
 
 
 @app.command()
@@ -118,6 +123,8 @@ def status(
     Example: tether --db sqlite:///ledger/tether.db status --backlog-limit 500 || alert
     """
     try:
+        from ..health import Thresholds, health
+
         span = _threshold(window, "--window")
         thresholds = Thresholds(
             backlog_limit=backlog_limit,
@@ -133,14 +140,19 @@ def status(
         )
         with ledger() as engine:
             h = health(engine, thresholds, lock_timeout=lock_timeout)
-    except (TetherError, sa.exc.SQLAlchemyError, OSError) as e:
+    except Exception as e:
+        sa_exc = sys.modules.get("sqlalchemy.exc")
+        database = sa_exc is not None and isinstance(e, sa_exc.SQLAlchemyError)
+        if not (database or isinstance(e, (TetherError, OSError))):
+            raise
         # Could not tell: never let an unreadable ledger look healthy (exit 3, not 0 or 1).
-        reason = describe(e) if isinstance(e, sa.exc.SQLAlchemyError) else " ".join(str(e).split())
+        reason = describe(e) if database else " ".join(str(e).split())
         if as_json:
-            print_json({"verdict": Verdict.UNKNOWN.label, "exit_code": 3, "error": reason})
-        else:
+            print_json({"verdict": "unknown", "exit_code": _UNKNOWN_EXIT, "error": reason})
+        else:  # on stdout, where monitoring plugins read the status line; stderr for a person
+            out.print(f"UNKNOWN  {reason}", markup=False, soft_wrap=True)
             err.print(f"tether: UNKNOWN: {reason}", markup=False, soft_wrap=True)
-        raise typer.Exit(Verdict.UNKNOWN.exit_code) from None
+        raise typer.Exit(_UNKNOWN_EXIT) from None
     if as_json:
         print_json(h.to_dict())
     else:
@@ -150,7 +162,7 @@ def status(
 
 def _render(h: Health) -> None:
     s = h.stats
-    style = _STYLE[h.verdict]
+    style = _STYLE[h.verdict.label]
     out.print(
         f"[bold {style}]{h.verdict.label.upper()}[/]  {s.outstanding} outstanding "
         f"({s.pending} pending, {s.claimed} claimed), {s.failed} failed, {s.stuck} stuck; "

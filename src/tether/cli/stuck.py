@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import typer
 
-from .. import observe
 from ..config import DEFAULT_LOCK_TIMEOUT
 from .app import app, print_json
 from .output import JSON_OPTION, LIMIT_HELP, age, ledger, limit_value, table, when
@@ -25,6 +24,8 @@ def stuck(
 
     Example: tether stuck --lock-timeout 120
     """
+    from .. import observe
+
     n = limit_value(limit)
     with ledger() as engine:
         found = observe.stuck(engine, lock_timeout=lock_timeout, limit=n)

@@ -6,7 +6,6 @@ import typer
 
 from .. import config
 from ..errors import ConfigError
-from ..health import Thresholds
 from .app import app, err, open_coordinator, settings
 from .reconcile import _require_existing
 
@@ -46,6 +45,8 @@ def ui(
         from .. import ui as web
     except ImportError as e:
         raise ConfigError(f"tether ui needs its extra: pip install 'tether[ui]' ({e.name} is missing)") from e
+    from ..health import Thresholds
+
     token = web.read_token(token_file) if token_file else None
     hosts = web.bind_hosts(host, token, allowed_hosts)
     _require_existing(settings.db, settings.root)  # a page never creates the ledger it shows
