@@ -24,6 +24,14 @@ COLUMNS = (
     "id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at, "
     "created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result"
 )
+# What a completed claude_extraction's result records (an assistant's envelope): what the
+# metrics' spend families parse, on the rows that carry a cost only.
+EXTRACTION_RESULT = (
+    f'{{"bytes":412,"sha256":"{"9f2c" * 16}","prompt_hash":"{"4b1e" * 16}","cost_usd":0.012345,'
+    '"input_tokens":812,"output_tokens":240,"cache_read_input_tokens":0,"cache_creation_input_tokens":0,'
+    '"duration_ms":5210,"model":"claude-sonnet-4-5","session_id":"0d6f2a1c-5b7e-4c1d-9a3e-2f8b6c4d1e7a",'
+    '"num_turns":1,"assistant_called":true,"written":true}'
+)
 PENDING = 2_000
 CLAIMED = 20
 STUCK = 4
@@ -55,7 +63,9 @@ def rows(completed: int, now: datetime, spread: timedelta, seed: int = 7) -> Ite
             None,
             target,
             None,
-            '{"bytes":1}' if status == "completed" else None,
+            (EXTRACTION_RESULT if job_type == "claude_extraction" else '{"bytes":1}')
+            if status == "completed"
+            else None,
         )
 
     for i in range(completed + failed):

@@ -459,13 +459,14 @@ def test_ten_slow_extractions_on_three_worker_processes_never_run_more_than_two_
     assert calls(tmp_path).count("start") == 10  # each extraction asked once
 
 
-def test_durations_show_cost_and_tokens_per_type(extraction, clock):
-    # tether metrics does not carry spend yet: its scrape reads each finished job once through
-    # an index range, and spend must join that reading (issue 17 left open for it).
-    from tether import observe
+def test_durations_and_metrics_show_cost_and_tokens_per_type_and_model(extraction, clock):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tether import metrics, observe
 
     for n in range(2):
         extraction.enqueue(payload(target=f"out/{n}.json", prompt=f"{PROMPT}{n}\n"))
+    extraction.enqueue(payload(target="out/s.json", prompt=f"{PROMPT}s\n", model="sonnet"))
     extraction.enqueue(CreateFile(path="plain.json", content={}))
     extraction.run_until_idle()
     by_type = {d.type: d for d in observe.durations(extraction, now=clock.now())}
@@ -473,7 +474,20 @@ def test_durations_show_cost_and_tokens_per_type(extraction, clock):
     results = [
         json.loads(j.result or "{}") for j in observe.jobs(extraction, limit=None) if j.type == "claude_extraction"
     ]
-    assert spent is not None and spent.jobs == 2
+    assert spent is not None and spent.jobs == 3
     assert spent.cost_usd == pytest.approx(sum(r["cost_usd"] for r in results))
-    assert spent.input_tokens == sum(r["input_tokens"] for r in results) and spent.output_tokens == 80
+    assert spent.input_tokens == sum(r["input_tokens"] for r in results) and spent.output_tokens == 120
     assert by_type["create_file"].spend is None
+    # tether metrics: the same, by model, from the reading that counts the finished jobs
+    exposed = {
+        (s.name, s.labels.get("model"), s.labels.get("token_type")): s.value
+        for family in text_string_to_metric_families(metrics.exposition(extraction).decode())
+        for s in family.samples
+        if s.labels.get("type") == "claude_extraction" and not s.name.endswith("_created")
+    }
+    for model in ("stand-in-model", "sonnet"):
+        paid = [r for r in results if r["model"] == model]
+        assert exposed["tether_jobs_billed_total", model, None] == len(paid)
+        assert exposed["tether_job_cost_usd_total", model, None] == pytest.approx(sum(r["cost_usd"] for r in paid))
+        assert exposed["tether_job_tokens_total", model, "input"] == sum(r["input_tokens"] for r in paid)
+        assert exposed["tether_job_tokens_total", model, "output"] == sum(r["output_tokens"] for r in paid)

@@ -11,14 +11,14 @@ import sys
 import urllib.request
 from datetime import timedelta
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 import sqlalchemy as sa
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tether import Coordinator, CreateFile, FakeClock, JobContext, JobType, Payload, metrics, reconcile_runs
+from tether import Coordinator, CreateFile, FakeClock, JobContext, JobType, Payload, metrics, reconcile_runs, retention
 from tether.errors import ConfigError
 from tether.jobtypes import default_registry
 from tether.reconcile import reconcile
@@ -39,10 +39,29 @@ class NapType(JobType[Nap]):
         ctx.clock.advance(payload.seconds)  # type: ignore[attr-defined]
 
 
+class Paid(Payload):
+    job_type: ClassVar[str] = "paid"
+    cost: Any
+    tokens: int = 0
+    model: str | None = None
+
+
+class PaidType(JobType[Paid]):
+    """Returns what an assistant's answer records: cost, tokens and model (claude_extraction's shape)."""
+
+    name = "paid"
+    payload_model = Paid
+
+    def run(self, payload: Paid, ctx: JobContext) -> dict[str, Any]:
+        result = {"cost_usd": payload.cost, "input_tokens": payload.tokens, "output_tokens": 2 * payload.tokens}
+        return result if payload.model is None else {**result, "model": payload.model}
+
+
 @pytest.fixture
 def c(make_coordinator) -> Coordinator:
     registry = default_registry()
     registry.register(NapType())
+    registry.register(PaidType())
     return make_coordinator(registry=registry)
 
 
@@ -94,6 +113,65 @@ def test_a_served_collector_counts_each_finished_job_once_across_scrapes(c: Coor
     assert finished(later, "completed", "nap") == 4  # counters only grow: rate() works on them
     assert later[("tether_job_duration_seconds_bucket", (("le", "30.0"), ("type", "nap")))] == 3
     assert later[("tether_job_duration_seconds_bucket", (("le", "60.0"), ("type", "nap")))] == 4
+
+
+def spent(s: dict, job_type: str, model: str) -> tuple[float, float, float, float]:
+    """Billed jobs, dollars, input and output tokens of one (type, model) in a scrape."""
+    labels = (("model", model), ("type", job_type))
+    tokens = [
+        s.get(("tether_job_tokens_total", (labels[0], ("token_type", kind), labels[1])), 0.0)
+        for kind in ("input", "output")
+    ]
+    return (
+        s.get(("tether_jobs_billed_total", labels), 0.0),
+        s.get(("tether_job_cost_usd_total", labels), 0.0),
+        *tokens,
+    )
+
+
+def test_spend_is_added_up_from_the_finished_jobs_a_scrape_reads_once_by_type_and_model(
+    c: Coordinator, clock: FakeClock
+) -> None:
+    collector = metrics.LedgerCollector(c, settle=timedelta(seconds=60))
+    clock.advance(1)  # what finishes at the collector's start is not its to count
+    c.enqueue(Paid(cost=0.25, tokens=100, model="sonnet"))
+    c.enqueue(Paid(cost=0.5, tokens=10, model="sonnet"))
+    c.enqueue(Paid(cost=0.125, tokens=1, model="opus"))
+    c.enqueue(Paid(cost="not a number", tokens=3))  # a result that names no model, and a bad cost
+    c.enqueue(Nap(seconds=1))  # records no cost: no spend series
+    c.run_until_idle(batch=1)
+    clock.advance(61)
+    first = scrape(collector)
+    assert spent(first, "paid", "sonnet") == (2, 0.75, 110, 220)
+    assert spent(first, "paid", "opus") == (1, 0.125, 1, 2)
+    assert spent(first, "paid", metrics.UNKNOWN_MODEL) == (1, 0, 3, 6)
+    assert not [
+        k for k in first if k[0].startswith(("tether_job_cost", "tether_jobs_billed")) and ("type", "nap") in k[1]
+    ]
+    assert (
+        first[("tether_job_cost_usd_created", (("model", "opus"), ("type", "paid")))]
+        == collector.finished.since.timestamp()
+    )
+    clock.advance(30)
+    assert without_timing(scrape(collector)) == without_timing(first)  # nothing new: nothing read twice
+    # The jobs already counted are purged; the counters keep them (they are not a sum over the ledger).
+    assert retention.purge(c, older_than=timedelta(seconds=1)).total == 5
+    c.enqueue(Paid(cost=1.0, tokens=5, model="sonnet"))
+    c.run_until_idle(batch=1)
+    clock.advance(61)
+    later = scrape(collector)
+    assert spent(later, "paid", "sonnet") == (3, 1.75, 115, 230)
+    assert spent(later, "paid", "opus") == (1, 0.125, 1, 2)
+
+
+def test_the_one_off_exposition_shows_the_spend_of_its_window(c: Coordinator, clock: FakeClock) -> None:
+    c.enqueue(Paid(cost=0.5, tokens=7, model="sonnet"))
+    c.run_until_idle()
+    clock.advance(7200)
+    c.enqueue(Paid(cost=0.25, tokens=4, model="sonnet"))
+    c.run_until_idle()
+    s = samples(metrics.exposition(c, window=timedelta(hours=1)).decode())
+    assert spent(s, "paid", "sonnet") == (1, 0.25, 4, 8)  # the earlier job is outside the window
 
 
 def test_the_last_reconcile_verdict_and_its_drift_are_exposed(c: Coordinator, root: Path) -> None:

@@ -11,7 +11,8 @@ jobs are counted through the indexes partial to them, and finished jobs are read
 collector keeps cumulative counters and histograms (Prometheus's own model: ``rate()`` over them)
 and reads only the jobs that finished since its previous scrape, an index range on
 ``completed_at``. It reads up to ``settle`` before now, so a group commit that lands a little
-after its jobs' completion times is still counted.
+after its jobs' completion times is still counted. What completed jobs paid (an AI assistant's
+cost and tokens, recorded in their results) is added up in that same reading, by type and model.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ ATTEMPT_BUCKETS = (1, 2, 3, 5, 10)
 _SECONDS_ABOVE = tuple(b + 0.0005 for b in SECONDS_BUCKETS)
 _ATTEMPTS_ABOVE = tuple(b + 0.5 for b in ATTEMPT_BUCKETS)
 _BACKLOG_AND_FAILED = (JobStatus.PENDING, JobStatus.CLAIMED, JobStatus.FAILED)
+UNKNOWN_MODEL = "unknown"
+"""The model label of a cost whose result names no model."""
 
 
 class _Histogram:
@@ -76,15 +79,35 @@ class _Histogram:
         return out
 
 
+class _Spend:
+    """What the completed jobs of one (type, model) paid, as their results record it."""
+
+    __slots__ = ("cost", "input_tokens", "jobs", "output_tokens")
+
+    def __init__(self) -> None:
+        self.jobs = 0
+        self.cost = 0.0
+        self.input_tokens = 0
+        self.output_tokens = 0
+
+    def add(self, jobs: int, cost: float | None, input_tokens: float | None, output_tokens: float | None) -> None:
+        self.jobs += jobs
+        self.cost += float(cost or 0)
+        self.input_tokens += int(input_tokens or 0)
+        self.output_tokens += int(output_tokens or 0)
+
+
 class _Finished:
     """Jobs that finished after ``since``, accumulated as they are read: counts by outcome and
-    type; run time, queue wait and attempts of completed jobs by type."""
+    type; run time, queue wait and attempts of completed jobs by type; and what completed jobs
+    paid (cost and tokens their results record) by type and model."""
 
     def __init__(self, since: datetime) -> None:
         self.since = since
         self.upto = since
         self.counts: dict[tuple[str, str], int] = {}
         self.by_type: dict[str, tuple[_Histogram, _Histogram, _Histogram]] = {}  # duration, wait, attempts
+        self.spend: dict[tuple[str, str], _Spend] = {}  # (type, model)
         self.lock = threading.Lock()  # two scrapes at once must not read one range twice
 
     def advance(self, conn: sa.Connection, until: datetime) -> None:
@@ -102,6 +125,13 @@ class _Finished:
         else:
             self._add_rows(conn, window)
         self.upto = until
+
+    def _spent(self, job_type: str, model: Any) -> _Spend:
+        key = (job_type, str(model))
+        spent = self.spend.get(key)
+        if spent is None:
+            spent = self.spend[key] = _Spend()
+        return spent
 
     def _histograms(self, job_type: str) -> tuple[_Histogram, _Histogram, _Histogram]:
         hs = self.by_type.get(job_type)
@@ -121,16 +151,22 @@ class _Finished:
             t.c.attempts,
             observe.seconds_between(dialect, t.c.claimed_at, t.c.completed_at),
             observe.seconds_between(dialect, t.c.run_at, t.c.claimed_at),
+            _when_billed(_model(dialect)),
+            *(_when_billed(observe.result_number(dialect, key)) for key in observe.SPENT_KEYS),
         ).where(*window)
         counts, by_type, completed = self.counts, self.by_type, JobStatus.COMPLETED.value
         # julianday() arithmetic is good to ~50 us: against bounds half a millisecond up, a job of
         # exactly 1 s still lands in the 1 s bucket (as it does on PostgreSQL, rounded to the ms).
         seconds, tries_at = _SECONDS_ABOVE, _ATTEMPTS_ABOVE
         for part in conn.execute(query.execution_options(yield_per=10_000)).partitions():
-            for status, job_type, attempts, took, waited in part:
+            for status, job_type, attempts, took, waited, model, cost, tokens_in, tokens_out in part:
                 key = (status, job_type)
                 counts[key] = counts.get(key, 0) + 1
-                if status != completed or took is None:
+                if status != completed:
+                    continue
+                if model is not None:  # exactly when the result records a cost
+                    self._spent(job_type, model).add(1, cost, tokens_in, tokens_out)
+                if took is None:
                     continue
                 hs = by_type.get(job_type) or self._histograms(job_type)
                 duration, wait, tries = hs
@@ -152,8 +188,12 @@ class _Finished:
         # every job (a sort spilled to disk took twice as long as sending the rows).
         took = sa.func.greatest(0, observe.seconds_between("postgresql", t.c.claimed_at, t.c.completed_at))
         waited = sa.func.greatest(0, observe.seconds_between("postgresql", t.c.run_at, t.c.claimed_at))
+        spent = [
+            _when_billed(_model("postgresql")).label("model"),
+            *(_when_billed(observe.result_number("postgresql", key)).label(key) for key in observe.SPENT_KEYS),
+        ]
         per_job = (
-            sa.select(t.c.status, t.c.type, t.c.attempts, took.label("took"), waited.label("waited"))
+            sa.select(t.c.status, t.c.type, t.c.attempts, took.label("took"), waited.label("waited"), *spent)
             .where(*window)
             .subquery()
         )
@@ -172,12 +212,18 @@ class _Finished:
             sa.func.sum(per_job.c.took),
             sa.func.sum(per_job.c.waited),
             sa.func.sum(per_job.c.attempts),
-        ).group_by(per_job.c.status, per_job.c.type, key)
+            per_job.c.model,
+            sa.func.count(per_job.c.model),  # the jobs whose results record a cost
+            *(sa.func.sum(per_job.c[k]) for k in observe.SPENT_KEYS),
+        ).group_by(per_job.c.status, per_job.c.type, key, per_job.c.model)
         completed = JobStatus.COMPLETED.value
-        for status, job_type, k, n, took_sum, waited_sum, attempts_sum in conn.execute(query):
+        for row in conn.execute(query):
+            status, job_type, k, n, took_sum, waited_sum, attempts_sum, model, billed, cost, tokens_in, tokens_out = row
             self.counts[(status, job_type)] = self.counts.get((status, job_type), 0) + n
             if status != completed:
                 continue
+            if billed:
+                self._spent(job_type, model).add(billed, cost, tokens_in, tokens_out)
             duration, wait, tries_h = self._histograms(job_type)
             duration.counts[k // 10_000] += n
             duration.sum += took_sum
@@ -193,7 +239,8 @@ class _Finished:
 class LedgerCollector:
     """Collects, per scrape: jobs waiting, running and failed by type; outstanding, stuck, oldest
     pending age, health; jobs finished since ``since`` by outcome and type, with histograms of
-    their run time, queue wait and attempts; the last reconcile verdict.
+    their run time, queue wait and attempts, and the cost and tokens completed jobs recorded (by
+    type and model); the last reconcile verdict.
 
     ``since`` defaults to now (a served collector counts what finishes while it runs); ``settle``
     is how far behind now it reads finished jobs (``SETTLE``; zero for a one-off reading)."""
@@ -307,7 +354,40 @@ class LedgerCollector:
             for job_type, hs in sorted(f.by_type.items()):
                 family.add_metric([job_type], hs[n].buckets(), round(hs[n].sum, 3))
             histograms.append(family)
-        return [done, *histograms]
+        return [done, *histograms, *_spend_families(f.spend, created)]
+
+
+def _spend_families(spend: dict[tuple[str, str], _Spend], created: float) -> list[Metric]:
+    billed = CounterMetricFamily(
+        "tether_jobs_billed",
+        "Completed jobs whose result records a cost (an AI assistant was called), by type and model.",
+        labels=["type", "model"],
+    )
+    cost = CounterMetricFamily(
+        "tether_job_cost_usd",
+        "US dollars completed jobs paid, as their results record it (the assistant's total_cost_usd).",
+        labels=["type", "model"],
+    )
+    tokens = CounterMetricFamily(
+        "tether_job_tokens",
+        "Tokens completed jobs used, as their results record it; token_type is input or output.",
+        labels=["type", "model", "token_type"],
+    )
+    for (job_type, model), spent in sorted(spend.items()):
+        billed.add_metric([job_type, model], spent.jobs, created=created)
+        cost.add_metric([job_type, model], round(spent.cost, 6), created=created)
+        tokens.add_metric([job_type, model, "input"], spent.input_tokens, created=created)
+        tokens.add_metric([job_type, model, "output"], spent.output_tokens, created=created)
+    return [billed, cost, tokens]
+
+
+def _model(dialect: str) -> Any:
+    return sa.func.coalesce(observe.result_text(dialect, "model"), UNKNOWN_MODEL)
+
+
+def _when_billed(value: Any) -> Any:
+    # Only the results that record a cost are parsed (CASE evaluates its branch for those alone).
+    return sa.case((observe.billed(), value), else_=None)
 
 
 def _failed_by_type(conn: sa.Connection) -> dict[str, int]:

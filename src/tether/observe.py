@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSON
 
 from . import ids
 from .errors import AmbiguousJobId, ConfigError, JobNotFound
@@ -218,24 +219,44 @@ class Spend:
     output_tokens: int
 
 
-_SPENT = ("cost_usd", "input_tokens", "output_tokens")
+SPENT_KEYS = ("cost_usd", "input_tokens", "output_tokens")
+"""What a job's result records of what it paid (``Spend``): summed by durations and metrics."""
 
 
-def _result_number(dialect: str, key: str) -> Any:
-    # Results are JSON text; only rows that name the key are read (a LIKE before any parsing).
+def billed() -> Any:
+    """Jobs whose result records ``cost_usd`` (an AI assistant's answer): only their results are
+    parsed, after a LIKE that is cheap on every other row."""
+    return t.c.result.like('%"cost_usd"%')
+
+
+def result_number(dialect: str, key: str) -> Any:
+    """The number a job's JSON result records under ``key``, else NULL: a string or null there is
+    not summed, and never fails the reading (PostgreSQL would refuse to cast it)."""
     if dialect == "sqlite":
-        return sa.func.json_extract(t.c.result, f"$.{key}")
-    return sa.cast(sa.func.json_extract_path_text(sa.cast(t.c.result, sa.JSON), key), sa.Float)
+        path = f"$.{key}"
+        kind = sa.func.json_type(t.c.result, path)
+        return sa.case((kind.in_(("integer", "real")), sa.func.json_extract(t.c.result, path)), else_=None)
+    value = sa.cast(t.c.result, JSON)[key]
+    return sa.case((sa.func.json_typeof(value) == "number", sa.cast(value.astext, sa.Float)), else_=None)
 
 
-def spend(source: Source, *, since: datetime, job_type: str | None = None, conn: Any = None) -> dict[str, Spend]:
+def result_text(dialect: str, key: str) -> Any:
+    """The value a job's JSON result records under ``key`` as text (NULL when absent or null)."""
+    if dialect == "sqlite":
+        return sa.cast(sa.func.json_extract(t.c.result, f"$.{key}"), sa.Text)
+    return sa.cast(t.c.result, JSON)[key].astext
+
+
+def spend(source: Source, *, since: datetime, job_type: str | None = None) -> dict[str, Spend]:
     """Per type, the cost and tokens of jobs completed since ``since`` (see Spend)."""
     dialect = engine_of(source).dialect.name
     query = (
         sa.select(
-            t.c.type, sa.func.count(), *(sa.func.coalesce(sa.func.sum(_result_number(dialect, k)), 0) for k in _SPENT)
+            t.c.type,
+            sa.func.count(),
+            *(sa.func.coalesce(sa.func.sum(result_number(dialect, k)), 0) for k in SPENT_KEYS),
         )
-        .where(t.c.status == JobStatus.COMPLETED.value, t.c.completed_at >= since, t.c.result.like('%"cost_usd"%'))
+        .where(t.c.status == JobStatus.COMPLETED.value, t.c.completed_at >= since, billed())
         .group_by(t.c.type)
     )
     if job_type is not None:
