@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -57,6 +58,36 @@ def gone(pid: int) -> bool:
             return any(line.startswith("State:") and "Z" in line for line in f)
     except FileNotFoundError:
         return True
+
+
+def wait_gone(pids: list[int], timeout: float) -> list[int]:
+    """Wait until every process in ``pids`` has exited (a zombie has), blocked on their pidfds,
+    at most ``timeout`` seconds; returns those still running."""
+    fds = {}
+    for pid in pids:
+        try:
+            fds[os.pidfd_open(pid)] = pid
+        except ProcessLookupError:
+            pass  # gone already
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    deadline = time.monotonic() + timeout
+    running = dict(fds)
+    try:
+        while running and (left := deadline - time.monotonic()) > 0:
+            for fd, _ in poller.poll(left * 1000):  # readable once the process has exited
+                poller.unregister(fd)
+                running.pop(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return sorted(running.values())
+
+
+def parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rpartition(")")[2].split()[1])
 
 
 # -- payload ---------------------------------------------------------------------------------
@@ -206,6 +237,18 @@ def test_an_authentication_failure_is_permanent(extraction, monkeypatch, switch,
     assert "AssistantRefused: verdict=not_authorized; exit=1" in job.last_error
 
 
+@pytest.mark.parametrize("command", ["/nonexistent/claude", "no-such-claude-on-path", __file__])
+def test_a_missing_or_unrunnable_assistant_command_fails_at_once_as_not_installed(make_coordinator, command):
+    registry = default_registry()
+    registry.register(ClaudeExtractionType(command=[command]))
+    c = make_coordinator(registry=registry)
+    job_id = c.enqueue(payload(), max_attempts=3).id
+    c.run_until_idle()
+    job = c.get(job_id)
+    assert job.status is JobStatus.FAILED and job.attempts == 1
+    assert f"verdict=not_installed: the assistant command {command!r}" in job.last_error
+
+
 def test_an_overloaded_assistant_is_retried(extraction, monkeypatch):
     monkeypatch.setenv("CLAUDE_STANDIN_API_ERROR", "529")
     job_id = extraction.enqueue(payload(), max_attempts=3).id
@@ -331,6 +374,46 @@ def test_sigterm_to_a_worker_mid_extraction_releases_the_job_without_counting_th
         job = c.get(job_id)
     assert job.status is JobStatus.PENDING and job.attempts == 0 and job.locked_by is None
     assert gone(child)
+
+
+def test_a_sigkilled_worker_takes_the_assistant_and_its_grandchild_with_it(tmp_path, root):
+    from tether import Coordinator
+
+    ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with Coordinator.open(ledger, root=root) as c:
+        c.enqueue(payload())
+    pidfile = tmp_path / "grandchild.pid"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TETHER_", "CLAUDE_STANDIN_"))}
+    env.update(
+        TETHER_ASSISTANT_COMMAND=f"{sys.executable} {STAND_IN}",
+        CLAUDE_STANDIN_GRANDCHILD=str(pidfile),  # starts a grandchild that sleeps, then hangs
+        CLAUDE_STANDIN_LOG=str(tmp_path / "calls"),
+        PYTHONPATH=str(REPO / "src"),
+    )
+    worker = subprocess.Popen(
+        [sys.executable, "-c", "from tether.cli import main; main()", "--db", ledger, "--root", str(root), "worker"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
+    left: list[int] = []
+    try:
+        deadline = time.monotonic() + 30
+        while not pidfile.exists() or not pidfile.read_text():
+            assert time.monotonic() < deadline and worker.poll() is None, "the stand-in never started its grandchild"
+            time.sleep(0.02)
+        assistant = int((tmp_path / "calls").read_text().split()[2])
+        grandchild = int(pidfile.read_text())
+        guard = parent_of(assistant)  # the process between the worker and the assistant, if any
+        attempt = [p for p in (guard, assistant, grandchild) if p != worker.pid]
+        worker.kill()  # SIGKILL: no handler, no cleanup in the worker runs
+        worker.wait(timeout=10)
+        left = wait_gone(attempt, timeout=10)
+        assert left == [], f"still running after the worker was killed: {left}"
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+        for pid in left:  # the test failed: leave nothing behind
+            os.kill(pid, signal.SIGKILL)
 
 
 # -- the real CLI ------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ from its JSON envelope (``claude -p --output-format json``), not from its exit c
 
 The process group is killed as a whole (TERM, then KILL after a grace period) when the job is
 cancelled (timeout, shutdown, lost lease), and always once the assistant itself has exited, so a
-grandchild it left behind does not outlive the attempt.
+grandchild it left behind does not outlive the attempt. A small guard leads the group
+(``orphan_guard.py``) and ends it if the worker itself dies, SIGKILL included.
 """
 
 from __future__ import annotations
@@ -12,14 +13,17 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -115,58 +119,96 @@ def run(
     """Run the assistant once with ``prompt`` on stdin until it exits or ``cancelled`` is set
     (``reason()`` then names why). Its whole process group is gone when this returns."""
     start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="tether-assistant-") as cwd:
-        try:
-            proc = subprocess.Popen(
-                list(argv),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=cwd,
-                env=dict(child_env() if env is None else env),
-                start_new_session=True,  # its own session and process group: killed as one
-                close_fds=True,
-            )
-        except FileNotFoundError as e:
-            raise PermanentError(
-                f"verdict=not_installed: the assistant command {argv[0]!r} was not found; install it or set "
-                f"{ENV_COMMAND}"
-            ) from e
-        except PermissionError as e:
-            raise PermanentError(f"verdict=not_installed: the assistant command {argv[0]!r} is not executable") from e
-        too_big = threading.Event()
-        out: list[bytes] = []
-        err: list[bytes] = []
-        threads = [
-            threading.Thread(target=_feed, args=(proc.stdin, prompt.encode()), daemon=True),
-            threading.Thread(target=_drain, args=(proc.stdout, out, stdout_cap, too_big), daemon=True),
-            threading.Thread(target=_drain, args=(proc.stderr, err, STDERR_CAP, None), daemon=True),
-        ]
-        for t in threads:
-            t.start()
-        stopped = None
-        while not _exited(proc.pid):
-            if cancelled.wait(0.02):
-                stopped = str(reason() if callable(reason) else reason or "cancelled")
-                _stop_group(proc.pid, grace)
-                break
-            if too_big.is_set():
-                stopped = "output_too_large"
-                _stop_group(proc.pid, grace)
-                break
-        # The leader is a zombie until reaped, so its group id cannot be reused: kill whatever
-        # it left in the group (a grandchild holding the pipes open), then reap it.
-        _kill_group(proc.pid, signal.SIGKILL)
-        code = proc.wait()
-        for t in threads:
-            t.join(timeout=5)
-    first = b"".join(err).decode("utf-8", "replace").strip().splitlines()
+    env = dict(child_env() if env is None else env)
+    command = [_resolve(argv[0], env), *argv[1:]]
+    # The guard ends the group if this process dies (SIGKILL included): it watches the read end,
+    # and only this process holds the write end (os.pipe's ends are not inherited by children).
+    watch, held = os.pipe()
+    try:
+        with tempfile.TemporaryDirectory(prefix="tether-assistant-") as cwd:
+            try:
+                proc = subprocess.Popen(
+                    [*_guard(grace), str(watch), repr(grace), "--", *command],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    cwd=cwd,
+                    env=env,
+                    start_new_session=True,  # its own session and process group: killed as one
+                    close_fds=True,
+                    pass_fds=(watch,),
+                )
+            finally:
+                os.close(watch)
+            code, out, err, stopped = _wait(proc, prompt, cancelled, reason, stdout_cap, grace)
+    finally:
+        os.close(held)  # a run that failed half-way with the guard still up: it ends the group
+    first = err.decode("utf-8", "replace").strip().splitlines()
     return Run(
         None if stopped else code,
-        b"".join(out),
+        out,
         first[0][:200] if first else "",
         stopped,
         time.monotonic() - start,
+    )
+
+
+def _wait(
+    proc: subprocess.Popen[bytes], prompt: str, cancelled: threading.Event, reason: Any, stdout_cap: int, grace: float
+) -> tuple[int, bytes, bytes, str | None]:
+    """Feed the prompt, drain the output, and wait for the group's leader to exit, or stop the
+    group when cancelled or the output is too large; reap it. Returns its exit status, stdout,
+    stderr and why it was stopped (None if it exited by itself)."""
+    too_big = threading.Event()
+    out: list[bytes] = []
+    err: list[bytes] = []
+    threads = [
+        threading.Thread(target=_feed, args=(proc.stdin, prompt.encode()), daemon=True),
+        threading.Thread(target=_drain, args=(proc.stdout, out, stdout_cap, too_big), daemon=True),
+        threading.Thread(target=_drain, args=(proc.stderr, err, STDERR_CAP, None), daemon=True),
+    ]
+    for t in threads:
+        t.start()
+    stopped = None
+    while not _exited(proc.pid):
+        if cancelled.wait(0.02):
+            stopped = str(reason() if callable(reason) else reason or "cancelled")
+            _stop_group(proc.pid, grace)
+            break
+        if too_big.is_set():
+            stopped = "output_too_large"
+            _stop_group(proc.pid, grace)
+            break
+    # The leader is a zombie until reaped, so its group id cannot be reused: kill whatever
+    # it left in the group (a grandchild holding the pipes open), then reap it.
+    _kill_group(proc.pid, signal.SIGKILL)
+    code = proc.wait()
+    for t in threads:
+        t.join(timeout=5)
+    return code, b"".join(out), b"".join(err), stopped
+
+
+GUARD = Path(__file__).with_name("orphan_guard.py")
+
+
+def _guard(grace: float) -> list[str]:
+    """The guard's command line: this interpreter, isolated and without site packages (the
+    guard needs the standard library alone, and starts in a few milliseconds so)."""
+    if not sys.executable:
+        raise ConfigError("cannot run the assistant's guard: Python's sys.executable is unknown")
+    return [sys.executable, "-I", "-S", str(GUARD)]
+
+
+def _resolve(program: str, env: Mapping[str, str]) -> str:
+    """``program`` as the guard will run it, found on the assistant's PATH; PermanentError if it
+    is missing (the guard would only exit 127, which reads like the assistant's own failure)."""
+    found = shutil.which(program, path=env.get("PATH", os.defpath))
+    if found is not None:
+        return os.path.abspath(found)  # the guard runs in the assistant's empty directory
+    if os.sep in program and os.path.exists(program):
+        raise PermanentError(f"verdict=not_installed: the assistant command {program!r} is not executable")
+    raise PermanentError(
+        f"verdict=not_installed: the assistant command {program!r} was not found; install it or set {ENV_COMMAND}"
     )
 
 
