@@ -338,70 +338,96 @@ def test_the_assistant_sees_its_own_credentials_but_no_aws_database_or_tether_se
     assert seen["__cwd_entries__"] == [] and "tether-assistant-" in seen["__cwd__"]
 
 
-def test_sigterm_to_a_worker_mid_extraction_releases_the_job_without_counting_the_attempt(tmp_path, root, monkeypatch):
-    from tether import Coordinator
-
+def start_worker(tmp_path: Path, root: Path, *args: str, **standin: str) -> tuple[str, subprocess.Popen[bytes]]:
+    """A ``tether worker ARGS`` process running the stand-in with ``CLAUDE_STANDIN_<NAME>``
+    switches; its events on its stdout (a pipe), its stand-in's calls in tmp_path/calls."""
     ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
-    with Coordinator.open(ledger, root=root) as c:
-        job_id = c.enqueue(payload()).id
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TETHER_", "CLAUDE_STANDIN_"))}
+    env.update({f"CLAUDE_STANDIN_{name.upper()}": value for name, value in standin.items()})
     env.update(
         TETHER_ASSISTANT_COMMAND=f"{sys.executable} {STAND_IN}",
-        CLAUDE_STANDIN_HANG="1",
         CLAUDE_STANDIN_LOG=str(tmp_path / "calls"),
         PYTHONPATH=str(REPO / "src"),
     )
-    worker = subprocess.Popen(
-        [sys.executable, "-c", "from tether.cli import main; main()", "--db", ledger, "--root", str(root), "worker"],
-        env=env,
-        stderr=subprocess.STDOUT,
-        stdout=subprocess.PIPE,  # the worker's events are on its stdout, errors on stderr
-    )
+    argv = [sys.executable, "-c", "from tether.cli import main; main()", "--db", ledger, "--root", str(root)]
+    return ledger, subprocess.Popen([*argv, "worker", *args], env=env, stdout=subprocess.PIPE)
+
+
+def wait_for_call(tmp_path: Path, worker: subprocess.Popen[bytes]) -> int:
+    """The pid of the stand-in once it has started."""
+    deadline = time.monotonic() + 30
+    while "start" not in calls(tmp_path):
+        assert time.monotonic() < deadline and worker.poll() is None, "the stand-in never started"
+        time.sleep(0.02)
+    return int((tmp_path / "calls").read_text().split()[2])
+
+
+def shutdown_events(out: bytes) -> list[tuple[str, str | None]]:
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith(b"{")]
+    return [(e["mode"], e.get("reason")) for e in lines if e["event"] == "shutdown"]
+
+
+def test_sigterm_lets_an_extraction_that_answers_within_the_shutdown_grace_land_its_answer(tmp_path, root):
+    from tether import Coordinator
+
+    with Coordinator.open(f"sqlite:///{tmp_path / 'ledger.db'}", root=root) as c:
+        job_id = c.enqueue(payload()).id
+    ledger, worker = start_worker(tmp_path, root, slow="1.5")
     try:
-        deadline = time.monotonic() + 30
-        while "start" not in calls(tmp_path):
-            assert time.monotonic() < deadline and worker.poll() is None, "the stand-in never started"
-            time.sleep(0.02)
-        child = int((tmp_path / "calls").read_text().split()[2])
-        worker.send_signal(signal.SIGTERM)  # one: an extraction is cancelled at once (cancel_at_shutdown)
-        err, _ = worker.communicate(timeout=30)
+        wait_for_call(tmp_path, worker)
+        worker.send_signal(signal.SIGTERM)  # stop claiming; the call in flight (paid for) may finish
+        out, _ = worker.communicate(timeout=60)
     finally:
         if worker.poll() is None:
             worker.kill()
-    assert worker.returncode == 0, err.decode()[-2000:]
-    assert b'"event": "released"' in err or b'"event":"released"' in err
+    assert worker.returncode == 0
+    assert shutdown_events(out) == [("finish running jobs", None)]
+    with Coordinator.open(ledger, root=root) as c:
+        job = c.get(job_id)
+    assert job.status is JobStatus.COMPLETED and job.attempts == 1
+    assert json.loads((root / "requirements/REQ-001/extraction.json").read_text())["requirement_id"] == "REQ-001"
+    assert calls(tmp_path) == ["start", "end"]
+
+
+def test_an_extraction_still_running_when_the_shutdown_grace_ends_is_given_back_without_counting_the_attempt(
+    tmp_path, root
+):
+    from tether import Coordinator
+
+    with Coordinator.open(f"sqlite:///{tmp_path / 'ledger.db'}", root=root) as c:
+        job_id = c.enqueue(payload()).id
+    ledger, worker = start_worker(tmp_path, root, "--shutdown-grace", "0.5", hang="1")
+    try:
+        child = wait_for_call(tmp_path, worker)
+        worker.send_signal(signal.SIGTERM)  # one signal: the hanging call is cancelled when the grace ends
+        out, _ = worker.communicate(timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert worker.returncode == 0, out.decode()[-2000:]
+    assert shutdown_events(out) == [("finish running jobs", None), ("cancel running jobs", "grace period over")]
+    assert b'"event": "released"' in out or b'"event":"released"' in out
     with Coordinator.open(ledger, root=root) as c:
         job = c.get(job_id)
     assert job.status is JobStatus.PENDING and job.attempts == 0 and job.locked_by is None
-    assert gone(child)
+    assert wait_gone([child], timeout=10) == []
 
 
 def test_a_sigkilled_worker_takes_the_assistant_and_its_grandchild_with_it(tmp_path, root):
     from tether import Coordinator
 
-    ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
-    with Coordinator.open(ledger, root=root) as c:
+    with Coordinator.open(f"sqlite:///{tmp_path / 'ledger.db'}", root=root) as c:
         c.enqueue(payload())
     pidfile = tmp_path / "grandchild.pid"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TETHER_", "CLAUDE_STANDIN_"))}
-    env.update(
-        TETHER_ASSISTANT_COMMAND=f"{sys.executable} {STAND_IN}",
-        CLAUDE_STANDIN_GRANDCHILD=str(pidfile),  # starts a grandchild that sleeps, then hangs
-        CLAUDE_STANDIN_LOG=str(tmp_path / "calls"),
-        PYTHONPATH=str(REPO / "src"),
-    )
-    worker = subprocess.Popen(
-        [sys.executable, "-c", "from tether.cli import main; main()", "--db", ledger, "--root", str(root), "worker"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-    )
+    # The stand-in starts a grandchild that sleeps for an hour, then hangs itself.
+    _, worker = start_worker(tmp_path, root, grandchild=str(pidfile))
     left: list[int] = []
     try:
+        assistant = wait_for_call(tmp_path, worker)
         deadline = time.monotonic() + 30
         while not pidfile.exists() or not pidfile.read_text():
             assert time.monotonic() < deadline and worker.poll() is None, "the stand-in never started its grandchild"
             time.sleep(0.02)
-        assistant = int((tmp_path / "calls").read_text().split()[2])
         grandchild = int(pidfile.read_text())
         guard = parent_of(assistant)  # the process between the worker and the assistant, if any
         attempt = [p for p in (guard, assistant, grandchild) if p != worker.pid]

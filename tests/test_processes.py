@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from tether import Coordinator, JobRecord
+from tether import Coordinator, JobRecord, config
 from tether.fs import TEMP_SUFFIX
 from tether.jobtypes import CreateFile, Registry, default_registry, render
 from tether.status import JobStatus
@@ -331,7 +331,9 @@ def test_first_signal_lets_the_running_job_finish_claims_nothing_more_and_exits_
     assert worker.popen.poll() is None, (
         f"the worker exited mid-job (exit {worker.popen.returncode}) instead of finishing it"
     )
-    assert [(e["signal"], e["mode"]) for e in worker.events("shutdown")] == [(signum.name, "finish current job")]
+    assert [(e["signal"], e["mode"], e["grace_seconds"]) for e in worker.events("shutdown")] == [
+        (signum.name, "finish running jobs", config.DEFAULT_SHUTDOWN_GRACE)
+    ]
     release.touch()
     assert_clean_exit(worker, worker.wait())
 
@@ -358,13 +360,40 @@ def test_second_signal_cancels_the_job_at_its_checkpoint_and_gives_the_attempt_b
     worker.popen.send_signal(signal.SIGINT)
     assert_clean_exit(worker, worker.wait())
 
-    assert [e["mode"] for e in worker.events("shutdown")] == ["finish current job", "cancel at next checkpoint"]
+    assert [(e["mode"], e.get("reason")) for e in worker.events("shutdown")] == [
+        ("finish running jobs", None),
+        ("cancel running jobs", "second signal"),
+    ]
     assert [e["job_id"] for e in worker.events("released")] == [job_id]
     assert worker.events("completed") == [] and worker.events("failed") == []
     with open_coordinator(ledger, root) as c:
         job = c.get(job_id)
     assert job.status is JobStatus.PENDING
     assert job.attempts == 0 and job.locked_by is None and job.locked_at is None
+
+
+def test_a_job_still_running_when_the_shutdown_grace_ends_is_cancelled_and_given_back(
+    tmp_path: Path, ledger: str, root: Path, start_worker: Callable[..., Proc]
+) -> None:
+    started, release = tmp_path / "started", tmp_path / "never-released"
+    with open_coordinator(ledger, root) as c:
+        job_id = c.enqueue(pj.Slow(started=str(started), release=str(release))).job.id
+
+    worker = start_worker("--poll-interval", "0.05", "--shutdown-grace", "0.5")
+    wait_for(started.exists, "the slow job to start")
+    signalled = time.monotonic()
+    worker.popen.send_signal(signal.SIGTERM)  # one signal only
+    assert_clean_exit(worker, worker.wait())
+    assert time.monotonic() - signalled >= 0.5  # it was given the grace first
+
+    assert [(e["mode"], e.get("reason")) for e in worker.events("shutdown")] == [
+        ("finish running jobs", None),
+        ("cancel running jobs", "grace period over"),
+    ]
+    assert [e["job_id"] for e in worker.events("released")] == [job_id]
+    with open_coordinator(ledger, root) as c:
+        job = c.get(job_id)
+    assert job.status is JobStatus.PENDING and job.attempts == 0 and job.locked_by is None
 
 
 def _default_signals() -> None:

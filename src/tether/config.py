@@ -23,6 +23,11 @@ DEFAULT_DURABILITY = "full"
 DEFAULT_LOCK_TIMEOUT = 300.0
 """Seconds after which a claimed job without a heartbeat is stale (the spec's 5 minutes)."""
 
+DEFAULT_SHUTDOWN_GRACE = 25.0
+"""Seconds a worker's running jobs get to finish after SIGTERM (Sidekiq's default: it ends inside
+the 30 s Kubernetes, Heroku and most supervisors allow between SIGTERM and SIGKILL, with time left
+to give the cancelled jobs back)."""
+
 DEFAULT_BACKLOG_LIMIT = 100
 """The soft backlog limit of ``tether status`` (a verdict, never a refusal)."""
 

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from . import config, events, faults
 from .context import LEASE_LOST, SHUTDOWN, TIMEOUT, JobContext
-from .errors import Cancelled, Deferred, InvalidPayload, JobTimedOut, LedgerFault, PermanentError, TetherError
+from .errors import Cancelled, Deferred, InvalidPayload, JobTimedOut, LedgerFault, PermanentError
 from .outcome import encode_result, error_text
 from .queue import Decision
 from .record import JobRecord
@@ -45,6 +45,10 @@ class WorkerConfig:
     batch: int = 100  # jobs claimed per transaction while jobs are fast (River fetches 100 too)
     flush_after: float = 0.05  # longest a finished job waits for its group commit (s)
     slow_job: float = 0.01  # a job slower than this (s) gives its batch back; claims go one at a time
+    shutdown_grace: float | None = config.DEFAULT_SHUTDOWN_GRACE
+    """Seconds running jobs get to finish after the first shutdown signal (or ``stop()``); then
+    they are cancelled at their next checkpoint and give their attempt back, as a second signal
+    does at once. None: no limit."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 
     @property
@@ -82,6 +86,7 @@ class Worker:
         self.id = worker_id or f"{socket.gethostname()[:100]}:{os.getpid()}:{secrets.token_hex(3)}"
         self._stopping = threading.Event()
         self._cancel = threading.Event()
+        self._grace_ends: float | None = None  # monotonic: when running jobs are cancelled
         self._running: dict[str, tuple[JobRecord, JobContext]] = {}
         self._running_lock = threading.Lock()
         self._idle = threading.Condition()
@@ -287,26 +292,34 @@ class Worker:
             return self._run(until_idle=False)
 
     def stop(self, *, cancel: bool = False) -> None:
-        """Stop claiming; running jobs finish. With ``cancel``, they stop at their next
-        checkpoint and give their attempt back; jobs of a type with ``cancel_at_shutdown`` (an
-        assistant call that may run for minutes) do so at once."""
+        """Stop claiming; running jobs have ``shutdown_grace`` seconds to finish. With ``cancel``
+        (or once the grace is over) they are cancelled: they stop at their next checkpoint and
+        give their attempt back (an assistant's process group is terminated at once)."""
         self._stopping.set()
+        grace = self.config.shutdown_grace
+        if not cancel and self._grace_ends is None and grace is not None:
+            self._grace_ends = time.monotonic() + grace
         if cancel:
             self._cancel.set()
-        with self._running_lock:
-            running = list(self._running.values())
-        for job, ctx in running:
-            if cancel or self._cancels_at_shutdown(job.type):
+            with self._running_lock:
+                running = list(self._running.values())
+            for _, ctx in running:
                 ctx.cancel(SHUTDOWN)
         self.queue.wakeup.wake_local()
         with self._idle:
             self._idle.notify_all()
 
-    def _cancels_at_shutdown(self, job_type: str) -> bool:
-        try:
-            return self.queue.registry.get(job_type).cancel_at_shutdown
-        except TetherError:  # a type this worker does not know cannot be running here
+    def end_grace_once(self, now: float | None = None) -> bool:
+        """Cancel the running jobs if the shutdown grace is over at ``now`` (monotonic seconds);
+        returns whether it did. The supervising loop calls it on every turn."""
+        ends = self._grace_ends
+        if ends is None or self._cancel.is_set() or (time.monotonic() if now is None else now) < ends:
             return False
+        with self._running_lock:
+            running = len(self._running)
+        events.emit("shutdown", worker=self.id, mode="cancel running jobs", reason="grace period over", running=running)
+        self.stop(cancel=True)
+        return True
 
     @contextmanager
     def _signals(self, install: bool) -> Iterator[None]:
@@ -317,14 +330,14 @@ class Worker:
             return
 
         def handle(signum: int, _frame: Any) -> None:
-            first = not self._stopping.is_set()
-            events.emit(
-                "shutdown",
-                worker=self.id,
-                signal=signal.Signals(signum).name,
-                mode="finish current job" if first else "cancel at next checkpoint",
-            )
-            self.stop(cancel=not first)
+            name = signal.Signals(signum).name
+            if self._stopping.is_set():  # the second: no more waiting
+                events.emit("shutdown", worker=self.id, signal=name, mode="cancel running jobs", reason="second signal")
+                self.stop(cancel=True)
+                return
+            grace = self.config.shutdown_grace
+            events.emit("shutdown", worker=self.id, signal=name, mode="finish running jobs", grace_seconds=grace)
+            self.stop()
 
         previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
@@ -377,6 +390,7 @@ class Worker:
         next_sweep = time.monotonic() + self.config.sweep_every
         while any(t.is_alive() for t in threads):
             threads[0].join(timeout=min(0.2, self.config.heartbeat_every))
+            self.end_grace_once()
             if self.fault is None:
                 self._fatal(self.queue.backend.file_fault())
             now = time.monotonic()

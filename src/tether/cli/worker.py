@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import typer
 
 from .. import events
-from ..config import DEFAULT_LOCK_TIMEOUT
+from ..config import DEFAULT_LOCK_TIMEOUT, DEFAULT_SHUTDOWN_GRACE
 from .app import app, err, open_coordinator
 
 
@@ -27,17 +27,24 @@ def worker(
         min=0.001,
         help="Seconds after which a claimed job without heartbeat is reclaimed.",
     ),
+    shutdown_grace: float = typer.Option(
+        DEFAULT_SHUTDOWN_GRACE,
+        "--shutdown-grace",
+        min=0,
+        help="Seconds running jobs get to finish after SIGINT/SIGTERM before they are cancelled and given back.",
+    ),
     quiet: bool = typer.Option(
         False, "--quiet", "-q", help="Do not print lifecycle events (JSON lines on stdout, the worker's log)."
     ),
 ) -> None:
-    """Run jobs until SIGINT/SIGTERM (the current job finishes; a second signal cancels it at
-    its next checkpoint and gives the attempt back).
+    """Run jobs until SIGINT/SIGTERM: the first stops claiming and gives running jobs
+    --shutdown-grace seconds to finish; then, or at a second signal, they are cancelled at their
+    next checkpoint (an AI assistant's process group is terminated) and their attempt is given back.
 
-    Example: tether --root ./data worker --threads 4
+    Example: tether --root ./data worker --threads 4 --shutdown-grace 60
     """
     with events.to_stdout(not quiet), open_coordinator(lock_timeout=lock_timeout) as coordinator:
-        w = coordinator.worker(threads=threads, poll_interval=poll_interval)
+        w = coordinator.worker(threads=threads, poll_interval=poll_interval, shutdown_grace=shutdown_grace)
         w.run_until_idle() if until_idle else w.run()
     if not quiet:
         err.print(f"worker {w.id}: {summary(w.outcomes)}", markup=False)

@@ -58,9 +58,6 @@ class JobType(ABC, Generic[P]):
     """Seconds an attempt may run (``enqueue(timeout=)`` overrides it per job); past it the
     handler is cancelled and the attempt retried. None: no limit."""
 
-    cancel_at_shutdown: ClassVar[bool] = False
-    """Whether the first shutdown signal cancels running jobs of this type (their attempt given
-    back) instead of letting them finish: for handlers that wait minutes on another process."""
     max_running: int | None = None
     """At most this many jobs of the type claimed at once, across every worker and machine (the
     claim counts them); None: no limit."""

@@ -244,7 +244,6 @@ class ClaudeExtractionType(JobType[ClaudeExtraction]):
     name = NAME
     payload_model = ClaudeExtraction
     timeout: ClassVar[float | None] = DEFAULT_TIMEOUT
-    cancel_at_shutdown: ClassVar[bool] = True  # a shutdown must not wait minutes for an answer
     probe = ExtractionProbe()
 
     def __init__(
