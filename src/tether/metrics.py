@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 from prometheus_client import (
     CollectorRegistry,
@@ -36,7 +37,7 @@ from prometheus_client import (
     start_http_server,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import ARRAY, JSON, array
 
 from . import events, observe, reconcile_runs
 from .errors import ConfigError, DatabaseUnavailable
@@ -127,7 +128,7 @@ class _Finished:
         self.upto = until
 
     def _spent(self, job_type: str, model: Any) -> _Spend:
-        key = (job_type, str(model))
+        key = (job_type, UNKNOWN_MODEL if model is None else str(model))
         spent = self.spend.get(key)
         if spent is None:
             spent = self.spend[key] = _Spend()
@@ -151,21 +152,22 @@ class _Finished:
             t.c.attempts,
             observe.seconds_between(dialect, t.c.claimed_at, t.c.completed_at),
             observe.seconds_between(dialect, t.c.run_at, t.c.claimed_at),
-            _when_billed(_model(dialect)),
-            *(_when_billed(observe.result_number(dialect, key)) for key in observe.SPENT_KEYS),
+            # What a billed result records, parsed once: [cost, tokens in, tokens out, model].
+            sa.case((observe.billed(), sa.func.json_extract(t.c.result, *_SPENT_PATHS)), else_=None),
         ).where(*window)
         counts, by_type, completed = self.counts, self.by_type, JobStatus.COMPLETED.value
         # julianday() arithmetic is good to ~50 us: against bounds half a millisecond up, a job of
         # exactly 1 s still lands in the 1 s bucket (as it does on PostgreSQL, rounded to the ms).
         seconds, tries_at = _SECONDS_ABOVE, _ATTEMPTS_ABOVE
         for part in conn.execute(query.execution_options(yield_per=10_000)).partitions():
-            for status, job_type, attempts, took, waited, model, cost, tokens_in, tokens_out in part:
+            for status, job_type, attempts, took, waited, spent in part:
                 key = (status, job_type)
                 counts[key] = counts.get(key, 0) + 1
                 if status != completed:
                     continue
-                if model is not None:  # exactly when the result records a cost
-                    self._spent(job_type, model).add(1, cost, tokens_in, tokens_out)
+                if spent is not None:
+                    cost, tokens_in, tokens_out, model = orjson.loads(spent)
+                    self._spent(job_type, model).add(1, *map(_number, (cost, tokens_in, tokens_out)))
                 if took is None:
                     continue
                 hs = by_type.get(job_type) or self._histograms(job_type)
@@ -188,17 +190,18 @@ class _Finished:
         # every job (a sort spilled to disk took twice as long as sending the rows).
         took = sa.func.greatest(0, observe.seconds_between("postgresql", t.c.claimed_at, t.c.completed_at))
         waited = sa.func.greatest(0, observe.seconds_between("postgresql", t.c.run_at, t.c.claimed_at))
-        spent = [
-            _when_billed(_model("postgresql")).label("model"),
-            *(_when_billed(observe.result_number("postgresql", key)).label(key) for key in observe.SPENT_KEYS),
-        ]
+        spent = _pg_spent()
         per_job = (
-            sa.select(t.c.status, t.c.type, t.c.attempts, took.label("took"), waited.label("waited"), *spent)
+            sa.select(t.c.status, t.c.type, t.c.attempts, took.label("took"), waited.label("waited"), spent)
             .where(*window)
+            # A fence: flattened into the query below, the subquery that parses a billed result
+            # would run once for every element read of it (four times).
+            .offset(0)
             .subquery()
         )
         seconds = sa.cast(sa.literal(list(_SECONDS_ABOVE)), ARRAY(sa.Float))
         tries = sa.cast(sa.literal(list(_ATTEMPTS_ABOVE)), ARRAY(sa.Float))
+        model = per_job.c.spent[4]
         key = (
             sa.func.width_bucket(per_job.c.took, seconds) * 10_000
             + sa.func.width_bucket(per_job.c.waited, seconds) * 100
@@ -212,10 +215,10 @@ class _Finished:
             sa.func.sum(per_job.c.took),
             sa.func.sum(per_job.c.waited),
             sa.func.sum(per_job.c.attempts),
-            per_job.c.model,
-            sa.func.count(per_job.c.model),  # the jobs whose results record a cost
-            *(sa.func.sum(per_job.c[k]) for k in observe.SPENT_KEYS),
-        ).group_by(per_job.c.status, per_job.c.type, key, per_job.c.model)
+            model,
+            sa.func.count(model),  # the jobs whose results record a cost
+            *(sa.func.sum(sa.cast(per_job.c.spent[n], sa.Float)) for n in (1, 2, 3)),
+        ).group_by(per_job.c.status, per_job.c.type, key, model)
         completed = JobStatus.COMPLETED.value
         for row in conn.execute(query):
             status, job_type, k, n, took_sum, waited_sum, attempts_sum, model, billed, cost, tokens_in, tokens_out = row
@@ -381,13 +384,29 @@ def _spend_families(spend: dict[tuple[str, str], _Spend], created: float) -> lis
     return [billed, cost, tokens]
 
 
-def _model(dialect: str) -> Any:
-    return sa.func.coalesce(observe.result_text(dialect, "model"), UNKNOWN_MODEL)
+_SPENT_PATHS = tuple(f"$.{key}" for key in (*observe.SPENT_KEYS, "model"))
 
 
-def _when_billed(value: Any) -> Any:
-    # Only the results that record a cost are parsed (CASE evaluates its branch for those alone).
-    return sa.case((observe.billed(), value), else_=None)
+def _number(value: Any) -> float | None:
+    """A JSON number, else None: a string or a boolean where a cost should be is not summed."""
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _pg_spent() -> Any:
+    """PostgreSQL: what a billed result records, as text[] (cost, tokens in, tokens out, model),
+    NULL for other jobs. One parse per billed result (json_to_record), none for the others; a
+    value that is not a JSON number is NULL (its cast would fail the whole reading)."""
+    record = (
+        sa.func.json_to_record(sa.cast(t.c.result, JSON))
+        .table_valued(*(sa.column(k, JSON) for k in observe.SPENT_KEYS), sa.column("model", sa.Text))
+        .render_derived("spent", with_types=True)
+    )
+    numbers = [
+        sa.case((sa.func.json_typeof(record.c[k]) == "number", sa.cast(record.c[k], sa.Text)), else_=None)
+        for k in observe.SPENT_KEYS
+    ]
+    values = sa.select(array([*numbers, sa.func.coalesce(record.c.model, UNKNOWN_MODEL)])).select_from(record)
+    return sa.case((observe.billed(), values.scalar_subquery()), else_=None).label("spent")
 
 
 def _failed_by_type(conn: sa.Connection) -> dict[str, int]:

@@ -224,9 +224,9 @@ SPENT_KEYS = ("cost_usd", "input_tokens", "output_tokens")
 
 
 def billed() -> Any:
-    """Jobs whose result records ``cost_usd`` (an AI assistant's answer): only their results are
-    parsed, after a LIKE that is cheap on every other row."""
-    return t.c.result.like('%"cost_usd"%')
+    """Jobs whose result is an object that records ``cost_usd`` (an AI assistant's answer): only
+    their results are parsed, after a LIKE that is cheap on every other row."""
+    return t.c.result.like('{%"cost_usd"%')
 
 
 def result_number(dialect: str, key: str) -> Any:
@@ -238,13 +238,6 @@ def result_number(dialect: str, key: str) -> Any:
         return sa.case((kind.in_(("integer", "real")), sa.func.json_extract(t.c.result, path)), else_=None)
     value = sa.cast(t.c.result, JSON)[key]
     return sa.case((sa.func.json_typeof(value) == "number", sa.cast(value.astext, sa.Float)), else_=None)
-
-
-def result_text(dialect: str, key: str) -> Any:
-    """The value a job's JSON result records under ``key`` as text (NULL when absent or null)."""
-    if dialect == "sqlite":
-        return sa.cast(sa.func.json_extract(t.c.result, f"$.{key}"), sa.Text)
-    return sa.cast(t.c.result, JSON)[key].astext
 
 
 def spend(source: Source, *, since: datetime, job_type: str | None = None) -> dict[str, Spend]:
