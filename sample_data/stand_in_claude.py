@@ -63,8 +63,8 @@ def parse_args(argv: list[str]) -> dict[str, str | None]:
             opts[arg[2:]] = argv[i + 1]
             i += 1
         else:
-            sys.stderr.write(f"error: unknown option '{arg}'\n{USAGE}\n")
-            sys.exit(2)
+            sys.stderr.write(f"error: unknown option '{arg}'\n")
+            sys.exit(1)  # as the real CLI answers one (commander's message, exit 1)
         i += 1
     if opts["print"] is None or opts["output-format"] != "json":
         sys.stderr.write(f"error: the stand-in only answers in print mode with --output-format json\n{USAGE}\n")

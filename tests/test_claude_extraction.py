@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -445,29 +446,62 @@ def test_a_sigkilled_worker_takes_the_assistant_and_its_grandchild_with_it(tmp_p
 # -- the real CLI ------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(not os.environ.get("TETHER_REAL_CLAUDE"), reason="set TETHER_REAL_CLAUDE=<path to claude>")
-def test_the_real_claude_cli_accepts_the_command_line_and_not_logged_in_is_permanent(make_coordinator, tmp_path):
-    """Offline and logged out, the real CLI still parses tether's argv and answers with an
-    envelope (``is_error``, ``Not logged in``): tether must read that as permanent. Run with
-    ``npm install --prefix DIR @anthropic-ai/claude-code`` and
-    ``TETHER_REAL_CLAUDE=DIR/node_modules/.bin/claude``."""
-    real = Path(os.environ["TETHER_REAL_CLAUDE"])
-    assert real.exists(), f"TETHER_REAL_CLAUDE={real} does not exist"
-    registry = default_registry()
-    registry.register(ClaudeExtractionType(command=[str(real)], env=["NO_SUCH"]))
-    c = make_coordinator(registry=registry)
+@pytest.fixture
+def real_claude(monkeypatch, tmp_path) -> Path:
+    """The real ``claude`` CLI at ``$TETHER_REAL_CLAUDE``, run logged out (an empty HOME) and
+    without its background traffic. Skips without it, but fails under CI=true (.ci/run installs it
+    with ``npm install --prefix .cache/claude-cli @anthropic-ai/claude-code``)."""
+    given = os.environ.get("TETHER_REAL_CLAUDE")
+    if not given:
+        if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
+            pytest.fail("CI is set but TETHER_REAL_CLAUDE is not: .ci/run installs the claude CLI and sets it")
+        pytest.skip("set TETHER_REAL_CLAUDE=<path to claude> (npm install --prefix DIR @anthropic-ai/claude-code)")
+    real = Path(given).absolute()
+    assert os.access(real, os.X_OK), f"TETHER_REAL_CLAUDE={given} is not an executable file"
     home = tmp_path / "home"
     home.mkdir()
-    old = os.environ.get("HOME")
-    os.environ["HOME"] = str(home)  # logged out, whatever the machine's own login
-    try:
-        job_id = c.enqueue(payload(schema=SCHEMA, model="sonnet"), max_attempts=3).id
-        c.run_until_idle()
-    finally:
-        os.environ["HOME"] = old or ""
+    monkeypatch.setenv("HOME", str(home))  # logged out, whatever the machine's own login
+    monkeypatch.setenv("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")  # no telemetry, no self-update
+    return real
+
+
+def test_real_claude_documents_every_flag_tether_passes(real_claude):
+    shown = subprocess.run(
+        [str(real_claude), "--help"], capture_output=True, text=True, timeout=60, env=assistant.child_env()
+    )
+    assert shown.returncode == 0, shown.stderr
+    options = set(re.findall(r"(?:^|[\s,])(--?[a-z][a-z-]*)", shown.stdout))
+    argv = ClaudeExtractionType(command=[str(real_claude)]).argv(payload(schema=SCHEMA, model="sonnet"))
+    flags = [a for a in argv[1:] if a.startswith("-")]
+    assert "--json-schema" in flags and "--model" in flags and len(flags) == 6
+    assert [f for f in flags if f not in options] == [], shown.stdout
+
+
+def test_real_claude_accepts_the_command_line_and_not_logged_in_is_permanent(real_claude, make_coordinator):
+    """Logged out and offline, the real CLI still parses tether's argv (schema and model
+    included) and answers with an envelope (``is_error``, ``Not logged in``): permanent."""
+    registry = default_registry()
+    registry.register(ClaudeExtractionType(command=[str(real_claude)]))
+    c = make_coordinator(registry=registry)
+    job_id = c.enqueue(payload(schema=SCHEMA, model="sonnet"), max_attempts=3).id
+    c.run_until_idle()
     job = c.get(job_id)
     assert job.status is JobStatus.FAILED and job.attempts == 1, job.last_error
     assert "verdict=not_authorized; exit=1; said: Not logged in" in job.last_error
+
+
+def test_real_claude_refusing_an_unknown_flag_is_a_failing_exit_with_its_stderr(real_claude, make_coordinator):
+    # What a broken command line would get: no envelope, exit 1, commander's message; so the
+    # not-logged-in envelope above shows the real CLI took tether's argv.
+    registry = default_registry()
+    registry.register(ClaudeExtractionType(command=[str(real_claude), "--no-such-flag"]))
+    c = make_coordinator(registry=registry)
+    job_id = c.enqueue(payload(), max_attempts=2).id
+    c.run_until_idle()
+    job = c.get(job_id)
+    assert job.status is JobStatus.PENDING and job.attempts == 1, job.last_error
+    assert "verdict=exit_status; exit=1" in job.last_error
+    assert "stderr: error: unknown option '--no-such-flag'" in job.last_error
 
 
 def test_reconcile_reports_a_hand_edited_answer_modified_and_a_deleted_one_missing(extraction, root):
