@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import threading as _threading
 
 OWNER_TAG = "tether:managed-by"
-"""Tag on every resource tether creates: the ledger's id (``engine.ledger_id``)."""
+"""Tag on every resource tether creates: the ledger's id (``Coordinator.ledger_id``)."""
 TETHER_PREFIX = "tether:"
 """Tags under this prefix are tether's own: never declared in a config, never compared."""
 
