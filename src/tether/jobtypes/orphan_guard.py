@@ -32,6 +32,8 @@ def main(args: list[str]) -> int:
     if args[2] != "--" or not command:
         os.write(2, b"usage: orphan_guard.py FD GRACE -- ARGV...\n")
         return 2
+    if os.getpgrp() != os.getpid():  # started without a session of its own: never end another group
+        os.setsid()
     # The worker's TERM to the group (timeout, shutdown, lost lease) is for the assistant: the
     # guard stays to report its status. The worker's KILL ends the guard with the rest.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
