@@ -174,6 +174,19 @@ def test_the_one_off_exposition_shows_the_spend_of_its_window(c: Coordinator, cl
     assert spent(s, "paid", "sonnet") == (1, 0.25, 4, 8)  # the earlier job is outside the window
 
 
+def test_durations_sum_spend_per_type_and_skip_a_cost_that_is_not_a_number(c: Coordinator, clock: FakeClock) -> None:
+    from tether import observe
+
+    c.enqueue(Paid(cost=0.25, tokens=3, model="sonnet"))
+    c.enqueue(Paid(cost=0.5, tokens=1, model="opus"))
+    c.enqueue(Paid(cost="free", tokens=2))  # would fail a cast on PostgreSQL
+    c.enqueue(Nap(seconds=1))
+    c.run_until_idle()
+    by_type = {d.type: d for d in observe.durations(c, now=clock.now())}
+    assert by_type["paid"].spend == observe.Spend(3, 0.75, 6, 12)
+    assert by_type["nap"].spend is None
+
+
 def test_the_last_reconcile_verdict_and_its_drift_are_exposed(c: Coordinator, root: Path) -> None:
     assert ("tether_reconcile_last_verdict", ()) not in scrape(metrics.LedgerCollector(c))  # never checked
     c.enqueue(CreateFile(path="a.json", content={"v": 1}))

@@ -37,9 +37,9 @@ from prometheus_client import (
     start_http_server,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-from sqlalchemy.dialects.postgresql import ARRAY, JSON, array
+from sqlalchemy.dialects.postgresql import ARRAY, array
 
-from . import events, observe, reconcile_runs
+from . import billing, events, observe, reconcile_runs
 from .errors import ConfigError, DatabaseUnavailable
 from .health import Thresholds, assess
 from .readonly import Source, finished, now_of, reading, t
@@ -153,7 +153,7 @@ class _Finished:
             observe.seconds_between(dialect, t.c.claimed_at, t.c.completed_at),
             observe.seconds_between(dialect, t.c.run_at, t.c.claimed_at),
             # What a billed result records, parsed once: [cost, tokens in, tokens out, model].
-            sa.case((observe.billed(), sa.func.json_extract(t.c.result, *_SPENT_PATHS)), else_=None),
+            sa.case((billing.billed(), billing.sqlite_spent()), else_=None),
         ).where(*window)
         counts, by_type, completed = self.counts, self.by_type, JobStatus.COMPLETED.value
         # julianday() arithmetic is good to ~50 us: against bounds half a millisecond up, a job of
@@ -166,8 +166,8 @@ class _Finished:
                 if status != completed:
                     continue
                 if spent is not None:
-                    cost, tokens_in, tokens_out, model = orjson.loads(spent)
-                    self._spent(job_type, model).add(1, *map(_number, (cost, tokens_in, tokens_out)))
+                    cost, tokens_in, tokens_out, model = billing.spent_of(orjson.loads(spent))
+                    self._spent(job_type, model).add(1, cost, tokens_in, tokens_out)
                 if took is None:
                     continue
                 hs = by_type.get(job_type) or self._histograms(job_type)
@@ -384,29 +384,13 @@ def _spend_families(spend: dict[tuple[str, str], _Spend], created: float) -> lis
     return [billed, cost, tokens]
 
 
-_SPENT_PATHS = tuple(f"$.{key}" for key in (*observe.SPENT_KEYS, "model"))
-
-
-def _number(value: Any) -> float | None:
-    """A JSON number, else None: a string or a boolean where a cost should be is not summed."""
-    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
 def _pg_spent() -> Any:
     """PostgreSQL: what a billed result records, as text[] (cost, tokens in, tokens out, model),
-    NULL for other jobs. One parse per billed result (json_to_record), none for the others; a
-    value that is not a JSON number is NULL (its cast would fail the whole reading)."""
-    record = (
-        sa.func.json_to_record(sa.cast(t.c.result, JSON))
-        .table_valued(*(sa.column(k, JSON) for k in observe.SPENT_KEYS), sa.column("model", sa.Text))
-        .render_derived("spent", with_types=True)
-    )
-    numbers = [
-        sa.case((sa.func.json_typeof(record.c[k]) == "number", sa.cast(record.c[k], sa.Text)), else_=None)
-        for k in observe.SPENT_KEYS
-    ]
+    NULL for other jobs; one parse of each billed result, in a subquery run for those alone."""
+    record = billing.pg_record()
+    numbers = [sa.cast(billing.pg_number(record.c[k]), sa.Text) for k in billing.SPENT_KEYS]
     values = sa.select(array([*numbers, sa.func.coalesce(record.c.model, UNKNOWN_MODEL)])).select_from(record)
-    return sa.case((observe.billed(), values.scalar_subquery()), else_=None).label("spent")
+    return sa.case((billing.billed(), values.scalar_subquery()), else_=None).label("spent")
 
 
 def _failed_by_type(conn: sa.Connection) -> dict[str, int]:

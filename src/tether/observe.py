@@ -11,10 +11,10 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import JSON
 
-from . import ids
+from . import billing, ids
 from .errors import AmbiguousJobId, ConfigError, JobNotFound
 from .readonly import COLUMNS, engine_of, finished, lock_timeout_of, now_of, reading, records, select_jobs, t
 from .readonly import NoLedger as NoLedger  # `X as X`: NoLedger, Source, open_ledger are this API too
@@ -219,44 +219,28 @@ class Spend:
     output_tokens: int
 
 
-SPENT_KEYS = ("cost_usd", "input_tokens", "output_tokens")
-"""What a job's result records of what it paid (``Spend``): summed by durations and metrics."""
-
-
-def billed() -> Any:
-    """Jobs whose result is an object that records ``cost_usd`` (an AI assistant's answer): only
-    their results are parsed, after a LIKE that is cheap on every other row."""
-    return t.c.result.like('{%"cost_usd"%')
-
-
-def result_number(dialect: str, key: str) -> Any:
-    """The number a job's JSON result records under ``key``, else NULL: a string or null there is
-    not summed, and never fails the reading (PostgreSQL would refuse to cast it)."""
-    if dialect == "sqlite":
-        path = f"$.{key}"
-        kind = sa.func.json_type(t.c.result, path)
-        return sa.case((kind.in_(("integer", "real")), sa.func.json_extract(t.c.result, path)), else_=None)
-    value = sa.cast(t.c.result, JSON)[key]
-    return sa.case((sa.func.json_typeof(value) == "number", sa.cast(value.astext, sa.Float)), else_=None)
-
-
 def spend(source: Source, *, since: datetime, job_type: str | None = None) -> dict[str, Spend]:
-    """Per type, the cost and tokens of jobs completed since ``since`` (see Spend)."""
-    dialect = engine_of(source).dialect.name
-    query = (
-        sa.select(
-            t.c.type,
-            sa.func.count(),
-            *(sa.func.coalesce(sa.func.sum(result_number(dialect, k)), 0) for k in SPENT_KEYS),
-        )
-        .where(t.c.status == JobStatus.COMPLETED.value, t.c.completed_at >= since, billed())
-        .group_by(t.c.type)
-    )
+    """Per type, the cost and tokens of jobs completed since ``since`` (see Spend; ``billing``
+    says which results count and how they are read)."""
+    window = [t.c.status == JobStatus.COMPLETED.value, t.c.completed_at >= since, billing.billed()]
     if job_type is not None:
-        query = query.where(t.c.type == job_type)
+        window.append(t.c.type == job_type)
     with reading(source) as conn:
-        rows = conn.execute(query).all()
-    return {name: Spend(n, round(float(cost), 6), int(tin), int(tout)) for name, n, cost, tin, tout in rows}
+        if conn.dialect.name != "postgresql":
+            totals: dict[str, list[float]] = {}
+            for name, spent in conn.execute(sa.select(t.c.type, billing.sqlite_spent()).where(*window)):
+                numbers = billing.spent_of(orjson.loads(spent))[:3]
+                total = totals.setdefault(name, [0, 0.0, 0, 0])
+                total[0] += 1
+                for n, value in enumerate(numbers, 1):
+                    total[n] += value or 0
+            rows: list[Any] = [(name, *total) for name, total in totals.items()]
+        else:
+            record = billing.pg_record()
+            sums = (sa.func.coalesce(sa.func.sum(billing.pg_number(record.c[k])), 0) for k in billing.SPENT_KEYS)
+            query = sa.select(t.c.type, sa.func.count(), *sums).select_from(t.join(record, sa.true()))
+            rows = list(conn.execute(query.where(*window).group_by(t.c.type)))
+    return {name: Spend(int(n), round(float(cost), 6), int(tin), int(tout)) for name, n, cost, tin, tout in rows}
 
 
 def seconds_between(dialect: str, start: Any, end: Any) -> Any:
