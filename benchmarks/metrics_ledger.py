@@ -24,17 +24,33 @@ COLUMNS = (
     "id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at, "
     "created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result"
 )
-# What a completed claude_extraction's result records (an assistant's envelope): what the
+# What a completed claude_extraction's result records (an assistant's envelope), different for
+# every job as real ones are (a cache keyed on the text would find nothing to reuse): what the
 # metrics' spend families parse, on the rows that carry a cost only.
 EXTRACTION_RESULT = (
-    f'{{"bytes":412,"sha256":"{"9f2c" * 16}","prompt_hash":"{"4b1e" * 16}","cost_usd":0.012345,'
-    '"input_tokens":812,"output_tokens":240,"cache_read_input_tokens":0,"cache_creation_input_tokens":0,'
-    '"duration_ms":5210,"model":"claude-sonnet-4-5","session_id":"0d6f2a1c-5b7e-4c1d-9a3e-2f8b6c4d1e7a",'
-    '"num_turns":1,"assistant_called":true,"written":true}'
+    '{{"bytes":{bytes},"sha256":"{digest}","prompt_hash":"{digest}","cost_usd":{cost},'
+    '"input_tokens":{tokens_in},"output_tokens":{tokens_out},"cache_read_input_tokens":0,'
+    '"cache_creation_input_tokens":0,"duration_ms":{ms},"model":"claude-sonnet-4-5","session_id":"{session}",'
+    '"num_turns":1,"assistant_called":true,"written":true}}'
 )
 PENDING = 2_000
 CLAIMED = 20
 STUCK = 4
+
+
+def result(rng: random.Random, job_type: str) -> str:
+    """A completed job's result: an extraction's envelope fields, else a file's size."""
+    if job_type != "claude_extraction":
+        return f'{{"bytes":{rng.randrange(1 << 20)}}}'
+    return EXTRACTION_RESULT.format(
+        bytes=rng.randrange(200, 2000),
+        digest=rng.randbytes(32).hex(),
+        cost=round(rng.uniform(0.002, 0.05), 6),
+        tokens_in=rng.randrange(300, 3000),
+        tokens_out=rng.randrange(50, 800),
+        ms=rng.randrange(2000, 30000),
+        session=rng.randbytes(16).hex(),
+    )
 
 
 def rows(completed: int, now: datetime, spread: timedelta, seed: int = 7) -> Iterator[tuple[Any, ...]]:
@@ -63,9 +79,7 @@ def rows(completed: int, now: datetime, spread: timedelta, seed: int = 7) -> Ite
             None,
             target,
             None,
-            (EXTRACTION_RESULT if job_type == "claude_extraction" else '{"bytes":1}')
-            if status == "completed"
-            else None,
+            result(rng, job_type) if status == "completed" else None,
         )
 
     for i in range(completed + failed):

@@ -386,7 +386,9 @@ def _spend_families(spend: dict[tuple[str, str], _Spend], created: float) -> lis
 
 def _pg_spent() -> Any:
     """PostgreSQL: what a billed result records, as text[] (cost, tokens in, tokens out, model),
-    NULL for other jobs; one parse of each billed result, in a subquery run for those alone."""
+    NULL for other jobs; one parse of each billed result, in a subquery run for those alone. (A
+    LATERAL join would keep the scan parallel, but the planner moves its LIKE after the parse,
+    which then runs for every job read.)"""
     record = billing.pg_record()
     numbers = [sa.cast(billing.pg_number(record.c[k]), sa.Text) for k in billing.SPENT_KEYS]
     values = sa.select(array([*numbers, sa.func.coalesce(record.c.model, UNKNOWN_MODEL)])).select_from(record)
