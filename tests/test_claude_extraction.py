@@ -20,7 +20,7 @@ from tether import CreateFile, JobStatus
 from tether.errors import InvalidPayload
 from tether.jobtypes import ClaudeExtraction, ClaudeExtractionType, assistant, default_registry
 from tether.jobtypes.claude_extraction import prompt_hash, sidecar
-from tether.queue import Decision
+from tether.ledger.queue import Decision
 
 REPO = Path(__file__).resolve().parent.parent
 STAND_IN = REPO / "sample_data" / "stand_in_claude.py"
@@ -505,7 +505,7 @@ def test_real_claude_refusing_an_unknown_flag_is_a_failing_exit_with_its_stderr(
 
 
 def test_reconcile_reports_a_hand_edited_answer_modified_and_a_deleted_one_missing(extraction, root):
-    from tether.reconcile import reconcile
+    from tether.reconcile.check import reconcile
 
     extraction.enqueue(payload())
     extraction.enqueue(payload(target="b.json", prompt=PROMPT + "b\n"))
@@ -605,7 +605,8 @@ def test_ten_slow_extractions_on_three_worker_processes_never_run_more_than_two_
 def test_durations_and_metrics_show_cost_and_tokens_per_type_and_model(extraction, clock):
     from prometheus_client.parser import text_string_to_metric_families
 
-    from tether import metrics, observe
+    from tether.observe import metrics
+    from tether.observe import queries as observe
 
     for n in range(2):
         extraction.enqueue(payload(target=f"out/{n}.json", prompt=f"{PROMPT}{n}\n"))

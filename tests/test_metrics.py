@@ -18,10 +18,12 @@ import sqlalchemy as sa
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tether import Coordinator, CreateFile, FakeClock, JobContext, JobType, Payload, metrics, reconcile_runs, retention
+from tether import Coordinator, CreateFile, FakeClock, JobContext, JobType, Payload
 from tether.errors import ConfigError
 from tether.jobtypes import default_registry
-from tether.reconcile import reconcile
+from tether.observe import metrics, retention
+from tether.reconcile import runs as reconcile_runs
+from tether.reconcile.check import reconcile
 
 
 class Nap(Payload):
@@ -175,7 +177,7 @@ def test_the_one_off_exposition_shows_the_spend_of_its_window(c: Coordinator, cl
 
 
 def test_durations_sum_spend_per_type_and_skip_a_cost_that_is_not_a_number(c: Coordinator, clock: FakeClock) -> None:
-    from tether import observe
+    from tether.observe import queries as observe
 
     c.enqueue(Paid(cost=0.25, tokens=3, model="sonnet"))
     c.enqueue(Paid(cost=0.5, tokens=1, model="opus"))
