@@ -362,3 +362,36 @@ def test_a_six_field_fixed_time_runs_once_on_a_dst_day(open_two, clock: FakeCloc
     # Spring: 02:30 does not exist, it runs at 03:00 CEST; fall: at the first 02:30 (CEST).
     slot = day + timedelta(hours=1) if day == SPRING else day + timedelta(minutes=30)
     assert slots_of(a, "nightly") == Counter({schedule.key_for("nightly", slot): 1})
+
+
+def test_a_finished_schedule_given_a_higher_limit_runs_again_paused_or_not(open_two, clock: FakeClock) -> None:
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    clock.set(base)
+    a, _ = open_two()
+    for name in ("paused", "running"):
+        a.schedule(name, "*/10 * * * *", Note(name=name), limit=1)
+    a.worker().run_once(clock.now())
+    assert [row(a, n)["next_run"] for n in ("paused", "running")] == [None, None]  # finished
+    schedule.set_paused(a.engine, "paused", True, clock.now())
+    clock.set(base + timedelta(minutes=3))
+    for name in ("paused", "running"):
+        a.schedule(name, "*/10 * * * *", Note(name=name), limit=5)  # a redeploy allows more runs
+    following = base + timedelta(minutes=10)
+    assert [row(a, n)["next_run"] for n in ("paused", "running")] == [following, following]
+    assert schedule.set_paused(a.engine, "paused", False, clock.now())["next_run"] == following
+    clock.set(following + timedelta(seconds=5))
+    a.worker().run_once(clock.now())
+    assert [sum(slots_of(a, n).values()) for n in ("paused", "running")] == [2, 2]
+
+
+def test_resume_gives_a_paused_schedule_with_runs_left_its_next_slot(open_two, clock: FakeClock) -> None:
+    # A paused row with no next slot although its limit allows more runs: what the previous version
+    # left after a redeploy raised the limit of a paused, finished schedule.
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    clock.set(base)
+    a, _ = open_two()
+    a.schedule("s", "*/10 * * * *", Note(name="s"), limit=5)
+    with a.engine.begin() as conn:
+        conn.execute(sa.update(schedule.s).values(paused=True, next_slot=None, run_count=1))
+    resumed = schedule.set_paused(a.engine, "s", False, base + timedelta(minutes=3))
+    assert resumed["next_run"] == row(a, "s")["next_run"] == base + timedelta(minutes=10)

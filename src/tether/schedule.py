@@ -291,19 +291,16 @@ class Scheduler:
                     pass
                 else:
                     after = row.last_slot
-                    following = (
-                        first_slot(
-                            spec.cron,
-                            spec.timezone,
-                            now,
-                            start=spec.start,
-                            end=spec.end,
-                            after=after,
-                            runs=row.run_count,
-                            limit=spec.limit,
-                        )
-                        if not (row.next_slot is None and row.paused)
-                        else None
+                    # Paused or not, finished or not: a raised limit or a later end restarts it.
+                    following = first_slot(
+                        spec.cron,
+                        spec.timezone,
+                        now,
+                        start=spec.start,
+                        end=spec.end,
+                        after=after,
+                        runs=row.run_count,
+                        limit=spec.limit,
                     )
                     conn.execute(
                         sa.update(s)
@@ -424,7 +421,7 @@ def set_paused(engine: sa.Engine, name: str, paused: bool, now: datetime) -> dic
             known = conn.execute(sa.select(s.c.name).order_by(s.c.name)).scalars().all()
             raise UnknownSchedule(f"no schedule named {name!r}; known: {', '.join(known) or 'none'}")
         values: dict[str, Any] = {"paused": paused, "updated_at": now}
-        if not paused and row.paused and row.next_slot is not None:
+        if not paused and row.paused:  # a finished schedule gets None again from its bounds
             values["next_slot"] = first_slot(
                 row.cron,
                 row.timezone,
