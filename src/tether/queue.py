@@ -16,6 +16,7 @@ from . import events, faults, sql
 from .backend import Backend
 from .build import Builder
 from .clock import Clock
+from .config import DEFAULT_BATCH_BYTES
 from .engine import ledger_id, ledger_name
 from .errors import (
     DatabaseUnavailable,
@@ -118,7 +119,7 @@ class Decision(NamedTuple):
 # What varies between jobs enqueued together, and what they share (one JSON insert per share).
 # type, priority, max_attempts, created_at, run_at, parent_id, timeout
 _shared = itemgetter(1, 4, 6, 10, 13, 16, 18)
-_targeted_row = itemgetter(0, 2, 15)  # id, payload, ordering_key
+_targeted_row = itemgetter(0, 2, 15, 21)  # id, payload, ordering_key, payload_bytes
 # A JSON insert's rows travel as one value: past this many payload characters, another statement.
 _JSON_CHARS = 16 << 20
 
@@ -277,18 +278,21 @@ class Queue:
 
     # -- claim -----------------------------------------------------------------------------
 
-    def claim(self, worker: str, *, now: datetime | None = None, limit: int = 1) -> list[JobRecord]:
-        """Atomically take up to ``limit`` ready jobs: highest priority first, then oldest."""
+    def claim(
+        self, worker: str, *, now: datetime | None = None, limit: int = 1, max_bytes: int = DEFAULT_BATCH_BYTES
+    ) -> list[JobRecord]:
+        """Atomically take up to ``limit`` ready jobs: highest priority first, then oldest; past
+        the first, only while their payloads add up to at most ``max_bytes``."""
         now = now or self.clock.now()
         with self.backend.write() as cur:
-            rows = self._claim_in(cur, worker, now, limit)
+            rows = self._claim_in(cur, worker, now, limit, max_bytes)
         return self._claimed(rows, worker)
 
-    def _claim_in(self, cur: Any, worker: str, now: datetime, limit: int) -> list[JobRecord]:
+    def _claim_in(self, cur: Any, worker: str, now: datetime, limit: int, max_bytes: int) -> list[JobRecord]:
         limited = self._limited()
         if limited:
-            return self._claim_limited(cur, worker, now, limit, limited)
-        params = {"worker": worker, "now": now, "limit": limit}
+            return self._claim_limited(cur, worker, now, limit, max_bytes, limited)
+        params = {"worker": worker, "now": now, "limit": limit, "max_bytes": max_bytes, "at_least": 1}
         claimed: list[JobRecord] = cur.records(self._claim_statement(), params)
         return claimed
 
@@ -307,22 +311,24 @@ class Queue:
         return self._limits
 
     def _claim_limited(
-        self, cur: Any, worker: str, now: datetime, limit: int, limited: dict[str, int]
+        self, cur: Any, worker: str, now: datetime, limit: int, max_bytes: int, limited: dict[str, int]
     ) -> list[JobRecord]:
         """The claim, with each limited type taken only up to its room: ``max_running`` minus its
-        jobs claimed now, across every worker (counted in the claiming transaction)."""
+        jobs claimed now, across every worker (counted in the claiming transaction). The byte cap
+        spans the statements: each later one takes only what still fits."""
         dialect = self.engine.dialect.name
-        params: dict[str, Any] = {"worker": worker, "now": now, "limit": limit}
+        params: dict[str, Any] = {"worker": worker, "now": now, "limit": limit, "max_bytes": max_bytes, "at_least": 1}
         unlimited = [name for name in self.registry.names() if name not in limited]
         claimed: list[JobRecord] = cur.records(sql.claim_sql(dialect, unlimited), params)
         for name, cap in limited.items():
-            if len(claimed) >= limit:
+            left = max_bytes - sum(job.payload_bytes or 0 for job in claimed)
+            if len(claimed) >= limit or (claimed and left <= 0):
                 break
             if dialect == "postgresql":
                 cur.scalar(sql.LOCK_TYPE_CLAIMS, {"lock": f"tether.max_running.{name}"})
             room = min(limit - len(claimed), cap - int(cur.scalar(sql.RUNNING_OF_TYPE, {"type": name})))
             if room > 0:
-                of_type = {"worker": worker, "now": now, "limit": room}
+                of_type = {**params, "limit": room, "max_bytes": left, "at_least": 0 if claimed else 1}
                 claimed += cur.records(sql.claim_sql(dialect, [name]), of_type)
         return claimed
 
@@ -387,11 +393,18 @@ class Queue:
         return moved
 
     def finish_and_claim(
-        self, worker: str, decisions: Sequence[Decision], *, records: bool = True, claim: int = 0
+        self,
+        worker: str,
+        decisions: Sequence[Decision],
+        *,
+        records: bool = True,
+        claim: int = 0,
+        claim_bytes: int = DEFAULT_BATCH_BYTES,
     ) -> tuple[list[Any], list[JobRecord]]:
-        """``finish``, then in the same transaction claim up to ``claim`` next jobs: a draining
-        worker pays one durable commit per batch instead of two. Both parts are exactly what
-        ``finish`` and ``claim`` do alone; a crash before the commit undoes both."""
+        """``finish``, then in the same transaction claim up to ``claim`` next jobs (holding at
+        most ``claim_bytes`` of payload past the first): a draining worker pays one durable commit
+        per batch instead of two. Both parts are exactly what ``finish`` and ``claim`` do alone; a
+        crash before the commit undoes both."""
         now = self.clock.now()
         moved: list[Any] = []
         inserted: list[InsertResult] = []
@@ -423,7 +436,7 @@ class Queue:
             if inserted or any(d.edge in ("retry", "release", "defer") for d in decisions):
                 self.wakeup.notify_in(cur)
             if claim:
-                claimed = self._claim_in(cur, worker, self.clock.now(), claim)
+                claimed = self._claim_in(cur, worker, self.clock.now(), claim, claim_bytes)
         requeued = False
         log = events.enabled()
         for d, job in zip(decisions, moved, strict=True):

@@ -17,9 +17,9 @@ _FENCE = "id = :id AND status = 'claimed' AND locked_by = :worker AND attempts =
 # (the caller already knows every value).
 INSERT_UNKEYED = f"""
 INSERT INTO {TABLE} (id, type, payload, status, priority, attempts, max_attempts,
-                     created_at, run_at, idempotency_key, ordering_key, parent_id, timeout)
+                     created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes)
 VALUES (:id, :type, :payload, 'pending', :priority, 0, :max_attempts,
-        :created_at, :run_at, :idempotency_key, :ordering_key, :parent_id, :timeout)
+        :created_at, :run_at, :idempotency_key, :ordering_key, :parent_id, :timeout, :payload_bytes)
 """
 # A keyed job: nothing is inserted while an active job of its type holds the key.
 INSERT = f"""{INSERT_UNKEYED.rstrip()}
@@ -33,24 +33,30 @@ RETURNING {_COLS}
 # each row again.
 _INSERT_SELECT = """
 INSERT INTO {table} (id, type, payload, status, priority, attempts, max_attempts,
-                     created_at, run_at, idempotency_key, ordering_key, parent_id, timeout)
+                     created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes)
 SELECT {id}, :type, {payload}, 'pending', :priority, 0, :max_attempts,
-       :created_at, :run_at, NULL, {ordering_key}, :parent_id, :timeout
+       :created_at, :run_at, NULL, {ordering_key}, :parent_id, :timeout, {payload_bytes}
 FROM {rows}
 """
 # The two dialects differ only in how they read JSON: SQLite's json_each / json_extract against
-# PostgreSQL's json_each_text / json_array_elements and ->>.
+# PostgreSQL's json_each_text / json_array_elements and ->>, and in how they count a text's
+# bytes (SQLite's length() counts characters, of a blob bytes).
 _PAYLOADS = {"id": "key", "payload": "value", "ordering_key": "NULL"}
-_TARGETED = ("id", "payload", "ordering_key")  # [id, payload, ordering_key] rows
-INSERT_PAYLOADS_SQLITE = _INSERT_SELECT.format(table=TABLE, rows="json_each(:rows)", **_PAYLOADS)
-INSERT_PAYLOADS_POSTGRES = _INSERT_SELECT.format(table=TABLE, rows="json_each_text(CAST(:rows AS json))", **_PAYLOADS)
+_TARGETED = ("id", "payload", "ordering_key", "payload_bytes")  # [id, payload, ordering_key, payload_bytes] rows
+INSERT_PAYLOADS_SQLITE = _INSERT_SELECT.format(
+    table=TABLE, rows="json_each(:rows)", payload_bytes="length(CAST(value AS BLOB))", **_PAYLOADS
+)
+INSERT_PAYLOADS_POSTGRES = _INSERT_SELECT.format(
+    table=TABLE, rows="json_each_text(CAST(:rows AS json))", payload_bytes="octet_length(value)", **_PAYLOADS
+)
 INSERT_TARGETED_SQLITE = _INSERT_SELECT.format(
     table=TABLE, rows="json_each(:rows)", **{c: f"json_extract(value, '$[{i}]')" for i, c in enumerate(_TARGETED)}
 )
 INSERT_TARGETED_POSTGRES = _INSERT_SELECT.format(
     table=TABLE,
     rows="json_array_elements(CAST(:rows AS json)) AS r(value)",
-    **{c: f"value ->> {i}" for i, c in enumerate(_TARGETED)},
+    **{c: f"value ->> {i}" for i, c in enumerate(_TARGETED[:3])},
+    payload_bytes="CAST(value ->> 3 AS integer)",  # ->> reads text: PostgreSQL converts it only when asked
 )
 
 ACTIVE_BY_KEY = f"""
@@ -88,12 +94,23 @@ _ORDER = "ORDER BY {j}.priority DESC, {j}.created_at, {j}.id"
 _FIRST_IS_PLAIN = f"""(SELECT h.quarantine IS NULL FROM {TABLE} AS h
       WHERE {_ready("h", "ho")}
       {_ORDER.format(j="h")} LIMIT 1)"""
+# Bytes (issue 24): a batch holds its first :at_least jobs (1, or 0 when the worker's batch
+# already holds jobs) and then only while the payloads taken so far, in claim order, add up to at
+# most :max_bytes. The sum runs over payload_bytes, kept at enqueue: no payload is read to decide,
+# and each one taken is read once, by RETURNING. Both backends compute it over the candidates
+# with the same window (ROWS: SQLite's default RANGE frame costs twice as much).
+_BYTES = "WINDOW w AS ({order} ROWS UNBOUNDED PRECEDING)"
+_SIZED = "row_number() OVER w AS place, sum(coalesce({j}.payload_bytes, 0)) OVER w AS upto"
+_WITHIN_BYTES = "(c.place <= :at_least OR c.upto <= :max_bytes)"
 _CLAIMABLE_SQLITE = f"""
-SELECT j.id FROM {TABLE} AS j
+SELECT c.id FROM (
+SELECT j.id, {_SIZED.format(j="j")} FROM {TABLE} AS j
 WHERE {_ready("j", "o")}
   AND (j.quarantine IS NULL) = {_FIRST_IS_PLAIN}
+{_BYTES.format(order=_ORDER.format(j="j"))}
 {_ORDER.format(j="j")}
-LIMIT CASE WHEN {_FIRST_IS_PLAIN} THEN :limit ELSE 1 END
+LIMIT CASE WHEN {_FIRST_IS_PLAIN} THEN :limit ELSE 1 END) AS c
+WHERE {_WITHIN_BYTES}
 """
 
 _CLAIM = """
@@ -126,15 +143,18 @@ CLAIM_SQLITE = (
 # candidates left out stay pending; their row locks end with the transaction.
 CLAIM_POSTGRES = f"""
 WITH next AS (
-    SELECT j.id, j.quarantine IS NULL AS plain, j.priority, j.created_at FROM {TABLE} AS j
+    SELECT j.id, j.quarantine IS NULL AS plain, j.priority, j.created_at, j.payload_bytes FROM {TABLE} AS j
     WHERE {_ready("j", "o")}
     {_ORDER.format(j="j")}
     LIMIT :limit FOR UPDATE OF j SKIP LOCKED),
-first AS MATERIALIZED (SELECT n.id, n.plain FROM next AS n {_ORDER.format(j="n")} LIMIT 1)
+c AS MATERIALIZED (
+    SELECT n.id, n.plain, {_SIZED.format(j="n")} FROM next AS n
+    {_BYTES.format(order=_ORDER.format(j="n"))}),
+first AS (SELECT c.id, c.plain FROM c WHERE c.place = 1)
 UPDATE {TABLE} AS t SET status = 'claimed', locked_by = :worker, locked_at = :now,
                         claimed_at = :now, attempts = t.attempts + 1
-FROM next, first
-WHERE t.id = next.id AND (next.id = first.id OR (first.plain AND next.plain))
+FROM c, first
+WHERE t.id = c.id AND (c.id = first.id OR (first.plain AND c.plain)) AND {_WITHIN_BYTES}
 RETURNING {", ".join("t." + c for c in COLUMNS)}
 """
 
