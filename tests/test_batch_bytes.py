@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from jobkit import Note, NoteType, registry_with
-from tether import CreateFile, JobContext, JobType, Payload
+from tether import CreateFile, JobContext, JobType, Payload, sql
 from tether.record import JobRecord
 
 
@@ -75,6 +75,16 @@ def test_a_large_job_ends_the_batch_before_it_and_keeps_its_place_in_line(make_c
     assert ids(c.queue.claim("w", limit=100, max_bytes=cap)) == [first.id, second.id]
     assert ids(c.queue.claim("w", limit=100, max_bytes=cap)) == [big.id]  # not passed over for a small one
     assert ids(c.queue.claim("w", limit=100, max_bytes=cap)) == [last.id]
+
+
+def test_a_payload_the_claim_leaves_out_of_its_rows_is_read_whole(make_coordinator):
+    c = make_coordinator(registry_with(BlobType()))
+    small = c.enqueue(Blob(data="s")).job
+    large = c.enqueue(Blob(data="é✓" * sql.INLINE_PAYLOAD)).job  # past the inline size, not ASCII
+
+    claimed = c.queue.claim("w", limit=10, max_bytes=1 << 30)
+
+    assert [(j.id, j.payload) for j in claimed] == [(small.id, small.payload), (large.id, large.payload)]
 
 
 def test_every_insert_keeps_the_payload_size_in_bytes(make_coordinator):

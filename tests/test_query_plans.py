@@ -44,6 +44,7 @@ HOT = {
     "insert": (sql.INSERT, None),
     "active_by_key": (sql.ACTIVE_BY_KEY, ("ux_tether_jobs_key_active", "ix_tether_jobs_key")),
     "get": (sql.GET, "sqlite_autoindex_tether_jobs_1"),
+    "payload": (sql.PAYLOAD, "sqlite_autoindex_tether_jobs_1"),
     "claim": (sql.claim_sql("sqlite", ["create_file", "delete_file"]), "ix_tether_jobs_pending"),
     "complete": (sql.COMPLETE, "sqlite_autoindex_tether_jobs_1"),
     "retry": (sql.RETRY, "sqlite_autoindex_tether_jobs_1"),

@@ -136,6 +136,17 @@ def _by_size(jobs: list[JobRecord]) -> Iterator[list[JobRecord]]:
     yield jobs[start:]
 
 
+def _with_payloads(cur: Any, claimed: list[JobRecord]) -> list[JobRecord]:
+    """Claimed jobs with every payload: those the claim left out (over ``sql.INLINE_PAYLOAD``
+    bytes) read now, each by its own statement, so one is in flight at a time."""
+    if all(job.payload is not None for job in claimed):
+        return claimed
+    return [
+        job if job.payload is not None else job._replace(payload=cur.scalar(sql.PAYLOAD, {"id": job.id}))
+        for job in claimed
+    ]
+
+
 class Queue:
     def __init__(
         self,
@@ -293,8 +304,7 @@ class Queue:
         if limited:
             return self._claim_limited(cur, worker, now, limit, max_bytes, limited)
         params = {"worker": worker, "now": now, "limit": limit, "max_bytes": max_bytes, "at_least": 1}
-        claimed: list[JobRecord] = cur.records(self._claim_statement(), params)
-        return claimed
+        return _with_payloads(cur, cur.records(self._claim_statement(), params))
 
     # -- per-type concurrency limits (issue 17): only when a registered type has max_running ----
 
@@ -330,7 +340,7 @@ class Queue:
             if room > 0:
                 of_type = {**params, "limit": room, "max_bytes": left, "at_least": 0 if claimed else 1}
                 claimed += cur.records(sql.claim_sql(dialect, [name]), of_type)
-        return claimed
+        return _with_payloads(cur, claimed)
 
     def _claimed(self, rows: list[JobRecord], worker: str) -> list[JobRecord]:
         jobs = sorted(rows, key=lambda j: (-j.priority, j.created_at, j.id))

@@ -97,8 +97,8 @@ _FIRST_IS_PLAIN = f"""(SELECT h.quarantine IS NULL FROM {TABLE} AS h
 # Bytes (issue 24): a batch holds its first :at_least jobs (1, or 0 when the worker's batch
 # already holds jobs) and then only while the payloads taken so far, in claim order, add up to at
 # most :max_bytes. The sum runs over payload_bytes, kept at enqueue: no payload is read to decide,
-# and each one taken is read once, by RETURNING. Both backends compute it over the candidates
-# with the same window (ROWS: SQLite's default RANGE frame costs twice as much).
+# and each one taken is read once (RETURNING, or PAYLOAD below). Both backends compute it over
+# the candidates with the same window (ROWS: SQLite's default RANGE frame costs twice as much).
 _BYTES = "WINDOW w AS ({order} ROWS UNBOUNDED PRECEDING)"
 _SIZED = "row_number() OVER w AS place, sum(coalesce({j}.payload_bytes, 0)) OVER w AS upto"
 _WITHIN_BYTES = "(c.place <= :at_least OR c.upto <= :max_bytes)"
@@ -113,6 +113,19 @@ LIMIT CASE WHEN {_FIRST_IS_PLAIN} THEN :limit ELSE 1 END) AS c
 WHERE {_WITHIN_BYTES}
 """
 
+# A claim returns the payloads of up to INLINE_PAYLOAD bytes with its rows; the larger ones come
+# back NULL and are read after it, one at a time (PAYLOAD). SQLite holds every RETURNING row until
+# the statement ends, next to the row it rewrote: six copies of a payload at once, against three
+# (benchmarks/README.md).
+INLINE_PAYLOAD = 16 * 1024
+PAYLOAD = f"SELECT payload FROM {TABLE} WHERE id = :id"
+
+
+def _claimed_columns(t: str) -> str:
+    inline = f"CASE WHEN coalesce({t}payload_bytes, 0) <= {INLINE_PAYLOAD} THEN {t}payload END"
+    return ", ".join(inline if c == "payload" else t + c for c in COLUMNS)
+
+
 _CLAIM = """
 UPDATE {table} SET status = 'claimed', locked_by = :worker, locked_at = :now,
                    claimed_at = :now, attempts = attempts + 1
@@ -126,7 +139,7 @@ RETURNING {cols}
 # smaller size, and would otherwise sort the pending rows of a status index; should the index ever
 # become unusable the statement fails to prepare instead of silently scanning.
 CLAIM_SQLITE = (
-    _CLAIM.format(table=TABLE, claimable=_CLAIMABLE_SQLITE, cols=_COLS)
+    _CLAIM.format(table=TABLE, claimable=_CLAIMABLE_SQLITE, cols=_claimed_columns(""))
     .replace("WHERE status = 'pending' AND id IN", "WHERE +status = 'pending' AND id IN")
     .replace(f"FROM {TABLE} AS j\n", f"FROM {TABLE} AS j INDEXED BY ix_tether_jobs_pending\n")
     .replace(f"FROM {TABLE} AS h\n", f"FROM {TABLE} AS h INDEXED BY ix_tether_jobs_pending\n")
@@ -155,7 +168,7 @@ UPDATE {TABLE} AS t SET status = 'claimed', locked_by = :worker, locked_at = :no
                         claimed_at = :now, attempts = t.attempts + 1
 FROM c, first
 WHERE t.id = c.id AND (c.id = first.id OR (first.plain AND c.plain)) AND {_WITHIN_BYTES}
-RETURNING {", ".join("t." + c for c in COLUMNS)}
+RETURNING {_claimed_columns("t.")}
 """
 
 # Fenced transitions out of 'claimed': they apply only to the worker's own attempt.
