@@ -1,5 +1,6 @@
 """A batch claim is capped by payload bytes as well as by count (issue 24), on SQLite and
-PostgreSQL: past its first job a batch holds at most ``max_bytes`` of payload, in claim order."""
+PostgreSQL: a batch holds at most ``max_bytes`` of payload, or one job, and is decided by sizes kept
+at enqueue (the rules are in sql.py, above the claim)."""
 
 from __future__ import annotations
 
@@ -67,14 +68,22 @@ def test_a_job_larger_than_max_bytes_is_claimed_alone(make_coordinator):
     assert ids(c.queue.claim("w", limit=100, max_bytes=1)) == [small.id]  # always at least one
 
 
-def test_a_large_job_ends_the_batch_before_it_and_keeps_its_place_in_line(make_coordinator):
+def test_a_job_larger_than_the_batch_share_is_left_for_the_next_claim_which_it_leads(make_coordinator):
     c = make_coordinator(registry_with(BlobType()))
     first, second, big, last = blobs(c, 1_000, 1_000, 50_000, 1_000)
     cap = 10_000
 
-    assert ids(c.queue.claim("w", limit=100, max_bytes=cap)) == [first.id, second.id]
-    assert ids(c.queue.claim("w", limit=100, max_bytes=cap)) == [big.id]  # not passed over for a small one
-    assert ids(c.queue.claim("w", limit=100, max_bytes=cap)) == [last.id]
+    assert ids(c.queue.claim("w", limit=100, max_bytes=cap)) == [first.id, second.id, last.id]
+    assert ids(c.queue.claim("w", limit=100, max_bytes=cap)) == [big.id]
+
+
+def test_a_batch_led_by_a_large_job_takes_as_many_as_fit_of_jobs_no_larger(make_coordinator):
+    c = make_coordinator(registry_with(BlobType()))
+    jobs = blobs(c, 20_000, 10_000, 30_000, 20_000, 20_000)
+    cap = 65_000  # three of the first job's size
+
+    assert ids(c.queue.claim("w", limit=100, max_bytes=cap)) == ids([jobs[0], jobs[1], jobs[3]])
+    assert ids(c.queue.claim("w", limit=100, max_bytes=cap)) == ids([jobs[2], jobs[4]])  # two of 30,000
 
 
 def test_a_payload_the_claim_leaves_out_of_its_rows_is_read_whole(make_coordinator):
@@ -112,11 +121,23 @@ def test_types_with_max_running_share_the_batch_bytes(make_coordinator):
     assert ids(claimed) == ids(plain) + ids(limited[:1])  # the limited type gets what is left
 
 
-def test_a_limited_type_claimed_first_may_take_one_job_past_max_bytes(make_coordinator):
+def test_a_limited_type_claimed_first_takes_a_job_larger_than_max_bytes(make_coordinator):
     c = make_coordinator(registry_with(BlobType(), LimitedBlobType()))
     [big] = blobs(c, 50_000, kind=LimitedBlob)
 
     assert ids(c.queue.claim("w", limit=100, max_bytes=1_000)) == [big.id]
+
+
+def test_a_limited_type_may_end_a_batch_one_job_past_max_bytes_but_not_two(make_coordinator):
+    c = make_coordinator(registry_with(BlobType(), LimitedBlobType()))
+    plain = blobs(c, 1_000, 1_000)
+    limited = blobs(c, 10_000, 10_000, kind=LimitedBlob)
+    size = plain[0].payload_bytes
+    assert size is not None
+
+    claimed = c.queue.claim("w", limit=100, max_bytes=2 * size + 100)
+
+    assert ids(claimed) == ids(plain) + ids(limited[:1])  # 100 bytes were left: one job, not starved
 
 
 def test_the_worker_claims_batches_of_batch_bytes(make_coordinator, monkeypatch):

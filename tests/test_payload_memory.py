@@ -4,7 +4,7 @@ The drain runs in a process of its own (tests/proc_big_payloads.py), which repor
 (``resource.getrusage``) before and after; another process enqueued the jobs, so the peak is the
 drain's. Before the byte cap, 40 jobs of 5 MiB grew a worker by about 650 MiB: its first claim
 took all 40 payloads at once, each held several times over. Now a batch holds at most
-``batch_bytes`` (8 MiB) past its first job, so here one 5 MiB job at a time, and the worker
+``batch_bytes`` (8 MiB) or one job, so here one 5 MiB job at a time, and the worker
 holds, at its peak: the batch it ran and the one it claims in the same commit (2 payloads), and
 SQLite's own copies while it rewrites a claimed row (about 3: the row, the new record and the
 statement journal; the claim leaves a large payload out of its RETURNING rows and reads it after,

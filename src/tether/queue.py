@@ -292,8 +292,9 @@ class Queue:
     def claim(
         self, worker: str, *, now: datetime | None = None, limit: int = 1, max_bytes: int = DEFAULT_BATCH_BYTES
     ) -> list[JobRecord]:
-        """Atomically take up to ``limit`` ready jobs: highest priority first, then oldest; past
-        the first, only while their payloads add up to at most ``max_bytes``."""
+        """Atomically take up to ``limit`` ready jobs: highest priority first, then oldest, with at
+        most ``max_bytes`` of payload between them, or one larger job (see ``sql.py``: a job larger
+        than the batch's share waits for the claim it leads)."""
         now = now or self.clock.now()
         with self.backend.write() as cur:
             rows = self._claim_in(cur, worker, now, limit, max_bytes)
@@ -303,7 +304,7 @@ class Queue:
         limited = self._limited()
         if limited:
             return self._claim_limited(cur, worker, now, limit, max_bytes, limited)
-        params = {"worker": worker, "now": now, "limit": limit, "max_bytes": max_bytes, "at_least": 1}
+        params = {"worker": worker, "now": now, "limit": limit, "max_bytes": max_bytes}
         return _with_payloads(cur, cur.records(self._claim_statement(), params))
 
     # -- per-type concurrency limits (issue 17): only when a registered type has max_running ----
@@ -325,9 +326,11 @@ class Queue:
     ) -> list[JobRecord]:
         """The claim, with each limited type taken only up to its room: ``max_running`` minus its
         jobs claimed now, across every worker (counted in the claiming transaction). The byte cap
-        spans the statements: each later one takes only what still fits."""
+        spans the statements: each later one has what the batch has left, and takes at least one
+        job while any is left (a batch may end one job past ``max_bytes``, never starving a
+        limited type of large jobs)."""
         dialect = self.engine.dialect.name
-        params: dict[str, Any] = {"worker": worker, "now": now, "limit": limit, "max_bytes": max_bytes, "at_least": 1}
+        params: dict[str, Any] = {"worker": worker, "now": now, "limit": limit, "max_bytes": max_bytes}
         unlimited = [name for name in self.registry.names() if name not in limited]
         claimed: list[JobRecord] = cur.records(sql.claim_sql(dialect, unlimited), params)
         for name, cap in limited.items():
@@ -338,7 +341,7 @@ class Queue:
                 cur.scalar(sql.LOCK_TYPE_CLAIMS, {"lock": f"tether.max_running.{name}"})
             room = min(limit - len(claimed), cap - int(cur.scalar(sql.RUNNING_OF_TYPE, {"type": name})))
             if room > 0:
-                of_type = {**params, "limit": room, "max_bytes": left, "at_least": 0 if claimed else 1}
+                of_type = {**params, "limit": room, "max_bytes": left}
                 claimed += cur.records(sql.claim_sql(dialect, [name]), of_type)
         return _with_payloads(cur, claimed)
 
@@ -412,7 +415,7 @@ class Queue:
         claim_bytes: int = DEFAULT_BATCH_BYTES,
     ) -> tuple[list[Any], list[JobRecord]]:
         """``finish``, then in the same transaction claim up to ``claim`` next jobs (holding at
-        most ``claim_bytes`` of payload past the first): a draining worker pays one durable commit
+        most ``claim_bytes`` of payload, or one job): a draining worker pays one durable commit
         per batch instead of two. Both parts are exactly what ``finish`` and ``claim`` do alone; a
         crash before the commit undoes both."""
         now = self.clock.now()

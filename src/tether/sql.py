@@ -84,33 +84,37 @@ def _ready(j: str, o: str) -> str:
 
 _ORDER = "ORDER BY {j}.priority DESC, {j}.created_at, {j}.id"
 # Quarantine (issue 22): a job a worker died holding is claimed alone, never in a batch, so a job
-# that kills its worker takes no batch-mate down with it. The first ready job in claim order
-# decides: quarantined, the claim takes it alone; otherwise up to :limit jobs that are not
-# quarantined. The two backends find that first job differently (below).
+# that kills its worker takes no batch-mate down with it. Bytes (issue 24): a batch holds at most
+# :max_bytes of payload, or one job, so a worker's memory follows bytes, not how many large jobs
+# are queued. The first ready job in claim order decides both. Quarantined: the claim takes it
+# alone. Otherwise every job of the batch holds at most ``fits`` bytes, the first job's or the
+# batch's even share (:max_bytes / :limit) if that is more, and the batch takes as many as fit
+# (at least one, at most :limit), in order: jobs of ordinary size go together up to :limit; a
+# batch led by a large job takes only jobs no larger; a job larger than a batch's ``fits`` is left
+# for a later claim, which it leads. These are conditions on each row's payload_bytes (kept at
+# enqueue): no payload is read to decide, and no window sums the candidates (one cost the claim of
+# 100 small jobs an eighth more, benchmarks/README.md). The two backends find that first job
+# differently (below).
 #
 # SQLite: a scalar probe of the first ready job, built from the same _ready() as the candidates
 # so the two cannot disagree; it reads one entry of the pending index (SQLite cannot sort the
-# chosen candidates again without a temp B-tree, which the plan tests forbid).
-_FIRST_IS_PLAIN = f"""(SELECT h.quarantine IS NULL FROM {TABLE} AS h
+# chosen candidates again without a temp B-tree, which the plan tests forbid). Run once (a
+# materialized CTE: as four subqueries it cost the claim of 100 jobs 5% more) and read as
+# ``fits``: -1 when that job is quarantined (1 when there is none: nor is there a candidate).
+_FITS_SQLITE = f"""(SELECT CASE WHEN h.quarantine IS NULL
+          THEN max(coalesce(h.payload_bytes, 0), :max_bytes / max(:limit, 1), 1) ELSE -1 END
+      FROM {TABLE} AS h
       WHERE {_ready("h", "ho")}
       {_ORDER.format(j="h")} LIMIT 1)"""
-# Bytes (issue 24): a batch holds its first :at_least jobs (1, or 0 when the worker's batch
-# already holds jobs) and then only while the payloads taken so far, in claim order, add up to at
-# most :max_bytes. The sum runs over payload_bytes, kept at enqueue: no payload is read to decide,
-# and each one taken is read once (RETURNING, or PAYLOAD below). Both backends compute it over
-# the candidates with the same window (ROWS: SQLite's default RANGE frame costs twice as much).
-_BYTES = "WINDOW w AS ({order} ROWS UNBOUNDED PRECEDING)"
-_SIZED = "row_number() OVER w AS place, sum(coalesce({j}.payload_bytes, 0)) OVER w AS upto"
-_WITHIN_BYTES = "(c.place <= :at_least OR c.upto <= :max_bytes)"
+_FITS = "(SELECT fits FROM f)"
 _CLAIMABLE_SQLITE = f"""
-SELECT c.id FROM (
-SELECT j.id, {_SIZED.format(j="j")} FROM {TABLE} AS j
+WITH f(fits) AS MATERIALIZED (SELECT coalesce({_FITS_SQLITE}, 1))
+SELECT j.id FROM {TABLE} AS j
 WHERE {_ready("j", "o")}
-  AND (j.quarantine IS NULL) = {_FIRST_IS_PLAIN}
-{_BYTES.format(order=_ORDER.format(j="j"))}
+  AND CASE WHEN {_FITS} < 0 THEN j.quarantine IS NOT NULL
+      ELSE j.quarantine IS NULL AND coalesce(j.payload_bytes, 0) <= {_FITS} END
 {_ORDER.format(j="j")}
-LIMIT CASE WHEN {_FIRST_IS_PLAIN} THEN :limit ELSE 1 END) AS c
-WHERE {_WITHIN_BYTES}
+LIMIT CASE WHEN {_FITS} < 0 THEN min(:limit, 1) ELSE min(:limit, max(1, :max_bytes / {_FITS})) END
 """
 
 # A claim returns the payloads of up to INLINE_PAYLOAD bytes with its rows; the larger ones come
@@ -149,25 +153,31 @@ CLAIM_SQLITE = (
 # PostgreSQL: concurrent claimers skip rows another transaction is claiming instead of queueing
 # behind its row locks (SQLite has one writer at a time and needs no such clause). The candidates
 # sit in a CTE because PostgreSQL may re-run an ``IN (... LIMIT n)`` subquery per outer row,
-# claiming more than n jobs; a locking CTE is evaluated exactly once. Quarantine: the first of
-# the (at most :limit) candidates it locked decides, sorted in memory; a probe like SQLite's
-# would walk the pending jobs again, which on statistics that lag a freshly filled queue is a
-# bitmap scan and sort of every pending job, twice (benchmarks/README.md). Quarantined
-# candidates left out stay pending; their row locks end with the transaction.
+# claiming more than n jobs; a locking CTE is evaluated exactly once. Quarantine and bytes: the
+# first of the (at most :limit) candidates it locked decides, sorted in memory; a probe like
+# SQLite's would walk the pending jobs again, which on statistics that lag a freshly filled queue
+# is a bitmap scan and sort of every pending job, twice (benchmarks/README.md). Candidates left
+# out (quarantined, larger than ``fits``, past what fits) stay pending; their row locks end with
+# the transaction.
 CLAIM_POSTGRES = f"""
 WITH next AS (
-    SELECT j.id, j.quarantine IS NULL AS plain, j.priority, j.created_at, j.payload_bytes FROM {TABLE} AS j
+    SELECT j.id, j.quarantine IS NULL AS plain, coalesce(j.payload_bytes, 0) AS size, j.priority, j.created_at
+    FROM {TABLE} AS j
     WHERE {_ready("j", "o")}
     {_ORDER.format(j="j")}
     LIMIT :limit FOR UPDATE OF j SKIP LOCKED),
-c AS MATERIALIZED (
-    SELECT n.id, n.plain, {_SIZED.format(j="n")} FROM next AS n
-    {_BYTES.format(order=_ORDER.format(j="n"))}),
-first AS (SELECT c.id, c.plain FROM c WHERE c.place = 1)
+first AS MATERIALIZED (
+    SELECT n.id, n.plain, greatest(n.size, :max_bytes / greatest(:limit, 1), 1) AS fits
+    FROM next AS n {_ORDER.format(j="n")} LIMIT 1),
+taken AS (
+    SELECT n.id FROM next AS n, first AS f
+    WHERE n.id = f.id OR (f.plain AND n.plain AND n.size <= f.fits)
+    {_ORDER.format(j="n")}
+    LIMIT least(:limit, greatest(1, :max_bytes / (SELECT fits FROM first))))
 UPDATE {TABLE} AS t SET status = 'claimed', locked_by = :worker, locked_at = :now,
                         claimed_at = :now, attempts = t.attempts + 1
-FROM c, first
-WHERE t.id = c.id AND (c.id = first.id OR (first.plain AND c.plain)) AND {_WITHIN_BYTES}
+FROM taken
+WHERE t.id = taken.id
 RETURNING {_claimed_columns("t.")}
 """
 

@@ -43,7 +43,7 @@ class WorkerConfig:
     sweep_interval: float | None = None  # default: min(60, lock_timeout / 2)
     max_db_backoff: float = 30.0
     batch: int = 100  # jobs claimed per transaction while jobs are fast (River fetches 100 too)
-    batch_bytes: int = config.DEFAULT_BATCH_BYTES  # payload claimed per transaction, past its first job
+    batch_bytes: int = config.DEFAULT_BATCH_BYTES  # payload claimed per transaction (or one larger job)
     flush_after: float = 0.05  # longest a finished job waits for its group commit (s)
     slow_job: float = 0.01  # a job slower than this (s) gives its batch back; claims go one at a time
     retry: RetryPolicy = field(default_factory=RetryPolicy)
