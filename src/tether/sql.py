@@ -83,36 +83,43 @@ def _ready(j: str, o: str) -> str:
 
 
 _ORDER = "ORDER BY {j}.priority DESC, {j}.created_at, {j}.id"
-# Quarantine (issue 22): a job a worker died holding is claimed alone, never in a batch, so a job
-# that kills its worker takes no batch-mate down with it. Bytes (issue 24): a batch holds at most
-# :max_bytes of payload, or one job, so a worker's memory follows bytes, not how many large jobs
-# are queued. The first ready job in claim order decides both. Quarantined: the claim takes it
-# alone. Otherwise every job of the batch holds at most ``fits`` bytes, the first job's or the
-# batch's even share (:max_bytes / :limit) if that is more, and the batch takes as many as fit
-# (at least one, at most :limit), in order: jobs of ordinary size go together up to :limit; a
-# batch led by a large job takes only jobs no larger; a job larger than a batch's ``fits`` is left
-# for a later claim, which it leads. These are conditions on each row's payload_bytes (kept at
-# enqueue): no payload is read to decide, and no window sums the candidates (one cost the claim of
-# 100 small jobs an eighth more, benchmarks/README.md). The two backends find that first job
-# differently (below).
+
+
+# Claimed alone (issue 22): a job a worker died holding (quarantined), so a job that kills its
+# worker takes no batch-mate down with it; and a job on its last attempt, so that a crash while it
+# runs is pinned on it at once: in a batch nobody knows which job was running, and a poison job
+# with one attempt left would otherwise be charged only at its next crash. The first ready job in
+# claim order decides: claimed alone, the claim takes it alone; otherwise plain jobs.
 #
-# SQLite: a scalar probe of the first ready job, built from the same _ready() as the candidates
-# so the two cannot disagree; it reads one entry of the pending index (SQLite cannot sort the
-# chosen candidates again without a temp B-tree, which the plan tests forbid). Run once (a
-# materialized CTE: as four subqueries it cost the claim of 100 jobs 5% more) and read as
-# ``fits``: -1 when that job is quarantined (1 when there is none: nor is there a candidate).
-_FITS_SQLITE = f"""(SELECT CASE WHEN h.quarantine IS NULL
-          THEN max(coalesce(h.payload_bytes, 0), :max_bytes / max(:limit, 1), 1) ELSE -1 END
-      FROM {TABLE} AS h
-      WHERE {_ready("h", "ho")}
-      {_ORDER.format(j="h")} LIMIT 1)"""
-_FITS = "(SELECT fits FROM f)"
+# Bytes (issue 24): a batch holds at most :max_bytes of payload, or one job, so a worker's memory
+# follows bytes, not how many large jobs are queued. The first ready job decides this too: every
+# job of the batch holds at most ``fits`` bytes, the first job's or the batch's even share
+# (:max_bytes / :limit) if that is more, and the batch takes as many as fit (at least one, at most
+# :limit), in order. Jobs of ordinary size go together up to :limit; a batch led by a large job
+# takes only jobs no larger; a job larger than a batch's ``fits`` is left for a later claim, which
+# it leads. These are conditions on each row's payload_bytes (kept at enqueue): no payload is read
+# to decide, and no window sums the candidates (one cost the claim of 100 small jobs 15% more,
+# benchmarks/README.md). The two backends find that first job differently (below).
+def _plain(j: str) -> str:
+    return f"({j}.quarantine IS NULL AND {j}.attempts + 1 < {j}.max_attempts)"
+
+
+# SQLite: one probe of the first ready job, built from the same _ready() as the candidates so the
+# two cannot disagree; it reads one entry of the pending index (SQLite cannot sort the chosen
+# candidates again without a temp B-tree, which the plan tests forbid). A materialised CTE, so the
+# WHERE and the LIMIT read one evaluation of it: ``fits``, or -1 when that job is claimed alone
+# (1 when there is none: nor is there a candidate).
+_FITS = "(SELECT fits FROM first)"
 _CLAIMABLE_SQLITE = f"""
-WITH f(fits) AS MATERIALIZED (SELECT coalesce({_FITS_SQLITE}, 1))
+WITH first(fits) AS MATERIALIZED (SELECT coalesce((
+    SELECT CASE WHEN {_plain("h")} THEN max(coalesce(h.payload_bytes, 0), :max_bytes / max(:limit, 1), 1) ELSE -1 END
+    FROM {TABLE} AS h
+    WHERE {_ready("h", "ho")}
+    {_ORDER.format(j="h")} LIMIT 1), 1))
 SELECT j.id FROM {TABLE} AS j
 WHERE {_ready("j", "o")}
-  AND CASE WHEN {_FITS} < 0 THEN j.quarantine IS NOT NULL
-      ELSE j.quarantine IS NULL AND coalesce(j.payload_bytes, 0) <= {_FITS} END
+  AND CASE WHEN {_FITS} < 0 THEN NOT {_plain("j")}
+      ELSE {_plain("j")} AND coalesce(j.payload_bytes, 0) <= {_FITS} END
 {_ORDER.format(j="j")}
 LIMIT CASE WHEN {_FITS} < 0 THEN min(:limit, 1) ELSE min(:limit, max(1, :max_bytes / {_FITS})) END
 """
@@ -153,15 +160,15 @@ CLAIM_SQLITE = (
 # PostgreSQL: concurrent claimers skip rows another transaction is claiming instead of queueing
 # behind its row locks (SQLite has one writer at a time and needs no such clause). The candidates
 # sit in a CTE because PostgreSQL may re-run an ``IN (... LIMIT n)`` subquery per outer row,
-# claiming more than n jobs; a locking CTE is evaluated exactly once. Quarantine and bytes: the
-# first of the (at most :limit) candidates it locked decides, sorted in memory; a probe like
+# claiming more than n jobs; a locking CTE is evaluated exactly once. Claimed alone and bytes:
+# the first of the (at most :limit) candidates it locked decides, sorted in memory; a probe like
 # SQLite's would walk the pending jobs again, which on statistics that lag a freshly filled queue
 # is a bitmap scan and sort of every pending job, twice (benchmarks/README.md). Candidates left
-# out (quarantined, larger than ``fits``, past what fits) stay pending; their row locks end with
-# the transaction.
+# out (claimed alone, larger than ``fits``, past what fits) stay pending; their row locks end
+# with the transaction.
 CLAIM_POSTGRES = f"""
 WITH next AS (
-    SELECT j.id, j.quarantine IS NULL AS plain, coalesce(j.payload_bytes, 0) AS size, j.priority, j.created_at
+    SELECT j.id, {_plain("j")} AS plain, coalesce(j.payload_bytes, 0) AS size, j.priority, j.created_at
     FROM {TABLE} AS j
     WHERE {_ready("j", "o")}
     {_ORDER.format(j="j")}
