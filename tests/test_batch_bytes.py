@@ -1,13 +1,14 @@
 """A batch claim is capped by payload bytes as well as by count (issue 24), on SQLite and
 PostgreSQL: a batch holds at most ``max_bytes`` of payload, or one job, and is decided by sizes kept
-at enqueue (the rules are in sql.py, above the claim)."""
+at enqueue (the rules are in tether/ledger/sql.py, above the claim)."""
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
 from jobkit import Note, NoteType, registry_with
-from tether import CreateFile, JobContext, JobType, Payload, sql
+from tether import CreateFile, JobContext, JobType, Payload
+from tether.ledger import sql
 from tether.record import JobRecord
 
 
