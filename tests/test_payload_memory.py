@@ -77,6 +77,18 @@ def test_draining_40_jobs_of_5_mib_grows_a_worker_by_a_few_payloads_not_by_the_q
     assert growth < bound(PAYLOAD_MIB * MIB), f"peak RSS grew by {growth / MIB:.0f} MiB"
 
 
+def test_claiming_one_large_job_holds_a_few_copies_of_its_payload_not_eight(scratch: Path) -> None:
+    # SQLite keeps every RETURNING row until its statement ends, beside the row it rewrites and
+    # its statement journal: returned by the claim, one 8 MiB payload grew the process by 66 MiB;
+    # read after it, by 33 MiB (the rewrite's copies, then the one kept).
+    db_url, root = f"sqlite:///{scratch / 'ledger.db'}", str(scratch / "data")
+    _run("enqueue", db_url, root, "1", "8")
+    report = json.loads(_run("claim", db_url, root))
+    assert report["ran"] > 8 * MIB  # the payload came back whole
+    growth = report["after"] - report["before"]
+    assert growth < 5 * 8 * MIB, f"peak RSS grew by {growth / MIB:.0f} MiB"
+
+
 @pytest.mark.skipif(not SOAK, reason="a long run: TETHER_SOAK=1 (200 jobs of 5 MiB on PostgreSQL)")
 def test_draining_200_jobs_of_5_mib_on_postgresql_grows_a_worker_by_a_few_payloads(scratch: Path) -> None:
     with scratch_pg_database("tether_bytes") as url:
