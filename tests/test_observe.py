@@ -119,6 +119,25 @@ def test_stats_counts_outstanding_by_type_failed_stuck_and_oldest_pending(ledger
     assert observe.stats(ledger.coordinator).oldest_pending_age == 90.0
 
 
+def test_stats_report_the_largest_pending_payload_of_each_type(make_coordinator: Callable[..., Coordinator]) -> None:
+    registry = default_registry()
+    registry.register(WorkType())
+    c = make_coordinator(registry)
+    running = c.enqueue(CreateFile(path="running.txt", text="r" * 9000)).job
+    assert [j.id for j in c.queue.claim("w")] == [running.id]  # claimed: no longer waiting
+    files = [c.enqueue(CreateFile(path=f"{n}.txt", text="é" * n)).job for n in (10, 3000, 200)]
+    work = c.enqueue(Work(name="w" * 500)).job
+
+    s = observe.stats(c)
+
+    largest = {b.type: b.largest_payload for b in s.by_type}
+    assert largest == {"create_file": files[1].payload_bytes, "work": work.payload_bytes}
+    assert s.largest_pending_payload == files[1].payload_bytes == len(files[1].payload.encode())
+    assert s.to_dict()["largest_pending_payload"] == files[1].payload_bytes
+    c.run_until_idle()
+    assert observe.stats(c).largest_pending_payload is None
+
+
 def test_a_job_is_stuck_only_once_its_lock_is_older_than_the_timeout(ledger: Ledger) -> None:
     assert observe.stats(ledger.coordinator, lock_timeout=401).stuck == 0
     found = observe.stuck(ledger.coordinator)

@@ -81,6 +81,10 @@ class Job(TetherModel, table=True):
     # Set when a worker died while holding the job (see reclaim.py); while set, the job is
     # claimed alone, never in a batch. Added after the first release: ensure_schema adds it.
     quarantine: str | None = Field(default=None, max_length=256)
+    # The payload's stored JSON in bytes, written with it at enqueue: a claim caps a batch by it
+    # and ``tether status`` reports the largest pending one without reading any payload. Added
+    # after the first release: ensure_schema adds it and fills it for jobs that may run again.
+    payload_bytes: int | None = None
 
 
 class Meta(TetherModel, table=True):

@@ -38,6 +38,9 @@ class TypeBacklog:
     claimed: int = 0
     oldest_ready_at: datetime | None = None
     """When the longest-waiting pending job that may run now became ready (its ``run_at``)."""
+    largest_payload: int | None = None
+    """Bytes of the largest pending payload (stored JSON): what a worker will hold to run it.
+    Jobs enqueued before tether kept payload sizes are not counted."""
 
     @property
     def outstanding(self) -> int:
@@ -69,6 +72,11 @@ class Stats:
         return self.pending + self.claimed
 
     @property
+    def largest_pending_payload(self) -> int | None:
+        """Bytes of the largest pending payload of any type (see TypeBacklog.largest_payload)."""
+        return max((b.largest_payload for b in self.by_type if b.largest_payload is not None), default=None)
+
+    @property
     def oldest_pending_age(self) -> float | None:
         """Seconds since the oldest pending job was enqueued (delayed jobs included)."""
         if self.oldest_pending_at is None:
@@ -87,6 +95,7 @@ class Stats:
             "quarantined": self.quarantined,
             "oldest_pending_at": self.oldest_pending_at.isoformat() if self.oldest_pending_at else None,
             "oldest_pending_age": self.oldest_pending_age,
+            "largest_pending_payload": self.largest_pending_payload,
             "by_type": [
                 {
                     **asdict(b),
@@ -114,15 +123,18 @@ def stats(source: Source, *, lock_timeout: float | None = None, now: datetime | 
         backlog: dict[str, dict[str, Any]] = {}
         # Each status through its own partial index, so only the backlog is read: the condition
         # is written as the index's own literal, which both databases match when they plan.
-        ready = sa.func.min(sa.case((t.c.run_at <= now, t.c.run_at)))
+        # The largest payload from its size kept at enqueue: no payload is read.
+        ready, largest = sa.func.min(sa.case((t.c.run_at <= now, t.c.run_at))), sa.func.max(t.c.payload_bytes)
         per_status = [
-            sa.select(t.c.type, t.c.status, sa.func.count(), ready).where(sa.text(cond)).group_by(t.c.type, t.c.status)
+            sa.select(t.c.type, t.c.status, sa.func.count(), ready, largest)
+            .where(sa.text(cond))
+            .group_by(t.c.type, t.c.status)
             for cond in (PENDING_SQL, CLAIMED_SQL)
         ]
-        for job_type, status, n, ready_at in conn.execute(sa.union_all(*per_status)):
+        for job_type, status, n, ready_at, most in conn.execute(sa.union_all(*per_status)):
             backlog.setdefault(job_type, {})[status] = n
             if status == JobStatus.PENDING.value:
-                backlog[job_type]["ready"] = _utc(ready_at)
+                backlog[job_type].update(ready=_utc(ready_at), largest=most)
         failed = conn.execute(
             sa.select(sa.func.count()).where(t.c.status == JobStatus.FAILED.value, finished())
         ).scalar_one()
@@ -137,7 +149,8 @@ def stats(source: Source, *, lock_timeout: float | None = None, now: datetime | 
             sa.select(sa.func.count()).select_from(t).where(sa.text(QUARANTINED_SQL))
         ).scalar_one()
     by_type = [
-        TypeBacklog(k, v.get("pending", 0), v.get("claimed", 0), v.get("ready")) for k, v in sorted(backlog.items())
+        TypeBacklog(k, v.get("pending", 0), v.get("claimed", 0), v.get("ready"), v.get("largest"))
+        for k, v in sorted(backlog.items())
     ]
     return Stats(now, lock_timeout, by_type, failed, stuck, oldest, quarantined)
 
