@@ -18,7 +18,7 @@ LAYERS: list[tuple[str, ...]] = [
     # what a job is and what its handler may touch: the data root, targets, the handler context
     ("beneath", "fs", "jobtypes", "context"),
     # the ledger: the table, its engine and statements, enqueue/claim/transition, wake-ups
-    ("schema", "engine", "meta", "sql", "backend", "build", "reclaim", "queue", "wakeup", "walwatch"),
+    ("schema", "orm", "engine", "meta", "sql", "backend", "build", "reclaim", "queue", "wakeup", "walwatch"),
     # running jobs
     ("worker",),
     # reading the ledger and the world: reconcile, the operator's questions

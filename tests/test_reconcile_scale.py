@@ -22,7 +22,7 @@ from tether.ids import new_id
 from tether.jobtypes import create_file, render
 from tether.jobtypes.files import file_target
 from tether.reconcile import ACTIVE_ON, COUNT_TARGETED, KNOWN_TARGETS, PAGE, PAGE_PAYLOADS, PAYLOADS, RECHECK, reconcile
-from tether.schema import Job
+from tether.schema import jobs as jobs_table
 
 
 def completed_rows(coordinator: Coordinator, payloads: list, *, files: bool = True) -> None:
@@ -57,7 +57,7 @@ def completed_rows(coordinator: Coordinator, payloads: list, *, files: bool = Tr
         else:
             target.unlink(missing_ok=True)
     with coordinator.engine.begin() as conn:
-        conn.execute(sa.insert(Job.__table__), rows)  # type: ignore[attr-defined]  # sqlmodel's, undeclared
+        conn.execute(sa.insert(jobs_table), rows)
 
 
 @pytest.fixture

@@ -36,7 +36,7 @@ from tether.demo import (
     requirement_files,
 )
 from tether.jobtypes import default_registry
-from tether.schema import Job
+from tether.orm import Job
 from tether.store import InvalidModel, JsonStore, ModelNotFound, NotApplied
 
 FAST = RetryPolicy(base=0.01, cap=0.02)

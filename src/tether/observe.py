@@ -337,7 +337,7 @@ def duplicates(source: Source, *, job_type: str | None = None, limit: int | None
     *active* jobs with one key, so these are re-runs after completion or failure. Groups by
     (type, idempotency_key): without an index on those columns this reads the whole table
     (twice: once to find the keys, once for their jobs)."""
-    keyed = [t.c.idempotency_key.is_not(None)]
+    keyed: list[sa.ColumnElement[bool]] = [t.c.idempotency_key.is_not(None)]
     if job_type is not None:
         keyed.append(t.c.type == job_type)
     groups = (

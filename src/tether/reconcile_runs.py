@@ -13,12 +13,10 @@ import sqlalchemy as sa
 
 from . import events, ids
 from .drift import Report
-from .schema import ReconcileRun
+from .schema import reconcile_runs as runs
 
 KEEP = 100
 """Verdicts kept: each record deletes the older ones, so the table never grows."""
-
-runs = ReconcileRun.__table__  # type: ignore[attr-defined]  # SQLModel sets it on table classes
 
 
 @dataclass(frozen=True)

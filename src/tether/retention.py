@@ -17,10 +17,10 @@ import sqlalchemy as sa
 from . import events
 from .errors import ConfigError, DatabaseUnavailable
 from .readonly import Source, engine_of, now_of, reading
-from .schema import Job
+from .schema import jobs
 from .status import JobStatus
 
-t = Job.__table__  # type: ignore[attr-defined]  # sqlmodel sets it; its types do not declare it
+t = jobs
 FINISHED = (JobStatus.COMPLETED, JobStatus.FAILED)
 
 
