@@ -218,7 +218,26 @@ def test_metrics_are_served_behind_the_same_guard(ledger, clock):
     fill(ledger, clock)
     with client(ledger) as web:
         text = web.get("/metrics").text
+        rebound = web.get("/metrics", headers={"Host": "evil.example:8787"})
     assert 'tether_jobs{status="failed",type="note"} 2.0' in text
+    assert rebound.status_code == 421 and "tether_jobs" not in rebound.text
+
+
+def test_metrics_keep_one_collector_counting_what_finishes_while_the_page_runs(ledger, clock):
+    """The scrape endpoint is tether.metrics' long-lived collector (as `tether metrics --serve`):
+    its counters start when the app starts and grow by what finishes between scrapes."""
+    fill(ledger, clock)  # 3 completed, 2 failed before the app exists: not counted as finished
+    with client(ledger) as web:
+        first = web.get("/metrics").text
+        clock.advance(1)
+        ledger.enqueue(CreateFile(path="notes/late.json", content={"late": True}))
+        ledger.run_until_idle()
+        clock.advance(120)  # past metrics.SETTLE: the collector reads that far behind now
+        second = web.get("/metrics").text
+    done = 'tether_jobs_finished_total{status="completed",type="create_file"}'
+    assert done not in first
+    assert f"{done} 1.0" in second
+    assert 'tether_job_duration_seconds_count{type="create_file"} 1.0' in second
 
 
 # -- actions ---------------------------------------------------------------------------------------

@@ -208,7 +208,7 @@ class Pages:
         self.drift.start(content=fields.get("mode") != "exists")
         return RedirectResponse(f"{request.scope.get('root_path', '')}/drift", status_code=303)
 
-    # -- sign-in, metrics --------------------------------------------------------------------------
+    # -- sign-in -----------------------------------------------------------------------------------
 
     async def login(self, request: Request) -> Response:
         if request.method == "GET":
@@ -223,14 +223,6 @@ class Pages:
             SESSION_COOKIE, session_value(self.key, self.token), httponly=True, samesite="strict", path=root
         )
         return response
-
-    async def metrics(self, request: Request) -> Response:
-        # The ledger's Prometheus numbers (the collector of `tether metrics`), behind the same
-        # Host check and sign-in as the pages.
-        from ..metrics import exposition
-
-        body = exposition(self.source, thresholds=self.thresholds)
-        return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
 def _pretty(value: Any) -> str:
