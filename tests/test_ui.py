@@ -15,6 +15,7 @@ from tether.errors import ConfigError
 from tether.health import Thresholds, health
 from tether.jobtypes import CreateFile, DeleteFile
 from tether.status import JobStatus
+from tether.ui import web as web_module
 
 BASE = "http://127.0.0.1:8787"
 EVIL = "<script>alert(1)</script>"
@@ -186,7 +187,16 @@ def test_durations_lists_percentiles_and_draws_a_chart(ledger, clock):
         page = web.get("/durations").text
         bad = web.get("/durations", params={"window": "soon"})
     assert "<svg" in page and 'class="p99"' in page and "create_file" in page
+    assert "sampled" not in page  # 3 completed jobs: each measured
     assert bad.status_code == 400 and "is not a duration" in bad.text
+
+
+def test_durations_page_says_when_a_busy_window_was_sampled(ledger, clock, monkeypatch):
+    fill(ledger, clock)
+    monkeypatch.setattr(web_module, "DURATIONS_SAMPLE", 1)  # 3 completed jobs: a busy window for a sample of 1
+    with client(ledger) as web:
+        page = web.get("/durations").text
+    assert "<strong>sampled</strong>" in page and "of the window's 3 completed jobs measured (1 in 3" in page
 
 
 def test_drift_runs_in_the_background_and_shows_differences(ledger, clock):

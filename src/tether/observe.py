@@ -268,24 +268,88 @@ def durations(
     since: datetime | timedelta = timedelta(hours=24),
     job_type: str | None = None,
     now: datetime | None = None,
+    with_spend: bool = True,
 ) -> list[Durations]:
     """Per type: count, p50, p95, p99, max and mean run time of jobs completed since ``since``
-    (a time, or a window back from now). Walks ``ix_tether_jobs_done`` for the window only."""
+    (a time, or a window back from now), and (``with_spend``) what they cost. Walks
+    ``ix_tether_jobs_done`` for the window only, reading each completed job's row."""
     if isinstance(since, timedelta):
         since = now_of(source, now) - since
-    engine = engine_of(source)
-    seconds = seconds_between(engine.dialect.name, t.c.claimed_at, t.c.completed_at)
+    with reading(source) as conn:
+        by_type = _run_times(conn, since, job_type, every=1)
+    spent = spend(source, since=since, job_type=job_type) if with_spend else {}
+    return _summaries(by_type, spent)
+
+
+@dataclass(frozen=True)
+class DurationSample:
+    """``durations`` of a window measured on a sample: ``every`` is 1 when each of the window's
+    ``total`` completed jobs was measured, k when one in k was (each type's ``count`` is then the
+    jobs measured, its ``max`` the sample's). No spend: money is summed exactly, by ``spend``."""
+
+    since: datetime
+    total: int
+    every: int
+    types: list[Durations]
+
+    @property
+    def measured(self) -> int:
+        return sum(d.count for d in self.types)
+
+
+def duration_sample(
+    source: Source,
+    *,
+    since: datetime | timedelta = timedelta(hours=24),
+    limit: int = 5_000,
+    now: datetime | None = None,
+) -> DurationSample:
+    """Percentiles per type from about ``limit`` of the window's completed jobs at most, so a busy
+    window costs what a quiet one does (the web page's durations). The window's total is counted
+    from ``ix_tether_jobs_done`` alone; above ``limit``, the jobs measured are those whose
+    completion time's microsecond is a multiple of k = ceil(total / limit): unrelated to a job's
+    type or run time, and read from the index entry itself, so SQLite reads only the chosen jobs'
+    rows (PostgreSQL filters after reading each row: the sample bounds the work in Python only)."""
+    if limit < 1:
+        raise ConfigError(f"a duration sample holds at least one job, not {limit}")
+    if isinstance(since, timedelta):
+        since = now_of(source, now) - since
+    with reading(source) as conn:
+        total = conn.execute(
+            sa.select(sa.func.count()).where(t.c.status == JobStatus.COMPLETED.value, t.c.completed_at >= since)
+        ).scalar_one()
+        every = max(1, -(-total // limit))
+        by_type = _run_times(conn, since, None, every=every)
+    return DurationSample(since, total, every, _summaries(by_type, {}))
+
+
+def _run_times(conn: sa.Connection, since: datetime, job_type: str | None, *, every: int) -> dict[str, list[float]]:
+    """Run times (seconds, to the ms) of jobs completed since ``since``, by type; one in ``every``."""
+    dialect = conn.dialect.name
+    seconds = seconds_between(dialect, t.c.claimed_at, t.c.completed_at)
     query = sa.select(t.c.type, seconds).where(
         t.c.status == JobStatus.COMPLETED.value, t.c.completed_at >= since, t.c.claimed_at.is_not(None)
     )
     if job_type is not None:
         query = query.where(t.c.type == job_type)
+    if every > 1:
+        query = query.where(_microsecond(dialect, t.c.completed_at) % every == 0)
     by_type: dict[str, list[float]] = {}
-    with reading(source) as conn:
-        for name, value in conn.execute(query.execution_options(yield_per=10_000)):
-            # Millisecond resolution: julianday() arithmetic is only good to ~50 µs.
-            by_type.setdefault(name, []).append(max(0.0, round(float(value), 3)))
-    spent = spend(source, since=since, job_type=job_type)
+    for name, value in conn.execute(query.execution_options(yield_per=10_000)):
+        # Millisecond resolution: julianday() arithmetic is only good to ~50 µs.
+        by_type.setdefault(name, []).append(max(0.0, round(float(value), 3)))
+    return by_type
+
+
+def _microsecond(dialect: str, column: Any) -> Any:
+    # SQLite keeps times as fixed-width text ('YYYY-MM-DD HH:MM:SS.ffffff'): the microseconds are
+    # characters 21-26. PostgreSQL's "microseconds" field counts the seconds too (0-59,999,999).
+    if dialect == "sqlite":
+        return sa.cast(sa.func.substr(column, 21, 6), sa.Integer)
+    return sa.cast(sa.extract("microseconds", column), sa.Integer)
+
+
+def _summaries(by_type: dict[str, list[float]], spent: dict[str, Spend]) -> list[Durations]:
     out = []
     for name in sorted(by_type):
         values = sorted(by_type[name])

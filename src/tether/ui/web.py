@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 HERE = Path(__file__).parent
 HTMX = "htmx-2.0.11.min.js"
 PAGE_SIZE = 50
+DURATIONS_SAMPLE = 2_000
+"""Completed jobs the durations page measures at most per request (a busy window is sampled)."""
 
 
 class Pages:
@@ -177,9 +179,15 @@ class Pages:
             window = parse_duration(window_text, "window")
         except TetherError as e:
             return self.problem(request, str(e))
-        found = observe.durations(self.source, since=window)
+        found = observe.duration_sample(self.source, since=window, limit=DURATIONS_SAMPLE)
         return self.render(
-            request, "durations.html", page="durations", window=window_text, durations=found, bars=duration_bars(found)
+            request,
+            "durations.html",
+            page="durations",
+            window=window_text,
+            sample=found,
+            durations=found.types,
+            bars=duration_bars(found.types),
         )
 
     # -- drift -----------------------------------------------------------------------------------
