@@ -22,7 +22,19 @@ LAYERS: list[tuple[str, ...]] = [
     # running jobs
     ("worker",),
     # reading the ledger and the world: reconcile, the operator's questions
-    ("drift", "reconcile_runs", "reconcile", "readonly", "observe", "health", "metrics", "retention", "schedule"),
+    (
+        "drift",
+        "reconcile_runs",
+        "reconcile",
+        "readonly",
+        "observe",
+        "health",
+        "metrics",
+        "retention",
+        "schedule",
+        "resources",
+        "extractions",
+    ),
     # what applications hold
     ("coordinator",),
     ("store",),

@@ -61,6 +61,8 @@ def app(
         Route("/jobs/{job_id}", pages.job),
         Route("/failed", pages.failed),
         Route("/durations", pages.durations),
+        Route("/aws", pages.aws),
+        Route("/extractions", pages.extractions),
         Route("/drift", pages.drift_page),
         Route("/live/drift", pages.drift_live),
         Route("/drift/run", pages.drift_run, methods=["POST"]),

@@ -18,10 +18,12 @@ from .. import observe
 from ..cli.output import age, first_line, parse_duration, progress_text, seconds, when
 from ..drift import DRIFT, UNKNOWN
 from ..errors import ConfigError, JobNotFound, TetherError
+from ..extractions import extractions
 from ..health import Thresholds, health
 from ..jobtypes.target import display
 from ..readonly import engine_of, now_of
 from ..record import JobRecord
+from ..resources import aws_resources, count_aws_resources
 from ..status import JobStatus
 from .chart import duration_bars
 from .driftrun import DriftRunner
@@ -61,7 +63,11 @@ class Pages:
         self.env = Environment(
             loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True), auto_reload=False
         )
+        # Per-type pages, where their types exist (a bare engine has no registry: every page).
+        names = set(self.coordinator.registry.names()) if self.coordinator is not None else None
+        extra = [("aws", "/aws", "sync_aws"), ("extractions", "/extractions", "claude_extraction")]
         self.env.globals.update(
+            type_pages=[(name, href) for name, href, job_type in extra if names is None or job_type in names],
             when=when,
             age=age,
             seconds=seconds,
@@ -189,6 +195,36 @@ class Pages:
             durations=found.types,
             bars=duration_bars(found.types),
         )
+
+    # -- per type: AWS resources, AI extractions ---------------------------------------------------
+
+    async def aws(self, request: Request) -> Response:
+        after = request.query_params.get("after") or None
+        page = aws_resources(self.source, after=after, limit=PAGE_SIZE)
+        state = self.drift.state() if self.drift else None
+        # The last check's findings on AWS targets, by target (a finding names its target's identity).
+        findings = {}
+        if state is not None and state.report is not None:
+            findings = {f.path: f for f in state.report.findings if f.job_type == "sync_aws"}
+        return self.render(
+            request,
+            "aws.html",
+            page="aws",
+            listing=page,
+            total=count_aws_resources(self.source),
+            state=state,
+            findings=findings,
+            first=after is None,
+        )
+
+    async def extractions(self, request: Request) -> Response:
+        window_text = request.query_params.get("window") or "24h"
+        try:
+            window = parse_duration(window_text, "window")
+        except TetherError as e:
+            return self.problem(request, str(e))
+        found = extractions(self.source, since=window)
+        return self.render(request, "extractions.html", page="extractions", window=window_text, report=found)
 
     # -- drift -----------------------------------------------------------------------------------
 
