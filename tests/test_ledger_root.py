@@ -96,3 +96,19 @@ def test_a_mistyped_root_on_the_command_line_is_refused_and_never_created(tmp_pa
     done = cli("--db", db, "--root", str(moved), "--moved", "reconcile", "--quiet", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert cli("--db", db, "reconcile", "--quiet", cwd=tmp_path).returncode == 0
+
+
+def test_the_aws_ownership_id_is_the_recorded_one_and_survives_moving_the_ledger_file(tmp_path, monkeypatch):
+    monkeypatch.delenv("TETHER_LEDGER_ID", raising=False)
+    first = tmp_path / "first.db"
+    with Coordinator.open(f"sqlite:///{first}", root=tmp_path / "data") as c:
+        recorded = c.ledger_id
+        assert c.queue.ledger_id == recorded  # one id: what the jobs tag AWS resources with
+    moved = tmp_path / "elsewhere" / "moved.db"
+    moved.parent.mkdir()
+    first.rename(moved)
+    with Coordinator.open(f"sqlite:///{moved}") as c:
+        assert (c.ledger_id, c.queue.ledger_id) == (recorded, recorded)
+    monkeypatch.setenv("TETHER_LEDGER_ID", "shared-owner")
+    with Coordinator.open(f"sqlite:///{moved}") as c:
+        assert (c.ledger_id, c.queue.ledger_id) == ("shared-owner", "shared-owner")

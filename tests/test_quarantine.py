@@ -83,17 +83,19 @@ def test_a_suspect_that_kills_its_worker_alone_is_charged_the_batch_crash_and_it
     assert (jd.id, c.get(d).attempts, c.get(d).status) == (d, 1, JobStatus.PENDING)
 
 
-def test_with_one_attempt_a_batch_crash_fails_nobody_and_the_job_caught_alone_fails(c, clock):
-    a, b = (c.enqueue(Note(name=n), max_attempts=1).id for n in "ab")
-    c.queue.claim("w1", limit=10)
-    assert {j.status for j in die(c, clock)} == {JobStatus.PENDING}
-    assert c.queue.claim("w2", limit=10)[0].id == a
+def test_a_job_on_its_last_attempt_is_claimed_alone_and_its_crash_fails_it_at_once(c, clock):
+    x = c.enqueue(Note(name="x")).id
+    last = c.enqueue(Note(name="last"), max_attempts=1).id
+    z = c.enqueue(Note(name="z")).id
+    batch = c.queue.claim("w1", limit=10)
+    assert [j.id for j in batch] == [x, z]  # never in a batch
+    for job in batch:
+        c.queue.finish_one("w1", Decision.complete(job, None))
+    [alone] = c.queue.claim("w2", limit=10)
+    assert alone.id == last
     [failed] = die(c, clock)
-    assert (failed.id, failed.status, failed.attempts) == (a, JobStatus.FAILED, 1)
+    assert (failed.id, failed.status, failed.attempts) == (last, JobStatus.FAILED, 1)
     assert failed.last_error.startswith("worker died while running (reclaimed, attempt 1 of 1; no attempts left)")
-    [jb] = c.queue.claim("w3", limit=10)
-    c.queue.finish_one("w3", Decision.complete(jb, None))
-    assert (c.get(b).status, c.get(b).attempts) == (JobStatus.COMPLETED, 1)
 
 
 def test_status_counts_quarantined_jobs_and_a_manual_retry_lifts_the_quarantine(c, clock):

@@ -98,7 +98,7 @@ def durability(given: str | None = None) -> str:
 
 def ledger_id(given: str | None = None) -> str | None:
     """This ledger's name in AWS ownership tags: ``given``, else ``$TETHER_LEDGER_ID``, else None
-    (derived from the ledger's location, see ``engine.ledger_id``)."""
+    (the random id recorded in the ledger when it was created, ``meta.settle``)."""
     return given or _env(ENV_LEDGER_ID)
 
 

@@ -40,12 +40,13 @@ class Coordinator:
         clock: Clock,
         registry: Registry,
         lock_timeout: float,
-        ledger_id: str = "",
+        ledger_id: str,
         max_payload_bytes: int = config.DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
         self.engine = engine
         self.ledger_id = ledger_id
-        """A random id the ledger got when it was created (e.g. for tagging what its jobs own)."""
+        """The id the ledger got when it was created (``$TETHER_LEDGER_ID`` overrides it): what the
+        AWS resources its jobs own are tagged with; it survives moving the ledger or its host."""
         self.root = root
         self.clock = clock
         self.registry = registry
@@ -56,6 +57,7 @@ class Coordinator:
             registry=registry,
             root=root,
             wakeup=wakeup_for(engine, _channel(engine)),
+            ledger_id=config.ledger_id() or ledger_id,
             max_payload_bytes=max_payload_bytes,
         )
         self.scheduler = schedules.Scheduler(engine, self.queue)
@@ -109,7 +111,7 @@ class Coordinator:
             clock=clock or SystemClock(),
             registry=registry or default_registry(),
             lock_timeout=lock_timeout,
-            ledger_id=ledger_id,
+            ledger_id=config.ledger_id() or ledger_id,
             max_payload_bytes=max_payload_bytes,
         )
 

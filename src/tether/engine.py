@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import secrets
@@ -13,7 +12,7 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from . import config, faults
+from . import faults
 from .errors import ConfigError, DatabaseUnavailable, LedgerFault
 from .schema import RETIRED_INDEXES, TABLE, metadata
 
@@ -34,23 +33,6 @@ _schemas: weakref.WeakKeyDictionary[sa.Engine, str | None] = weakref.WeakKeyDict
 def schema_of(engine: sa.Engine) -> str | None:
     """The PostgreSQL schema an engine's ledger lives in (None: the default search path)."""
     return _schemas.get(engine)
-
-
-def ledger_id(engine: sa.Engine) -> str:
-    """A stable name for this ledger (``$TETHER_LEDGER_ID`` if set): what tether tags the AWS
-    resources it manages with. Derived from where the ledger lives, never from a password: a SQLite
-    file's real path; a PostgreSQL host, port, database and schema. Reach one PostgreSQL ledger
-    under two host names, or move a SQLite file, and set the variable to keep one name."""
-    given = config.ledger_id()
-    if given:
-        return given
-    url = engine.url
-    if url.get_backend_name() == "sqlite":
-        where = f"sqlite:{os.path.realpath(url.database or '')}"
-    else:
-        where = f"{url.get_backend_name()}://{url.host or ''}:{url.port or ''}/{url.database or ''}"
-        where += f"/{schema_of(engine) or ''}"
-    return "ledger-" + hashlib.sha256(where.encode()).hexdigest()[:16]
 
 
 def mask_url(url: str | sa.URL) -> str:

@@ -16,7 +16,7 @@ from . import events, faults, sql
 from .backend import Backend
 from .build import Builder
 from .clock import Clock
-from .engine import ledger_id, ledger_name
+from .engine import ledger_name
 from .errors import (
     DatabaseUnavailable,
     DuplicateActiveJob,
@@ -144,6 +144,7 @@ class Queue:
         registry: Registry,
         root: Path,
         wakeup: Wakeup,
+        ledger_id: str,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
         self.engine = engine
@@ -156,7 +157,7 @@ class Queue:
         self._limits: dict[str, int] = {}
         self._limits_generation = -1
         self.builder = Builder(registry, root, clock, max_payload_bytes=max_payload_bytes)
-        self.ledger_id = ledger_id(engine)
+        self.ledger_id = ledger_id  # what the AWS resources its jobs own are tagged with
         self._json_sql = sql.insert_json_sql(engine.dialect.name) if self.backend.reads_json else None
         self._complete_many_sql = sql.complete_many_sql(engine.dialect.name) if self.backend.reads_json else None
 

@@ -20,8 +20,8 @@ claim statement):
   other suspects are acquitted of it (``suspect``): a poison job fails after exactly
   ``max_attempts`` crashes while it was running, and no batch-mate loses an attempt for it.
 
-The one crash this cannot pin at once is the batch crash itself: with ``max_attempts`` 1, a job
-that kills a batch is charged after its second crash, when it is caught alone.
+A job on its last attempt is claimed alone too (sql.CLAIM_*), so the crash that uses up its last
+attempt is always pinned at once: with ``max_attempts`` 1 every job runs alone, at a commit each.
 """
 
 from __future__ import annotations

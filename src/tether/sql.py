@@ -77,23 +77,32 @@ def _ready(j: str, o: str) -> str:
 
 
 _ORDER = "ORDER BY {j}.priority DESC, {j}.created_at, {j}.id"
-# Quarantine (issue 22): a job a worker died holding is claimed alone, never in a batch, so a job
-# that kills its worker takes no batch-mate down with it. The first ready job in claim order
-# decides: quarantined, the claim takes it alone; otherwise up to :limit jobs that are not
-# quarantined. The two backends find that first job differently (below).
-#
-# SQLite: a scalar probe of the first ready job, built from the same _ready() as the candidates
-# so the two cannot disagree; it reads one entry of the pending index (SQLite cannot sort the
-# chosen candidates again without a temp B-tree, which the plan tests forbid).
-_FIRST_IS_PLAIN = f"""(SELECT h.quarantine IS NULL FROM {TABLE} AS h
-      WHERE {_ready("h", "ho")}
-      {_ORDER.format(j="h")} LIMIT 1)"""
+
+
+# Claimed alone (issue 22): a job a worker died holding (quarantined), so a job that kills its
+# worker takes no batch-mate down with it; and a job on its last attempt, so that a crash while it
+# runs is pinned on it at once: in a batch nobody knows which job was running, and a poison job
+# with one attempt left would otherwise be charged only at its next crash. The first ready job in
+# claim order decides: claimed alone, the claim takes it alone; otherwise up to :limit plain jobs.
+# The two backends find that first job differently (below).
+def _plain(j: str) -> str:
+    return f"({j}.quarantine IS NULL AND {j}.attempts + 1 < {j}.max_attempts)"
+
+
+# SQLite: one probe of the first ready job, built from the same _ready() as the candidates so the
+# two cannot disagree; it reads one entry of the pending index (SQLite cannot sort the chosen
+# candidates again without a temp B-tree, which the plan tests forbid). A materialised CTE, so the
+# WHERE and the LIMIT read one evaluation of it.
 _CLAIMABLE_SQLITE = f"""
+WITH first(plain) AS MATERIALIZED (
+    SELECT {_plain("h")} FROM {TABLE} AS h
+    WHERE {_ready("h", "ho")}
+    {_ORDER.format(j="h")} LIMIT 1)
 SELECT j.id FROM {TABLE} AS j
 WHERE {_ready("j", "o")}
-  AND (j.quarantine IS NULL) = {_FIRST_IS_PLAIN}
+  AND {_plain("j")} = (SELECT plain FROM first)
 {_ORDER.format(j="j")}
-LIMIT CASE WHEN {_FIRST_IS_PLAIN} THEN :limit ELSE 1 END
+LIMIT CASE WHEN (SELECT plain FROM first) THEN :limit ELSE 1 END
 """
 
 _CLAIM = """
@@ -122,11 +131,11 @@ CLAIM_SQLITE = (
 # claiming more than n jobs; a locking CTE is evaluated exactly once. Quarantine: the first of
 # the (at most :limit) candidates it locked decides, sorted in memory; a probe like SQLite's
 # would walk the pending jobs again, which on statistics that lag a freshly filled queue is a
-# bitmap scan and sort of every pending job, twice (benchmarks/README.md). Quarantined
-# candidates left out stay pending; their row locks end with the transaction.
+# bitmap scan and sort of every pending job, twice (benchmarks/README.md). Candidates
+# left out stay pending; their row locks end with the transaction.
 CLAIM_POSTGRES = f"""
 WITH next AS (
-    SELECT j.id, j.quarantine IS NULL AS plain, j.priority, j.created_at FROM {TABLE} AS j
+    SELECT j.id, {_plain("j")} AS plain, j.priority, j.created_at FROM {TABLE} AS j
     WHERE {_ready("j", "o")}
     {_ORDER.format(j="j")}
     LIMIT :limit FOR UPDATE OF j SKIP LOCKED),
