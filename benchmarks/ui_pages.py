@@ -92,6 +92,10 @@ def main() -> None:
         "durations (1h, the page's default)": "/durations",
         "durations (24h)": "/durations?window=24h",
         "drift (no check run)": "/drift",
+        "aws resources (first page)": "/aws",
+        "aws resources (a page deep in)": "/aws?after=aws:s3_bucket:eu-west-1:bucket-5",
+        "extractions (1h, the page's default)": "/extractions",
+        "extractions (24h)": "/extractions?window=24h",
     }
     under = {
         "overview": lambda: health(coordinator),  # stats + the alert window's activity, as tether status

@@ -107,7 +107,7 @@ def test_aws_resources_lists_each_target_with_its_latest_job(coordinator: Coordi
     ]
     logs = page.resources[1]
     assert (logs.resource_type, logs.region, logs.identity) == ("s3_bucket", "eu-west-1", {"arn": "arn:aws:s3:::logs"})
-    assert page.after is None and resources.count_aws_resources(coordinator) == 3
+    assert page.after is None
     first = resources.aws_resources(coordinator, limit=2)
     rest = resources.aws_resources(coordinator, after=first.after, limit=2)
     assert [r.resource_id for r in first.resources] == ["data", "logs"] and first.after is not None
@@ -152,7 +152,7 @@ def test_aws_page_shows_resources_identity_and_the_last_checks_drift(
     ids = aws_ledger(coordinator)
     before = web.get("/aws").text
     assert 'href="/aws"' in before  # in the navigation: the registry has sync_aws
-    assert "3 resource(s)" in before and "arn:aws:s3:::logs" in before and "no check has run" in before
+    assert "arn:aws:s3:::logs" in before and "no check has run" in before
     assert f'href="/jobs/{ids["new"]}"' in before and "AccessDenied" not in before
     # A check found the logs bucket's tags changed by hand.
     tags = Difference("tags.team", "data", "web", NOT_EQUAL)
@@ -168,13 +168,14 @@ def test_aws_page_shows_resources_identity_and_the_last_checks_drift(
 
 def test_extractions_page_shows_cost_models_and_verdicts(coordinator: Coordinator, web) -> None:
     extraction_ledger(coordinator)
-    page = web.get("/extractions").text
+    page = web.get("/extractions", params={"window": "24h"}).text
     assert 'href="/extractions"' in page and "$0.7600" in page
     assert '<td>sonnet</td><td class="num">2</td><td class="num">0.7500</td>' in page
     assert '<td class="err">overloaded</td><td class="num">0</td><td class="num">1</td>' in page
     assert "1</span> landed from an answer already on disk" in page
     wider = web.get("/extractions", params={"window": "48h"}).text
     assert "$9.7600" in wider
+    assert 'name="window" value="1h"' in web.get("/extractions").text  # an hour by default
     assert web.get("/extractions", params={"window": "soon"}).status_code == 400
 
 

@@ -89,12 +89,3 @@ def aws_resources(source: Source, *, after: str | None = None, limit: int = 100)
     more = len(jobs) > limit
     jobs = jobs[:limit]
     return ResourcePage([Resource.of(j) for j in jobs], jobs[-1].ordering_key if more else None)
-
-
-def count_aws_resources(source: Source) -> int:
-    """How many AWS resources jobs have targeted (distinct ``aws:`` targets, from the index)."""
-    query = sa.select(sa.func.count(sa.distinct(t.c.ordering_key))).where(
-        t.c.ordering_key.is_not(None), t.c.ordering_key >= _LOW, t.c.ordering_key < _HIGH
-    )
-    with reading(source) as conn:
-        return int(conn.execute(query).scalar_one())

@@ -23,7 +23,7 @@ from ..health import Thresholds, health
 from ..jobtypes.target import display
 from ..readonly import engine_of, now_of
 from ..record import JobRecord
-from ..resources import aws_resources, count_aws_resources
+from ..resources import aws_resources
 from ..status import JobStatus
 from .chart import duration_bars
 from .driftrun import DriftRunner
@@ -211,14 +211,14 @@ class Pages:
             "aws.html",
             page="aws",
             listing=page,
-            total=count_aws_resources(self.source),
             state=state,
             findings=findings,
             first=after is None,
         )
 
     async def extractions(self, request: Request) -> Response:
-        window_text = request.query_params.get("window") or "24h"
+        # An hour by default: sums are exact, so a window reads each job completed in it.
+        window_text = request.query_params.get("window") or "1h"
         try:
             window = parse_duration(window_text, "window")
         except TetherError as e:
