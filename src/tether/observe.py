@@ -114,23 +114,27 @@ def stats(source: Source, *, lock_timeout: float | None = None, now: datetime | 
         backlog: dict[str, dict[str, Any]] = {}
         # Each status through its own partial index, so only the backlog is read: the condition
         # is written as the index's own literal, which both databases match when they plan.
+        # The oldest pending job comes from the same walk: a query of its own walked the pending
+        # jobs a second time, reading each row to check its status (70 ms of 180 at 20,000).
         ready = sa.func.min(sa.case((t.c.run_at <= now, t.c.run_at)))
         per_status = [
-            sa.select(t.c.type, t.c.status, sa.func.count(), ready).where(sa.text(cond)).group_by(t.c.type, t.c.status)
+            sa.select(t.c.type, t.c.status, sa.func.count(), ready, sa.func.min(t.c.created_at))
+            .where(sa.text(cond))
+            .group_by(t.c.type, t.c.status)
             for cond in (PENDING_SQL, CLAIMED_SQL)
         ]
-        for job_type, status, n, ready_at in conn.execute(sa.union_all(*per_status)):
+        oldest = None
+        for job_type, status, n, ready_at, enqueued in conn.execute(sa.union_all(*per_status)):
             backlog.setdefault(job_type, {})[status] = n
             if status == JobStatus.PENDING.value:
                 backlog[job_type]["ready"] = _utc(ready_at)
+                first = _utc(enqueued)
+                oldest = first if oldest is None or (first is not None and first < oldest) else oldest
         failed = conn.execute(
             sa.select(sa.func.count()).where(t.c.status == JobStatus.FAILED.value, finished())
         ).scalar_one()
         stuck = conn.execute(
             sa.select(sa.func.count()).where(t.c.status == JobStatus.CLAIMED.value, t.c.locked_at < cutoff)
-        ).scalar_one()
-        oldest = conn.execute(
-            sa.select(sa.func.min(t.c.created_at)).where(t.c.status == JobStatus.PENDING.value)
         ).scalar_one()
         # Through the partial index of exactly these rows (empty while no worker dies).
         quarantined = conn.execute(
