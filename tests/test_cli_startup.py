@@ -1,6 +1,6 @@
 """What the command line loads before it answers (issue 15, item 5; benchmarks/cli_startup.py has
 the times): ``--help`` no SQLAlchemy at all; the operator's read commands SQLAlchemy Core and the
-driver, never the ORM, SQLModel, the table classes of ``tether.orm`` or the job types (pydantic
+driver, never the ORM, SQLModel, the table classes of ``tether.ledger.orm`` or the job types (pydantic
 models). Each command runs in a fresh interpreter, which prints the modules it loaded."""
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ sys.argv = ["tether", *sys.argv[1:]]
 main()
 """
 
-# What a read command must not pay for: the ORM and SQLModel (tether.orm's typed rows), and the
+# What a read command must not pay for: the ORM and SQLModel (tether.ledger.orm's typed rows), and the
 # job types with their payload models. (pydantic itself: typer 0.28+ builds its option parsers with
 # it, so it is loaded by typer whatever tether does.)
-HEAVY = ("sqlmodel", "sqlalchemy.orm", "tether.orm", "tether.jobtypes", "tether.coordinator", "tether.limits")
+HEAVY = ("sqlmodel", "sqlalchemy.orm", "tether.ledger.orm", "tether.jobtypes", "tether.coordinator", "tether.limits")
 
 
 def loaded(args: list[str], env: dict[str, str]) -> set[str]:
@@ -64,11 +64,11 @@ def test_read_command_loads_sqlalchemy_core_only(command: str, ledger_env: dict[
 
 
 def test_orm_rows_are_the_core_tables(tmp_path: Path) -> None:
-    """tether.orm's classes map the Core tables themselves: a job enqueued through tether reads
+    """tether.ledger.orm's classes map the Core tables themselves: a job enqueued through tether reads
     back as a typed row, and every column of each table is a field of its class."""
     from sqlmodel import Session, select
 
-    from tether import orm, schema
+    from tether.ledger import orm, schema
 
     for model, table in ((orm.Job, schema.jobs), (orm.Meta, schema.meta), (orm.Schedule, schema.schedules)):
         assert model.__table__ is table

@@ -8,8 +8,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 
-from tether import Coordinator, sql
+from tether import Coordinator
 from tether.jobtypes import default_registry
+from tether.ledger import sql
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 PARAMS = {
@@ -93,7 +94,7 @@ def engine(tmp_path_factory):
 
 
 def plan(engine: sa.Engine, statement: str) -> list[str]:
-    from tether.backend import Backend
+    from tether.ledger.backend import Backend
 
     params = Backend.for_engine(engine).bind(PARAMS)
     with engine.connect() as conn:
@@ -132,7 +133,7 @@ def test_claim_checks_older_jobs_on_the_target_through_the_active_target_index(e
 
 
 def test_claim_index_holds_pending_jobs_in_the_claim_order():
-    from tether.schema import jobs
+    from tether.ledger.schema import jobs
 
     [index] = [i for i in jobs.indexes if i.name == "ix_tether_jobs_pending"]
     ddl = str(sa.schema.CreateIndex(index).compile(dialect=sqlite.dialect()))

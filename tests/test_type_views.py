@@ -14,11 +14,13 @@ import pytest
 import sqlalchemy as sa
 from starlette.testclient import TestClient
 
-from tether import Coordinator, extractions, resources, schema, ui
-from tether.drift import STATUSES, Finding, Report
+from tether import Coordinator, ui
 from tether.jobtypes import Registry
 from tether.jobtypes.base import IN_SYNC, MODIFIED, NOT_EQUAL, Difference
 from tether.jobtypes.create_file import CreateFileType
+from tether.ledger import schema
+from tether.observe import extractions, resources
+from tether.reconcile.drift import STATUSES, Finding, Report
 from tether.ui.driftrun import DriftState
 
 BASE = "http://127.0.0.1:8787"

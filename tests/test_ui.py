@@ -12,8 +12,8 @@ from starlette.testclient import TestClient
 from jobkit import Note, NoteType, registry_with
 from tether import Coordinator, FakeClock, ui
 from tether.errors import ConfigError
-from tether.health import Thresholds, health
 from tether.jobtypes import CreateFile, DeleteFile
+from tether.observe.health import Thresholds, health
 from tether.status import JobStatus
 from tether.ui import web as web_module
 
@@ -234,7 +234,7 @@ def test_metrics_are_served_behind_the_same_guard(ledger, clock):
 
 
 def test_metrics_keep_one_collector_counting_what_finishes_while_the_page_runs(ledger, clock):
-    """The scrape endpoint is tether.metrics' long-lived collector (as `tether metrics --serve`):
+    """The scrape endpoint is tether.observe.metrics' long-lived collector (as `tether metrics --serve`):
     its counters start when the app starts and grow by what finishes between scrapes."""
     fill(ledger, clock)  # 3 completed, 2 failed before the app exists: not counted as finished
     with client(ledger) as web:
@@ -403,7 +403,7 @@ def test_mounted_inside_an_application_the_links_keep_its_prefix(ledger, clock):
 
 
 def test_a_traceback_is_grouped_by_its_exception_line():
-    from tether import observe
+    from tether.observe import queries as observe
 
     trace = 'Traceback (most recent call last):\n  File "h.py", line 3, in run\nValueError: bad row\n'
     assert observe.error_summary(trace) == "ValueError: bad row"

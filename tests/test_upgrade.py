@@ -6,10 +6,10 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from tether import Coordinator, CreateFile, JobStatus
-from tether.engine import create_engine, ensure_schema
 from tether.jobtypes import default_registry
-from tether.schema import jobs
-from tether.sql import COLUMNS
+from tether.ledger.engine import create_engine, ensure_schema
+from tether.ledger.schema import jobs
+from tether.ledger.sql import COLUMNS
 
 
 def index_names(url: str) -> set[str | None]:

@@ -12,7 +12,7 @@ from .files import checked_path, delete_locked, enqueue_collision, file_paths, f
 from .target import Target
 
 if TYPE_CHECKING:
-    from ..context import JobContext
+    from .context import JobContext
 
 
 class DeleteFile(Payload):

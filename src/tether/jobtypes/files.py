@@ -28,7 +28,7 @@ from .base import IN_SYNC, MISSING, MODIFIED, SYNCED, UNEXPECTED, UNKNOWN, Check
 from .target import FILE, Target, file_key
 
 if TYPE_CHECKING:
-    from ..context import JobContext
+    from .context import JobContext
 
 __all__ = [
     "IN_SYNC",

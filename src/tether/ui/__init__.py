@@ -19,8 +19,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .. import metrics
-from ..health import Thresholds
+from ..observe import metrics
+from ..observe.health import Thresholds
 from .actions import Actions
 from .security import LOOPBACK_HOSTS, Guard, bind_hosts, is_loopback, read_token
 from .web import HERE, Pages

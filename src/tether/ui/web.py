@@ -14,16 +14,16 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from .. import observe
 from ..cli.output import age, first_line, parse_duration, progress_text, seconds, when
-from ..drift import DRIFT, UNKNOWN
 from ..errors import ConfigError, JobNotFound, TetherError
-from ..extractions import extractions
-from ..health import Thresholds, health
 from ..jobtypes.target import display
-from ..readonly import engine_of, now_of
+from ..observe import queries as observe
+from ..observe.extractions import extractions
+from ..observe.health import Thresholds, health
+from ..observe.readonly import engine_of, now_of
+from ..observe.resources import aws_resources
+from ..reconcile.drift import DRIFT, UNKNOWN
 from ..record import JobRecord
-from ..resources import aws_resources
 from ..status import JobStatus
 from .chart import duration_bars
 from .driftrun import DriftRunner

@@ -12,8 +12,8 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from . import faults
-from .errors import ConfigError, DatabaseUnavailable, LedgerFault
+from .. import faults
+from ..errors import ConfigError, DatabaseUnavailable, LedgerFault
 from .schema import RETIRED_INDEXES, TABLE, metadata
 
 Durability = Literal["full", "normal"]

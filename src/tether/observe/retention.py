@@ -14,11 +14,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from . import events
-from .errors import ConfigError, DatabaseUnavailable
+from .. import events
+from ..errors import ConfigError, DatabaseUnavailable
+from ..ledger.schema import jobs
+from ..status import JobStatus
 from .readonly import Source, engine_of, now_of, reading
-from .schema import jobs
-from .status import JobStatus
 
 t = jobs
 FINISHED = (JobStatus.COMPLETED, JobStatus.FAILED)

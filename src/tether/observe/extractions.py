@@ -16,10 +16,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .observe import error_summary
+from ..ledger.schema import ACTIVE_KEYED_SQL
+from ..status import JobStatus
+from .queries import error_summary
 from .readonly import Source, finished, now_of, reading, t
-from .schema import ACTIVE_KEYED_SQL
-from .status import JobStatus
 
 TYPES = ("claude_extraction",)
 _VERDICT = re.compile(r"^verdict=([A-Za-z_]+)")

@@ -2,7 +2,7 @@
 
 Every statement (the hot SQL, the operator's read queries, ``ensure_schema``) is built from these
 ``sa.Table`` objects; they load SQLAlchemy Core alone (no ORM, no SQLModel, no pydantic), so a
-read command such as ``tether status`` starts without them. ``tether.orm`` maps SQLModel classes
+read command such as ``tether status`` starts without them. ``tether.ledger.orm`` maps SQLModel classes
 onto these same tables, for an application that reads them through its own ``Session``.
 
 The tables are prefixed (as River's ``river_job`` and Oban's ``oban_jobs`` are) because
@@ -17,7 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .status import JobStatus
+from ..status import JobStatus
 
 TABLE = "tether_jobs"
 RECONCILE_TABLE = "tether_reconcile_runs"

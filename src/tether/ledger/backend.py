@@ -23,11 +23,11 @@ from typing import Any, Protocol, TypeVar
 
 import sqlalchemy as sa
 
-from . import faults
-from .errors import LedgerFault
-from .record import JobRecord, make_tuple
+from .. import faults
+from ..errors import LedgerFault
+from ..record import JobRecord, make_tuple
+from ..status import JobStatus
 from .schema import TABLE
-from .status import JobStatus
 
 _T = TypeVar("_T")
 _NAMED = re.compile(r"(?<![:\w]):(\w+)")

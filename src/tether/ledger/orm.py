@@ -1,7 +1,7 @@
 """The ledger's tables as SQLModel classes: typed rows for an application that reads them through
 its own ``Session`` (``session.exec(select(Job).where(...))``).
 
-Each class is mapped onto the Core table of ``tether.schema`` (its ``__table__``), each field onto
+Each class is mapped onto the Core table of ``tether.ledger.schema`` (its ``__table__``), each field onto
 that table's own column object, so the columns, types and indexes are defined once, there: a
 field whose column does not exist fails at import. tether itself reads and writes through the
 Core tables; only this module loads SQLModel and pydantic.

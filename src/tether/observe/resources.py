@@ -12,10 +12,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .errors import ConfigError
-from .jobtypes.target import AWS, Target
+from ..errors import ConfigError
+from ..jobtypes.target import AWS, Target
+from ..record import JobRecord
 from .readonly import Source, reading, records, select_jobs, t
-from .record import JobRecord
 
 _LOW = f"{AWS}:"  # every aws: key sorts at or after this and before _HIGH (';' follows ':')
 _HIGH = f"{AWS};"
