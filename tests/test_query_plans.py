@@ -136,9 +136,9 @@ def test_claim_checks_older_jobs_on_the_target_through_the_active_target_index(e
 
 
 def test_claim_index_holds_pending_jobs_in_the_claim_order():
-    from tether.ledger.schema import Job
+    from tether.ledger.schema import jobs
 
-    [index] = [i for i in Job.__table__.indexes if i.name == "ix_tether_jobs_pending"]  # type: ignore[attr-defined]  # sqlmodel's, undeclared
+    [index] = [i for i in jobs.indexes if i.name == "ix_tether_jobs_pending"]
     ddl = str(sa.schema.CreateIndex(index).compile(dialect=sqlite.dialect()))
     assert "(priority DESC, created_at, id) WHERE status = 'pending'" in ddl
     assert "ORDER BY j.priority DESC, j.created_at, j.id" in sql.CLAIM_SQLITE

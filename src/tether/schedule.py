@@ -50,13 +50,13 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from . import events
 from .errors import ConfigError, TetherError
-from .jobtypes import Payload
-from .ledger.schema import DUE_SQL, Schedule
+from .ledger.schema import DUE_SQL, schedules
 from .observe.readonly import records, select_jobs
 from .observe.readonly import t as jobs_table
 from .record import InsertResult, JobRecord
 
 if TYPE_CHECKING:
+    from .jobtypes import Payload
     from .ledger.queue import Queue
 
 CATCH_UP = ("latest", "all", "none")
@@ -69,7 +69,7 @@ MIN_CHECK_GAP = 0.2
 KEY_PREFIX = "schedule:"
 _NAME = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 
-s = Schedule.__table__  # type: ignore[attr-defined]  # sqlmodel sets it; its types do not declare it
+s = schedules
 _SPEC_COLUMNS = ("cron", "timezone", "job_type", "start_at", "end_at", "run_limit", "catch_up")
 
 

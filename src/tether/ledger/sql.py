@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .schema import ACTIVE_KEYED_SQL, QUARANTINED_SQL, TABLE, Job
+from .schema import ACTIVE_KEYED_SQL, QUARANTINED_SQL, TABLE, jobs
 
-COLUMNS = tuple(Job.__table__.c.keys())  # type: ignore[attr-defined]  # sqlmodel sets it; its types do not declare it
+COLUMNS = tuple(jobs.c.keys())
 _COLS = ", ".join(COLUMNS)
 _ACTIVE = "status IN ('pending', 'claimed')"
 _FENCE = "id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt"
