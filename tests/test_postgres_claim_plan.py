@@ -54,7 +54,7 @@ def rows_read_from(plan: dict[str, Any], alias: str) -> float:
 
 def test_claiming_jobs_without_ordering_key_reads_no_other_active_job(pg_coordinator: Coordinator) -> None:
     pg_coordinator.enqueue_many([pg_jobtypes.PgNoop(n=i) for i in range(ACTIVE)])
-    params = {"worker": "w", "now": datetime.now(UTC), "limit": BATCH}
+    params = {"worker": "w", "now": datetime.now(UTC), "limit": BATCH, "max_bytes": 8 << 20}
     with pg_coordinator.engine.connect() as conn:
         with conn.begin() as tx:
             (plan,) = conn.execute(

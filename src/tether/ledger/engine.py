@@ -230,6 +230,17 @@ def _column_names(conn: sa.Connection, dialect: str, table: str) -> set[str]:
     return {row[1] for row in conn.exec_driver_sql(f"PRAGMA table_info({table})")}
 
 
+# Filled when the column is added to an existing ledger, for the jobs that may still run (a
+# failed one may be retried): finished rows are left as they are, so the upgrade stays short.
+# (table, column) -> (value per dialect, rows to fill).
+_FILL = {
+    (TABLE, "payload_bytes"): (
+        {"sqlite": "length(CAST(payload AS BLOB))", "postgresql": "octet_length(payload)"},  # bytes, not characters
+        "status IN ('pending', 'claimed', 'failed')",
+    ),
+}
+
+
 def _add_missing_columns(conn: sa.Connection, dialect: sa.Dialect) -> None:
     """Columns added since a ledger was created (all nullable): added in place, no rewrite."""
     for table in metadata.sorted_tables:
@@ -240,6 +251,9 @@ def _add_missing_columns(conn: sa.Connection, dialect: sa.Dialect) -> None:
                     raise DatabaseUnavailable(f"cannot upgrade {table.name}: new column {column.name} is required")
                 kind = column.type.compile(dialect=dialect)
                 conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}")
+                if (table.name, column.name) in _FILL:
+                    value, rows = _FILL[table.name, column.name]
+                    conn.exec_driver_sql(f"UPDATE {table.name} SET {column.name} = {value[dialect.name]} WHERE {rows}")
 
 
 def ensure_schema(engine: sa.Engine) -> bool:
