@@ -1,5 +1,6 @@
 """What jobs paid, as their results record it: which results are billed and how their numbers are
-read, in one place for ``tether durations`` (``observe.spend``) and the metrics' spend families.
+read, in one place for ``tether durations`` (``queries.spend``), the extractions view
+(``extractions``) and the metrics' spend families.
 
 A billed result is a JSON object recording ``cost_usd`` (an AI extraction's ``total_cost_usd``),
 with ``input_tokens``, ``output_tokens`` and ``model``. Each is parsed once per job read, and only
@@ -9,8 +10,10 @@ after a LIKE that is cheap on every other row; a value that is not a JSON number
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSON
 
@@ -56,3 +59,36 @@ def pg_record() -> Any:
 def pg_number(value: Any) -> Any:
     """PostgreSQL: a json value as double precision when it is a number, else NULL."""
     return sa.case((sa.func.json_typeof(value) == "number", sa.cast(sa.cast(value, sa.Text), sa.Float)), else_=None)
+
+
+@dataclass
+class Bill:
+    """What the billed jobs of one (type, model) paid."""
+
+    jobs: int = 0
+    cost_usd: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+def bills(conn: sa.Connection, *where: Any) -> dict[tuple[str, str | None], Bill]:
+    """Per (type, model) (None: the result names none), the billed jobs among those ``where``
+    selects and what their results record; each result parsed once."""
+    out: dict[tuple[str, str | None], Bill] = {}
+    if conn.dialect.name == "postgresql":
+        record = pg_record()
+        sums = (sa.func.coalesce(sa.func.sum(pg_number(record.c[k])), 0) for k in SPENT_KEYS)
+        query = sa.select(t.c.type, record.c.model, sa.func.count(), *sums).select_from(t.join(record, sa.true()))
+        for name, model, n, cost, tokens_in, tokens_out in conn.execute(
+            query.where(*where, billed()).group_by(t.c.type, record.c.model)
+        ):
+            out[(name, model)] = Bill(n, float(cost), int(tokens_in), int(tokens_out))
+        return out
+    for name, spent in conn.execute(sa.select(t.c.type, sqlite_spent()).where(*where, billed())):
+        cost, tokens_in, tokens_out, model = spent_of(orjson.loads(spent))
+        bill = out.setdefault((name, None if model is None else str(model)), Bill())
+        bill.jobs += 1
+        bill.cost_usd += cost or 0
+        bill.input_tokens += int(tokens_in or 0)
+        bill.output_tokens += int(tokens_out or 0)
+    return out

@@ -12,12 +12,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 import sqlalchemy as sa
 
 from ..ledger.schema import ACTIVE_KEYED_SQL
 from ..status import JobStatus
+from . import billing
 from .queries import error_summary
 from .readonly import Source, finished, now_of, reading, t
 
@@ -85,20 +85,9 @@ def extractions(
         since = now_of(source, now) - since
     names = tuple(types)
     with reading(source) as conn:
-        dialect = conn.dialect.name
-        billed = t.c.result.like('%"cost_usd"%')
-        model = sa.case((billed, _result(dialect, "model", number=False)), else_=None)
-        spent = conn.execute(
-            sa.select(
-                t.c.type,
-                billed,
-                model,
-                sa.func.count(),
-                *(sa.func.coalesce(sa.func.sum(_result(dialect, k)), 0) for k in _BILL),
-            )
-            .where(t.c.status == JobStatus.COMPLETED.value, t.c.completed_at >= since, t.c.type.in_(names))
-            .group_by(t.c.type, billed, model)
-        ).all()
+        window = (t.c.status == JobStatus.COMPLETED.value, t.c.completed_at >= since, t.c.type.in_(names))
+        bills = billing.bills(conn, *window)
+        completed = conn.execute(sa.select(sa.func.count()).where(*window)).scalar_one()
         failed = conn.execute(
             sa.select(t.c.last_error).where(
                 t.c.status == JobStatus.FAILED.value, finished(), t.c.completed_at >= since, t.c.type.in_(names)
@@ -116,23 +105,11 @@ def extractions(
             counts = by_verdict.setdefault(verdict_of(error), {"failed": 0, "waiting": 0})
             counts["waiting"] += 1
     spend = [
-        ModelSpend(name, None if m is None else str(m), n, round(float(cost), 6), int(tin), int(tout))
-        for name, was_billed, m, n, cost, tin, tout in spent
-        if was_billed
+        ModelSpend(name, model, b.jobs, round(b.cost_usd, 6), b.input_tokens, b.output_tokens)
+        for (name, model), b in bills.items()
     ]
     spend.sort(key=lambda s: (-s.cost_usd, s.type, s.model or ""))
-    unbilled = sum(n for _, was_billed, _, n, *_ in spent if not was_billed)
+    unbilled = completed - sum(s.jobs for s in spend)
     verdicts = [VerdictCount(v, c["failed"], c["waiting"]) for v, c in by_verdict.items()]
     verdicts.sort(key=lambda v: (-(v.failed + v.waiting), v.verdict))
     return Extractions(since, names, spend, unbilled, verdicts)
-
-
-_BILL = ("cost_usd", "input_tokens", "output_tokens")
-
-
-def _result(dialect: str, key: str, *, number: bool = True) -> Any:
-    """A value of a job's JSON result (the rows asked about name it: see ``billed``)."""
-    if dialect == "sqlite":
-        return sa.func.json_extract(t.c.result, f"$.{key}")
-    text = sa.func.json_extract_path_text(sa.cast(t.c.result, sa.JSON), key)
-    return sa.cast(text, sa.Float) if number else text

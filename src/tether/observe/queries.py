@@ -11,7 +11,6 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import orjson
 import sqlalchemy as sa
 
 from .. import ids
@@ -20,7 +19,7 @@ from ..ledger.schema import CLAIMED_SQL, PENDING_SQL, QUARANTINED_SQL
 from ..record import JobRecord
 from ..status import JobStatus
 from . import billing
-from .readonly import COLUMNS, engine_of, finished, lock_timeout_of, now_of, reading, records, select_jobs, t
+from .readonly import COLUMNS, finished, lock_timeout_of, now_of, reading, records, select_jobs, t
 from .readonly import NoLedger as NoLedger  # `X as X`: NoLedger, Source, open_ledger are this API too
 from .readonly import Source as Source
 from .readonly import open_ledger as open_ledger
@@ -238,25 +237,19 @@ class Spend:
 def spend(source: Source, *, since: datetime, job_type: str | None = None) -> dict[str, Spend]:
     """Per type, the cost and tokens of jobs completed since ``since`` (see Spend; ``billing``
     says which results count and how they are read)."""
-    window = [t.c.status == JobStatus.COMPLETED.value, t.c.completed_at >= since, billing.billed()]
+    window = [t.c.status == JobStatus.COMPLETED.value, t.c.completed_at >= since]
     if job_type is not None:
         window.append(t.c.type == job_type)
     with reading(source) as conn:
-        if conn.dialect.name != "postgresql":
-            totals: dict[str, list[float]] = {}
-            for name, spent in conn.execute(sa.select(t.c.type, billing.sqlite_spent()).where(*window)):
-                numbers = billing.spent_of(orjson.loads(spent))[:3]
-                total = totals.setdefault(name, [0, 0.0, 0, 0])
-                total[0] += 1
-                for n, value in enumerate(numbers, 1):
-                    total[n] += value or 0
-            rows: list[Any] = [(name, *total) for name, total in totals.items()]
-        else:
-            record = billing.pg_record()
-            sums = (sa.func.coalesce(sa.func.sum(billing.pg_number(record.c[k])), 0) for k in billing.SPENT_KEYS)
-            query = sa.select(t.c.type, sa.func.count(), *sums).select_from(t.join(record, sa.true()))
-            rows = list(conn.execute(query.where(*window).group_by(t.c.type)))
-    return {name: Spend(int(n), round(float(cost), 6), int(tin), int(tout)) for name, n, cost, tin, tout in rows}
+        by_model = billing.bills(conn, *window)
+    totals: dict[str, billing.Bill] = {}
+    for (name, _), bill in by_model.items():
+        total = totals.setdefault(name, billing.Bill())
+        total.jobs += bill.jobs
+        total.cost_usd += bill.cost_usd
+        total.input_tokens += bill.input_tokens
+        total.output_tokens += bill.output_tokens
+    return {name: Spend(b.jobs, round(b.cost_usd, 6), b.input_tokens, b.output_tokens) for name, b in totals.items()}
 
 
 def seconds_between(dialect: str, start: Any, end: Any) -> Any:
