@@ -27,6 +27,7 @@ from . import faults
 from .errors import LedgerFault
 from .record import JobRecord, make_tuple
 from .schema import TABLE
+from .sql import unpinned
 from .status import JobStatus
 
 _T = TypeVar("_T")
@@ -430,7 +431,9 @@ class PostgresBackend(Backend):
 
 @cache
 def _pyformat(statement: str, table: str | None = None) -> str:
-    """``:name`` placeholders as psycopg's ``%(name)s``; the table schema-qualified if given."""
+    """``:name`` placeholders as psycopg's ``%(name)s``; the table schema-qualified if given;
+    SQLite's index pins (``INDEXED BY``) taken out."""
+    statement = unpinned(statement)
     if table:
         statement = _TABLE.sub(table, statement)
     return _NAMED.sub(r"%(\1)s", statement.replace("%", "%%"))

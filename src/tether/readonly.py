@@ -20,7 +20,7 @@ from .clock import SystemClock
 from .engine import READ_ONLY, create_engine, ledger_name, mask_url
 from .errors import DatabaseUnavailable
 from .record import JobRecord
-from .schema import FINISHED_SQL, TABLE, Job
+from .schema import FINISHED_SQL, RECORD_COLUMNS, TABLE, Job
 
 if TYPE_CHECKING:
     from .coordinator import Coordinator
@@ -29,7 +29,7 @@ Source = Union["Coordinator", sa.Engine]
 
 
 t = Job.__table__  # type: ignore[attr-defined]  # sqlmodel sets it; its types do not declare it
-COLUMNS = [t.c[name] for name in t.c.keys()]
+COLUMNS = [t.c[name] for name in RECORD_COLUMNS]
 
 
 class NoLedger(DatabaseUnavailable):
