@@ -34,7 +34,7 @@ def c(make_coordinator: Callable[..., Coordinator], notes: NoteType) -> Coordina
 
 def blocked(c: Coordinator, ids: list[str]) -> list[bool]:
     with c.engine.connect() as conn:
-        found: dict[str, Any] = dict(conn.execute(sa.text("SELECT id, blocked FROM tether_jobs")).tuples().all())
+        found: dict[str, Any] = {row[0]: row[1] for row in conn.execute(sa.text("SELECT id, blocked FROM tether_jobs"))}
     return [bool(found[i]) for i in ids]
 
 

@@ -115,7 +115,9 @@ def test_an_older_ledger_gets_the_blocked_flag_on_its_waiting_jobs_and_runs_them
 
     with Coordinator.open(db_url, root=tmp_path / "data", registry=registry_with(notes)) as c:
         with c.engine.connect() as conn:
-            blocked: dict[str, Any] = dict(conn.exec_driver_sql("SELECT id, blocked FROM tether_jobs").tuples().all())
+            blocked: dict[str, Any] = {
+                row[0]: row[1] for row in conn.exec_driver_sql("SELECT id, blocked FROM tether_jobs")
+            }
         assert [bool(blocked[i]) for i in [*ids, other]] == [False, True, True, False]
         assert c.run_until_idle() == 4
     assert [name for name, _ in notes.runs if name != "o"] == ["0", "1", "2"]

@@ -38,9 +38,20 @@ def unpinned(statement: str) -> str:
 # it out through the claim index (ix_tether_jobs_queue puts blocked jobs apart) instead of reading
 # each one to find that out, so a target's backlog costs the claim nothing. The flag is set when a
 # job enters the active set (enqueue, an operator's retry) and cleared, for the oldest active job
-# left on a target, when a job on it ends (UNBLOCK_NEXT). The claim's own NOT EXISTS stays the
-# rule: a flag missing (a ledger from before it, two racing enqueues) costs speed, never order.
+# left on a target, when a job on it ends (UNBLOCK_NEXT). The claim still asks the rule itself
+# (_ready): a flag missing (a ledger from before it, two racing enqueues) costs speed, never order.
 #
+# The active jobs on one target, in id order, are a range of ix_tether_jobs_target_active; every
+# statement here asks for them as a range on ordering_key (``>= k``, or a row value), never as
+# ``ordering_key = k``: with the key fixed by an equality, PostgreSQL may walk any index in id
+# order instead (the primary key) and, on statistics that lag a drain (they still call the
+# target's jobs active), read every finished job older than the one it looks for; asked as
+# NOT EXISTS, it read the whole table per claim (benchmarks/README.md, issue 23).
+def _on_target(alias: str, key: str) -> str:
+    """``alias`` is an active job on target ``key`` or after it (ordering_key order)."""
+    return f"{alias}.ordering_key >= {key} AND {alias}.ordering_key IS NOT NULL AND {alias}.{_ACTIVE}"
+
+
 # PostgreSQL: the older job found is share-locked (the newest one: not the target's head, which a
 # claim may be taking), so the transaction that ends it waits for this one to commit and then
 # sees the job it blocks; or this one waits for that one, and finds the job no longer active.
@@ -48,11 +59,11 @@ def _blocked(job_id: str, key: str, dialect: str) -> str:
     """Whether an older job than ``job_id`` on target ``key`` (SQL expressions) is active."""
     lock = ""
     if dialect == "postgresql":
-        lock = "\n      ORDER BY b.id DESC LIMIT 1 FOR SHARE"
+        lock = "\n      ORDER BY b.ordering_key DESC, b.id DESC LIMIT 1 FOR SHARE"
         # A parameter also bound to a column is typed by it; compared, it would be text.
         job_id, key = (f"CAST({e} AS varchar)" if e.startswith(":") else e for e in (job_id, key))
     return f"""EXISTS (SELECT 1 FROM {TABLE} AS b
-      WHERE b.ordering_key = {key} AND b.{_ACTIVE} AND b.id < {job_id}{lock})"""
+      WHERE {_on_target("b", key)} AND (b.ordering_key, b.id) < ({key}, {job_id}){lock})"""
 
 
 _ON_TARGET = {"b": "ix_tether_jobs_target_active"}
@@ -141,18 +152,21 @@ GET = f"SELECT {_COLS} FROM {TABLE} WHERE id = :id"
 
 # A job waits while an older job on the same target (ordering_key) is still active, so writes
 # to one path land in enqueue order even when the older one is retried. Jobs known to wait are
-# ``blocked`` and never read (above); the NOT EXISTS decides for the rest. Its IS NULL test is not
-# redundant: without it PostgreSQL, on statistics that lag a freshly filled queue, plans the
-# NOT EXISTS as an anti join reading every active job once per candidate.
+# ``blocked`` and never read (above); for the rest the rule decides: the candidate, active itself,
+# is the oldest active job on its target, the first entry of its target's range of
+# ix_tether_jobs_target_active (the range form: above). The IS NULL test is not redundant:
+# without it PostgreSQL, on statistics that lag a freshly filled queue, plans the probe as a join
+# reading every active job once per candidate.
 # A worker claims only the types it has registered ({types}: their names as SQL literals, filled
 # in by ``claim_sql``): a job of a type it lacks waits for a worker that has it, instead of
 # burning its attempts on UnknownJobType. Literals, not a bound list: the planner sees a constant.
 def _ready(j: str, o: str) -> str:
     """The claim's condition on candidate ``j`` (``o``: the alias of its target probe)."""
     return f"""{j}.status = 'pending' AND {j}.blocked = FALSE AND {j}.run_at <= :now AND {j}.type IN ({{types}})
-  AND ({j}.ordering_key IS NULL OR NOT EXISTS (
-      SELECT 1 FROM {TABLE} AS {o}
-      WHERE {o}.ordering_key = {j}.ordering_key AND {o}.{_ACTIVE} AND {o}.id < {j}.id))"""
+  AND ({j}.ordering_key IS NULL OR {j}.id = (
+      SELECT {o}.id FROM {TABLE} AS {o}
+      WHERE {_on_target(o, f"{j}.ordering_key")}
+      ORDER BY {o}.ordering_key, {o}.id LIMIT 1))"""
 
 
 _ORDER = "ORDER BY {j}.priority DESC, {j}.created_at, {j}.id"
@@ -310,8 +324,8 @@ UNBLOCK_NEXT = _sqlite_indexed(
     f"""
 UPDATE {TABLE} SET blocked = FALSE
 WHERE id = (SELECT n.id FROM {TABLE} AS n
-            WHERE n.ordering_key = :ordering_key AND n.{_ACTIVE} ORDER BY n.id LIMIT 1)
-  AND blocked = TRUE
+            WHERE {_on_target("n", ":ordering_key")} ORDER BY n.ordering_key, n.id LIMIT 1)
+  AND ordering_key = :ordering_key AND blocked = TRUE
 """,
     {"n": "ix_tether_jobs_target_active"},
 )
