@@ -1,7 +1,7 @@
 """A hot target (issue 23): one worker thread drains n no-op jobs whose ordering key spreads them
 over K targets (job i on target i mod K; "none": no target), SQLite with full durability.
 
-    .venv/bin/python benchmarks/hot_target.py [--before SRC] [--rounds 3] [--cap 150]
+    .venv/bin/python benchmarks/hot_target.py [--before SRC] [--after SRC] [--rounds 3] [--cap 150]
 
 Each figure is jobs/s of ``worker(threads=1).run_until_idle()`` over jobs enqueued beforehand
 (``enqueue_many``, untimed) on a fresh ledger, run in a new interpreter per measurement. With
@@ -140,6 +140,7 @@ def label(keys: int | None, batch: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", type=Path, help="src/ of the checkout to compare with")
+    parser.add_argument("--after", type=Path, default=REPO / "src", help="src/ measured as after (default: this one)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cap", type=float, default=150.0, help="seconds a drain may run (default 150)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -147,7 +148,7 @@ def main() -> None:
     if args.child:
         print(json.dumps(child(json.loads(args.child))))
         return
-    trees = {"after": REPO / "src"}
+    trees = {"after": args.after.resolve()}
     if args.before:
         trees = {"before": args.before.resolve(), **trees}
     results: dict[tuple[str, int, int | None, int], list[dict[str, Any]]] = {}
