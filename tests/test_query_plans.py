@@ -65,7 +65,8 @@ HOT = {
     "insert_targeted": (sql.INSERT_TARGETED_SQLITE, TARGET),
     # the sweep's safety net, and the upgrade of a ledger from before the flag: every active job
     # with a target once, through their partial index (SQLite: SEARCH ... (ordering_key>?))
-    "unblock_heads": (sql.UNBLOCK_HEADS, TARGET),
+    "lost_heads": (sql.LOST_HEADS, TARGET),
+    "unblock_head": (sql.UNBLOCK_HEAD, TARGET),
     "block_waiting": (sql.BLOCK_WAITING, TARGET),
 }
 

@@ -537,16 +537,31 @@ class Queue:
                 if v.acquit is not None:
                     cur.execute(sql.ACQUIT, {"quarantine": v.acquit, "acquitted": SUSPECT})
             self.unblock_next(cur, [job for edge, job in moved if edge in ENDING])
-            unblocked = cur.execute(sql.UNBLOCK_HEADS) if cur.scalar(sql.ANY_BLOCKED) is not None else 0
-            if any(edge == "reclaim" for edge, _ in moved) or unblocked:
+            if any(edge == "reclaim" for edge, _ in moved):
                 self.wakeup.notify_in(cur)
         for edge, job in moved:
             self._event(edge, job, None)
-        if unblocked:  # a blocked flag outlived the job ahead of it: see sql.UNBLOCK_HEADS
-            events.emit("unblocked", jobs=unblocked)
-        if any(edge == "reclaim" for edge, _ in moved) or unblocked:
+        if any(edge == "reclaim" for edge, _ in moved):
             self.wakeup.wake_local()
+        self._unblock_lost_heads()
         return [job for edge, job in moved if edge == "reclaim"] + [job for edge, job in moved if edge != "reclaim"]
+
+    def _unblock_lost_heads(self) -> None:
+        """The sweep's safety net: unblock each target's oldest active job left blocked (see
+        sql.LOST_HEADS); normally there is none, and only a read is made."""
+        with self.backend.read() as cur:
+            if cur.scalar(sql.ANY_BLOCKED) is None:
+                return
+            lost = [job_id for (job_id,) in cur.rows(sql.LOST_HEADS)]
+        if not lost:
+            return
+        with self.backend.write() as cur:
+            unblocked = sum(cur.execute(sql.UNBLOCK_HEAD, {"id": job_id}) for job_id in lost)
+            if unblocked:
+                self.wakeup.notify_in(cur)
+        if unblocked:
+            events.emit("unblocked", jobs=unblocked)
+            self.wakeup.wake_local()
 
     def manual_retry(self, job_id: str) -> JobRecord:
         """Operator action: a failed job goes back to pending with its attempts reset."""

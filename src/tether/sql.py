@@ -332,17 +332,27 @@ WHERE id = (SELECT n.id FROM {TABLE} AS n
 # The stale-lock sweep's safety net for the flag: a target whose oldest active job is blocked (a
 # tether from before the flag ended the job ahead of it while this one ran; two PostgreSQL
 # transactions that each ended one of two jobs on a target at once) gets it unblocked. Asked
-# first through the claim index (one entry when any job is blocked); then every active job with a
-# target is read once, through its partial index.
+# first through the claim index (one entry when any job is blocked); then every active job with
+# a target is read once, through its partial index, in a read transaction (no writer waits for
+# it); each job found is unblocked only if it is still its target's oldest active job.
 ANY_BLOCKED = f"SELECT 1 FROM {TABLE} WHERE status = 'pending' AND blocked = TRUE LIMIT 1"
-UNBLOCK_HEADS = _sqlite_indexed(
+LOST_HEADS = _sqlite_indexed(
     f"""
-UPDATE {TABLE} SET blocked = FALSE
+SELECT id FROM {TABLE}
 WHERE blocked = TRUE AND id IN (
     SELECT min(a.id) FROM {TABLE} AS a
     WHERE a.{_ACTIVE} AND a.ordering_key IS NOT NULL GROUP BY a.ordering_key)
 """,
     {"a": "ix_tether_jobs_target_active"},
+)
+UNBLOCK_HEAD = _sqlite_indexed(
+    f"""
+UPDATE {TABLE} SET blocked = FALSE
+WHERE id = :id AND blocked = TRUE AND id = (
+    SELECT n.id FROM {TABLE} AS n
+    WHERE {_on_target("n", f"{TABLE}.ordering_key")} ORDER BY n.ordering_key, n.id LIMIT 1)
+""",
+    {"n": "ix_tether_jobs_target_active"},
 )
 # A ledger from before the flag (ensure_schema, once): its waiting jobs get it, read through the
 # index of active jobs with a target (its condition repeated, so SQLite sees it applies).
