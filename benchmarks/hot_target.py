@@ -143,6 +143,8 @@ def main() -> None:
     parser.add_argument("--after", type=Path, default=REPO / "src", help="src/ measured as after (default: this one)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cap", type=float, default=150.0, help="seconds a drain may run (default 150)")
+    parser.add_argument("--only", help="only the cases with this K (e.g. none, 1), with --jobs")
+    parser.add_argument("--jobs", type=int, help="only the cases with this many jobs")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -151,13 +153,19 @@ def main() -> None:
     trees = {"after": args.after.resolve()}
     if args.before:
         trees = {"before": args.before.resolve(), **trees}
+    cells = [
+        (jobs, keys, batch)
+        for jobs, keys, batch in CELLS
+        if (args.only is None or args.only == ("none" if keys is None else str(keys)))
+        and (args.jobs is None or args.jobs == jobs)
+    ]
     results: dict[tuple[str, int, int | None, int], list[dict[str, Any]]] = {}
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     for r in range(args.rounds):
         bare = measure(trees["after"], {"bare": BARE_COMMITS})
         results.setdefault(("bare", BARE_COMMITS, None, 1), []).append(bare)
         print(f"round {r + 1} bare commits/s {bare['rate']:,.0f}", file=sys.stderr, flush=True)
-        for jobs, keys, batch in CELLS:
+        for jobs, keys, batch in cells:
             order = list(trees) if r % 2 == 0 else list(reversed(trees))
             for side in order:
                 spec = {"jobs": jobs, "keys": keys, "batch": batch, "cap": args.cap, "stats": jobs == 100_000}
@@ -173,7 +181,7 @@ def main() -> None:
     print("medians, jobs/s (* = stopped at the cap: rate over the jobs it ran)\n")
     print("| jobs | case | " + " | ".join(trees) + (" | after/before |" if len(trees) > 1 else " |"))
     print("| ---: | --- | " + " | ".join("---:" for _ in trees) + (" | ---: |" if len(trees) > 1 else " |"))
-    for jobs, keys, batch in CELLS:
+    for jobs, keys, batch in cells:
         medians = {}
         cells = []
         for side in trees:
@@ -186,10 +194,10 @@ def main() -> None:
     bare = statistics.median(x["rate"] for x in results[("bare", BARE_COMMITS, None, 1)])
     print(f"\nthe disk's serial limit: a bare sqlite3 loop of one-row UPDATE commits, {bare:,.0f} commits/s")
     for side in trees:
-        stats = [x["stats_ms"] for x in results[(side, 100_000, 1, 100)]]
-        print(f"\nobserve.stats, 100,000 pending jobs on one target, {side}: {statistics.median(stats):.1f} ms", end="")
-    print()
-    if "after" in trees:
+        stats = [x["stats_ms"] for x in results.get((side, 100_000, 1, 100), [])]
+        if stats:
+            print(f"observe.stats, 100,000 pending jobs on one target, {side}: {statistics.median(stats):.1f} ms")
+    if all(("after", jobs, 1, 100) in results for jobs in (2_000, 20_000)):
         one = {jobs: statistics.median(x["rate"] for x in results[("after", jobs, 1, 100)]) for jobs in (2_000, 20_000)}
         print(f"after: K = 1 at 20,000 / K = 1 at 2,000 = {one[20_000] / one[2_000]:.2f}")
 
