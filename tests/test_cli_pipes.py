@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tether import Coordinator, CreateFile
+
 
 def tether(tmp: Path, *args: str, stdout: int | None = subprocess.PIPE, **kw) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
@@ -31,16 +33,15 @@ def closed_reader(tmp: Path, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def drifted(tmp_path: Path) -> Path:
-    """A ledger with two completed writes (one file deleted by hand since) and two pending jobs."""
-    (tmp_path / "data").mkdir()
-    for name in ("a", "b"):
-        payload = f'{{"path": "{name}.json", "content": {{"n": 1}}}}'
-        assert tether(tmp_path, "enqueue", "create_file", "--payload", payload).returncode == 0
-    assert tether(tmp_path, "worker", "--until-idle", "-q").returncode == 0
-    (tmp_path / "data" / "a.json").unlink()
-    for name in ("c", "d"):
-        payload = f'{{"path": "{name}.json", "content": {{"n": 1}}}}'
-        assert tether(tmp_path, "enqueue", "create_file", "--delay", "3600", "--payload", payload).returncode == 0
+    """A ledger with two completed writes (one file deleted by hand since) and two pending jobs,
+    made in this process: the commands under test are the ones run through real processes."""
+    with Coordinator.open(f"sqlite:///{tmp_path}/tether.db", root=tmp_path / "data") as c:
+        for name in ("a", "b"):
+            c.enqueue(CreateFile(path=f"{name}.json", content={"n": 1}))
+        c.run_until_idle()
+        (tmp_path / "data" / "a.json").unlink()
+        for name in ("c", "d"):
+            c.enqueue(CreateFile(path=f"{name}.json", content={"n": 1}), delay=3600)
     return tmp_path
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from ...errors import ConfigError, PermanentError, RetryableError
@@ -456,3 +457,17 @@ def owner_tags(aws: Aws, tags: Mapping[str, str] | None) -> dict[str, str]:
 def remove_keys(tags: Mapping[str, str], wanted: Mapping[str, str]) -> list[str]:
     """User tags present but not wanted (tether's own are kept)."""
     return [k for k in tags if k not in wanted and not k.startswith(TETHER_PREFIX)]
+
+
+def attributes_as_aws_returns_them(attributes: Mapping[str, Any], json_names: frozenset[str]) -> dict[str, Any]:
+    """SNS/SQS attributes in the shape their Get*Attributes calls answer, sorted: strings, booleans
+    lowercase, and the JSON documents (policies) parsed, so desired and current compare as equal."""
+
+    def value(name: str, v: Any) -> Any:
+        if name in json_names:
+            return (orjson.loads(v) if v else None) if isinstance(v, str) else v
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        return str(v)
+
+    return {k: value(k, v) for k, v in sorted(attributes.items())}

@@ -17,6 +17,7 @@ from .common import (
     Current,
     ResourceConfig,
     ResourceType,
+    attributes_as_aws_returns_them,
     is_not_found,
     register,
     remove_keys,
@@ -54,12 +55,7 @@ class SnsTopicConfig(ResourceConfig):
         return attributes
 
 
-def _value(name: str, value: Any) -> Any:
-    if name in ("Policy", "DeliveryPolicy"):
-        return (orjson.loads(value) if value else None) if isinstance(value, str) else value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+_JSON_ATTRIBUTES = frozenset({"Policy", "DeliveryPolicy"})
 
 
 class SnsTopic(ResourceType):
@@ -79,7 +75,7 @@ class SnsTopic(ResourceType):
         if "tags" in model.model_fields_set:
             out["tags"] = dict(sorted((model.tags or {}).items()))
         if "attributes" in model.model_fields_set:
-            out["attributes"] = {k: _value(k, v) for k, v in sorted((model.attributes or {}).items())}
+            out["attributes"] = attributes_as_aws_returns_them(model.attributes or {}, _JSON_ATTRIBUTES)
         if "subscriptions" in model.model_fields_set:
             out["subscriptions"] = sorted(set(model.subscriptions or ()))
         return out
@@ -92,7 +88,9 @@ class SnsTopic(ResourceType):
             tags = tags_from_list(sns.list_tags_for_resource(ResourceArn=arn).get("Tags"))
             facts: dict[str, Any] = {"tags": user_tags(tags)}
             if full:
-                facts["attributes"] = {k: _value(k, v) for k, v in sorted(attributes.items()) if k in ATTRIBUTES}
+                facts["attributes"] = attributes_as_aws_returns_them(
+                    {k: v for k, v in attributes.items() if k in ATTRIBUTES}, _JSON_ATTRIBUTES
+                )
                 facts["subscriptions"] = sorted(q for q, _ in self._subscriptions(sns, arn).values())
         except Exception as e:
             if is_not_found(e):

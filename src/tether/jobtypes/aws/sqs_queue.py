@@ -17,6 +17,7 @@ from .common import (
     Current,
     ResourceConfig,
     ResourceType,
+    attributes_as_aws_returns_them,
     is_not_found,
     owner_tags,
     register,
@@ -66,13 +67,7 @@ class SqsQueueConfig(ResourceConfig):
         return attributes
 
 
-def _canonical_value(name: str, value: Any) -> Any:
-    """Attributes as AWS returns them: strings, booleans lowercase, a policy parsed."""
-    if name == "Policy":
-        return (orjson.loads(value) if value else None) if isinstance(value, str) else value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+_JSON_ATTRIBUTES = frozenset({"Policy"})
 
 
 class SqsQueue(ResourceType):
@@ -92,7 +87,7 @@ class SqsQueue(ResourceType):
         if "tags" in model.model_fields_set:
             out["tags"] = dict(sorted((model.tags or {}).items()))
         if "attributes" in model.model_fields_set:
-            out["attributes"] = {k: _canonical_value(k, v) for k, v in sorted((model.attributes or {}).items())}
+            out["attributes"] = attributes_as_aws_returns_them(model.attributes or {}, _JSON_ATTRIBUTES)
         if "dead_letter" in model.model_fields_set:
             out["dead_letter"] = None if model.dead_letter is None else model.dead_letter.model_dump()
         return out
@@ -118,9 +113,9 @@ class SqsQueue(ResourceType):
                 attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"]).get("Attributes", {})
                 identity["arn"] = attributes.get("QueueArn")
                 redrive = attributes.pop("RedrivePolicy", None)
-                facts["attributes"] = {
-                    k: _canonical_value(k, v) for k, v in sorted(attributes.items()) if k in ATTRIBUTES
-                }
+                facts["attributes"] = attributes_as_aws_returns_them(
+                    {k: v for k, v in attributes.items() if k in ATTRIBUTES}, _JSON_ATTRIBUTES
+                )
                 facts["dead_letter"] = _dead_letter(redrive)
         except Exception as e:
             if is_not_found(e):  # deleted between the two calls
