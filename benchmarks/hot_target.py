@@ -62,7 +62,7 @@ def bare_commits(n: int) -> dict[str, Any]:
             elapsed = time.perf_counter() - t0
         finally:
             conn.close()
-    return {"rate": n / elapsed, "ran": n, "capped": False, "stats_ms": None, "tether": None}
+    return {"rate": n / elapsed, "cpu_us": None, "ran": n, "capped": False, "stats_ms": None, "tether": None}
 
 
 def child(spec: dict[str, Any]) -> dict[str, Any]:
@@ -108,12 +108,13 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             worker = c.worker(threads=1, batch=batch)
             timer = threading.Timer(cap, worker.stop)
             timer.start()
-            t0 = time.perf_counter()
+            t0, cpu0 = time.perf_counter(), time.process_time()
             ran = worker.run_until_idle(install_signals=False)
-            elapsed = time.perf_counter() - t0
+            elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
             timer.cancel()
     return {
         "rate": ran / elapsed,
+        "cpu_us": cpu / ran * 1e6,
         "ran": ran,
         "capped": ran < n,
         "stats_ms": stats_ms,
@@ -142,7 +143,8 @@ def main() -> None:
     parser.add_argument("--before", type=Path, help="src/ of the checkout to compare with")
     parser.add_argument("--after", type=Path, default=REPO / "src", help="src/ measured as after (default: this one)")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--cap", type=float, default=150.0, help="seconds a drain may run (default 150)")
+    parser.add_argument("--cap", type=float, default=600.0, help="seconds a drain may run (default 600)")
+    parser.add_argument("--cap-before", type=float, help="seconds a drain of --before may run (default: --cap)")
     parser.add_argument("--only", help="only the cases with this K (e.g. none, 1), with --jobs")
     parser.add_argument("--jobs", type=int, help="only the cases with this many jobs")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -168,29 +170,34 @@ def main() -> None:
         for jobs, keys, batch in cells:
             order = list(trees) if r % 2 == 0 else list(reversed(trees))
             for side in order:
-                spec = {"jobs": jobs, "keys": keys, "batch": batch, "cap": args.cap, "stats": jobs == 100_000}
+                cap = args.cap_before if side == "before" and args.cap_before else args.cap
+                spec = {"jobs": jobs, "keys": keys, "batch": batch, "cap": cap, "stats": jobs == 100_000}
                 result = measure(trees[side], spec)
                 results.setdefault((side, jobs, keys, batch), []).append(result)
                 star = "*" if result["capped"] else ""
                 print(
-                    f"round {r + 1} {side:6} {jobs:>7,} {label(keys, batch):18} {result['rate']:>9,.0f} jobs/s{star}",
+                    f"round {r + 1} {side:6} {jobs:>7,} {label(keys, batch):18} {result['rate']:>9,.0f} jobs/s{star}"
+                    f" {result['cpu_us']:8.0f} us CPU/job",
                     file=sys.stderr,
                     flush=True,
                 )
-    print(f"{started}, {args.rounds} round(s), cap {args.cap:g} s; {machine()}; load {os.getloadavg()[0]:.1f}")
-    print("medians, jobs/s (* = stopped at the cap: rate over the jobs it ran)\n")
-    print("| jobs | case | " + " | ".join(trees) + (" | after/before |" if len(trees) > 1 else " |"))
-    print("| ---: | --- | " + " | ".join("---:" for _ in trees) + (" | ---: |" if len(trees) > 1 else " |"))
+    caps = f"cap {args.cap:g} s" + (f", before {args.cap_before:g} s" if args.cap_before else "")
+    print(f"{started}, {args.rounds} round(s), {caps}; {machine()}; load {os.getloadavg()[0]:.1f}")
+    print("medians; jobs/s (* = stopped at the cap: rate over the jobs it ran), and CPU time per job\n")
+    sides = " | ".join(trees)
+    print(f"| jobs | case | {sides} | after/before | CPU/job: {sides} |")
+    print("| ---: | --- | " + "---: | " * len(trees) + "---: | " + "---: | " * len(trees))
     for jobs, keys, batch in cells:
         medians = {}
-        cells = []
+        rates, cpus = [], []
         for side in trees:
             runs = results[(side, jobs, keys, batch)]
             medians[side] = statistics.median(x["rate"] for x in runs)
             capped = any(x["capped"] for x in runs)
-            cells.append(f"{medians[side]:,.0f}{'*' if capped else ''}")
-        ratio = f" | {medians['after'] / medians['before']:.2f}x" if "before" in medians else ""
-        print(f"| {jobs:,} | {label(keys, batch)} | " + " | ".join(cells) + ratio + " |")
+            rates.append(f"{medians[side]:,.0f}{'*' if capped else ''}")
+            cpus.append(f"{statistics.median(x['cpu_us'] for x in runs):,.0f} us")
+        ratio = f"{medians['after'] / medians['before']:.2f}x" if "before" in medians else "-"
+        print(f"| {jobs:,} | {label(keys, batch)} | {' | '.join(rates)} | {ratio} | {' | '.join(cpus)} |")
     bare = statistics.median(x["rate"] for x in results[("bare", BARE_COMMITS, None, 1)])
     print(f"\nthe disk's serial limit: a bare sqlite3 loop of one-row UPDATE commits, {bare:,.0f} commits/s")
     for side in trees:
@@ -198,8 +205,9 @@ def main() -> None:
         if stats:
             print(f"observe.stats, 100,000 pending jobs on one target, {side}: {statistics.median(stats):.1f} ms")
     if all(("after", jobs, 1, 100) in results for jobs in (2_000, 20_000)):
-        one = {jobs: statistics.median(x["rate"] for x in results[("after", jobs, 1, 100)]) for jobs in (2_000, 20_000)}
-        print(f"after: K = 1 at 20,000 / K = 1 at 2,000 = {one[20_000] / one[2_000]:.2f}")
+        for what in ("rate", "cpu_us"):
+            one = {n: statistics.median(x[what] for x in results[("after", n, 1, 100)]) for n in (2_000, 20_000)}
+            print(f"after, K = 1, 20,000 jobs against 2,000: {what} {one[20_000] / one[2_000]:.2f}x")
 
 
 if __name__ == "__main__":
