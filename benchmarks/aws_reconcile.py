@@ -27,7 +27,7 @@ from typing import Any
 
 from tether import Coordinator
 from tether.jobtypes.aws import SyncAws, on_client, reset_clients
-from tether.reconcile import reconcile
+from tether.reconcile.check import reconcile
 
 
 def main() -> int:

@@ -17,7 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from ulid import ULID
 
-from tether.engine import create_engine, ensure_schema
+from tether.ledger.engine import create_engine, ensure_schema
 
 TYPES = ["create_file", "delete_file", "sync_aws", "claude_extraction", "notify"]
 COLUMNS = (

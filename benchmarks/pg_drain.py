@@ -155,7 +155,7 @@ def run_tether(jobs: int, workers: int) -> float:
     import pg_jobtypes
     from tether import Coordinator
     from tether.jobtypes import default_registry
-    from tether.wakeup import wakeup_for
+    from tether.ledger.wakeup import wakeup_for
 
     with fresh_database("tether") as url:
         registry = default_registry()

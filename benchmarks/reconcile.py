@@ -40,7 +40,7 @@ from tether import Coordinator, CreateFile, DeleteFile
 from tether.ids import new_id
 from tether.jobtypes import render
 from tether.jobtypes.files import file_target
-from tether.reconcile import reconcile
+from tether.reconcile.check import reconcile
 
 BATCH = 20_000
 

@@ -64,8 +64,9 @@ def median_ms(fn: Any, repeat: int) -> float:
 
 def child(side: str, db: str, repeat: int, rate: float) -> dict[str, float]:
     """Runs in a process whose PYTHONPATH puts one side's ``tether`` first."""
-    from tether import metrics, observe
     from tether.clock import SystemClock
+    from tether.observe import metrics
+    from tether.observe import queries as observe
 
     engine = observe.open_ledger(db)
     out: dict[str, float] = {}

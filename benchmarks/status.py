@@ -30,8 +30,10 @@ from typing import Any
 import sqlalchemy as sa
 from ulid import ULID
 
-from tether import SystemClock, health, metrics, observe, retention
-from tether.engine import create_engine, ensure_schema
+from tether import SystemClock
+from tether.ledger.engine import create_engine, ensure_schema
+from tether.observe import health, metrics, retention
+from tether.observe import queries as observe
 
 REPO = Path(__file__).resolve().parent.parent
 SCRATCH = REPO / ".bench"

@@ -28,8 +28,9 @@ from starlette.testclient import TestClient
 
 from _common import machine
 from status import SCRATCH, build
-from tether import Coordinator, SystemClock, observe, ui
-from tether.health import health
+from tether import Coordinator, SystemClock, ui
+from tether.observe import queries as observe
+from tether.observe.health import health
 
 BUDGET_MS = 200.0
 

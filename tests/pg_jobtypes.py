@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, ClassVar
 from tether.jobtypes import JobType, Payload, Registry
 
 if TYPE_CHECKING:
-    from tether.context import JobContext
+    from tether.jobtypes.context import JobContext
 
 
 class PgAppend(Payload):
@@ -72,7 +72,7 @@ def register(registry: Registry) -> None:
 def main(argv: list[str] | None = None) -> None:
     from tether import Coordinator
     from tether.jobtypes import default_registry
-    from tether.wakeup import PgWakeup, wakeup_for
+    from tether.ledger.wakeup import PgWakeup, wakeup_for
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--db", required=True)

@@ -37,7 +37,7 @@ from tether.jobtypes import JobType, Payload, Registry
 from tether.jobtypes.create_file import CreateFile, CreateFileType
 
 if TYPE_CHECKING:
-    from tether.context import JobContext
+    from tether.jobtypes.context import JobContext
 
 HANG_ENV = "TETHER_TEST_HANG_BEFORE_RENAME"
 KILL_ENV = "TETHER_TEST_KILL_AFTER_WRITE"

@@ -9,7 +9,7 @@ import pytest
 
 from jobkit import Note, NoteType, registry_with
 from tether import Coordinator
-from tether.backend import SQLiteBackend
+from tether.ledger.backend import SQLiteBackend
 
 
 def _writer(c: Coordinator) -> sqlite3.Connection:
@@ -73,7 +73,7 @@ def test_a_write_waits_for_the_write_lock_in_short_steps_and_goes_on_when_it_is_
             if len(pauses) == 3:
                 other.rollback()  # the other writer finishes
 
-        monkeypatch.setattr("tether.backend.time.sleep", sleep)
+        monkeypatch.setattr("tether.ledger.backend.time.sleep", sleep)
         job = c.enqueue(Note(name="a"))
         assert pauses == [0.00005, 0.0001, 0.0002]  # not SQLite's first whole-millisecond sleep
         assert c.get(job.id).status.value == "pending"

@@ -8,7 +8,7 @@ import sqlalchemy as sa
 
 from jobkit import Note, NoteType, registry_with
 from tether import Coordinator, JobStatus
-from tether.queue import Decision
+from tether.ledger.queue import Decision
 
 
 def write_transactions(c: Coordinator) -> list[str]:
@@ -233,7 +233,7 @@ def test_a_worker_that_lost_its_lock_does_not_write_late(make_coordinator, root,
     # The paused worker wakes and runs its stale attempt: it must not write.
     import threading
 
-    from tether.context import JobContext
+    from tether.jobtypes.context import JobContext
 
     job_type = c.registry.get("create_file")
     # paused past its lock timeout: its trust in the claim (half of that) ran out long ago
@@ -249,7 +249,7 @@ def test_a_lease_younger_than_half_the_lock_timeout_is_confirmed_without_a_read(
     import threading
 
     from tether import CreateFile
-    from tether.context import JobContext
+    from tether.jobtypes.context import JobContext
 
     c = make_coordinator()
     c.enqueue(CreateFile(path="doc.json", text="x"))
@@ -258,7 +258,7 @@ def test_a_lease_younger_than_half_the_lock_timeout_is_confirmed_without_a_read(
     real = c.queue.holds
     monkeypatch.setattr(c.queue, "holds", lambda *a, **k: asked.append(1) or real(*a, **k))
     now = [1000.0]
-    monkeypatch.setattr("tether.context.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("tether.jobtypes.context.time.monotonic", lambda: now[0])
     ctx = JobContext(job, c.queue, threading.Event(), "w", trusted_until=1000.0 + c.lock_timeout / 2)
     now[0] += c.lock_timeout / 2 - 1
     ctx.confirm_lease()
@@ -269,7 +269,8 @@ def test_a_lease_younger_than_half_the_lock_timeout_is_confirmed_without_a_read(
 
 
 def test_the_worker_trusts_a_claim_for_half_the_lock_timeout_from_before_its_statement(make_coordinator, monkeypatch):
-    from tether import CreateFile, context
+    from tether import CreateFile
+    from tether.jobtypes import context
 
     c = make_coordinator()
     c.enqueue(CreateFile(path="doc.json", text="x"))

@@ -18,7 +18,7 @@ from tether import CreateFile, JobStatus
 from tether.errors import InvalidPayload
 from tether.jobtypes import ClaudeExtraction, ClaudeExtractionType, assistant, default_registry
 from tether.jobtypes.claude_extraction import prompt_hash, sidecar
-from tether.queue import Decision
+from tether.ledger.queue import Decision
 
 REPO = Path(__file__).resolve().parent.parent
 STAND_IN = REPO / "sample_data" / "stand_in_claude.py"
@@ -362,7 +362,7 @@ def test_the_real_claude_cli_accepts_the_command_line_and_not_logged_in_is_perma
 
 
 def test_reconcile_reports_a_hand_edited_answer_modified_and_a_deleted_one_missing(extraction, root):
-    from tether.reconcile import reconcile
+    from tether.reconcile.check import reconcile
 
     extraction.enqueue(payload())
     extraction.enqueue(payload(target="b.json", prompt=PROMPT + "b\n"))
@@ -462,7 +462,7 @@ def test_ten_slow_extractions_on_three_worker_processes_never_run_more_than_two_
 def test_durations_show_cost_and_tokens_per_type(extraction, clock):
     # tether metrics does not carry spend yet: its scrape reads each finished job once through
     # an index range, and spend must join that reading (issue 17 left open for it).
-    from tether import observe
+    from tether.observe import queries as observe
 
     for n in range(2):
         extraction.enqueue(payload(target=f"out/{n}.json", prompt=f"{PROMPT}{n}\n"))

@@ -14,8 +14,8 @@ import pytest
 from jobkit import Note, NoteType, registry_with
 from tether import SystemClock
 from tether.cli import main
-from tether.engine import mask_url
 from tether.errors import PermanentError
+from tether.ledger.engine import mask_url
 from tether.outcome import error_text
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tether import CreateFile, DeleteFile, InvalidPayload, JobStatus, fs
-from tether.jobtypes import create_file, delete_file
+from tether.jobtypes import create_file
 
 # Each test with Linux openat2 (where the kernel has it) and with the portable walk.
 pytestmark = pytest.mark.usefixtures("lookup")
@@ -46,12 +46,10 @@ def test_create_under_a_path_component_that_is_a_file_fails_at_once_naming_it(co
     assert (root / "a.json").read_text() == "{}"
 
 
-@pytest.mark.parametrize("kind", ["create_file", "delete_file"])
-def test_a_file_made_after_every_check_is_still_found_by_the_handler(coordinator, root, monkeypatch, kind):
+def test_a_file_made_after_every_check_is_still_found_by_the_handler(coordinator, root, monkeypatch):
     # The enqueue-time check is a hint; the handler's own open is the authority.
-    for module in (create_file, delete_file):
-        monkeypatch.setattr(module, "enqueue_collision", lambda *args: None)
-    payload = CreateFile(path="a.json/b.json", content=1) if kind == "create_file" else DeleteFile(path="a.json/b.json")
+    monkeypatch.setattr(create_file, "enqueue_collision", lambda *args: None)
+    payload = CreateFile(path="a.json/b.json", content=1)
     job_id = coordinator.enqueue(payload, max_attempts=5).id
     (root / "a.json").write_text("{}")
     coordinator.run_until_idle()
@@ -63,10 +61,24 @@ def test_a_file_made_after_every_check_is_still_found_by_the_handler(coordinator
 def test_a_path_component_that_is_a_file_now_is_refused_at_enqueue_naming_it(coordinator, root):
     (root / "a").mkdir()
     (root / "a/b.json").write_text("{}")
-    for payload in (CreateFile(path="a/b.json/c/d.json", content=1), DeleteFile(path="a/b.json/c.json")):
-        with pytest.raises(InvalidPayload, match=r"path: .* cannot be made: a/b.json is a file, not a directory"):
-            coordinator.enqueue(payload)
+    with pytest.raises(InvalidPayload, match=r"path: .* cannot be made: a/b.json is a file, not a directory"):
+        coordinator.enqueue(CreateFile(path="a/b.json/c/d.json", content=1))
     assert coordinator.enqueue(CreateFile(path="a/new/c.json", content=1)).id  # a missing directory is fine
+
+
+def test_a_delete_under_a_file_finds_nothing_to_delete_which_is_done_unless_required(coordinator, root):
+    # A file on the way means the path cannot exist: for a delete that is the goal already, as a
+    # missing file is; the probe says in sync, and so does the job.
+    plain = coordinator.enqueue(DeleteFile(path="a/b.json")).id
+    required = coordinator.enqueue(DeleteFile(path="a/c.json", require_exists=True), max_attempts=5).id
+    (root / "a").write_text("a file now")
+    coordinator.run_until_idle()
+    done = coordinator.get(plain)
+    assert (done.status, done.result_data) == (JobStatus.COMPLETED, {"deleted": False})
+    assert failed_at_once(coordinator, required) == (
+        "PermanentError: a/c.json does not exist and require_exists is true"
+    )
+    assert coordinator.enqueue(DeleteFile(path="a/d.json")).id  # accepted at enqueue too
 
 
 def test_delete_of_a_directory_fails_at_once_saying_delete_file_removes_files(coordinator, root):
@@ -147,6 +159,10 @@ def test_an_error_that_can_never_pass_fails_the_job_at_once_naming_path_and_caus
     coordinator, root, monkeypatch, kind, code
 ):
     job_id = run_one(coordinator, root, monkeypatch, kind, code)
+    if (kind, code) == ("delete_file", errno.ENOTDIR):
+        # Except for a delete: a file on the way means the file cannot be there, which is its goal.
+        assert coordinator.get(job_id).result_data == {"deleted": False}
+        return
     line = failed_at_once(coordinator, job_id)
     assert line.startswith("PermanentError: d/a.json ") and PERMANENT[code] in line
 

@@ -151,6 +151,32 @@ def test_a_retried_write_removes_the_temp_files_its_path_was_left_with(coordinat
     ]
 
 
+def test_a_batch_mate_of_a_dead_worker_cleans_up_its_temp_files_though_its_attempt_was_given_back(
+    coordinator, root, clock
+):
+    ids = [coordinator.enqueue(CreateFile(path=f"{n}.json", content=1)).id for n in "ab"]
+    assert len(coordinator.queue.claim("dead-worker", limit=10)) == 2
+    (root / ".a.json.0badf00d.tether-tmp").write_bytes(b"half a fi")  # it died writing a.json
+    clock.advance(coordinator.lock_timeout + 1)
+    coordinator.run_until_idle()
+    assert [coordinator.get(i).attempts for i in ids] == [1, 1]  # the batch crash was nobody's
+    assert sorted(p.name for p in root.iterdir() if p.name != ".tether") == ["a.json", "b.json"]
+
+
+def test_a_required_delete_that_an_earlier_batch_attempt_did_is_not_failed_on_its_re_run(coordinator, root, clock):
+    (root / "x.json").write_text("{}")
+    job_id = coordinator.enqueue(DeleteFile(path="x.json", require_exists=True)).id
+    coordinator.enqueue(CreateFile(path="mate.json", content=1))
+    assert len(coordinator.queue.claim("dead-worker", limit=10)) == 2
+    (root / "x.json").unlink()  # its handler deleted the file; the worker died before committing
+    clock.advance(coordinator.lock_timeout + 1)
+    coordinator.run_until_idle()
+    assert (coordinator.get(job_id).status, coordinator.get(job_id).result_data) == (
+        JobStatus.COMPLETED,
+        {"deleted": False},
+    )
+
+
 def test_readers_never_see_a_torn_file(root):
     target = root / "a.json"
     bodies = [bytes([65 + i]) * 200_000 for i in range(4)]

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from tether import CreateFile, DeleteFile, InvalidPayload, JobStatus, beneath, fs
-from tether.context import JobContext
 from tether.jobtypes import files, render
-from tether.reconcile import reconcile
+from tether.jobtypes.context import JobContext
+from tether.reconcile.check import reconcile
 
 # Each test with Linux openat2 (where the kernel has it) and with the portable walk.
 pytestmark = pytest.mark.usefixtures("lookup")

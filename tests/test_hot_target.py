@@ -16,8 +16,9 @@ import pytest
 import sqlalchemy as sa
 
 from jobkit import Note, NoteType, registry_with
-from tether import Coordinator, FakeClock, JobStatus, sql
-from tether.queue import Decision
+from tether import Coordinator, FakeClock, JobStatus
+from tether.ledger import sql
+from tether.ledger.queue import Decision
 
 WAITING = 10_000
 
@@ -176,7 +177,7 @@ def pg(pg_database: str, tmp_path: Any, notes: NoteType) -> Any:
 
 
 def test_postgres_an_enqueue_that_races_the_end_of_the_job_ahead_never_leaves_its_job_blocked(pg: Coordinator) -> None:
-    from tether.backend import _Cursor
+    from tether.ledger.backend import _Cursor
 
     ahead = pg.enqueue(Note(name="ahead", target="t")).id
     [job] = pg.queue.claim("w")

@@ -10,33 +10,36 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "tether"
 
-# Lowest first. A module may import its own layer or any lower one.
+# Lowest first. A module may import its own layer or any lower one. An entry names a module or a
+# package (all of it), dotted for one module inside a package; the longest entry that fits counts.
 LAYERS: list[tuple[str, ...]] = [
     # what everything uses: settings, time, errors (and which database errors are faults), statuses,
     # ids, plain records, the limits a job must keep
-    ("config", "clock", "errors", "status", "ids", "retry", "events", "record", "outcome", "faults", "limits"),
+    ("config", "clock", "errors", "status", "ids", "events", "record", "outcome", "faults", "limits"),
     # what a job is and what its handler may touch: the data root, targets, the handler context
-    ("beneath", "fs", "jobtypes", "context"),
-    # the ledger: the table, its engine and statements, enqueue/claim/transition, wake-ups
-    ("schema", "engine", "meta", "sql", "backend", "build", "reclaim", "queue", "wakeup", "walwatch"),
-    # running jobs
+    ("beneath", "fs", "jobtypes"),
+    # the table, its engine and statements, enqueue/claim/transition, wake-ups
+    ("ledger",),
+    # running jobs: the loop, retry backoff
     ("worker",),
-    # reading the ledger and the world: reconcile, the operator's questions
-    ("drift", "reconcile_runs", "reconcile", "readonly", "observe", "health", "metrics", "retention", "schedule"),
+    # reading the ledger and the world: reconcile, the operator's questions, periodic jobs
+    ("reconcile", "observe", "schedule"),
     # what applications hold
     ("coordinator",),
     ("store",),
-    # the edges: the command line, the sample application, the package's front door
-    ("demo_aws",),
+    # the edges: the command line, the web pages, the sample application, the package's front door
+    ("demo.aws",),
     ("cli", "ui", "demo", "__main__", "__init__"),
 ]
 
 
 def _layer(module: str) -> int:
-    head = module.split(".")[0]
-    for n, names in enumerate(LAYERS):
-        if head in names:
-            return n
+    parts = module.split(".")
+    for size in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:size])
+        for n, names in enumerate(LAYERS):
+            if prefix in names:
+                return n
     raise AssertionError(f"tether.{module} is in no layer of tests/test_layers.py: add it to one")
 
 
@@ -131,4 +134,17 @@ def test_the_layer_test_sees_an_upward_import(tmp_path, monkeypatch):
     monkeypatch.setattr(__import__(__name__), "SRC", fake)
     assert _runtime_imports(fake / "jobtypes" / "base.py") == {"coordinator"}
     with pytest.raises(AssertionError, match="tether.jobtypes.base .layer 1. imports tether.coordinator"):
+        test_every_module_imports_only_its_own_layer_or_lower_ones()
+
+
+def test_a_dotted_layer_entry_holds_one_module_of_a_package_below_the_rest(tmp_path, monkeypatch):
+    # "demo.aws" sits below "demo": the AWS part of the demo may not import the demo that drives it.
+    fake = tmp_path / "tether"
+    (fake / "demo").mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "demo" / "__init__.py").write_text("")
+    (fake / "demo" / "app.py").write_text("from . import aws\n")
+    (fake / "demo" / "aws.py").write_text("from .app import main\n")
+    monkeypatch.setattr(__import__(__name__), "SRC", fake)
+    with pytest.raises(AssertionError, match=r"tether.demo.aws .layer 7. imports tether.demo.app .layer 8."):
         test_every_module_imports_only_its_own_layer_or_lower_ones()

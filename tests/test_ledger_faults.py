@@ -23,7 +23,7 @@ from tether import Coordinator, CreateFile
 from tether.errors import LedgerFault
 from tether.faults import EXIT_LEDGER_FAULT
 from tether.status import JobStatus
-from tether.worker import Worker
+from tether.worker.loop import Worker
 
 
 def cli(db: Path, root: Path, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:
@@ -137,7 +137,7 @@ def test_a_new_ledger_is_never_seen_empty_at_its_path(tmp_path, monkeypatch):
     # process opening it then would refuse it. It is built aside and linked in whole.
     db = tmp_path / "new" / "tether.db"
     seen: list[int] = []
-    real_create_engine = sa.create_engine  # what tether.engine calls
+    real_create_engine = sa.create_engine  # what tether.ledger.engine calls
 
     def watched(url, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
         engine = real_create_engine(url, *args, **kwargs)

@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 from tether import Coordinator, CreateFile
-from tether.meta import RootMismatch
+from tether.ledger.meta import RootMismatch
 
 
 def test_a_new_ledger_records_its_root_and_later_opens_use_it(db_url, tmp_path, monkeypatch):

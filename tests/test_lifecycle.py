@@ -24,8 +24,8 @@ from tether import (
     LostLease,
 )
 from tether.errors import Cancelled
-from tether.queue import Decision
-from tether.worker import Returned
+from tether.ledger.queue import Decision
+from tether.worker.loop import Returned
 
 
 @pytest.fixture
@@ -459,7 +459,7 @@ def test_jobs_inserted_together_are_stored_exactly_as_each_was_built(c, clock, w
     """Many jobs in one transaction go in one statement per shared set of options (rows read from
     JSON, split where the payloads are large), or one executemany where the database has no JSON
     functions: either way every column of every row is what was built, payload text included."""
-    from tether import queue
+    from tether.ledger import queue
 
     if way == "executemany":
         c.queue._json_sql = None
@@ -487,7 +487,7 @@ def test_jobs_inserted_together_are_stored_exactly_as_each_was_built(c, clock, w
 def test_a_json_insert_is_split_where_its_payloads_pass_the_size_cap(monkeypatch):
     from collections import namedtuple
 
-    from tether import queue
+    from tether.ledger import queue
 
     Job = namedtuple("Job", "payload")
     monkeypatch.setattr(queue, "_JSON_CHARS", 10)

@@ -18,10 +18,12 @@ import sqlalchemy as sa
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tether import Coordinator, CreateFile, FakeClock, JobContext, JobType, Payload, metrics, reconcile_runs
+from tether import Coordinator, CreateFile, FakeClock, JobContext, JobType, Payload
 from tether.errors import ConfigError
 from tether.jobtypes import default_registry
-from tether.reconcile import reconcile
+from tether.observe import metrics
+from tether.reconcile import runs as reconcile_runs
+from tether.reconcile.check import reconcile
 
 
 class Nap(Payload):

@@ -15,9 +15,11 @@ from typing import Any, ClassVar
 import pytest
 import sqlalchemy as sa
 
-from tether import Coordinator, FakeClock, JobContext, JobStatus, PermanentError, health, metrics, observe, retention
+from tether import Coordinator, FakeClock, JobContext, JobStatus, PermanentError
 from tether.errors import ConfigError, JobNotFound
 from tether.jobtypes import CreateFile, JobType, Payload, default_registry
+from tether.observe import health, metrics, retention
+from tether.observe import queries as observe
 
 LOCK_TIMEOUT = 300.0
 
@@ -286,7 +288,7 @@ def test_the_coordinator_answers_the_operators_questions_from_python(coordinator
     from datetime import timedelta
 
     from tether import CreateFile
-    from tether.health import Verdict
+    from tether.observe.health import Verdict
 
     coordinator.enqueue(CreateFile(path="a.json", content=1))
     coordinator.enqueue(CreateFile(path="a.json", content=2, overwrite=True))
@@ -334,7 +336,7 @@ def test_the_alerting_rules_judge_pending_age_success_rate_and_p95_per_type(make
     job = c.enqueue(Work(name="slow")).id
     [claimed] = c.queue.claim("w")
     clock.advance(11)  # a run of 11 s: claimed_at to completed_at
-    from tether.queue import Decision
+    from tether.ledger.queue import Decision
 
     c.queue.finish_one("w", Decision.complete(claimed, None))
     assert c.get(job).status.value == "completed"

@@ -16,8 +16,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from tether import Coordinator, metrics, observe, retention
+from tether import Coordinator
 from tether.jobtypes import default_registry
+from tether.observe import metrics, retention
+from tether.observe import queries as observe
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 STATUSES = ["pending", "claimed", "completed", "completed", "completed", "failed"]

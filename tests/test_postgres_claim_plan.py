@@ -21,8 +21,9 @@ import pytest
 import sqlalchemy as sa
 
 import pg_jobtypes  # noqa: E402  (tests/ is on sys.path, as for jobkit)
-from tether import Coordinator, sql
+from tether import Coordinator
 from tether.jobtypes import default_registry
+from tether.ledger import sql
 
 ACTIVE = 2000
 BATCH = 32

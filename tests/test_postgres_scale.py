@@ -112,7 +112,7 @@ class Scale:
             return dict(conn.execute(sa.text("SELECT id, attempts FROM tether_jobs")).all())
 
     def quarantines(self) -> dict[str, str | None]:
-        """Why each job is quarantined: set when a worker died holding it (tether/reclaim.py)."""
+        """Why each job is quarantined: set when a worker died holding it (tether/ledger/reclaim.py)."""
         with self.coordinator.engine.connect() as conn:
             return dict(conn.execute(sa.text("SELECT id, quarantine FROM tether_jobs")).all())
 

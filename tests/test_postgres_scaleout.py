@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-import tether.engine
+import tether.ledger.engine
 from tether import ConfigError, Coordinator, CreateFile, JobStatus
 
 # -- SQLite on a network filesystem ----------------------------------------------------------
@@ -21,7 +21,7 @@ from tether import ConfigError, Coordinator, CreateFile, JobStatus
 def test_sqlite_ledger_on_a_network_filesystem_is_refused_with_a_clear_error(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fs_type: str
 ) -> None:
-    monkeypatch.setattr(tether.engine, "_filesystem_type", lambda _directory: fs_type)
+    monkeypatch.setattr(tether.ledger.engine, "_filesystem_type", lambda _directory: fs_type)
     ledger = tmp_path / "shared" / "tether.db"
     with pytest.raises(ConfigError) as info:
         Coordinator.open(f"sqlite:///{ledger}", root=tmp_path / "data")
@@ -33,7 +33,7 @@ def test_sqlite_ledger_on_a_network_filesystem_is_refused_with_a_clear_error(
 
 
 def test_sqlite_ledger_on_a_local_filesystem_opens(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(tether.engine, "_filesystem_type", lambda _directory: "ext4")
+    monkeypatch.setattr(tether.ledger.engine, "_filesystem_type", lambda _directory: "ext4")
     with Coordinator.open(f"sqlite:///{tmp_path / 'tether.db'}", root=tmp_path / "data") as c:
         assert c.enqueue(CreateFile(path="a.json", content={})).job.status is JobStatus.PENDING
 
@@ -43,7 +43,7 @@ def test_cli_reports_the_network_filesystem_refusal_in_one_line(
 ) -> None:
     from tether.cli import main
 
-    monkeypatch.setattr(tether.engine, "_filesystem_type", lambda _directory: "nfs4")
+    monkeypatch.setattr(tether.ledger.engine, "_filesystem_type", lambda _directory: "nfs4")
     ledger = tmp_path / "tether.db"
     monkeypatch.setattr(
         sys, "argv", ["tether", "--db", f"sqlite:///{ledger}", "--root", str(tmp_path), "worker", "--until-idle"]

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from tether import Coordinator, metrics
+from tether import Coordinator
+from tether.observe import metrics
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 FINISHED = 50_000

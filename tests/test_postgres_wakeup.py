@@ -1,4 +1,4 @@
-"""LISTEN/NOTIFY wake-ups (tether.wakeup.PgWakeup): fast pick-up across processes, and the poll
+"""LISTEN/NOTIFY wake-ups (tether.ledger.wakeup.PgWakeup): fast pick-up across processes, and the poll
 interval as the fallback when notifications are lost."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import pytest
 import sqlalchemy as sa
 
 from tether import Coordinator, JobStatus
-from tether.engine import create_engine
 from tether.jobtypes import default_registry
-from tether.wakeup import DEFAULT_CHANNEL, PgWakeup, Wakeup, wakeup_for
+from tether.ledger.engine import create_engine
+from tether.ledger.wakeup import DEFAULT_CHANNEL, PgWakeup, Wakeup, wakeup_for
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -23,9 +23,9 @@ from moto import mock_aws
 
 from awskit import client_hook, dummy_environment
 from tether import Check, Coordinator, CreateFile, DeleteFile, Payload, Probe
-from tether.drift import IN_SYNC, MISSING, MODIFIED, UNEXPECTED, UNKNOWN
 from tether.jobtypes import ClaudeExtraction, ClaudeExtractionType, Registry, default_registry
 from tether.jobtypes.aws import SyncAws, reset_clients
+from tether.reconcile.drift import IN_SYNC, MISSING, MODIFIED, UNEXPECTED, UNKNOWN
 
 
 @dataclass

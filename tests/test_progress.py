@@ -37,7 +37,7 @@ class CopyType(JobType[Copy]):
 @pytest.fixture
 def copying(make_coordinator, monkeypatch):
     now = [1000.0]
-    monkeypatch.setattr("tether.context.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("tether.jobtypes.context.time.monotonic", lambda: now[0])
     copy = CopyType()
     registry = default_registry()
     registry.register(copy)

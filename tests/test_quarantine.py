@@ -1,4 +1,4 @@
-"""When a worker dies, only the job it was running is blamed (issue 22; tether/reclaim.py), on
+"""When a worker dies, only the job it was running is blamed (issue 22; tether/ledger/reclaim.py), on
 SQLite and PostgreSQL. Claims and sweeps are driven by hand at fixed times; the real-process
 reproduction is tests/test_poison.py."""
 
@@ -8,7 +8,7 @@ import pytest
 
 from jobkit import Note, NoteType, registry_with
 from tether import JobStatus
-from tether.queue import Decision
+from tether.ledger.queue import Decision
 
 
 @pytest.fixture

@@ -8,8 +8,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 
-from tether import Coordinator, sql
+from tether import Coordinator
 from tether.jobtypes import default_registry
+from tether.ledger import sql
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 PARAMS = {
@@ -105,7 +106,7 @@ def engine(tmp_path_factory):
 
 
 def plan(engine: sa.Engine, statement: str) -> list[str]:
-    from tether.backend import Backend
+    from tether.ledger.backend import Backend
 
     params = Backend.for_engine(engine).bind(PARAMS)
     with engine.connect() as conn:
@@ -141,7 +142,7 @@ def test_claim_checks_older_jobs_on_the_target_through_the_active_target_index(e
 
 
 def test_claim_index_holds_pending_jobs_in_the_claim_order_blocked_ones_apart():
-    from tether.schema import Job
+    from tether.ledger.schema import Job
 
     [index] = [i for i in Job.__table__.indexes if i.name == "ix_tether_jobs_queue"]  # type: ignore[attr-defined]  # sqlmodel's, undeclared
     ddl = str(sa.schema.CreateIndex(index).compile(dialect=sqlite.dialect()))

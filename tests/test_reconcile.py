@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from tether import Check, Coordinator, CreateFile, DeleteFile, JobContext, JobType, Payload, Probe
 from tether.jobtypes import default_registry, files, render
-from tether.reconcile import reconcile
+from tether.reconcile.check import reconcile
 
 
 def sha(data: bytes) -> str:

@@ -21,8 +21,17 @@ from tether.cli.reconcile import check_main
 from tether.ids import new_id
 from tether.jobtypes import create_file, render
 from tether.jobtypes.files import file_target
-from tether.reconcile import ACTIVE_ON, COUNT_TARGETED, KNOWN_TARGETS, PAGE, PAGE_PAYLOADS, PAYLOADS, RECHECK, reconcile
-from tether.schema import Job
+from tether.ledger.schema import Job
+from tether.reconcile.check import (
+    ACTIVE_ON,
+    COUNT_TARGETED,
+    KNOWN_TARGETS,
+    PAGE,
+    PAGE_PAYLOADS,
+    PAYLOADS,
+    RECHECK,
+    reconcile,
+)
 
 
 def completed_rows(coordinator: Coordinator, payloads: list, *, files: bool = True) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tether import schedule
-from tether.readonly import open_ledger
+from tether.observe.readonly import open_ledger
 
 pytestmark = pytest.mark.slow
 

@@ -25,7 +25,7 @@ from tether import (
     TetherError,
     UnsafePath,
 )
-from tether.demo import (
+from tether.demo.app import (
     ArchiveProject,
     Project,
     Requirement,
@@ -36,7 +36,7 @@ from tether.demo import (
     requirement_files,
 )
 from tether.jobtypes import default_registry
-from tether.schema import Job
+from tether.ledger.schema import Job
 from tether.store import InvalidModel, JsonStore, ModelNotFound, NotApplied
 
 FAST = RetryPolicy(base=0.01, cap=0.02)
@@ -276,7 +276,7 @@ def test_rerun_of_the_one_job_is_idempotent(app, root):
 
 
 def test_reconciler_checks_the_model_and_its_companion_file(app, root):
-    from tether.reconcile import reconcile
+    from tether.reconcile.check import reconcile
 
     req = requirement("REQ-004")
     app.enqueue(SaveRequirement(requirement=req))

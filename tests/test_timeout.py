@@ -83,14 +83,14 @@ def test_a_timeout_must_be_a_positive_number(napping):
 
 def test_shutdown_and_lost_leases_set_the_running_jobs_cancellation(make_coordinator):
     from tether import CreateFile
-    from tether.context import LEASE_LOST, SHUTDOWN
+    from tether.jobtypes.context import LEASE_LOST, SHUTDOWN
 
     c = make_coordinator()
     c.enqueue(CreateFile(path="a.json", content=1))
     c.enqueue(CreateFile(path="b.json", content=1))
     w = c.worker()
     first, second = c.queue.claim(w.id, limit=2)
-    from tether.context import JobContext
+    from tether.jobtypes.context import JobContext
 
     ctx1 = JobContext(first, c.queue, w._cancel, w.id)
     ctx2 = JobContext(second, c.queue, w._cancel, w.id)

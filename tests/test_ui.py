@@ -12,8 +12,8 @@ from starlette.testclient import TestClient
 from jobkit import Note, NoteType, registry_with
 from tether import Coordinator, FakeClock, ui
 from tether.errors import ConfigError
-from tether.health import Thresholds, health
 from tether.jobtypes import CreateFile, DeleteFile
+from tether.observe.health import Thresholds, health
 from tether.status import JobStatus
 
 BASE = "http://127.0.0.1:8787"
@@ -374,7 +374,7 @@ def test_mounted_inside_an_application_the_links_keep_its_prefix(ledger, clock):
 
 
 def test_a_traceback_is_grouped_by_its_exception_line():
-    from tether import observe
+    from tether.observe import queries as observe
 
     trace = 'Traceback (most recent call last):\n  File "h.py", line 3, in run\nValueError: bad row\n'
     assert observe.error_summary(trace) == "ValueError: bad row"

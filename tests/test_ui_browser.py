@@ -19,9 +19,10 @@ import pytest
 import uvicorn
 
 from jobkit import Note, NoteType, registry_with
-from tether import Coordinator, observe, ui
-from tether.health import health
+from tether import Coordinator, ui
 from tether.jobtypes import CreateFile
+from tether.observe import queries as observe
+from tether.observe.health import health
 from tether.status import JobStatus
 
 CHROMIUM = "/usr/bin/chromium"

@@ -8,10 +8,10 @@ from typing import Any
 import sqlalchemy as sa
 
 from tether import Coordinator, CreateFile, JobStatus
-from tether.engine import create_engine, ensure_schema
 from tether.jobtypes import default_registry
-from tether.schema import Job
-from tether.sql import COLUMNS
+from tether.ledger.engine import create_engine, ensure_schema
+from tether.ledger.schema import Job
+from tether.ledger.sql import COLUMNS
 
 
 def index_names(url: str) -> set[str | None]:

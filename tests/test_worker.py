@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from jobkit import Note, NoteType, registry_with
 from tether import Coordinator, JobStatus, SystemClock
-from tether.worker import Worker
+from tether.worker.loop import Worker
 
 
 def test_threads_drain_every_job_exactly_once(make_coordinator):
@@ -132,10 +132,10 @@ def test_an_idle_worker_wakes_when_another_process_commits(tmp_path, monkeypatch
     import subprocess
     import sys
 
-    import tether.walwatch
+    import tether.ledger.walwatch
 
     if watch == "stat":  # the fallback where the kernel has no inotify
-        monkeypatch.setattr(tether.walwatch, "_inotify_fd", lambda directory: None)
+        monkeypatch.setattr(tether.ledger.walwatch, "_inotify_fd", lambda directory: None)
 
     notes = NoteType()
     db = tmp_path / "l.db"
@@ -174,7 +174,7 @@ def test_an_idle_worker_wakes_when_another_process_commits(tmp_path, monkeypatch
 
 
 def test_a_worker_claims_only_the_types_it_has_and_status_names_the_one_nobody_takes(make_coordinator, clock):
-    from tether import health
+    from tether.observe import health
 
     notes = NoteType()
     full = make_coordinator(registry_with(notes))

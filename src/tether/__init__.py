@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .clock import Clock, FakeClock, SystemClock
-    from .context import JobContext
     from .coordinator import Coordinator
     from .errors import (
         Cancelled,
@@ -33,19 +32,20 @@ if TYPE_CHECKING:
     )
     from .jobtypes import CreateFile, DeleteFile, JobType, Payload, Registry
     from .jobtypes.base import Check, Difference, Probe
+    from .jobtypes.context import JobContext
     from .jobtypes.files import checked_path, delete_locked, write_locked
     from .jobtypes.target import Target
     from .record import InsertResult, JobRecord
-    from .retry import RetryPolicy
     from .status import JobStatus
     from .store import InvalidModel, JsonStore, ModelNotFound, NotApplied
-    from .worker import Worker, WorkerConfig
+    from .worker.loop import Worker, WorkerConfig
+    from .worker.retry import RetryPolicy
 
 _WHERE = {
     "Clock": ".clock",
     "FakeClock": ".clock",
     "SystemClock": ".clock",
-    "JobContext": ".context",
+    "JobContext": ".jobtypes.context",
     "Coordinator": ".coordinator",
     "Cancelled": ".errors",
     "ConfigError": ".errors",
@@ -77,14 +77,14 @@ _WHERE = {
     "Target": ".jobtypes.target",
     "InsertResult": ".record",
     "JobRecord": ".record",
-    "RetryPolicy": ".retry",
+    "RetryPolicy": ".worker.retry",
     "JobStatus": ".status",
     "InvalidModel": ".store",
     "JsonStore": ".store",
     "ModelNotFound": ".store",
     "NotApplied": ".store",
-    "Worker": ".worker",
-    "WorkerConfig": ".worker",
+    "Worker": ".worker.loop",
+    "WorkerConfig": ".worker.loop",
 }
 
 

@@ -12,19 +12,21 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from . import config, events, fs, meta, observe
+from . import config, events, fs
 from . import schedule as schedules
 from .clock import Clock, SystemClock
-from .engine import Durability, create_engine, ensure_schema, opening_error, schema_of
 from .errors import ConfigError
-from .health import Health, Thresholds, health
 from .jobtypes import JobType, Payload, Registry, default_registry
-from .queue import Queue
-from .reconcile import Report, reconcile
+from .ledger import meta
+from .ledger.engine import Durability, create_engine, ensure_schema, opening_error, schema_of
+from .ledger.queue import Queue
+from .ledger.wakeup import wakeup_for
+from .observe import queries as observe
+from .observe.health import Health, Thresholds, health
+from .observe.retention import PurgeResult, purge
+from .reconcile.check import Report, reconcile
 from .record import InsertResult, JobRecord
-from .retention import PurgeResult, purge
-from .wakeup import wakeup_for
-from .worker import Worker, WorkerConfig
+from .worker.loop import Worker, WorkerConfig
 
 _SESSION_KEY = "tether.enqueued"
 
@@ -254,11 +256,11 @@ class Coordinator:
         return report
 
     def stats(self, **options: Any) -> observe.Stats:
-        """Outstanding, failed, stuck and oldest pending, by type (see ``tether.observe.stats``)."""
+        """Outstanding, failed, stuck and oldest pending, by type (see ``tether.observe.queries.stats``)."""
         return observe.stats(self, **options)
 
     def health(self, thresholds: Thresholds | None = None) -> Health:
-        """The ok / warning / error verdict of ``tether status`` (see ``tether.health``)."""
+        """The ok / warning / error verdict of ``tether status`` (see ``tether.observe.health``)."""
         return health(self, thresholds)
 
     def purge(

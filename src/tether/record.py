@@ -51,6 +51,13 @@ class JobRecord(NamedTuple):
         return cls(*values[:3], JobStatus(values[3]), *values[4:])  # type: ignore[call-arg]  # mypy cannot count a *values[4:]
 
     @property
+    def first_run(self) -> bool:
+        """No earlier attempt of this job can have started: it is on its first counted attempt and
+        was never given an attempt back (a dead worker's batch, reclaim.py; a deferral) nor failed
+        before a manual retry (both leave ``quarantine`` or ``last_error``)."""
+        return self.attempts <= 1 and self.quarantine is None and self.last_error is None
+
+    @property
     def payload_data(self) -> dict[str, Any]:
         data: dict[str, Any] = orjson.loads(self.payload)  # always an object: payloads are models
         return data

@@ -43,13 +43,13 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from . import events
 from .errors import ConfigError, TetherError
 from .jobtypes import Payload
-from .readonly import records, select_jobs
-from .readonly import t as jobs_table
+from .ledger.schema import DUE_SQL, Schedule
+from .observe.readonly import records, select_jobs
+from .observe.readonly import t as jobs_table
 from .record import InsertResult, JobRecord
-from .schema import DUE_SQL, Schedule
 
 if TYPE_CHECKING:
-    from .queue import Queue
+    from .ledger.queue import Queue
 
 CATCH_UP = ("latest", "all", "none")
 CATCH_UP_BOUND = 100

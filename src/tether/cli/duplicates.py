@@ -22,7 +22,7 @@ def duplicates(
 
     Example: tether duplicates --type create_file --json
     """
-    from .. import observe
+    from ..observe import queries as observe
 
     n = limit_value(limit)
     with ledger() as engine:

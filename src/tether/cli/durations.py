@@ -21,7 +21,7 @@ def durations(
 
     Example: tether durations --since 1h --type create_file
     """
-    from .. import observe
+    from ..observe import queries as observe
 
     window = parse_duration(since, "--since")
     with ledger() as engine:

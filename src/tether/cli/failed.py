@@ -23,7 +23,7 @@ def failed(
 
     Example: tether failed --type create_file --since 24h
     """
-    from .. import observe
+    from ..observe import queries as observe
 
     window = parse_duration(since, "--since") if since else None
     n = limit_value(limit)

@@ -44,7 +44,8 @@ def jobs(
 
     Example: tether jobs --status pending --type create_file --limit 20
     """
-    from .. import observe, schedule
+    from .. import schedule
+    from ..observe import queries as observe
 
     if status is not None and status not in {s.value for s in JobStatus}:
         raise ConfigError(f"--status: {status!r} is not a status; use one of {', '.join(s.value for s in JobStatus)}")

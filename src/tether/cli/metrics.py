@@ -45,8 +45,8 @@ def metrics(
 
     Example: tether --db sqlite:///ledger/tether.db metrics --serve --port 9464
     """
-    from .. import metrics as m  # prometheus-client is loaded by this command only
-    from ..health import Thresholds
+    from ..observe import metrics as m  # prometheus-client is loaded by this command only
+    from ..observe.health import Thresholds
 
     thresholds = Thresholds(backlog_limit=backlog_limit)
     if not serve:

@@ -50,7 +50,7 @@ def limit_value(limit: int) -> int | None:
 @contextmanager
 def ledger() -> Iterator[sa.Engine]:
     """The ledger named by --db / TETHER_DB, opened for reading; never creates one."""
-    from ..readonly import open_ledger
+    from ..observe.readonly import open_ledger
 
     engine = open_ledger(settings.db, schema=settings.schema)
     try:

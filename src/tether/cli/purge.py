@@ -29,7 +29,7 @@ def purge(
 
     Example: tether purge --completed --older-than 7d --dry-run
     """
-    from ..retention import purge as purge_jobs
+    from ..observe.retention import purge as purge_jobs
 
     statuses = [s for s, on in ((JobStatus.COMPLETED, completed), (JobStatus.FAILED, failed)) if on]
     if not statuses:

@@ -30,7 +30,7 @@ def recent(
 
     Example: tether recent --since 1h
     """
-    from .. import observe
+    from ..observe import queries as observe
 
     window = parse_duration(since, "--since")
     n = limit_value(limit)

@@ -22,7 +22,7 @@ from .app import app, err, open_coordinator, out, print_json, settings
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-    from ..reconcile import Report
+    from ..reconcile.check import Report
 
 
 def _reason(error: BaseException) -> str:
@@ -75,7 +75,7 @@ def reconcile(
     Example: tether --db sqlite:///ledger/tether.db --root ./data reconcile --json
     """
     try:
-        from ..reconcile import reconcile as run_reconcile
+        from ..reconcile.check import reconcile as run_reconcile
 
         if db is not None:
             settings.db = db
@@ -107,7 +107,7 @@ def reconcile(
 def _require_existing(db: str | None, root: str | None) -> None:
     """A check never creates what it checks: a mistyped --db would otherwise be a new, empty
     ledger reading "in sync", and a mistyped --root an empty directory reading "missing"."""
-    from ..readonly import open_ledger
+    from ..observe.readonly import open_ledger
 
     open_ledger(db, schema=settings.schema).dispose()
     named = config.named_root(root)
@@ -131,7 +131,7 @@ class _progress:
             return None
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        from ..reconcile import count_targeted_jobs
+        from ..reconcile.check import count_targeted_jobs
 
         total = count_targeted_jobs(self.coordinator)
         self.bar = Progress(
@@ -155,7 +155,7 @@ class _progress:
 def _print(report: Report) -> None:
     from rich.table import Table
 
-    from ..reconcile import DRIFT, STATUSES
+    from ..reconcile.check import DRIFT, STATUSES
 
     counts = ", ".join(f"{report.counts[s]} {s}" for s in STATUSES if report.counts[s] or s == "in_sync")
     newest = report.newest_job_id or "none"

@@ -23,7 +23,7 @@ def retry(
 
     Example: tether retry --failed --type create_file
     """
-    from .. import observe
+    from ..observe import queries as observe
 
     if bool(job_ids) == all_failed:
         raise ConfigError("give job ids or --failed (not both, not neither)")

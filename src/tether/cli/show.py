@@ -27,7 +27,7 @@ def show(
     """
     from rich.table import Table
 
-    from .. import observe
+    from ..observe import queries as observe
 
     with ledger() as engine:
         job_id = observe.resolve_id(engine, job_id)

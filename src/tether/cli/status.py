@@ -40,7 +40,7 @@ def _threshold(text: str, option: str, *, fraction: bool = False) -> float | Non
 
 
 if TYPE_CHECKING:
-    from ..health import Health
+    from ..observe.health import Health
 
 _STYLE = {"ok": "green", "warning": "yellow", "error": "red", "unknown": "magenta"}
 _UNKNOWN_EXIT = 3  # Verdict.UNKNOWN.exit_code, before health (and SQLAlchemy) could be imported
@@ -123,7 +123,7 @@ def status(
     Example: tether --db sqlite:///ledger/tether.db status --backlog-limit 500 || alert
     """
     try:
-        from ..health import Thresholds, health
+        from ..observe.health import Thresholds, health
 
         span = _threshold(window, "--window")
         thresholds = Thresholds(

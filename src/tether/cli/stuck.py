@@ -24,7 +24,7 @@ def stuck(
 
     Example: tether stuck --lock-timeout 120
     """
-    from .. import observe
+    from ..observe import queries as observe
 
     n = limit_value(limit)
     with ledger() as engine:

@@ -45,7 +45,7 @@ def ui(
         from .. import ui as web
     except ImportError as e:
         raise ConfigError(f"tether ui needs its extra: pip install 'tether[ui]' ({e.name} is missing)") from e
-    from ..health import Thresholds
+    from ..observe.health import Thresholds
 
     token = web.read_token(token_file) if token_file else None
     hosts = web.bind_hosts(host, token, allowed_hosts)

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from .target import Target
 
 if TYPE_CHECKING:
-    from ..context import JobContext
+    from .context import JobContext
 
 
 class Payload(BaseModel):

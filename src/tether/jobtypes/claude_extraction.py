@@ -57,7 +57,7 @@ from .registry import describe
 from .target import Target
 
 if TYPE_CHECKING:
-    from ..context import JobContext
+    from .context import JobContext
 
 NAME = "claude_extraction"
 DEFAULT_TIMEOUT = 600.0

@@ -23,7 +23,7 @@ from .files import (
 from .target import Target
 
 if TYPE_CHECKING:
-    from ..context import JobContext
+    from .context import JobContext
 
 
 class CreateFile(Payload):

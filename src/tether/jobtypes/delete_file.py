@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import PermanentError
 from .base import Check, JobType, Payload, Probe
-from .files import checked_path, delete_locked, enqueue_collision, file_paths, files_exist
+from .files import checked_path, delete_locked, file_paths, files_exist
 from .target import Target
 
 if TYPE_CHECKING:
-    from ..context import JobContext
+    from .context import JobContext
 
 
 class DeleteFile(Payload):
@@ -43,8 +43,9 @@ class DeleteFileType(JobType[DeleteFile]):
     probe = DeleteFileProbe()
 
     def prepare(self, payload: DeleteFile, root: Path) -> DeleteFile:
+        # No enqueue_collision: a file on the way means the path cannot exist, which a delete
+        # counts as done (as it counts a missing file).
         path = checked_path(self.name, "path", root, payload.path)
-        enqueue_collision(self.name, "path", root, path)
         return payload if path == payload.path else payload.model_copy(update={"path": path})
 
     def target(self, payload: DeleteFile) -> Target:
@@ -52,8 +53,8 @@ class DeleteFileType(JobType[DeleteFile]):
 
     def run(self, payload: DeleteFile, ctx: JobContext) -> dict[str, Any]:
         deleted = delete_locked(ctx, payload.path)
-        # On a later attempt the file may be gone because an earlier attempt deleted it and
-        # crashed before its completion committed: only the first attempt can tell.
-        if not deleted and payload.require_exists and ctx.job.attempts == 1:
+        # On a re-run the file may be gone because an earlier attempt deleted it and crashed
+        # before its completion committed: only a first run can tell.
+        if not deleted and payload.require_exists and ctx.job.first_run:
             raise PermanentError(f"{payload.path} does not exist and require_exists is true")
         return {"deleted": deleted}

@@ -28,7 +28,7 @@ from .base import IN_SYNC, MISSING, MODIFIED, SYNCED, UNEXPECTED, UNKNOWN, Check
 from .target import FILE, Target, file_key
 
 if TYPE_CHECKING:
-    from ..context import JobContext
+    from .context import JobContext
 
 __all__ = [
     "IN_SYNC",
@@ -104,26 +104,29 @@ def write_locked(ctx: JobContext, rel: str, data: bytes, *, overwrite: bool = Tr
 
 def delete_locked(ctx: JobContext, rel: str) -> bool:
     """Remove the data file ``rel`` durably, as ``write_locked`` writes; False if it was not there
-    (a missing directory included). A directory there is a PermanentError (delete_file removes
-    files); a FIFO or socket is removed like a file (unlinking one neither reads nor blocks)."""
+    (a directory on the way missing or a regular file included). A directory there is a
+    PermanentError (delete_file removes files); a FIFO or socket is removed like a file (unlinking
+    one neither reads nor blocks)."""
     try:
         with _locked(ctx, rel, create=False, doing="delete_file removes files") as f:
             ctx.confirm_lease()
             return f.delete()
-    except FileNotFoundError:
-        return False  # a directory on the way is missing: so is the file
+    except (FileNotFoundError, NotADirectoryError):
+        return False  # a directory on the way is missing, or is a file: the file is not there
 
 
 @contextmanager
 def _locked(ctx: JobContext, rel: str, *, create: bool, doing: str = "") -> Iterator[fs.DataFile]:
     try:
         with fs.path_lock(ctx.root, rel), fs.data_file(ctx.root, rel, create=create) as f:
-            if ctx.job.attempts > 1:
+            if not ctx.job.first_run:
                 # An earlier attempt may have died mid-write; only a re-run can have left a
-                # temp file for this path, so first attempts skip the directory scan.
+                # temp file for this path, so first runs skip the directory scan.
                 f.remove_stale_temps()
             yield f
     except OSError as e:
+        if not create and e.errno == errno.ENOTDIR:
+            raise  # a delete: a file on the way means the path cannot exist (delete_locked)
         outcome = file_error(e, rel, doing)
         if outcome is e:
             raise

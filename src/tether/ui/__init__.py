@@ -17,7 +17,7 @@ from starlette.middleware import Middleware
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..health import Thresholds
+from ..observe.health import Thresholds
 from .actions import Actions
 from .security import LOOPBACK_HOSTS, Guard, bind_hosts, is_loopback, read_token
 from .web import HERE, Pages

@@ -10,10 +10,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .. import events, observe
+from .. import events
 from ..cli.output import parse_duration
 from ..errors import JobNotFound, TetherError
-from ..retention import purge
+from ..observe import queries as observe
+from ..observe.retention import purge
 from .security import csrf_ok, form
 from .web import Pages
 

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from .. import events
-from ..reconcile import Report, reconcile
+from ..reconcile.check import Report, reconcile
 
 if TYPE_CHECKING:
     from ..coordinator import Coordinator

@@ -14,13 +14,13 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from .. import observe
 from ..cli.output import age, first_line, parse_duration, progress_text, seconds, when
-from ..drift import DRIFT, UNKNOWN
 from ..errors import ConfigError, JobNotFound, TetherError
-from ..health import Thresholds, health
 from ..jobtypes.target import display
-from ..readonly import engine_of, now_of
+from ..observe import queries as observe
+from ..observe.health import Thresholds, health
+from ..observe.readonly import engine_of, now_of
+from ..reconcile.drift import DRIFT, UNKNOWN
 from ..record import JobRecord
 from ..status import JobStatus
 from .chart import duration_bars
@@ -227,7 +227,7 @@ class Pages:
     async def metrics(self, request: Request) -> Response:
         # The ledger's Prometheus numbers (the collector of `tether metrics`), behind the same
         # Host check and sign-in as the pages.
-        from ..metrics import exposition
+        from ..observe.metrics import exposition
 
         body = exposition(self.source, thresholds=self.thresholds)
         return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")

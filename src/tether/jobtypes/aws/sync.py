@@ -35,7 +35,7 @@ from .common import (
 )
 
 if TYPE_CHECKING:
-    from ...context import JobContext
+    from ..context import JobContext
 
 
 class SyncAws(Payload):

@@ -14,11 +14,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from . import events
-from .errors import ConfigError, DatabaseUnavailable
+from .. import events
+from ..errors import ConfigError, DatabaseUnavailable
+from ..ledger.schema import Job
+from ..status import JobStatus
 from .readonly import Source, engine_of, now_of, reading
-from .schema import Job
-from .status import JobStatus
 
 t = Job.__table__  # type: ignore[attr-defined]  # sqlmodel sets it; its types do not declare it
 FINISHED = (JobStatus.COMPLETED, JobStatus.FAILED)

@@ -30,18 +30,19 @@ from typing import Any, ClassVar, Literal
 import orjson
 from pydantic import BaseModel, Field
 
-from . import fs, observe
-from . import schedule as periodic
-from .context import JobContext
-from .coordinator import Coordinator
-from .engine import mask_url
-from .errors import RetryableError, TetherError
-from .jobtypes import ClaudeExtractionType, CreateFile, JobType, Payload, Registry, default_registry, render
-from .jobtypes.base import IN_SYNC, SYNCED, Check, Probe
-from .jobtypes.files import check_file, checked_path, files_exist, write_locked
-from .jobtypes.target import Target, display
-from .retry import RetryPolicy
-from .store import JsonStore
+from .. import fs
+from .. import schedule as periodic
+from ..coordinator import Coordinator
+from ..errors import RetryableError, TetherError
+from ..jobtypes import ClaudeExtractionType, CreateFile, JobType, Payload, Registry, default_registry, render
+from ..jobtypes.base import IN_SYNC, SYNCED, Check, Probe
+from ..jobtypes.context import JobContext
+from ..jobtypes.files import check_file, checked_path, files_exist, write_locked
+from ..jobtypes.target import Target, display
+from ..ledger.engine import mask_url
+from ..observe import queries as observe
+from ..store import JsonStore
+from ..worker.retry import RetryPolicy
 
 # -- the sample application's models ---------------------------------------------------------
 
@@ -245,7 +246,7 @@ def register(registry: Registry, *, flaky: bool = False) -> Registry:
 # -- the demo ---------------------------------------------------------------------------------
 
 MARKER = ".tether-demo"  # only a directory holding this file is ever wiped
-DEFAULT_SAMPLE = Path(__file__).resolve().parents[2] / "sample_data"
+DEFAULT_SAMPLE = Path(__file__).resolve().parents[3] / "sample_data"
 EXTRACTION_PATH = "requirements/REQ-001/extraction.json"
 FAST_RETRY = RetryPolicy(base=0.2, cap=1.0)  # so the demo's retry waits a fraction of a second
 
@@ -420,8 +421,8 @@ class Demo:
         return 0 if ok else 1
 
     def aws(self, rel: str) -> int:
-        """The AWS part (tether.demo_aws), on a ledger of its own so the file drift above stays apart."""
-        from . import demo_aws
+        """The AWS part (tether.demo.aws), on a ledger of its own so the file drift above stays apart."""
+        from . import aws as demo_aws
 
         why = demo_aws.available()
         if why is not None:

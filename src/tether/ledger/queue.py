@@ -12,26 +12,20 @@ from typing import Any, NamedTuple
 import orjson
 import sqlalchemy as sa
 
-from . import events, faults, sql
+from .. import events, faults
+from ..clock import Clock
+from ..errors import DatabaseUnavailable, DuplicateActiveJob, InvalidTransition, JobNotFound, LostLease, Superseded
+from ..jobtypes import Payload, Registry
+from ..jobtypes.target import display
+from ..limits import DEFAULT_MAX_PAYLOAD_BYTES
+from ..outcome import encode_result
+from ..record import InsertResult, JobRecord, make_tuple
+from ..status import ENDING, FENCED, SWEPT, TRANSITIONS, JobStatus
+from . import sql
 from .backend import Backend
 from .build import Builder
-from .clock import Clock
 from .engine import ledger_name
-from .errors import (
-    DatabaseUnavailable,
-    DuplicateActiveJob,
-    InvalidTransition,
-    JobNotFound,
-    LostLease,
-    Superseded,
-)
-from .jobtypes import Payload, Registry
-from .jobtypes.target import display
-from .limits import DEFAULT_MAX_PAYLOAD_BYTES
-from .outcome import encode_result
 from .reclaim import SUSPECT, verdicts
-from .record import InsertResult, JobRecord, make_tuple
-from .status import ENDING, FENCED, SWEPT, TRANSITIONS, JobStatus
 from .wakeup import Wakeup
 
 _EDGE_SQL = {

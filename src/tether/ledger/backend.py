@@ -23,12 +23,12 @@ from typing import Any, Protocol, TypeVar
 
 import sqlalchemy as sa
 
-from . import faults
-from .errors import LedgerFault
-from .record import JobRecord, make_tuple
+from .. import faults
+from ..errors import LedgerFault
+from ..record import JobRecord, make_tuple
+from ..status import JobStatus
 from .schema import TABLE
 from .sql import unpinned
-from .status import JobStatus
 
 _T = TypeVar("_T")
 _NAMED = re.compile(r"(?<![:\w]):(\w+)")

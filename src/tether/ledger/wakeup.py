@@ -15,7 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from . import events
+from .. import events
 
 DEFAULT_CHANNEL = "tether_jobs"
 

@@ -17,19 +17,19 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
 
-from . import config, events, faults
-from .context import LEASE_LOST, SHUTDOWN, TIMEOUT, JobContext
-from .errors import Cancelled, Deferred, InvalidPayload, JobTimedOut, LedgerFault, PermanentError, TetherError
-from .outcome import encode_result, error_text
-from .queue import Decision
-from .record import JobRecord
+from .. import config, events, faults
+from ..errors import Cancelled, Deferred, InvalidPayload, JobTimedOut, LedgerFault, PermanentError, TetherError
+from ..jobtypes.context import LEASE_LOST, SHUTDOWN, TIMEOUT, JobContext
+from ..ledger.queue import Decision
+from ..ledger.walwatch import WalWatcher
+from ..outcome import encode_result, error_text
+from ..record import JobRecord
 from .retry import RetryPolicy
-from .walwatch import WalWatcher
 
 if TYPE_CHECKING:
-    from .jobtypes import JobType, Payload
-    from .queue import Queue
-    from .schedule import Scheduler
+    from ..jobtypes import JobType, Payload
+    from ..ledger.queue import Queue
+    from ..schedule import Scheduler
 
 
 @dataclass

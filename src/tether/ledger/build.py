@@ -13,14 +13,14 @@ from typing import Any, NamedTuple
 
 from pydantic_core import PydanticSerializationError
 
-from . import limits
-from .clock import Clock
-from .errors import InvalidPayload
-from .ids import new_id, new_ids
-from .jobtypes import JobType, Payload, Registry
-from .jobtypes.base import encoder
-from .record import JobRecord, make_tuple
-from .status import JobStatus
+from .. import limits
+from ..clock import Clock
+from ..errors import InvalidPayload
+from ..ids import new_id, new_ids
+from ..jobtypes import JobType, Payload, Registry
+from ..jobtypes.base import encoder
+from ..record import JobRecord, make_tuple
+from ..status import JobStatus
 
 _PENDING = JobStatus.PENDING
 

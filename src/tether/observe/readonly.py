@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING, Any, Union
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from . import config, faults
-from .clock import SystemClock
-from .engine import READ_ONLY, create_engine, ledger_name, mask_url
-from .errors import DatabaseUnavailable
-from .record import JobRecord
-from .schema import FINISHED_SQL, RECORD_COLUMNS, TABLE, Job
+from .. import config, faults
+from ..clock import SystemClock
+from ..errors import DatabaseUnavailable
+from ..ledger.engine import READ_ONLY, create_engine, ledger_name, mask_url
+from ..ledger.schema import FINISHED_SQL, RECORD_COLUMNS, TABLE, Job
+from ..record import JobRecord
 
 if TYPE_CHECKING:
-    from .coordinator import Coordinator
+    from ..coordinator import Coordinator
 
 Source = Union["Coordinator", sa.Engine]
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from . import events
-from .errors import ConfigError
+from .. import events
+from ..errors import ConfigError
 from .schema import Meta
 
 SCHEMA_VERSION = 5

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
-from .clock import Clock
-from .errors import Cancelled
-from .record import JobRecord
+from ..clock import Clock
+from ..errors import Cancelled
+from ..record import JobRecord
 
 if TYPE_CHECKING:
-    from .jobtypes import Payload
+    from . import Payload
 
 TIMEOUT = "timeout"
 SHUTDOWN = "shutdown"

@@ -13,16 +13,16 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from . import ids
-from .errors import AmbiguousJobId, ConfigError, JobNotFound
-from .jobtypes.target import display
+from .. import ids
+from ..errors import AmbiguousJobId, ConfigError, JobNotFound
+from ..jobtypes.target import display
+from ..ledger.schema import ACTIVE_TARGETED_SQL, CLAIMED_SQL, PENDING_SQL, QUARANTINED_SQL
+from ..record import JobRecord
+from ..status import JobStatus
 from .readonly import COLUMNS, engine_of, finished, lock_timeout_of, now_of, reading, records, select_jobs, t
 from .readonly import NoLedger as NoLedger  # `X as X`: NoLedger, Source, open_ledger are this API too
 from .readonly import Source as Source
 from .readonly import open_ledger as open_ledger
-from .record import JobRecord
-from .schema import ACTIVE_TARGETED_SQL, CLAIMED_SQL, PENDING_SQL, QUARANTINED_SQL
-from .status import JobStatus
 
 
 def _status_str(status: JobStatus | str) -> str:

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
 
-from .status import JobStatus
+from ..status import JobStatus
 
 TABLE = "tether_jobs"
 RECONCILE_TABLE = "tether_reconcile_runs"

@@ -12,8 +12,9 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from . import faults, sql
-from .errors import ConfigError, DatabaseUnavailable, LedgerFault
+from .. import faults
+from ..errors import ConfigError, DatabaseUnavailable, LedgerFault
+from . import sql
 from .schema import RETIRED_INDEXES, TABLE, metadata
 
 Durability = Literal["full", "normal"]

@@ -22,18 +22,20 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
 
-from . import beneath, events, fs, reconcile_runs, sql
-from .backend import Backend
+from .. import beneath, events, fs
+from ..jobtypes.base import SYNCED, Check, Probe
+from ..jobtypes.claude_extraction import answer_of
+from ..jobtypes.files import listings
+from ..jobtypes.target import display, file_key
+from ..ledger import sql
+from ..ledger.backend import Backend
+from ..ledger.engine import READ_ONLY
+from . import runs as reconcile_runs
 from .drift import DRIFT, IN_SYNC, LEFTOVER_TEMP, NOT_CHECKED, STATUSES, UNKNOWN, UNTRACKED, Finding, Report
-from .engine import READ_ONLY
-from .jobtypes.base import SYNCED, Check, Probe
-from .jobtypes.claude_extraction import answer_of
-from .jobtypes.files import listings
-from .jobtypes.target import display, file_key
 
 if TYPE_CHECKING:
-    from .coordinator import Coordinator
-    from .jobtypes import Registry
+    from ..coordinator import Coordinator
+    from ..jobtypes import Registry
 
 __all__ = ["DRIFT", "STATUSES", "Finding", "Report", "count_targeted_jobs", "reconcile"]
 

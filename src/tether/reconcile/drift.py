@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .jobtypes.base import IN_SYNC, MISSING, MODIFIED, UNEXPECTED, UNKNOWN, Check, Difference
+from ..jobtypes.base import IN_SYNC, MISSING, MODIFIED, UNEXPECTED, UNKNOWN, Check, Difference
 
 NOT_CHECKED = "not_checked"
 LEFTOVER_TEMP = "leftover_temp"

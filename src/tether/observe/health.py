@@ -12,9 +12,9 @@ from datetime import timedelta
 from enum import Enum
 from typing import Any
 
-from . import config
-from .errors import ConfigError
-from .observe import Source, Stats, durations, recent, stats
+from .. import config
+from ..errors import ConfigError
+from .queries import Source, Stats, durations, recent, stats
 
 
 class Verdict(Enum):

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
-    from .coordinator import Coordinator
-    from .store import JsonStore
+    from ..coordinator import Coordinator
+    from ..store import JsonStore
 
 _ENV = {
     "AWS_ACCESS_KEY_ID": "demo",
@@ -45,7 +45,7 @@ def available() -> str | None:
 @contextmanager
 def moto_server() -> Iterator[str]:
     """``python -m moto.server`` on a free loopback port; this process's boto3 points at it."""
-    from .jobtypes.aws import reset_clients
+    from ..jobtypes.aws import reset_clients
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

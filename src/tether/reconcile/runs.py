@@ -11,9 +11,9 @@ from datetime import datetime
 import orjson
 import sqlalchemy as sa
 
-from . import events, ids
+from .. import events, ids
+from ..ledger.schema import ReconcileRun
 from .drift import Report
-from .schema import ReconcileRun
 
 KEEP = 100
 """Verdicts kept: each record deletes the older ones, so the table never grows."""

@@ -37,11 +37,13 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from sqlalchemy.dialects.postgresql import ARRAY
 
-from . import events, observe, reconcile_runs
-from .errors import ConfigError, DatabaseUnavailable
+from .. import events
+from ..errors import ConfigError, DatabaseUnavailable
+from ..reconcile import runs as reconcile_runs
+from ..status import JobStatus
+from . import queries as observe
 from .health import Thresholds, assess
 from .readonly import Source, finished, now_of, reading, t
-from .status import JobStatus
 
 DEFAULT_PORT = 9464  # the port Prometheus's registry of exporter ports gives OpenTelemetry's exporters
 SETTLE = timedelta(seconds=60)

@@ -1,0 +1,7 @@
+"""``python -m tether.demo``: run the demo."""
+
+import sys
+
+from .app import main
+
+sys.exit(main())

@@ -1,0 +1,114 @@
+"""The operator's questions, on read-only connections (``readonly``): the queries
+(``queries``), the health verdict, Prometheus metrics, purge (``retention``).
+
+The names of the old ``tether.observe`` module are imported from ``queries`` when first used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .queries import (
+        DuplicateGroup,
+        Durations,
+        ErrorGroup,
+        JobFilter,
+        JobPage,
+        Recent,
+        Spend,
+        Stats,
+        Stuck,
+        TypeBacklog,
+        children,
+        counts,
+        duplicates,
+        durations,
+        error_summary,
+        failed,
+        failed_by_error,
+        jobs,
+        jobs_page,
+        on_target,
+        percentile,
+        recent,
+        resolve_id,
+        seconds_between,
+        show,
+        spend,
+        stats,
+        stuck,
+    )
+
+_WHERE = {
+    "DuplicateGroup": ".queries",
+    "Durations": ".queries",
+    "ErrorGroup": ".queries",
+    "JobFilter": ".queries",
+    "JobPage": ".queries",
+    "Recent": ".queries",
+    "Spend": ".queries",
+    "Stats": ".queries",
+    "Stuck": ".queries",
+    "TypeBacklog": ".queries",
+    "children": ".queries",
+    "counts": ".queries",
+    "duplicates": ".queries",
+    "durations": ".queries",
+    "error_summary": ".queries",
+    "failed": ".queries",
+    "failed_by_error": ".queries",
+    "jobs": ".queries",
+    "jobs_page": ".queries",
+    "on_target": ".queries",
+    "percentile": ".queries",
+    "recent": ".queries",
+    "resolve_id": ".queries",
+    "seconds_between": ".queries",
+    "show": ".queries",
+    "spend": ".queries",
+    "stats": ".queries",
+    "stuck": ".queries",
+}
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(where, __name__), name)
+    globals()[name] = value  # once imported, a plain attribute
+    return value
+
+
+__all__ = [
+    "DuplicateGroup",
+    "Durations",
+    "ErrorGroup",
+    "JobFilter",
+    "JobPage",
+    "Recent",
+    "Spend",
+    "Stats",
+    "Stuck",
+    "TypeBacklog",
+    "children",
+    "counts",
+    "duplicates",
+    "durations",
+    "error_summary",
+    "failed",
+    "failed_by_error",
+    "jobs",
+    "jobs_page",
+    "on_target",
+    "percentile",
+    "recent",
+    "resolve_id",
+    "seconds_between",
+    "show",
+    "spend",
+    "stats",
+    "stuck",
+]
