@@ -75,6 +75,14 @@ def build(path: Path, n: int, now: datetime, seed: int = 7) -> dict[str, int]:
         if job_type == "claude_extraction":  # finished jobs re-use keys; active ones are unique
             key = f"req-{rng.randrange(n // 4)}" if done else f"req-active-{len(rows)}"
         target = f"file:data/{rng.randrange(n // 3)}.json" if job_type in ("create_file", "delete_file") else None
+        if job_type == "sync_aws":  # one resource per hundred jobs, as repeated syncs of a fleet leave
+            target = f"aws:s3_bucket:eu-west-1:bucket-{rng.randrange(max(1, n // 100))}"
+        result = None
+        if status == "completed":
+            result = '{"bytes":1}'
+            if job_type == "claude_extraction":  # the assistant's bill, as assistant.spend() records it
+                model = rng.choice(("claude-sonnet", "claude-haiku"))
+                result = f'{{"bytes":1,"cost_usd":0.0123,"input_tokens":900,"output_tokens":300,"model":"{model}"}}'
         rows.append(
             (
                 str(ULID.from_datetime(created)),
@@ -94,7 +102,7 @@ def build(path: Path, n: int, now: datetime, seed: int = 7) -> dict[str, int]:
                 key,
                 target,
                 None,
-                '{"bytes":1}' if status == "completed" else None,
+                result,
             )
         )
 

@@ -8,6 +8,7 @@ end at about now: the stuck job's lock is then ~400 s old and everything finishe
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable
 from datetime import timedelta
@@ -110,6 +111,7 @@ def test_status_shows_the_verdict_counts_and_thresholds_and_exits_2_on_a_stuck_j
     assert "failed 2: any failed job is a warning" in r.out
     assert "under 80 (warn) / 100 (error)" in r.out
     assert "│ work │       3 │       1 │           4 │" in r.out
+    assert re.search(r"largest pending payload \d+ B\n", r.out), r.out  # the later jobs: a few dozen bytes
 
 
 def test_status_json_has_the_documented_schema(ledger: Ledger, tether) -> None:
@@ -133,6 +135,7 @@ def test_status_json_has_the_documented_schema(ledger: Ledger, tether) -> None:
         "deepest_target",
         "oldest_pending_at",
         "oldest_pending_age",
+        "largest_pending_payload",
         "by_type",
     }
     assert (data["verdict"], data["exit_code"], data["stuck"], data["failed"]) == ("error", 2, 1, 2)

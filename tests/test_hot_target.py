@@ -76,7 +76,7 @@ def _claim_steps(c: Coordinator) -> int:
         return 0
 
     statement = sql.claim_sql("sqlite", ["note"])
-    params = c.queue.backend.bind({"worker": "w", "now": c.queue.clock.now(), "limit": 100})
+    params = c.queue.backend.bind({"worker": "w", "now": c.queue.clock.now(), "limit": 100, "max_bytes": 8 << 20})
     raw = c.engine.raw_connection()
     try:
         driver: Any = raw.driver_connection

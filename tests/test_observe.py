@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from tether import Coordinator, FakeClock, JobContext, JobStatus, PermanentError
 from tether.errors import ConfigError, JobNotFound
 from tether.jobtypes import CreateFile, JobType, Payload, default_registry
+from tether.ledger import schema
 from tether.observe import health, metrics, retention
 from tether.observe import queries as observe
 
@@ -119,6 +120,25 @@ def test_stats_counts_outstanding_by_type_failed_stuck_and_oldest_pending(ledger
     assert observe.stats(ledger.coordinator).oldest_pending_age == 90.0
 
 
+def test_stats_report_the_largest_pending_payload_of_each_type(make_coordinator: Callable[..., Coordinator]) -> None:
+    registry = default_registry()
+    registry.register(WorkType())
+    c = make_coordinator(registry)
+    running = c.enqueue(CreateFile(path="running.txt", text="r" * 9000)).job
+    assert [j.id for j in c.queue.claim("w")] == [running.id]  # claimed: no longer waiting
+    files = [c.enqueue(CreateFile(path=f"{n}.txt", text="é" * n)).job for n in (10, 3000, 200)]
+    work = c.enqueue(Work(name="w" * 500)).job
+
+    s = observe.stats(c)
+
+    largest = {b.type: b.largest_payload for b in s.by_type}
+    assert largest == {"create_file": files[1].payload_bytes, "work": work.payload_bytes}
+    assert s.largest_pending_payload == files[1].payload_bytes == len(files[1].payload.encode())
+    assert s.to_dict()["largest_pending_payload"] == files[1].payload_bytes
+    c.run_until_idle()
+    assert observe.stats(c).largest_pending_payload is None
+
+
 def test_a_job_is_stuck_only_once_its_lock_is_older_than_the_timeout(ledger: Ledger) -> None:
     assert observe.stats(ledger.coordinator, lock_timeout=401).stuck == 0
     found = observe.stuck(ledger.coordinator)
@@ -147,6 +167,40 @@ def test_durations_are_percentiles_of_claim_to_completion_per_type(ledger: Ledge
     assert (work.p50, work.p95, work.p99, work.max) == (2.0, 5.0, 5.0, 5.0)
     assert by_type["create_file"].count == 3 and by_type["create_file"].max == 0.0
     assert observe.durations(ledger.coordinator, since=timedelta(seconds=10)) == []
+
+
+def test_duration_sample_measures_one_in_k_of_a_busy_window_and_says_so(coordinator: Coordinator) -> None:
+    """100 jobs completed in the window, limit 10: one in 10 is measured, those whose completion
+    time's microsecond is a multiple of 10, on either database (each took 7 s, the others 1 s)."""
+    now = coordinator.clock.now()
+    rows = []
+    for i in range(100):
+        done = now - timedelta(minutes=30, microseconds=-i)  # microsecond i of its second
+        took = 7.0 if i % 10 == 0 else 1.0
+        rows.append(
+            {
+                "id": f"{i:026d}",
+                "type": "work",
+                "payload": "{}",
+                "status": "completed",
+                "attempts": 1,
+                "created_at": done - timedelta(seconds=10),
+                "run_at": done - timedelta(seconds=10),
+                "claimed_at": done - timedelta(seconds=took),
+                "completed_at": done,
+            }
+        )
+    with coordinator.engine.begin() as conn:
+        conn.execute(sa.insert(schema.jobs), rows)
+    whole = observe.duration_sample(coordinator, since=timedelta(hours=1), limit=100)
+    assert (whole.total, whole.every, whole.measured) == (100, 1, 100)
+    assert [(d.type, d.count, d.p50, d.max) for d in whole.types] == [("work", 100, 1.0, 7.0)]
+    sampled = observe.duration_sample(coordinator, since=timedelta(hours=1), limit=10)
+    assert (sampled.total, sampled.every, sampled.measured) == (100, 10, 10)
+    [work] = sampled.types
+    assert (work.count, work.p50, work.p99, work.spend) == (10, 7.0, 7.0, None)
+    with pytest.raises(ConfigError, match="at least one job"):
+        observe.duration_sample(coordinator, limit=0)
 
 
 def test_percentile_is_nearest_rank() -> None:

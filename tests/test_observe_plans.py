@@ -168,3 +168,17 @@ def test_jobs_are_counted_through_the_backlog_and_finished_indexes_only(ledger):
         used = " | ".join(row[3] for s, p in statements for row in raw.execute("EXPLAIN QUERY PLAN " + s, p))
     for index in ("ix_tether_jobs_queue", "ix_tether_jobs_claimed_lock", "ix_tether_jobs_done"):
         assert index in used, used
+
+
+def test_stats_walks_the_pending_jobs_once(ledger):
+    """Counting the backlog by type and finding its oldest job are one walk of the pending index:
+    each step of it reads a row (the index holds neither the type nor the status)."""
+    statements = executed(ledger, QUESTIONS["stats"])
+    with ledger.engine.connect() as conn:
+        raw = conn.connection.driver_connection
+        walks = [
+            s
+            for s, p in statements
+            if any("ix_tether_jobs_queue" in row[3] for row in raw.execute("EXPLAIN QUERY PLAN " + s, p))
+        ]
+    assert len(walks) == 1, walks

@@ -54,7 +54,7 @@ def rows_read_from(plan: dict[str, Any], alias: str) -> float:
 
 def test_claiming_jobs_without_ordering_key_reads_no_other_active_job(pg_coordinator: Coordinator) -> None:
     pg_coordinator.enqueue_many([pg_jobtypes.PgNoop(n=i) for i in range(ACTIVE)])
-    params = {"worker": "w", "now": datetime.now(UTC), "limit": BATCH}
+    params = {"worker": "w", "now": datetime.now(UTC), "limit": BATCH, "max_bytes": 8 << 20}
     with pg_coordinator.engine.connect() as conn:
         with conn.begin() as tx:
             (plan,) = conn.execute(
@@ -118,7 +118,7 @@ def test_claiming_behind_a_target_with_10000_waiting_jobs_reads_only_its_head(
             done = {"ids": [j.id for j in jobs[:finished]], "head": jobs[finished].id}
             conn.execute(sa.text("UPDATE tether_jobs SET status = 'completed' WHERE id = ANY(:ids)"), done)
             conn.execute(sa.text("UPDATE tether_jobs SET blocked = false WHERE id = :head"), done)
-    params = {"worker": "w", "now": datetime.now(UTC), "limit": 100}
+    params = {"worker": "w", "now": datetime.now(UTC), "limit": 100, "max_bytes": 8 << 20}
     plan = explain(pg_coordinator, sql.claim_sql("postgresql", ["note"]), params)
     assert plan["Plan"]["Actual Rows"] == 2  # the target's head and the job without a target
     [walk] = scans_of(plan["Plan"], "j")

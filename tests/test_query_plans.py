@@ -25,10 +25,12 @@ PARAMS = {
     "ordering_key": "file:a",
     "parent_id": None,
     "timeout": None,
+    "payload_bytes": 2,
     "worker": "w",
     "attempt": 1,
     "now": NOW,
     "limit": 10,
+    "max_bytes": 8 << 20,
     "cutoff": NOW,
     "result": None,
     "error": "e",
@@ -49,6 +51,7 @@ HOT = {
     "any_blocked": (sql.ANY_BLOCKED, "ix_tether_jobs_queue"),
     "active_by_key": (sql.ACTIVE_BY_KEY, ("ux_tether_jobs_key_active", "ix_tether_jobs_key")),
     "get": (sql.GET, "sqlite_autoindex_tether_jobs_1"),
+    "payload": (sql.PAYLOAD, "sqlite_autoindex_tether_jobs_1"),
     "claim": (sql.claim_sql("sqlite", ["create_file", "delete_file"]), "ix_tether_jobs_queue"),
     "complete": (sql.COMPLETE, "sqlite_autoindex_tether_jobs_1"),
     "retry": (sql.RETRY, "sqlite_autoindex_tether_jobs_1"),
@@ -142,9 +145,9 @@ def test_claim_checks_older_jobs_on_the_target_through_the_active_target_index(e
 
 
 def test_claim_index_holds_pending_jobs_in_the_claim_order_blocked_ones_apart():
-    from tether.ledger.schema import Job
+    from tether.ledger.schema import jobs
 
-    [index] = [i for i in Job.__table__.indexes if i.name == "ix_tether_jobs_queue"]  # type: ignore[attr-defined]  # sqlmodel's, undeclared
+    [index] = [i for i in jobs.indexes if i.name == "ix_tether_jobs_queue"]
     ddl = str(sa.schema.CreateIndex(index).compile(dialect=sqlite.dialect()))
     assert "(blocked, priority DESC, created_at, id) WHERE status = 'pending'" in ddl
     assert "ORDER BY j.priority DESC, j.created_at, j.id" in sql.CLAIM_SQLITE

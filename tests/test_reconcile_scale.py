@@ -21,7 +21,7 @@ from tether.cli.reconcile import check_main
 from tether.ids import new_id
 from tether.jobtypes import create_file, render
 from tether.jobtypes.files import file_target
-from tether.ledger.schema import Job
+from tether.ledger.schema import jobs as jobs_table
 from tether.reconcile.check import (
     ACTIVE_ON,
     COUNT_TARGETED,
@@ -66,7 +66,7 @@ def completed_rows(coordinator: Coordinator, payloads: list, *, files: bool = Tr
         else:
             target.unlink(missing_ok=True)
     with coordinator.engine.begin() as conn:
-        conn.execute(sa.insert(Job.__table__), rows)  # type: ignore[attr-defined]  # sqlmodel's, undeclared
+        conn.execute(sa.insert(jobs_table), rows)
 
 
 @pytest.fixture

@@ -255,3 +255,143 @@ def test_a_named_hour_follows_the_timezone_through_the_dst_gap_and_repeat() -> N
     fall = schedule.first_slot("30 2 * * *", "Europe/Berlin", datetime(2026, 10, 24, 12, tzinfo=UTC))
     after_fall = schedule.slot_after("30 2 * * *", "Europe/Berlin", fall)  # type: ignore[arg-type]
     assert (fall, after_fall) == (datetime(2026, 10, 25, 0, 30, tzinfo=UTC), datetime(2026, 10, 26, 1, 30, tzinfo=UTC))
+
+
+def walk(cron: str, timezone: str, start: datetime, stop: datetime) -> list[datetime]:
+    """The slots from ``start`` (inclusive) to ``stop`` (exclusive), each the slot after the last."""
+    slots: list[datetime] = []
+    slot = schedule.first_slot(cron, timezone, start)
+    while slot is not None and slot < stop:
+        slots.append(slot)
+        slot = schedule.slot_after(cron, timezone, slot)
+    return slots
+
+
+def utc(day: datetime, *times: str) -> list[datetime]:
+    """``HH:MM`` UTC times counted from ``day`` (UTC midnight); an hour past 23 is the next day."""
+    return [day + timedelta(hours=int(t[:2]), minutes=int(t[3:])) for t in times]
+
+
+SPRING, FALL = datetime(2026, 3, 29, tzinfo=UTC), datetime(2026, 10, 25, tzinfo=UTC)
+# Each local day in UTC: Berlin's 29 March (23 h) and 25 October (25 h); Lord Howe's 4 October
+# (02:00 +10:30 -> 02:30 +11) and 5 April (02:00 +11 -> 01:30 +10:30): half-hour changes.
+DAYS = {
+    "berlin-spring": ("Europe/Berlin", SPRING - timedelta(hours=1), SPRING + timedelta(hours=22)),
+    "berlin-fall": ("Europe/Berlin", FALL - timedelta(hours=2), FALL + timedelta(hours=23)),
+    "howe-spring": (
+        "Australia/Lord_Howe",
+        datetime(2026, 10, 3, 13, 30, tzinfo=UTC),
+        datetime(2026, 10, 4, 13, tzinfo=UTC),
+    ),
+    "howe-fall": (
+        "Australia/Lord_Howe",
+        datetime(2026, 4, 4, 13, tzinfo=UTC),
+        datetime(2026, 4, 5, 13, 30, tzinfo=UTC),
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("cron", "day", "expected"),
+    [
+        # Wall-clock times (minute and hour fields not starting with "*"): once a day each.
+        ("30 2 * * *", "berlin-spring", utc(SPRING, "01:00")),  # 02:30 does not exist: 03:00 CEST
+        ("30 2 * * *", "berlin-fall", utc(FALL, "00:30")),  # the first 02:30 (CEST) only
+        ("30 1-3 * * *", "berlin-spring", utc(SPRING, "00:30", "01:00", "01:30")),
+        ("30 1-3 * * *", "berlin-fall", utc(FALL - timedelta(days=1), "23:30", "24:30", "26:30")),
+        ("0 2-3 * * *", "berlin-spring", utc(SPRING, "01:00")),  # 02:00 and 03:00 are one instant
+        ("0,30 2 * * *", "berlin-fall", utc(FALL, "00:00", "00:30")),
+        ("15 2 * * *", "howe-spring", utc(datetime(2026, 10, 3, tzinfo=UTC), "15:30")),  # 02:30 +11
+        ("45 1 * * *", "howe-fall", utc(datetime(2026, 4, 4, tzinfo=UTC), "14:45")),  # 01:45 +11
+        # A wildcard minute or hour: matched against each instant's local time.
+        ("*/15 * * * *", "berlin-spring", 92),
+        ("*/15 * * * *", "berlin-fall", 100),
+        ("* 2 * * *", "berlin-spring", 0),  # no 02:xx that day
+        ("* 2 * * *", "berlin-fall", 120),  # both 02:xx hours
+        ("30 * * * *", "berlin-fall", 25),
+        ("0 */2 * * *", "berlin-fall", 13),  # 00, 02 CEST, 02 CET, 04, ... 22
+    ],
+)
+def test_five_and_six_field_expressions_follow_the_documented_dst_rules(cron, day, expected) -> None:
+    timezone, start, stop = DAYS[day]
+    for expression in (cron, "0 " + cron):  # seconds first: the same times, the same rules
+        slots = walk(expression, timezone, start, stop)
+        assert (len(slots) if isinstance(expected, int) else slots) == expected, expression
+
+
+@pytest.mark.parametrize("cron", ["30 2 * * *", "45 2 * * 0", "30 1-3 * * *", "0 30 2 * * *", "15 20,40 2 * * *"])
+def test_the_slot_after_an_instant_in_the_repeated_hour_is_the_next_one_after_it(cron) -> None:
+    slots = walk(cron, "Europe/Berlin", FALL - timedelta(days=1), FALL + timedelta(days=8))
+    instant = FALL - timedelta(minutes=10)
+    while instant < FALL + timedelta(hours=2, minutes=10):  # the repeated hour is 00:00-02:00 UTC
+        assert schedule.slot_after(cron, "Europe/Berlin", instant) == min(s for s in slots if s > instant), instant
+        instant += timedelta(minutes=5)
+
+
+def test_a_schedule_resumed_or_declared_in_the_repeated_hour_runs_its_slot_once(open_two, clock: FakeClock) -> None:
+    # 02:30 Berlin happens at 00:30 UTC (CEST) and 01:30 UTC (CET) on 25 October; it runs at the first.
+    tomorrow = datetime(2026, 10, 26, 1, 30, tzinfo=UTC)
+    clock.set(FALL - timedelta(hours=12))
+    a, b = open_two()
+    a.schedule("nightly", "30 2 * * *", Note(name="n"), timezone="Europe/Berlin")
+    worker = a.worker()
+    clock.set(FALL + timedelta(minutes=30, seconds=5))
+    worker.run_once(clock.now())
+    schedule.set_paused(a.engine, "nightly", True, FALL + timedelta(minutes=50))
+    clock.set(FALL + timedelta(hours=1, minutes=10))  # 02:10 CET, in the second 02:00-03:00
+    assert schedule.set_paused(a.engine, "nightly", False, clock.now())["next_run"] == tomorrow
+    b.schedule("late", "30 2 * * *", Note(name="l"), timezone="Europe/Berlin")  # declared there
+    assert row(b, "late")["next_run"] == tomorrow
+    for w in (worker, b.worker()):
+        w.run_once(clock.now())
+    assert slots_of(a, "nightly") == Counter({schedule.key_for("nightly", FALL + timedelta(minutes=30)): 1})
+    assert slots_of(a, "late") == Counter()
+
+
+@pytest.mark.parametrize("day", [SPRING, FALL], ids=["spring-forward", "fall-back"])
+def test_a_six_field_fixed_time_runs_once_on_a_dst_day(open_two, clock: FakeClock, day) -> None:
+    clock.set(day - timedelta(hours=1))
+    a, b = open_two()
+    for c in (a, b):
+        c.schedule("nightly", "0 30 2 * * *", Note(name="n"), timezone="Europe/Berlin")
+    workers = [a.worker(), b.worker()]
+    while clock.now() < day + timedelta(hours=3):
+        for w in workers:
+            w.run_once(clock.now())
+        clock.advance(minutes=10)
+    # Spring: 02:30 does not exist, it runs at 03:00 CEST; fall: at the first 02:30 (CEST).
+    slot = day + timedelta(hours=1) if day == SPRING else day + timedelta(minutes=30)
+    assert slots_of(a, "nightly") == Counter({schedule.key_for("nightly", slot): 1})
+
+
+def test_a_finished_schedule_given_a_higher_limit_runs_again_paused_or_not(open_two, clock: FakeClock) -> None:
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    clock.set(base)
+    a, _ = open_two()
+    for name in ("paused", "running"):
+        a.schedule(name, "*/10 * * * *", Note(name=name), limit=1)
+    a.worker().run_once(clock.now())
+    assert [row(a, n)["next_run"] for n in ("paused", "running")] == [None, None]  # finished
+    schedule.set_paused(a.engine, "paused", True, clock.now())
+    clock.set(base + timedelta(minutes=3))
+    for name in ("paused", "running"):
+        a.schedule(name, "*/10 * * * *", Note(name=name), limit=5)  # a redeploy allows more runs
+    following = base + timedelta(minutes=10)
+    assert [row(a, n)["next_run"] for n in ("paused", "running")] == [following, following]
+    assert schedule.set_paused(a.engine, "paused", False, clock.now())["next_run"] == following
+    clock.set(following + timedelta(seconds=5))
+    a.worker().run_once(clock.now())
+    assert [sum(slots_of(a, n).values()) for n in ("paused", "running")] == [2, 2]
+
+
+def test_resume_gives_a_paused_schedule_with_runs_left_its_next_slot(open_two, clock: FakeClock) -> None:
+    # A paused row with no next slot although its limit allows more runs: what the previous version
+    # left after a redeploy raised the limit of a paused, finished schedule.
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    clock.set(base)
+    a, _ = open_two()
+    a.schedule("s", "*/10 * * * *", Note(name="s"), limit=5)
+    with a.engine.begin() as conn:
+        conn.execute(sa.update(schedule.s).values(paused=True, next_slot=None, run_count=1))
+    resumed = schedule.set_paused(a.engine, "s", False, base + timedelta(minutes=3))
+    assert resumed["next_run"] == row(a, "s")["next_run"] == base + timedelta(minutes=10)

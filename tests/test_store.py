@@ -36,7 +36,7 @@ from tether.demo.app import (
     requirement_files,
 )
 from tether.jobtypes import default_registry
-from tether.ledger.schema import Job
+from tether.ledger.orm import Job
 from tether.store import InvalidModel, JsonStore, ModelNotFound, NotApplied
 
 FAST = RetryPolicy(base=0.01, cap=0.02)

@@ -15,6 +15,7 @@ from tether.errors import ConfigError
 from tether.jobtypes import CreateFile, DeleteFile
 from tether.observe.health import Thresholds, health
 from tether.status import JobStatus
+from tether.ui import web as web_module
 
 BASE = "http://127.0.0.1:8787"
 EVIL = "<script>alert(1)</script>"
@@ -186,7 +187,16 @@ def test_durations_lists_percentiles_and_draws_a_chart(ledger, clock):
         page = web.get("/durations").text
         bad = web.get("/durations", params={"window": "soon"})
     assert "<svg" in page and 'class="p99"' in page and "create_file" in page
+    assert "sampled" not in page  # 3 completed jobs: each measured
     assert bad.status_code == 400 and "is not a duration" in bad.text
+
+
+def test_durations_page_says_when_a_busy_window_was_sampled(ledger, clock, monkeypatch):
+    fill(ledger, clock)
+    monkeypatch.setattr(web_module, "DURATIONS_SAMPLE", 1)  # 3 completed jobs: a busy window for a sample of 1
+    with client(ledger) as web:
+        page = web.get("/durations").text
+    assert "<strong>sampled</strong>" in page and "of the window's 3 completed jobs measured (1 in 3" in page
 
 
 def test_drift_runs_in_the_background_and_shows_differences(ledger, clock):
@@ -218,7 +228,26 @@ def test_metrics_are_served_behind_the_same_guard(ledger, clock):
     fill(ledger, clock)
     with client(ledger) as web:
         text = web.get("/metrics").text
+        rebound = web.get("/metrics", headers={"Host": "evil.example:8787"})
     assert 'tether_jobs{status="failed",type="note"} 2.0' in text
+    assert rebound.status_code == 421 and "tether_jobs" not in rebound.text
+
+
+def test_metrics_keep_one_collector_counting_what_finishes_while_the_page_runs(ledger, clock):
+    """The scrape endpoint is tether.observe.metrics' long-lived collector (as `tether metrics --serve`):
+    its counters start when the app starts and grow by what finishes between scrapes."""
+    fill(ledger, clock)  # 3 completed, 2 failed before the app exists: not counted as finished
+    with client(ledger) as web:
+        first = web.get("/metrics").text
+        clock.advance(1)
+        ledger.enqueue(CreateFile(path="notes/late.json", content={"late": True}))
+        ledger.run_until_idle()
+        clock.advance(120)  # past metrics.SETTLE: the collector reads that far behind now
+        second = web.get("/metrics").text
+    done = 'tether_jobs_finished_total{status="completed",type="create_file"}'
+    assert done not in first
+    assert f"{done} 1.0" in second
+    assert 'tether_job_duration_seconds_count{type="create_file"} 1.0' in second
 
 
 # -- actions ---------------------------------------------------------------------------------------

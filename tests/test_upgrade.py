@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from tether import Coordinator, CreateFile, JobStatus
 from tether.jobtypes import default_registry
 from tether.ledger.engine import create_engine, ensure_schema
-from tether.ledger.schema import Job
+from tether.ledger.schema import jobs
 from tether.ledger.sql import COLUMNS
 
 
@@ -40,7 +40,7 @@ def test_an_older_ledger_gets_the_indexes_added_since_and_loses_the_retired_ones
 
     names = index_names(db_url)
     assert not {"ix_tether_jobs_claim", "ix_tether_jobs_finished", "ix_tether_jobs_pending"} & names
-    assert {index.name for index in Job.__table__.indexes} <= names  # type: ignore[attr-defined]  # sqlmodel's, undeclared
+    assert {index.name for index in jobs.indexes} <= names
 
 
 def column_names(url: str) -> set[str]:
@@ -121,3 +121,24 @@ def test_an_older_ledger_gets_the_blocked_flag_on_its_waiting_jobs_and_runs_them
         assert [bool(blocked[i]) for i in [*ids, other]] == [False, True, True, False]
         assert c.run_until_idle() == 4
     assert [name for name, _ in notes.runs if name != "o"] == ["0", "1", "2"]
+
+
+def test_an_older_ledger_gets_the_payload_sizes_of_the_jobs_that_may_still_run(db_url, tmp_path):
+    with Coordinator.open(db_url, root=tmp_path / "data", registry=default_registry()) as c:
+        done, failed = (c.enqueue(CreateFile(path=f"{n}.txt", text=n)).id for n in ("done", "failed"))
+        c.run_until_idle()
+        pending = c.enqueue(CreateFile(path="pending.txt", text="é" * 100)).id
+    engine = create_engine(db_url)
+    with engine.begin() as conn:  # as the version before payload sizes (issue 24) left it
+        conn.execute(sa.text("UPDATE tether_jobs SET status = 'failed' WHERE id = :id"), {"id": failed})
+        conn.exec_driver_sql("ALTER TABLE tether_jobs DROP COLUMN payload_bytes")
+    engine.dispose()
+
+    with Coordinator.open(db_url, root=tmp_path / "data", registry=default_registry()) as c:
+        sizes = {job_id: c.get(job_id).payload_bytes for job_id in (done, failed, pending)}
+        payloads = {job_id: c.get(job_id).payload for job_id in (failed, pending)}
+
+    assert sizes[done] is None  # finished for good: left as it was
+    assert {job_id: sizes[job_id] for job_id in payloads} == {
+        job_id: len(payload.encode("utf-8")) for job_id, payload in payloads.items()
+    }

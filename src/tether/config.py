@@ -65,6 +65,10 @@ ENV_MAX_PAYLOAD_BYTES = "TETHER_MAX_PAYLOAD_BYTES"
 DEFAULT_MAX_PAYLOAD_BYTES = 16 * 1024 * 1024
 """The largest payload enqueue accepts, as its stored JSON in bytes (``tether.limits`` checks it)."""
 
+DEFAULT_BATCH_BYTES = 8 * 1024 * 1024
+"""The most payload (stored JSON, in bytes) a worker claims in one batch, unless the batch is a
+single larger job: what a worker holds follows bytes, not queued jobs (``WorkerConfig.batch_bytes``)."""
+
 
 def _env(name: str) -> str | None:
     return os.environ.get(name) or None  # an empty variable counts as unset

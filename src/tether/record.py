@@ -44,6 +44,7 @@ class JobRecord(NamedTuple):
     timeout: float | None = None
     progress: str | None = None
     quarantine: str | None = None  # why it is claimed alone (a dead worker held it); see reclaim.py
+    payload_bytes: int | None = None  # len of the payload's UTF-8; None for a job enqueued before it was kept
 
     @classmethod
     def from_row(cls, row: Any) -> JobRecord:

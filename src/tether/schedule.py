@@ -11,11 +11,18 @@ nothing. So the enqueue of a slot is a durable fact of the ledger, no leader is 
 worker killed mid-slot either committed both the job and the new ``next_slot`` or neither.
 
 Slots are instants (UTC). The cron expression (five fields, or six with seconds first, as
-``0 */15 * * * *``) is read in the schedule's timezone by cronsim, whose DST rules are cron's:
-a local time that does not exist (spring forward) fires once, at the first instant after the gap;
-a local time that happens twice (fall back) fires twice if the expression's hour field is a
-wildcard or range (``*/15 * * * *`` runs every quarter-hour of the 25-hour day) and once, on the
-first occurrence, if it names the hour (``30 2 * * *``).
+``0 */15 * * * *``) is matched by cronsim in the schedule's timezone, and its minute and hour
+fields choose how a DST change is met (cron's rule; the seconds field never changes it):
+
+- If either starts with ``*`` (``*/15 * * * *``, ``0 */2 * * *``, ``* 2 * * *``), each instant's
+  local time is matched: a local time that does not exist (spring forward) never fires, one that
+  happens twice (fall back) fires twice. ``*/15 * * * *`` fires 92 times on Berlin's 23-hour day
+  and 100 on its 25-hour day; ``* 2 * * *`` 0 and 120 times.
+- Otherwise (``30 2 * * *``, ``30 1-3 * * *``, ``0 30 2 * * *``) it names wall-clock times, and each
+  fires once that day: a time that does not exist fires at the first instant after the gap (once,
+  however many named times fall in it: ``30 2 * * *`` in Berlin on 29 March 2026 at 03:00 CEST,
+  ``0 2-3 * * *`` once, at 03:00), a time that happens twice on its first occurrence only
+  (``30 1-3 * * *`` on 25 October: 01:30 CEST, 02:30 CEST, 03:30 CET).
 
 A slot is due when its instant has passed; it is on time until ``ON_TIME`` after it, then missed
 (every worker was down, or the schedule was registered late). What happens to missed slots is
@@ -32,6 +39,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -42,13 +50,13 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from . import events
 from .errors import ConfigError, TetherError
-from .jobtypes import Payload
-from .ledger.schema import DUE_SQL, Schedule
+from .ledger.schema import DUE_SQL, schedules
 from .observe.readonly import records, select_jobs
 from .observe.readonly import t as jobs_table
 from .record import InsertResult, JobRecord
 
 if TYPE_CHECKING:
+    from .jobtypes import Payload
     from .ledger.queue import Queue
 
 CATCH_UP = ("latest", "all", "none")
@@ -61,7 +69,7 @@ MIN_CHECK_GAP = 0.2
 KEY_PREFIX = "schedule:"
 _NAME = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 
-s = Schedule.__table__  # type: ignore[attr-defined]  # sqlmodel sets it; its types do not declare it
+s = schedules
 _SPEC_COLUMNS = ("cron", "timezone", "job_type", "start_at", "end_at", "run_limit", "catch_up")
 
 
@@ -136,9 +144,49 @@ def validate(
     return zone
 
 
-def slot_after(cron: str, timezone: str, after: datetime) -> datetime:
-    """The first slot strictly after ``after`` (UTC in, UTC out)."""
-    return next(iter(CronSim(cron, after.astimezone(ZoneInfo(timezone))))).astimezone(UTC)
+def slot_after(cron: str, timezone: str, after: datetime) -> datetime | None:
+    """The first slot strictly after ``after`` (UTC in, UTC out); None if there is none within
+    cronsim's horizon (50 years)."""
+    zone = ZoneInfo(timezone)
+    local = after.astimezone(zone)
+    if _names_wall_clock_times(cron):
+        # Matched on the local clock, without DST, then placed: a wall-clock time at or after
+        # ``after``'s can still fall before it (its first occurrence, when ``after`` is in the
+        # second), so the walk goes on to the first that does not.
+        candidates = (_placed(naive, zone) for naive in CronSim(cron, local.replace(tzinfo=None)))
+    else:
+        candidates = (moment.astimezone(UTC) for moment in CronSim(cron, local))
+    for slot in islice(candidates, _REPEATED_BOUND):
+        if slot > after:
+            return slot
+    return None
+
+
+_REPEATED_BOUND = 2 * 86_400
+"""More candidates than a repeated local period holds (one a second, for a day: no zone repeats
+more than two hours), so the walk past them ends."""
+
+
+def _names_wall_clock_times(cron: str) -> bool:
+    """Whether neither the minute nor the hour field starts with ``*``: cron's test for an
+    expression that names times of day, which cronsim applies to five fields only."""
+    minute, hour = cron.split()[-5:-3]
+    return not minute.startswith("*") and not hour.startswith("*")
+
+
+def _placed(naive: datetime, zone: ZoneInfo) -> datetime:
+    """The instant (UTC) of a local wall-clock time: its first occurrence if it happens twice,
+    the first instant after the gap (whole minute: gaps end on one) if it does not happen."""
+    for minutes in range(_LONGEST_GAP_MINUTES):
+        local = naive if minutes == 0 else naive.replace(second=0) + timedelta(minutes=minutes)
+        moment = local.replace(tzinfo=zone).astimezone(UTC)  # fold=0: the first occurrence
+        if moment.astimezone(zone).replace(tzinfo=None) == local:
+            return moment
+    raise InvalidSchedule(f"{naive:%Y-%m-%d %H:%M:%S} in {zone.key} is in a gap longer than two days")
+
+
+_LONGEST_GAP_MINUTES = 2 * 24 * 60
+"""Bounds the walk out of a DST gap (Samoa skipped a whole day in 2011; none was longer)."""
 
 
 def _bounded(when: datetime | None, end: datetime | None, runs: int, limit: int | None) -> datetime | None:
@@ -243,19 +291,16 @@ class Scheduler:
                     pass
                 else:
                     after = row.last_slot
-                    following = (
-                        first_slot(
-                            spec.cron,
-                            spec.timezone,
-                            now,
-                            start=spec.start,
-                            end=spec.end,
-                            after=after,
-                            runs=row.run_count,
-                            limit=spec.limit,
-                        )
-                        if not (row.next_slot is None and row.paused)
-                        else None
+                    # Paused or not, finished or not: a raised limit or a later end restarts it.
+                    following = first_slot(
+                        spec.cron,
+                        spec.timezone,
+                        now,
+                        start=spec.start,
+                        end=spec.end,
+                        after=after,
+                        runs=row.run_count,
+                        limit=spec.limit,
                     )
                     conn.execute(
                         sa.update(s)
@@ -376,7 +421,7 @@ def set_paused(engine: sa.Engine, name: str, paused: bool, now: datetime) -> dic
             known = conn.execute(sa.select(s.c.name).order_by(s.c.name)).scalars().all()
             raise UnknownSchedule(f"no schedule named {name!r}; known: {', '.join(known) or 'none'}")
         values: dict[str, Any] = {"paused": paused, "updated_at": now}
-        if not paused and row.paused and row.next_slot is not None:
+        if not paused and row.paused:  # a finished schedule gets None again from its bounds
             values["next_slot"] = first_slot(
                 row.cron,
                 row.timezone,

@@ -44,7 +44,6 @@ def jobs(
 
     Example: tether jobs --status pending --type create_file --limit 20
     """
-    from .. import schedule
     from ..observe import queries as observe
 
     if status is not None and status not in {s.value for s in JobStatus}:
@@ -54,6 +53,8 @@ def jobs(
     with ledger() as engine:
         start = SystemClock().now() - window if window else None
         if schedule_name is not None:
+            from .. import schedule  # cron and the job types: only for this filter
+
             found = [
                 j
                 for j in schedule.runs(engine, schedule_name, limit=None)

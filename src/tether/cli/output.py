@@ -98,6 +98,16 @@ def age(seconds: float | None) -> str:
     return f"{s}s"
 
 
+def size(value: int | None) -> str:
+    """Bytes as operators read them: ``5242880`` -> ``5.0 MiB``; ``None`` -> ``-``."""
+    if value is None:
+        return "-"
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if value >= scale:
+            return f"{value / scale:.1f} {unit}"
+    return f"{value} B"
+
+
 def seconds(value: float) -> str:
     """A duration in seconds for the durations table: ms below one second."""
     return f"{value * 1000:.1f}ms" if value < 1 else f"{value:.2f}s"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import typer
 
-from .. import schedule
 from ..clock import SystemClock
 from .app import app, out, print_json
 from .output import JSON_OPTION, ledger, table, when
@@ -28,6 +27,8 @@ def schedules(ctx: typer.Context, as_json: bool = JSON_OPTION) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
+    from .. import schedule  # SQLAlchemy and cron: loaded when the command runs, not for --help
+
     with ledger() as engine:
         rows = schedule.listing(engine)
     if as_json:
@@ -59,6 +60,8 @@ def pause(name: str = typer.Argument(..., help="The schedule's name.")) -> None:
 
     Example: tether schedules pause nightly-sync
     """
+    from .. import schedule
+
     with ledger() as engine:
         schedule.set_paused(engine, name, True, SystemClock().now())
     out.print(f"paused {name}")
@@ -71,6 +74,8 @@ def resume(name: str = typer.Argument(..., help="The schedule's name.")) -> None
 
     Example: tether schedules resume nightly-sync
     """
+    from .. import schedule
+
     with ledger() as engine:
         result = schedule.set_paused(engine, name, False, SystemClock().now())
     nxt = result["next_run"]

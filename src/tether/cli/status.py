@@ -12,7 +12,7 @@ from ..config import DEFAULT_BACKLOG_LIMIT, DEFAULT_LOCK_TIMEOUT, ENV_BACKLOG_LI
 from ..errors import TetherError
 from ..faults import describe
 from .app import app, err, out, print_json
-from .output import JSON_OPTION, age, ledger, parse_duration, table, when
+from .output import JSON_OPTION, age, ledger, parse_duration, size, table, when
 
 
 def _seconds(value: float | None) -> str:
@@ -166,7 +166,7 @@ def _render(h: Health) -> None:
     out.print(
         f"[bold {style}]{h.verdict.label.upper()}[/]  {s.outstanding} outstanding "
         f"({s.pending} pending, {s.claimed} claimed), {s.failed} failed, {s.stuck} stuck; "
-        f"oldest pending {age(s.oldest_pending_age)}"
+        f"oldest pending {age(s.oldest_pending_age)}; largest pending payload {size(s.largest_pending_payload)}"
     )
     for reason in h.reasons:
         out.print(f"  - {reason}", markup=False)
@@ -186,8 +186,8 @@ def _render(h: Health) -> None:
         )
     table(
         "Outstanding by type",
-        ["type", "pending", "claimed", "outstanding"],
-        [(b.type, b.pending, b.claimed, b.outstanding) for b in s.by_type],
+        ["type", "pending", "claimed", "outstanding", "largest pending payload"],
+        [(b.type, b.pending, b.claimed, b.outstanding, size(b.largest_payload)) for b in s.by_type],
         empty="no outstanding jobs",
     )
     table(

@@ -56,7 +56,8 @@ def render_fields(content: JsonValue, text: str | None) -> bytes:
     of a file's check. Any field that changes the bytes must be an argument here."""
     if text is not None:
         return text.encode("utf-8")
-    return orjson.dumps(content, option=orjson.OPT_INDENT_2) + b"\n"
+    # The newline by orjson: appending it after would copy the whole file once more.
+    return orjson.dumps(content, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
 
 
 class CreateFileProbe(Probe):

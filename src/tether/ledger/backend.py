@@ -78,6 +78,7 @@ class Backend:
             "ordering_key": job.ordering_key,
             "parent_id": job.parent_id,
             "timeout": job.timeout,
+            "payload_bytes": job.payload_bytes,
         }
 
     def record(self, row: tuple[Any, ...]) -> JobRecord:

@@ -116,13 +116,14 @@ class Builder:
                     kind.name, [f"path: the target {ordering_key[:40]!r}... is longer than 1024 characters"]
                 )
             idempotency_key = key if key is not None or kind.idempotency_key is None else kind.idempotency_key(payload)
+            encoded = self._encode(kind, payload)
             jobs.append(
                 make_tuple(
                     JobRecord,
                     (
                         job_id,
                         kind.name,
-                        self._encode(kind, payload).decode(),
+                        encoded.decode(),
                         _PENDING,
                         priority,
                         0,
@@ -141,6 +142,7 @@ class Builder:
                         None if timeout is None else float(timeout),
                         None,  # progress
                         None,  # quarantine
+                        len(encoded),  # payload_bytes
                     ),
                 )
             )

@@ -231,6 +231,18 @@ def _column_names(conn: sa.Connection, dialect: str, table: str) -> set[str]:
     return {row[1] for row in conn.exec_driver_sql(f"PRAGMA table_info({table})")}
 
 
+# Filled when the column is added to an existing ledger, for the jobs that may still run (a
+# failed one may be retried): finished rows are left as they are, so the upgrade stays short.
+# (table, column) -> (value per dialect, rows to fill). ``blocked`` is set after the indexes
+# (sql.BLOCK_WAITING reads the waiting jobs through one).
+_FILL = {
+    (TABLE, "payload_bytes"): (
+        {"sqlite": "length(CAST(payload AS BLOB))", "postgresql": "octet_length(payload)"},  # bytes, not characters
+        "status IN ('pending', 'claimed', 'failed')",
+    ),
+}
+
+
 def _add_missing_columns(conn: sa.Connection, dialect: sa.Dialect) -> set[str]:
     """Columns added since a ledger was created (nullable, or with a constant default): added in
     place, no rewrite. Returns the ``table.column`` names added."""
@@ -244,9 +256,12 @@ def _add_missing_columns(conn: sa.Connection, dialect: sa.Dialect) -> set[str]:
                     default = column.server_default
                     if not isinstance(default, sa.DefaultClause):
                         raise DatabaseUnavailable(f"cannot upgrade {table.name}: new column {column.name} is required")
-                    value = sa.literal_column(str(default.arg)) if isinstance(default.arg, str) else default.arg
-                    kind += f" DEFAULT {value.compile(dialect=dialect)} NOT NULL"
+                    constant = sa.literal_column(str(default.arg)) if isinstance(default.arg, str) else default.arg
+                    kind += f" DEFAULT {constant.compile(dialect=dialect)} NOT NULL"
                 conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}")
+                if (table.name, column.name) in _FILL:
+                    value, rows = _FILL[table.name, column.name]
+                    conn.exec_driver_sql(f"UPDATE {table.name} SET {column.name} = {value[dialect.name]} WHERE {rows}")
                 added.add(f"{table.name}.{column.name}")
     return added
 

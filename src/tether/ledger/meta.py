@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from .. import events
 from ..errors import ConfigError
-from .schema import Meta
+from .schema import meta
 
 SCHEMA_VERSION = 5
 """tether's ledger layout: 1 the first table, 2 partial indexes, 3 timeout/progress and tether_meta,
@@ -27,7 +27,7 @@ ROOT = "root"
 LEDGER_ID = "ledger_id"
 VERSION = "schema_version"
 
-_t = Meta.__table__  # type: ignore[attr-defined]  # sqlmodel declares __table__ on table models only at run time
+_t = meta
 
 
 class RootMismatch(ConfigError):

@@ -14,6 +14,7 @@ import sqlalchemy as sa
 
 from .. import events, faults
 from ..clock import Clock
+from ..config import DEFAULT_BATCH_BYTES
 from ..errors import DatabaseUnavailable, DuplicateActiveJob, InvalidTransition, JobNotFound, LostLease, Superseded
 from ..jobtypes import Payload, Registry
 from ..jobtypes.target import display
@@ -116,16 +117,23 @@ _shared = itemgetter(1, 4, 6, 10, 13, 16, 18)
 _JSON_CHARS = 16 << 20
 
 
-def _targeted_rows(jobs: list[JobRecord]) -> list[tuple[str, str, str | None, bool]]:
-    """[id, payload, ordering_key, behind] per job of one JSON insert: ``behind`` when an older
-    job of the same statement has its target (the statement does not see its own rows)."""
+def _targeted_rows(jobs: list[JobRecord]) -> list[tuple[str, str, str | None, int | None, bool]]:
+    """[id, payload, ordering_key, payload_bytes, behind] per job of one JSON insert: ``behind``
+    when an older job of the same statement has its target (the statement does not see its own
+    rows)."""
     first: dict[str, str] = {}
     for job in jobs:
         key = job.ordering_key
         if key is not None and (key not in first or job.id < first[key]):
             first[key] = job.id
     return [
-        (job.id, job.payload, job.ordering_key, job.ordering_key is not None and first[job.ordering_key] != job.id)
+        (
+            job.id,
+            job.payload,
+            job.ordering_key,
+            job.payload_bytes,
+            job.ordering_key is not None and first[job.ordering_key] != job.id,
+        )
         for job in jobs
     ]
 
@@ -140,6 +148,17 @@ def _by_size(jobs: list[JobRecord]) -> Iterator[list[JobRecord]]:
             yield jobs[start:i]
             start, size = i, len(job.payload)
     yield jobs[start:]
+
+
+def _with_payloads(cur: Any, claimed: list[JobRecord]) -> list[JobRecord]:
+    """Claimed jobs with every payload: those the claim left out (over ``sql.INLINE_PAYLOAD``
+    bytes) read now, each by its own statement, so one is in flight at a time."""
+    if all(job.payload is not None for job in claimed):
+        return claimed
+    return [
+        job if job.payload is not None else job._replace(payload=cur.scalar(sql.PAYLOAD, {"id": job.id}))
+        for job in claimed
+    ]
 
 
 class Queue:
@@ -298,20 +317,23 @@ class Queue:
 
     # -- claim -----------------------------------------------------------------------------
 
-    def claim(self, worker: str, *, now: datetime | None = None, limit: int = 1) -> list[JobRecord]:
-        """Atomically take up to ``limit`` ready jobs: highest priority first, then oldest."""
+    def claim(
+        self, worker: str, *, now: datetime | None = None, limit: int = 1, max_bytes: int = DEFAULT_BATCH_BYTES
+    ) -> list[JobRecord]:
+        """Atomically take up to ``limit`` ready jobs: highest priority first, then oldest, with at
+        most ``max_bytes`` of payload between them, or one larger job (see ``sql.py``: a job larger
+        than the batch's share waits for the claim it leads)."""
         now = now or self.clock.now()
         with self.backend.write() as cur:
-            rows = self._claim_in(cur, worker, now, limit)
+            rows = self._claim_in(cur, worker, now, limit, max_bytes)
         return self._claimed(rows, worker)
 
-    def _claim_in(self, cur: Any, worker: str, now: datetime, limit: int) -> list[JobRecord]:
+    def _claim_in(self, cur: Any, worker: str, now: datetime, limit: int, max_bytes: int) -> list[JobRecord]:
         limited = self._limited()
         if limited:
-            return self._claim_limited(cur, worker, now, limit, limited)
-        params = {"worker": worker, "now": now, "limit": limit}
-        claimed: list[JobRecord] = cur.records(self._claim_statement(), params)
-        return claimed
+            return self._claim_limited(cur, worker, now, limit, max_bytes, limited)
+        params = {"worker": worker, "now": now, "limit": limit, "max_bytes": max_bytes}
+        return _with_payloads(cur, cur.records(self._claim_statement(), params))
 
     # -- per-type concurrency limits (issue 17): only when a registered type has max_running ----
 
@@ -328,24 +350,28 @@ class Queue:
         return self._limits
 
     def _claim_limited(
-        self, cur: Any, worker: str, now: datetime, limit: int, limited: dict[str, int]
+        self, cur: Any, worker: str, now: datetime, limit: int, max_bytes: int, limited: dict[str, int]
     ) -> list[JobRecord]:
         """The claim, with each limited type taken only up to its room: ``max_running`` minus its
-        jobs claimed now, across every worker (counted in the claiming transaction)."""
+        jobs claimed now, across every worker (counted in the claiming transaction). The byte cap
+        spans the statements: each later one has what the batch has left, and takes at least one
+        job while any is left (a batch may end one job past ``max_bytes``, never starving a
+        limited type of large jobs)."""
         dialect = self.engine.dialect.name
-        params: dict[str, Any] = {"worker": worker, "now": now, "limit": limit}
+        params: dict[str, Any] = {"worker": worker, "now": now, "limit": limit, "max_bytes": max_bytes}
         unlimited = [name for name in self.registry.names() if name not in limited]
         claimed: list[JobRecord] = cur.records(sql.claim_sql(dialect, unlimited), params)
         for name, cap in limited.items():
-            if len(claimed) >= limit:
+            left = max_bytes - sum(job.payload_bytes or 0 for job in claimed)
+            if len(claimed) >= limit or (claimed and left <= 0):
                 break
             if dialect == "postgresql":
                 cur.scalar(sql.LOCK_TYPE_CLAIMS, {"lock": f"tether.max_running.{name}"})
             room = min(limit - len(claimed), cap - int(cur.scalar(sql.RUNNING_OF_TYPE, {"type": name})))
             if room > 0:
-                of_type = {"worker": worker, "now": now, "limit": room}
+                of_type = {**params, "limit": room, "max_bytes": left}
                 claimed += cur.records(sql.claim_sql(dialect, [name]), of_type)
-        return claimed
+        return _with_payloads(cur, claimed)
 
     def _claimed(self, rows: list[JobRecord], worker: str) -> list[JobRecord]:
         jobs = sorted(rows, key=lambda j: (-j.priority, j.created_at, j.id))
@@ -408,11 +434,18 @@ class Queue:
         return moved
 
     def finish_and_claim(
-        self, worker: str, decisions: Sequence[Decision], *, records: bool = True, claim: int = 0
+        self,
+        worker: str,
+        decisions: Sequence[Decision],
+        *,
+        records: bool = True,
+        claim: int = 0,
+        claim_bytes: int = DEFAULT_BATCH_BYTES,
     ) -> tuple[list[Any], list[JobRecord]]:
-        """``finish``, then in the same transaction claim up to ``claim`` next jobs: a draining
-        worker pays one durable commit per batch instead of two. Both parts are exactly what
-        ``finish`` and ``claim`` do alone; a crash before the commit undoes both."""
+        """``finish``, then in the same transaction claim up to ``claim`` next jobs (holding at
+        most ``claim_bytes`` of payload, or one job): a draining worker pays one durable commit
+        per batch instead of two. Both parts are exactly what ``finish`` and ``claim`` do alone; a
+        crash before the commit undoes both."""
         now = self.clock.now()
         moved: list[Any] = []
         inserted: list[InsertResult] = []
@@ -447,7 +480,7 @@ class Queue:
             if inserted or any(d.edge in ("retry", "release", "defer") for d in decisions):
                 self.wakeup.notify_in(cur)
             if claim:
-                claimed = self._claim_in(cur, worker, self.clock.now(), claim)
+                claimed = self._claim_in(cur, worker, self.clock.now(), claim, claim_bytes)
         requeued = False
         log = events.enabled()
         for d, job in zip(decisions, moved, strict=True):

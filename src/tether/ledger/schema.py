@@ -1,7 +1,13 @@
-"""The ``tether_jobs`` table: coordination state only, never application data.
+"""The ledger's tables as SQLAlchemy Core: columns, constraints and indexes, defined once.
 
-The table is prefixed (as River's ``river_job`` and Oban's ``oban_jobs`` are) because applications
-share the database with tether for the outbox, and ``jobs`` is a name they may already use.
+Every statement (the hot SQL, the operator's read queries, ``ensure_schema``) is built from these
+``sa.Table`` objects; they load SQLAlchemy Core alone (no ORM, no SQLModel, no pydantic), so a
+read command such as ``tether status`` starts without them. ``tether.ledger.orm`` maps SQLModel classes
+onto these same tables, for an application that reads them through its own ``Session``.
+
+The tables are prefixed (as River's ``river_job`` and Oban's ``oban_jobs`` are) because
+applications share the database with tether for the outbox, and ``jobs`` is a name they may
+already use.
 """
 
 from __future__ import annotations
@@ -10,8 +16,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.orm import registry
-from sqlmodel import Field, SQLModel
 
 from ..status import JobStatus
 
@@ -40,9 +44,8 @@ class UTCDateTime(sa.TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-class TetherModel(SQLModel, registry=registry()):
-    """Own metadata, so an application's ``SQLModel.metadata.create_all`` never touches ours."""
-
+metadata = sa.MetaData()
+"""tether's own metadata, so an application's ``metadata.create_all`` never touches these tables."""
 
 _STATUSES = ", ".join(f"'{s.value}'" for s in JobStatus)
 ACTIVE_SQL = "status IN ('pending', 'claimed')"
@@ -52,77 +55,100 @@ CLAIMED_SQL = "status = 'claimed'"
 ACTIVE_KEYED_SQL = f"{ACTIVE_SQL} AND idempotency_key IS NOT NULL"
 
 
-class Job(TetherModel, table=True):
-    """One unit of intended work and where it stands."""
+def _text(name: str, *, nullable: bool = True) -> sa.Column[Any]:
+    return sa.Column(name, sa.Text, nullable=nullable)
 
-    __tablename__ = TABLE
-    __table_args__ = (sa.CheckConstraint(f"status IN ({_STATUSES})", name="ck_tether_jobs_status"),)
 
-    id: str = Field(primary_key=True, max_length=26)
-    type: str = Field(max_length=64)
-    payload: str = Field(sa_type=sa.Text)
-    status: str = Field(default=JobStatus.PENDING.value, max_length=16)
-    priority: int = 0
-    attempts: int = 0
-    max_attempts: int = 3
-    last_error: str | None = Field(default=None, sa_type=sa.Text)
-    locked_by: str | None = Field(default=None, max_length=128)
-    locked_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
-    created_at: datetime = Field(sa_type=UTCDateTime)
-    claimed_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
-    completed_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
-    run_at: datetime = Field(sa_type=UTCDateTime)
-    idempotency_key: str | None = Field(default=None, max_length=512)
-    ordering_key: str | None = Field(default=None, max_length=1024)
-    parent_id: str | None = Field(default=None, max_length=26)
-    result: str | None = Field(default=None, sa_type=sa.Text)
-    timeout: float | None = None  # seconds an attempt may take; None: the job type's timeout, if any
-    progress: str | None = Field(default=None, sa_type=sa.Text)  # JSON {done, total, note, at} from the handler
+def _time(name: str, *, nullable: bool = True) -> sa.Column[Any]:
+    return sa.Column(name, UTCDateTime, nullable=nullable)
+
+
+jobs = sa.Table(
+    TABLE,
+    metadata,
+    # One unit of intended work and where it stands.
+    sa.Column("id", sa.String(26), primary_key=True),
+    sa.Column("type", sa.String(64), nullable=False),
+    _text("payload", nullable=False),
+    sa.Column("status", sa.String(16), nullable=False, default=JobStatus.PENDING.value),
+    sa.Column("priority", sa.Integer, nullable=False, default=0),
+    sa.Column("attempts", sa.Integer, nullable=False, default=0),
+    sa.Column("max_attempts", sa.Integer, nullable=False, default=3),
+    _text("last_error"),
+    sa.Column("locked_by", sa.String(128)),
+    _time("locked_at"),
+    _time("created_at", nullable=False),
+    _time("claimed_at"),
+    _time("completed_at"),
+    _time("run_at", nullable=False),
+    sa.Column("idempotency_key", sa.String(512)),
+    sa.Column("ordering_key", sa.String(1024)),
+    sa.Column("parent_id", sa.String(26)),
+    _text("result"),
+    sa.Column("timeout", sa.Float),  # seconds an attempt may take; None: the job type's timeout, if any
+    _text("progress"),  # JSON {done, total, note, at} from the handler
     # Set when a worker died while holding the job (see reclaim.py); while set, the job is
     # claimed alone, never in a batch. Added after the first release: ensure_schema adds it.
-    quarantine: str | None = Field(default=None, max_length=256)
+    sa.Column("quarantine", sa.String(256)),
+    # The payload's stored JSON in bytes, written with it at enqueue: a claim caps a batch by it
+    # and ``tether status`` reports the largest pending one without reading any payload. Added
+    # after the first release: ensure_schema adds it and fills it for jobs that may run again.
+    sa.Column("payload_bytes", sa.Integer),
     # True while an older job on the same target is active: the claim leaves the job out without
-    # looking at it (sql.py, "Order per target"). Kept by enqueue and by the transitions that end
-    # a job; derived from the other columns, never part of a JobRecord. Added after the first
-    # release: ensure_schema adds it, with its default.
-    blocked: bool = Field(default=False, sa_column_kwargs={"server_default": sa.false()})
+    # looking at it (sql.py, "the order per target"). Kept by enqueue and by the transitions that
+    # end a job; derived from the other columns, never part of a JobRecord. Added after the first
+    # release: ensure_schema adds it, with its default, and sets it for the jobs waiting then.
+    sa.Column("blocked", sa.Boolean, nullable=False, default=False, server_default=sa.false()),
+    sa.CheckConstraint(f"status IN ({_STATUSES})", name="ck_tether_jobs_status"),
+)
 
+meta = sa.Table(
+    "tether_meta",
+    metadata,
+    # What a ledger knows about itself, one row per key: its id, the data root it was created
+    # for, and the schema version of the tether that last opened it (see meta.py).
+    sa.Column("key", sa.String(64), primary_key=True),
+    _text("value", nullable=False),
+)
 
-class Meta(TetherModel, table=True):
-    """What a ledger knows about itself, one row per key: its id, the data root it was created
-    for, and the schema version of the tether that last opened it (see meta.py)."""
+schedules = sa.Table(
+    "tether_schedules",
+    metadata,
+    # One periodic job's coordination state (schedule.py): its spec, the last slot enqueued and
+    # the next one due. The payload stays in the application's code; this row only makes each
+    # slot's enqueue a durable fact, advanced in the transaction that inserts the slot's job.
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("cron", sa.String(256), nullable=False),
+    sa.Column("timezone", sa.String(64), nullable=False, default="UTC"),
+    sa.Column("job_type", sa.String(64), nullable=False),
+    _time("start_at"),
+    _time("end_at"),
+    sa.Column("run_limit", sa.Integer),
+    sa.Column("catch_up", sa.String(16), nullable=False, default="latest"),
+    _time("last_slot"),
+    sa.Column("last_job_id", sa.String(26)),
+    _time("next_slot"),  # None: finished (end or limit)
+    sa.Column("paused", sa.Boolean, nullable=False, default=False),
+    sa.Column("run_count", sa.Integer, nullable=False, default=0),
+    sa.Column("missed", sa.Integer, nullable=False, default=0),  # slots skipped by catch_up
+    _time("updated_at", nullable=False),
+)
 
-    __tablename__ = "tether_meta"
+reconcile_runs = sa.Table(
+    RECONCILE_TABLE,
+    metadata,
+    # The verdict of one reconcile check (its summary, never its findings), so a scraper or a
+    # page can tell when disk and ledger were last compared and whether they agreed. Only the
+    # newest few are kept (``reconcile_runs.KEEP``).
+    sa.Column("id", sa.String(26), primary_key=True),  # a ULID of checked_at: newest is highest
+    _time("checked_at", nullable=False),
+    _time("finished_at", nullable=False),
+    sa.Column("mode", sa.String(16), nullable=False),  # content or exists
+    sa.Column("exit_code", sa.Integer, nullable=False),  # 0 in sync, 1 could not check, 2 drift
+    sa.Column("drift", sa.Integer, nullable=False),
+    _text("counts", nullable=False),  # JSON {status: n}
+)
 
-    key: str = Field(primary_key=True, max_length=64)
-    value: str = Field(sa_type=sa.Text)
-
-
-class Schedule(TetherModel, table=True):
-    """One periodic job's coordination state (schedule.py): its spec, the last slot enqueued and
-    the next one due. The payload stays in the application's code; this row only makes each
-    slot's enqueue a durable fact, advanced in the transaction that inserts the slot's job."""
-
-    __tablename__ = "tether_schedules"
-
-    name: str = Field(primary_key=True, max_length=128)
-    cron: str = Field(max_length=256)
-    timezone: str = Field(default="UTC", max_length=64)
-    job_type: str = Field(max_length=64)
-    start_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
-    end_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
-    run_limit: int | None = None
-    catch_up: str = Field(default="latest", max_length=16)
-    last_slot: datetime | None = Field(default=None, sa_type=UTCDateTime)
-    last_job_id: str | None = Field(default=None, max_length=26)
-    next_slot: datetime | None = Field(default=None, sa_type=UTCDateTime)  # None: finished (end or limit)
-    paused: bool = False
-    run_count: int = 0
-    missed: int = 0  # slots skipped by catch_up (none, latest, or past the bound of all)
-    updated_at: datetime = Field(sa_type=UTCDateTime)
-
-
-_t = Job.__table__  # type: ignore[attr-defined]  # sqlmodel sets it; its types do not declare it
 
 # Most jobs carry no idempotency key, ordering key or parent, and most rows are finished: every
 # index below is partial to the rows its queries ask about, so a job without them is in one index
@@ -130,7 +156,7 @@ _t = Job.__table__  # type: ignore[attr-defined]  # sqlmodel sets it; its types 
 # enqueue figures in benchmarks/ISSUE7.md).
 
 # The columns of a JobRecord: every column but ``blocked``, in table order.
-RECORD_COLUMNS = tuple(name for name in _t.c.keys() if name != "blocked")
+RECORD_COLUMNS = tuple(name for name in jobs.c.keys() if name != "blocked")
 
 # The claim walks this index in exactly its ORDER BY (priority DESC, created_at, id) after the
 # equality on ``blocked``: no sort step, it holds only the waiting jobs however many finished ones
@@ -138,18 +164,18 @@ RECORD_COLUMNS = tuple(name for name in _t.c.keys() if name != "blocked")
 # claim never reads them (a target's backlog costs the claim nothing).
 sa.Index(
     "ix_tether_jobs_queue",
-    _t.c.blocked,
-    _t.c.priority.desc(),
-    _t.c.created_at,
-    _t.c.id,
+    jobs.c.blocked,
+    jobs.c.priority.desc(),
+    jobs.c.created_at,
+    jobs.c.id,
     sqlite_where=sa.text(PENDING_SQL),
     postgresql_where=sa.text(PENDING_SQL),
 )
 # Two racing enqueues with one key cannot both insert; finished jobs do not block a new one.
 sa.Index(
     "ux_tether_jobs_key_active",
-    _t.c.type,
-    _t.c.idempotency_key,
+    jobs.c.type,
+    jobs.c.idempotency_key,
     unique=True,
     sqlite_where=sa.text(ACTIVE_KEYED_SQL),
     postgresql_where=sa.text(ACTIVE_KEYED_SQL),
@@ -160,8 +186,8 @@ ACTIVE_TARGETED_SQL = f"{ACTIVE_SQL} AND ordering_key IS NOT NULL"
 _active_targeted = sa.text(ACTIVE_TARGETED_SQL)
 sa.Index(
     "ix_tether_jobs_target_active",
-    _t.c.ordering_key,
-    _t.c.id,
+    jobs.c.ordering_key,
+    jobs.c.id,
     sqlite_where=_active_targeted,
     postgresql_where=_active_targeted,
 )
@@ -169,7 +195,7 @@ sa.Index(
 _claimed = sa.text(CLAIMED_SQL)
 sa.Index(
     "ix_tether_jobs_claimed_lock",
-    _t.c.locked_at,
+    jobs.c.locked_at,
     sqlite_where=_claimed,
     postgresql_where=_claimed,
 )
@@ -181,8 +207,8 @@ sa.Index(
 FINISHED_SQL = "completed_at IS NOT NULL"
 sa.Index(
     "ix_tether_jobs_done",
-    _t.c.status,
-    _t.c.completed_at,
+    jobs.c.status,
+    jobs.c.completed_at,
     sqlite_where=sa.text(FINISHED_SQL),
     postgresql_where=sa.text(FINISHED_SQL),
 )
@@ -192,19 +218,19 @@ sa.Index(
 _targeted = sa.text("ordering_key IS NOT NULL")
 sa.Index(
     "ix_tether_jobs_targeted",
-    _t.c.ordering_key,
-    _t.c.id,
-    _t.c.status,
-    _t.c.type,
+    jobs.c.ordering_key,
+    jobs.c.id,
+    jobs.c.status,
+    jobs.c.type,
     sqlite_where=_targeted,
     postgresql_where=_targeted,
 )
 # "Which keys were used by more than one job?" (tether duplicates): only keyed jobs pay for it.
 _keyed = sa.text("idempotency_key IS NOT NULL")
-sa.Index("ix_tether_jobs_key", _t.c.type, _t.c.idempotency_key, sqlite_where=_keyed, postgresql_where=_keyed)
+sa.Index("ix_tether_jobs_key", jobs.c.type, jobs.c.idempotency_key, sqlite_where=_keyed, postgresql_where=_keyed)
 sa.Index(
     "ix_tether_jobs_parent",
-    _t.c.parent_id,
+    jobs.c.parent_id,
     sqlite_where=sa.text("parent_id IS NOT NULL"),
     postgresql_where=sa.text("parent_id IS NOT NULL"),
 )
@@ -214,32 +240,17 @@ sa.Index(
 QUARANTINED_SQL = f"quarantine IS NOT NULL AND {ACTIVE_SQL}"
 sa.Index(
     "ix_tether_jobs_quarantined",
-    _t.c.quarantine,
+    jobs.c.quarantine,
     sqlite_where=sa.text(QUARANTINED_SQL),
     postgresql_where=sa.text(QUARANTINED_SQL),
 )
 
 
-class ReconcileRun(TetherModel, table=True):
-    """The verdict of one reconcile check (its summary, never its findings), so a scraper or a
-    page can tell when disk and ledger were last compared and whether they agreed. Only the
-    newest few are kept (``reconcile_runs.KEEP``)."""
-
-    __tablename__ = RECONCILE_TABLE
-
-    id: str = Field(primary_key=True, max_length=26)  # a ULID of checked_at: newest is highest
-    checked_at: datetime = Field(sa_type=UTCDateTime)
-    finished_at: datetime = Field(sa_type=UTCDateTime)
-    mode: str = Field(max_length=16)  # content or exists
-    exit_code: int  # 0 in sync, 1 could not check, 2 drift
-    drift: int
-    counts: str = Field(sa_type=sa.Text)  # JSON {status: n}
-
-
 # The worker's one query per poll: "which schedules are due?" reads only active schedules' next slots.
 DUE_SQL = "NOT paused AND next_slot IS NOT NULL"
-_s = Schedule.__table__  # type: ignore[attr-defined]
-sa.Index("ix_tether_schedules_due", _s.c.next_slot, sqlite_where=sa.text(DUE_SQL), postgresql_where=sa.text(DUE_SQL))
+sa.Index(
+    "ix_tether_schedules_due", schedules.c.next_slot, sqlite_where=sa.text(DUE_SQL), postgresql_where=sa.text(DUE_SQL)
+)
 
 
 # Indexes of earlier versions, replaced by the partial ones above; ensure_schema drops them.
@@ -251,5 +262,3 @@ RETIRED_INDEXES = (
     "ix_tether_jobs_active_target",
     "ix_tether_jobs_target",
 )
-
-metadata = TetherModel.metadata

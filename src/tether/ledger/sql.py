@@ -72,16 +72,17 @@ _ON_TARGET = {"b": "ix_tether_jobs_target_active"}
 # (the caller already knows every value).
 INSERT_UNKEYED = f"""
 INSERT INTO {TABLE} (id, type, payload, status, priority, attempts, max_attempts,
-                     created_at, run_at, idempotency_key, ordering_key, parent_id, timeout)
+                     created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes)
 VALUES (:id, :type, :payload, 'pending', :priority, 0, :max_attempts,
-        :created_at, :run_at, :idempotency_key, :ordering_key, :parent_id, :timeout)
+        :created_at, :run_at, :idempotency_key, :ordering_key, :parent_id, :timeout, :payload_bytes)
 """
 # A job with a target: INSERT_UNKEYED, blocked if an older job on the target is active.
 _INSERT_ON_TARGET = f"""
 INSERT INTO {TABLE} (id, type, payload, status, priority, attempts, max_attempts,
-                     created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, blocked)
+                     created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes,
+                     blocked)
 VALUES (:id, :type, :payload, 'pending', :priority, 0, :max_attempts,
-        :created_at, :run_at, :idempotency_key, :ordering_key, :parent_id, :timeout,
+        :created_at, :run_at, :idempotency_key, :ordering_key, :parent_id, :timeout, :payload_bytes,
         {{blocked}})
 """
 # A keyed job: nothing is inserted while an active job of its type holds the key.
@@ -102,19 +103,26 @@ INSERT_POSTGRES = _INSERT.format(blocked=_blocked(":id", ":ordering_key", "postg
 # each row again.
 _INSERT_SELECT = """
 INSERT INTO {table} (id, type, payload, status, priority, attempts, max_attempts,
-                     created_at, run_at, idempotency_key, ordering_key, parent_id, timeout{blocked_column})
+                     created_at, run_at, idempotency_key, ordering_key, parent_id, timeout,
+                     payload_bytes{blocked_column})
 SELECT {id}, :type, {payload}, 'pending', :priority, 0, :max_attempts,
-       :created_at, :run_at, NULL, {ordering_key}, :parent_id, :timeout{blocked}
+       :created_at, :run_at, NULL, {ordering_key}, :parent_id, :timeout, {payload_bytes}{blocked}
 FROM {rows}
 """
 # The two dialects differ only in how they read JSON: SQLite's json_each / json_extract against
-# PostgreSQL's json_each_text / json_array_elements and ->>. Jobs with a target go as rows
-# [id, payload, ordering_key, behind]: ``behind`` is true when an older job of the same statement
-# has the same target (the statement does not see its own rows), else the ledger is asked.
+# PostgreSQL's json_each_text / json_array_elements and ->>, and in how they count a text's
+# bytes (SQLite's length() counts characters, of a blob bytes). Jobs with a target go as rows
+# [id, payload, ordering_key, payload_bytes, behind]: ``behind`` is true when an older job of the
+# same statement has the same target (the statement does not see its own rows), else the ledger
+# is asked.
 _PAYLOADS = {"id": "key", "payload": "value", "ordering_key": "NULL", "blocked_column": "", "blocked": ""}
-_TARGETED = ("id", "payload", "ordering_key", "behind")
-INSERT_PAYLOADS_SQLITE = _INSERT_SELECT.format(table=TABLE, rows="json_each(:rows)", **_PAYLOADS)
-INSERT_PAYLOADS_POSTGRES = _INSERT_SELECT.format(table=TABLE, rows="json_each_text(CAST(:rows AS json))", **_PAYLOADS)
+_TARGETED = ("id", "payload", "ordering_key", "payload_bytes", "behind")
+INSERT_PAYLOADS_SQLITE = _INSERT_SELECT.format(
+    table=TABLE, rows="json_each(:rows)", payload_bytes="length(CAST(value AS BLOB))", **_PAYLOADS
+)
+INSERT_PAYLOADS_POSTGRES = _INSERT_SELECT.format(
+    table=TABLE, rows="json_each_text(CAST(:rows AS json))", payload_bytes="octet_length(value)", **_PAYLOADS
+)
 
 
 def _insert_targeted(rows: str, field: dict[str, str], dialect: str) -> str:
@@ -125,6 +133,7 @@ def _insert_targeted(rows: str, field: dict[str, str], dialect: str) -> str:
         id=field["id"],
         payload=field["payload"],
         ordering_key=field["ordering_key"],
+        payload_bytes=field["payload_bytes"],
         blocked_column=", blocked",
         blocked=f",\n       CASE WHEN {field['behind']} THEN TRUE ELSE {blocked} END",
     )
@@ -138,7 +147,12 @@ INSERT_TARGETED_SQLITE = _sqlite_indexed(
 )
 INSERT_TARGETED_POSTGRES = _insert_targeted(
     "json_array_elements(CAST(:rows AS json)) AS r(value)",
-    {**{c: f"value ->> {i}" for i, c in enumerate(_TARGETED)}, "behind": "CAST(value ->> 3 AS boolean)"},
+    {
+        **{c: f"value ->> {i}" for i, c in enumerate(_TARGETED)},
+        # ->> reads text: PostgreSQL converts it only when asked
+        "payload_bytes": "CAST(value ->> 3 AS integer)",
+        "behind": "CAST(value ->> 4 AS boolean)",
+    },
     "postgresql",
 )
 
@@ -176,8 +190,17 @@ _ORDER = "ORDER BY {j}.priority DESC, {j}.created_at, {j}.id"
 # worker takes no batch-mate down with it; and a job on its last attempt, so that a crash while it
 # runs is pinned on it at once: in a batch nobody knows which job was running, and a poison job
 # with one attempt left would otherwise be charged only at its next crash. The first ready job in
-# claim order decides: claimed alone, the claim takes it alone; otherwise up to :limit plain jobs.
-# The two backends find that first job differently (below).
+# claim order decides: claimed alone, the claim takes it alone; otherwise plain jobs.
+#
+# Bytes (issue 24): a batch holds at most :max_bytes of payload, or one job, so a worker's memory
+# follows bytes, not how many large jobs are queued. The first ready job decides this too: every
+# job of the batch holds at most ``fits`` bytes, the first job's or the batch's even share
+# (:max_bytes / :limit) if that is more, and the batch takes as many as fit (at least one, at most
+# :limit), in order. Jobs of ordinary size go together up to :limit; a batch led by a large job
+# takes only jobs no larger; a job larger than a batch's ``fits`` is left for a later claim, which
+# it leads. These are conditions on each row's payload_bytes (kept at enqueue): no payload is read
+# to decide, and no window sums the candidates (one cost the claim of 100 small jobs 15% more,
+# benchmarks/README.md). The two backends find that first job differently (below).
 def _plain(j: str) -> str:
     return f"({j}.quarantine IS NULL AND {j}.attempts + 1 < {j}.max_attempts)"
 
@@ -185,18 +208,35 @@ def _plain(j: str) -> str:
 # SQLite: one probe of the first ready job, built from the same _ready() as the candidates so the
 # two cannot disagree; it reads one entry of the pending index (SQLite cannot sort the chosen
 # candidates again without a temp B-tree, which the plan tests forbid). A materialised CTE, so the
-# WHERE and the LIMIT read one evaluation of it.
+# WHERE and the LIMIT read one evaluation of it: ``fits``, or -1 when that job is claimed alone
+# (1 when there is none: nor is there a candidate).
+_FITS = "(SELECT fits FROM first)"
 _CLAIMABLE_SQLITE = f"""
-WITH first(plain) AS MATERIALIZED (
-    SELECT {_plain("h")} FROM {TABLE} AS h
+WITH first(fits) AS MATERIALIZED (SELECT coalesce((
+    SELECT CASE WHEN {_plain("h")} THEN max(coalesce(h.payload_bytes, 0), :max_bytes / max(:limit, 1), 1) ELSE -1 END
+    FROM {TABLE} AS h
     WHERE {_ready("h", "ho")}
-    {_ORDER.format(j="h")} LIMIT 1)
+    {_ORDER.format(j="h")} LIMIT 1), 1))
 SELECT j.id FROM {TABLE} AS j
 WHERE {_ready("j", "o")}
-  AND {_plain("j")} = (SELECT plain FROM first)
+  AND CASE WHEN {_FITS} < 0 THEN NOT {_plain("j")}
+      ELSE {_plain("j")} AND coalesce(j.payload_bytes, 0) <= {_FITS} END
 {_ORDER.format(j="j")}
-LIMIT CASE WHEN (SELECT plain FROM first) THEN :limit ELSE 1 END
+LIMIT CASE WHEN {_FITS} < 0 THEN min(:limit, 1) ELSE min(:limit, max(1, :max_bytes / {_FITS})) END
 """
+
+# A claim returns the payloads of up to INLINE_PAYLOAD bytes with its rows; the larger ones come
+# back NULL and are read after it, one at a time (PAYLOAD). SQLite holds every RETURNING row until
+# the statement ends, beside the row it rewrote: claiming one 8 MiB job grew a process by 66 MiB,
+# by 33 MiB with the payload read after (benchmarks/README.md).
+INLINE_PAYLOAD = 16 * 1024
+PAYLOAD = f"SELECT payload FROM {TABLE} WHERE id = :id"
+
+
+def _claimed_columns(t: str) -> str:
+    inline = f"CASE WHEN coalesce({t}payload_bytes, 0) <= {INLINE_PAYLOAD} THEN {t}payload END"
+    return ", ".join(inline if c == "payload" else t + c for c in COLUMNS)
+
 
 _CLAIM = """
 UPDATE {table} SET status = 'claimed', locked_by = :worker, locked_at = :now,
@@ -210,7 +250,7 @@ RETURNING {cols}
 # INDEXED BY pins both probes to their partial indexes, which SQLite would otherwise trade for
 # a sort of the pending rows of a status index.
 CLAIM_SQLITE = _sqlite_indexed(
-    _CLAIM.format(table=TABLE, claimable=_CLAIMABLE_SQLITE, cols=_COLS).replace(
+    _CLAIM.format(table=TABLE, claimable=_CLAIMABLE_SQLITE, cols=_claimed_columns("")).replace(
         "WHERE status = 'pending' AND id IN", "WHERE +status = 'pending' AND id IN"
     ),
     {
@@ -223,23 +263,32 @@ CLAIM_SQLITE = _sqlite_indexed(
 # PostgreSQL: concurrent claimers skip rows another transaction is claiming instead of queueing
 # behind its row locks (SQLite has one writer at a time and needs no such clause). The candidates
 # sit in a CTE because PostgreSQL may re-run an ``IN (... LIMIT n)`` subquery per outer row,
-# claiming more than n jobs; a locking CTE is evaluated exactly once. Quarantine: the first of
-# the (at most :limit) candidates it locked decides, sorted in memory; a probe like SQLite's
-# would walk the pending jobs again, which on statistics that lag a freshly filled queue is a
-# bitmap scan and sort of every pending job, twice (benchmarks/README.md). Candidates
-# left out stay pending; their row locks end with the transaction.
+# claiming more than n jobs; a locking CTE is evaluated exactly once. Claimed alone and bytes:
+# the first of the (at most :limit) candidates it locked decides, sorted in memory; a probe like
+# SQLite's would walk the pending jobs again, which on statistics that lag a freshly filled queue
+# is a bitmap scan and sort of every pending job, twice (benchmarks/README.md). Candidates left
+# out (claimed alone, larger than ``fits``, past what fits) stay pending; their row locks end
+# with the transaction.
 CLAIM_POSTGRES = f"""
 WITH next AS (
-    SELECT j.id, {_plain("j")} AS plain, j.priority, j.created_at FROM {TABLE} AS j
+    SELECT j.id, {_plain("j")} AS plain, coalesce(j.payload_bytes, 0) AS size, j.priority, j.created_at
+    FROM {TABLE} AS j
     WHERE {_ready("j", "o")}
     {_ORDER.format(j="j")}
     LIMIT :limit FOR UPDATE OF j SKIP LOCKED),
-first AS MATERIALIZED (SELECT n.id, n.plain FROM next AS n {_ORDER.format(j="n")} LIMIT 1)
+first AS MATERIALIZED (
+    SELECT n.id, n.plain, greatest(n.size, :max_bytes / greatest(:limit, 1), 1) AS fits
+    FROM next AS n {_ORDER.format(j="n")} LIMIT 1),
+taken AS (
+    SELECT n.id FROM next AS n, first AS f
+    WHERE n.id = f.id OR (f.plain AND n.plain AND n.size <= f.fits)
+    {_ORDER.format(j="n")}
+    LIMIT least(:limit, greatest(1, :max_bytes / (SELECT fits FROM first))))
 UPDATE {TABLE} AS t SET status = 'claimed', locked_by = :worker, locked_at = :now,
                         claimed_at = :now, attempts = t.attempts + 1
-FROM next, first
-WHERE t.id = next.id AND (next.id = first.id OR (first.plain AND next.plain))
-RETURNING {", ".join("t." + c for c in COLUMNS)}
+FROM taken
+WHERE t.id = taken.id
+RETURNING {_claimed_columns("t.")}
 """
 
 # Fenced transitions out of 'claimed': they apply only to the worker's own attempt.

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from .queries import (
         DuplicateGroup,
         Durations,
+        DurationSample,
         ErrorGroup,
         JobFilter,
         JobPage,
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
         children,
         counts,
         duplicates,
+        duration_sample,
         durations,
         error_summary,
         failed,
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
 _WHERE = {
     "DuplicateGroup": ".queries",
     "Durations": ".queries",
+    "DurationSample": ".queries",
     "ErrorGroup": ".queries",
     "JobFilter": ".queries",
     "JobPage": ".queries",
@@ -55,6 +58,7 @@ _WHERE = {
     "children": ".queries",
     "counts": ".queries",
     "duplicates": ".queries",
+    "duration_sample": ".queries",
     "durations": ".queries",
     "error_summary": ".queries",
     "failed": ".queries",
@@ -85,6 +89,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "DuplicateGroup",
     "Durations",
+    "DurationSample",
     "ErrorGroup",
     "JobFilter",
     "JobPage",
@@ -96,6 +101,7 @@ __all__ = [
     "children",
     "counts",
     "duplicates",
+    "duration_sample",
     "durations",
     "error_summary",
     "failed",

@@ -106,7 +106,7 @@ def activity(source: Source, window: float) -> Activity:
     """The window's finished jobs, from the same queries as ``tether recent`` and ``durations``."""
     span = timedelta(seconds=window)
     done = recent(source, since=span, limit=0)
-    p95 = {d.type: d.p95 for d in durations(source, since=span)}
+    p95 = {d.type: d.p95 for d in durations(source, since=span, with_spend=False)}
     return Activity(window, done.completed, done.failed, p95)
 
 

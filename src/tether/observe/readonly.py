@@ -19,7 +19,7 @@ from .. import config, faults
 from ..clock import SystemClock
 from ..errors import DatabaseUnavailable
 from ..ledger.engine import READ_ONLY, create_engine, ledger_name, mask_url
-from ..ledger.schema import FINISHED_SQL, RECORD_COLUMNS, TABLE, Job
+from ..ledger.schema import FINISHED_SQL, RECORD_COLUMNS, TABLE, jobs
 from ..record import JobRecord
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 Source = Union["Coordinator", sa.Engine]
 
 
-t = Job.__table__  # type: ignore[attr-defined]  # sqlmodel sets it; its types do not declare it
+t = jobs
 COLUMNS = [t.c[name] for name in RECORD_COLUMNS]
 
 

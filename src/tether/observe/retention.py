@@ -16,11 +16,11 @@ import sqlalchemy as sa
 
 from .. import events
 from ..errors import ConfigError, DatabaseUnavailable
-from ..ledger.schema import Job
+from ..ledger.schema import jobs
 from ..status import JobStatus
 from .readonly import Source, engine_of, now_of, reading
 
-t = Job.__table__  # type: ignore[attr-defined]  # sqlmodel sets it; its types do not declare it
+t = jobs
 FINISHED = (JobStatus.COMPLETED, JobStatus.FAILED)
 
 

@@ -12,13 +12,11 @@ import orjson
 import sqlalchemy as sa
 
 from .. import events, ids
-from ..ledger.schema import ReconcileRun
+from ..ledger.schema import reconcile_runs as runs
 from .drift import Report
 
 KEEP = 100
 """Verdicts kept: each record deletes the older ones, so the table never grows."""
-
-runs = ReconcileRun.__table__  # type: ignore[attr-defined]  # SQLModel sets it on table classes
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,14 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
+from prometheus_client import make_asgi_app
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..observe import metrics
 from ..observe.health import Thresholds
 from .actions import Actions
 from .security import LOOPBACK_HOSTS, Guard, bind_hosts, is_loopback, read_token
@@ -58,6 +61,8 @@ def app(
         Route("/jobs/{job_id}", pages.job),
         Route("/failed", pages.failed),
         Route("/durations", pages.durations),
+        Route("/aws", pages.aws),
+        Route("/extractions", pages.extractions),
         Route("/drift", pages.drift_page),
         Route("/live/drift", pages.drift_live),
         Route("/drift/run", pages.drift_run, methods=["POST"]),
@@ -65,7 +70,11 @@ def app(
         Route("/actions/retry-failed", actions.guarded(actions.retry_failed), methods=["GET", "POST"]),
         Route("/actions/purge", actions.guarded(actions.purge), methods=["GET", "POST"]),
         Route("/login", pages.login, methods=["GET", "POST"]),
-        Route("/metrics", pages.metrics),
+        # The ledger's Prometheus numbers, behind the same Host check and sign-in as the pages: one
+        # collector for the app's life, as `tether metrics --serve` keeps, so its counters and
+        # histograms are cumulative from the app's start (rate() over them) and each scrape reads
+        # only what finished since the one before.
+        Route("/metrics", _Scrape(make_asgi_app(metrics.registry(source, process=False, thresholds=pages.thresholds)))),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
     ]
     hosts = None if allowed_hosts is None else tuple(h.lower().strip("[]") for h in allowed_hosts)
@@ -73,3 +82,14 @@ def app(
     web = Starlette(routes=routes, middleware=[guard])
     web.state.pages = pages  # tests and the CLI reach the drift runner through it
     return web
+
+
+class _Scrape:
+    """prometheus-client's ASGI app as a route's endpoint: Starlette would take the bare function
+    for a request handler, an instance is served as the ASGI app it is."""
+
+    def __init__(self, asgi: ASGIApp) -> None:
+        self.asgi = asgi
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.asgi(scope, receive, send)

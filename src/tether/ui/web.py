@@ -18,8 +18,10 @@ from ..cli.output import age, first_line, parse_duration, progress_text, seconds
 from ..errors import ConfigError, JobNotFound, TetherError
 from ..jobtypes.target import display
 from ..observe import queries as observe
+from ..observe.extractions import extractions
 from ..observe.health import Thresholds, health
 from ..observe.readonly import engine_of, now_of
+from ..observe.resources import aws_resources
 from ..reconcile.drift import DRIFT, UNKNOWN
 from ..record import JobRecord
 from ..status import JobStatus
@@ -33,6 +35,8 @@ if TYPE_CHECKING:
 HERE = Path(__file__).parent
 HTMX = "htmx-2.0.11.min.js"
 PAGE_SIZE = 50
+DURATIONS_SAMPLE = 2_000
+"""Completed jobs the durations page measures at most per request (a busy window is sampled)."""
 
 
 class Pages:
@@ -59,7 +63,11 @@ class Pages:
         self.env = Environment(
             loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True), auto_reload=False
         )
+        # Per-type pages, where their types exist (a bare engine has no registry: every page).
+        names = set(self.coordinator.registry.names()) if self.coordinator is not None else None
+        extra = [("aws", "/aws", "sync_aws"), ("extractions", "/extractions", "claude_extraction")]
         self.env.globals.update(
+            type_pages=[(name, href) for name, href, job_type in extra if names is None or job_type in names],
             when=when,
             age=age,
             seconds=seconds,
@@ -177,10 +185,46 @@ class Pages:
             window = parse_duration(window_text, "window")
         except TetherError as e:
             return self.problem(request, str(e))
-        found = observe.durations(self.source, since=window)
+        found = observe.duration_sample(self.source, since=window, limit=DURATIONS_SAMPLE)
         return self.render(
-            request, "durations.html", page="durations", window=window_text, durations=found, bars=duration_bars(found)
+            request,
+            "durations.html",
+            page="durations",
+            window=window_text,
+            sample=found,
+            durations=found.types,
+            bars=duration_bars(found.types),
         )
+
+    # -- per type: AWS resources, AI extractions ---------------------------------------------------
+
+    async def aws(self, request: Request) -> Response:
+        after = request.query_params.get("after") or None
+        page = aws_resources(self.source, after=after, limit=PAGE_SIZE)
+        state = self.drift.state() if self.drift else None
+        # The last check's findings on AWS targets, by target (a finding names its target's identity).
+        findings = {}
+        if state is not None and state.report is not None:
+            findings = {f.path: f for f in state.report.findings if f.job_type == "sync_aws"}
+        return self.render(
+            request,
+            "aws.html",
+            page="aws",
+            listing=page,
+            state=state,
+            findings=findings,
+            first=after is None,
+        )
+
+    async def extractions(self, request: Request) -> Response:
+        # An hour by default: sums are exact, so a window reads each job completed in it.
+        window_text = request.query_params.get("window") or "1h"
+        try:
+            window = parse_duration(window_text, "window")
+        except TetherError as e:
+            return self.problem(request, str(e))
+        found = extractions(self.source, since=window)
+        return self.render(request, "extractions.html", page="extractions", window=window_text, report=found)
 
     # -- drift -----------------------------------------------------------------------------------
 
@@ -208,7 +252,7 @@ class Pages:
         self.drift.start(content=fields.get("mode") != "exists")
         return RedirectResponse(f"{request.scope.get('root_path', '')}/drift", status_code=303)
 
-    # -- sign-in, metrics --------------------------------------------------------------------------
+    # -- sign-in -----------------------------------------------------------------------------------
 
     async def login(self, request: Request) -> Response:
         if request.method == "GET":
@@ -223,14 +267,6 @@ class Pages:
             SESSION_COOKIE, session_value(self.key, self.token), httponly=True, samesite="strict", path=root
         )
         return response
-
-    async def metrics(self, request: Request) -> Response:
-        # The ledger's Prometheus numbers (the collector of `tether metrics`), behind the same
-        # Host check and sign-in as the pages.
-        from ..observe.metrics import exposition
-
-        body = exposition(self.source, thresholds=self.thresholds)
-        return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
 def _pretty(value: Any) -> str:

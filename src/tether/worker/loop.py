@@ -43,6 +43,7 @@ class WorkerConfig:
     sweep_interval: float | None = None  # default: min(60, lock_timeout / 2)
     max_db_backoff: float = 30.0
     batch: int = 100  # jobs claimed per transaction while jobs are fast (River fetches 100 too)
+    batch_bytes: int = config.DEFAULT_BATCH_BYTES  # payload claimed per transaction (or one larger job)
     flush_after: float = 0.05  # longest a finished job waits for its group commit (s)
     slow_job: float = 0.01  # a job slower than this (s) gives its batch back; claims go one at a time
     retry: RetryPolicy = field(default_factory=RetryPolicy)
@@ -118,7 +119,8 @@ class Worker:
 
     def _claim(self, now: datetime | None = None) -> _Claimed:
         leased_at = time.monotonic()
-        return _Claimed(self.queue.claim(self.id, now=now, limit=self._claim_limit()), leased_at)
+        jobs = self.queue.claim(self.id, now=now, limit=self._claim_limit(), max_bytes=self.config.batch_bytes)
+        return _Claimed(jobs, leased_at)
 
     def _claim_limit(self) -> int:
         return 1 if self._slow else self.config.batch
@@ -223,7 +225,9 @@ class Worker:
         refused_once = False
         while True:
             try:
-                return self.queue.finish_and_claim(self.id, decisions, records=False, claim=claim)[1]
+                return self.queue.finish_and_claim(
+                    self.id, decisions, records=False, claim=claim, claim_bytes=self.config.batch_bytes
+                )[1]
             except (sa.exc.OperationalError, sa.exc.InterfaceError) as e:
                 if self._fatal(e):
                     return []  # unrecorded: the locks go stale and the jobs run again elsewhere

@@ -1,0 +1,105 @@
+"""The small-job drain of two tether source trees, alternated: did a change slow the hot path?
+
+    .venv/bin/python benchmarks/drain_ab.py BASE_SRC [--jobs 20000] [--rounds 8]
+
+BASE_SRC is another checkout's ``src`` (e.g. ``git worktree add /tmp/base main``, or
+``git archive main src | tar -x -C /tmp/base``); this checkout's ``src`` is the other side. Each
+round drains ``--jobs`` no-op jobs (enqueued untimed with ``enqueue_many``) with one worker
+thread at full durability, once per side in a fresh process and ledger, the side that goes first
+alternating from round to round. Prints each side's median jobs/s (wall and per CPU-second of
+the process) and the median of the per-round ratios (this checkout / base).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SCRATCH = REPO / ".bench"
+
+# Run in a fresh interpreter with the side's src first on sys.path.
+_CHILD = """
+import json, sys, time
+from typing import ClassVar
+from tether import Coordinator, JobType, Payload
+
+class Noop(Payload):
+    job_type: ClassVar[str] = "noop"
+    n: int
+
+class NoopType(JobType[Noop]):
+    name = "noop"
+    payload_model = Noop
+    def run(self, payload, ctx):
+        return None
+
+directory, jobs = sys.argv[1], int(sys.argv[2])
+c = Coordinator.open(f"sqlite:///{directory}/ledger.db", root=f"{directory}/data")
+c.register(NoopType())
+c.enqueue_many([Noop(n=i) for i in range(jobs)])
+w = c.worker(threads=1)
+wall, cpu = time.perf_counter(), time.process_time()
+ran = w.run_until_idle(install_signals=False)
+wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+assert ran == jobs, ran
+import tether
+print(json.dumps({"wall": wall, "cpu": cpu, "tether": tether.__file__}))
+"""
+
+
+def drain(src: Path, jobs: int) -> dict[str, float]:
+    SCRATCH.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=SCRATCH, prefix="drain-ab-") as d:
+        env = {**os.environ, "PYTHONPATH": str(src)}
+        done = subprocess.run(
+            [sys.executable, "-c", _CHILD, d, str(jobs)], env=env, capture_output=True, text=True, check=True
+        )
+    result: dict[str, float] = json.loads(done.stdout)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("base", type=Path, help="the other tree's src directory")
+    ap.add_argument("--jobs", type=int, default=20_000)
+    ap.add_argument("--rounds", type=int, default=8)
+    args = ap.parse_args(argv)
+    sides = {"base": args.base.resolve(), "this": REPO / "src"}
+    wall: dict[str, list[float]] = {s: [] for s in sides}
+    cpu: dict[str, list[float]] = {s: [] for s in sides}
+    for r in range(args.rounds):
+        order = list(sides) if r % 2 == 0 else list(reversed(sides))
+        for side in order:
+            got = drain(sides[side], args.jobs)
+            assert str(sides[side]) in str(got["tether"]), got  # the side's own tree ran
+            wall[side].append(args.jobs / got["wall"])
+            cpu[side].append(args.jobs / got["cpu"])
+        print(
+            f"round {r + 1}: base {wall['base'][-1]:,.0f} jobs/s, this {wall['this'][-1]:,.0f} jobs/s "
+            f"({wall['this'][-1] / wall['base'][-1]:.3f}x)",
+            flush=True,
+        )
+    for side in sides:
+        print(
+            f"{side}: median {statistics.median(wall[side]):,.0f} jobs/s wall, "
+            f"{statistics.median(cpu[side]):,.0f} per CPU-s"
+        )
+    ratios = [t / b for t, b in zip(wall["this"], wall["base"], strict=True)]
+    cpu_ratios = [t / b for t, b in zip(cpu["this"], cpu["base"], strict=True)]
+    print(
+        f"this / base: median of per-round ratios {statistics.median(ratios):.3f}x wall "
+        f"(range {min(ratios):.3f}-{max(ratios):.3f}), {statistics.median(cpu_ratios):.3f}x per CPU-s "
+        f"(range {min(cpu_ratios):.3f}-{max(cpu_ratios):.3f})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""What the command line loads before it answers (issue 15, item 5; benchmarks/cli_startup.py has
+the times): ``--help`` no SQLAlchemy at all; the operator's read commands SQLAlchemy Core and the
+driver, never the ORM, SQLModel, the table classes of ``tether.ledger.orm`` or the job types (pydantic
+models). Each command runs in a fresh interpreter, which prints the modules it loaded."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tether import Coordinator, CreateFile
+
+# Run the CLI's entry point, then print (at exit, whatever the exit code) the modules loaded.
+_PROBE = """
+import atexit, json, sys
+atexit.register(lambda: sys.__stderr__.write("MODULES " + json.dumps(sorted(sys.modules)) + "\\n"))
+from tether.cli import main
+sys.argv = ["tether", *sys.argv[1:]]
+main()
+"""
+
+# What a read command must not pay for: the ORM and SQLModel (tether.ledger.orm's typed rows), and the
+# job types with their payload models. (pydantic itself: typer 0.28+ builds its option parsers with
+# it, so it is loaded by typer whatever tether does.)
+HEAVY = ("sqlmodel", "sqlalchemy.orm", "tether.ledger.orm", "tether.jobtypes", "tether.coordinator", "tether.limits")
+
+
+def loaded(args: list[str], env: dict[str, str]) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, *args], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    line = next((x for x in done.stderr.splitlines() if x.startswith("MODULES ")), None)
+    assert line is not None, done.stderr
+    return set(json.loads(line.removeprefix("MODULES ")))
+
+
+@pytest.fixture(scope="module")
+def ledger_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    tmp = tmp_path_factory.mktemp("startup")
+    db = f"sqlite:///{tmp / 'tether.db'}"
+    with Coordinator.open(db, root=tmp / "data") as c:
+        c.enqueue(CreateFile(path="a.json", content={"a": 1}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    return {**env, "TETHER_DB": db}
+
+
+def test_help_loads_no_sqlalchemy(ledger_env: dict[str, str]) -> None:
+    modules = loaded(["--help"], ledger_env)
+    assert "tether.cli.status" in modules  # the probe saw the whole command line load
+    assert not {m for m in modules if m.split(".")[0] in ("sqlalchemy", "sqlmodel")}
+
+
+@pytest.mark.parametrize("command", ["status", "jobs", "failed", "stuck"])
+def test_read_command_loads_sqlalchemy_core_only(command: str, ledger_env: dict[str, str]) -> None:
+    modules = loaded([command, "--json"], ledger_env)
+    assert "tether.observe" in modules and "sqlalchemy.engine" in modules  # it did read the ledger
+    heavy = sorted(m for m in modules if m.startswith(HEAVY))
+    assert heavy == [], f"tether {command} loaded {heavy[:8]}"
+
+
+def test_orm_rows_are_the_core_tables(tmp_path: Path) -> None:
+    """tether.ledger.orm's classes map the Core tables themselves: a job enqueued through tether reads
+    back as a typed row, and every column of each table is a field of its class."""
+    from sqlmodel import Session, select
+
+    from tether.ledger import orm, schema
+
+    for model, table in ((orm.Job, schema.jobs), (orm.Meta, schema.meta), (orm.Schedule, schema.schedules)):
+        assert model.__table__ is table
+        assert list(model.model_fields) == list(table.c.keys())
+    assert list(orm.ReconcileRun.model_fields) == list(schema.reconcile_runs.c.keys())
+    with Coordinator.open(f"sqlite:///{tmp_path / 'tether.db'}", root=tmp_path / "data") as c:
+        job = c.enqueue(CreateFile(path="a.json", content={"a": 1}))
+        with Session(c.engine) as session:
+            row = session.exec(select(orm.Job).where(orm.Job.id == job.id)).one()
+    assert (row.type, row.status, row.max_attempts) == ("create_file", "pending", job.job.max_attempts)
