@@ -188,9 +188,9 @@ def test_status_names_the_target_with_the_most_outstanding_jobs(make_coordinator
     c.enqueue(CreateFile(path="other.json", content={}))
     c.queue.claim("w")  # one of them running: outstanding too
     r = tether("status")
-    assert "deepest target: index.json with 3 outstanding jobs, which run one at a time in enqueue order" in r.out
+    assert "deepest target: file:index.json with 3 outstanding jobs, which run one at a time in enqueue order" in r.out
     deepest = tether("status", "--json").json()["deepest_target"]
-    assert deepest == {"key": "file:index.json", "target": "index.json", "outstanding": 3}
+    assert deepest == {"key": "file:index.json", "outstanding": 3}
 
 
 def test_status_is_a_warning_when_only_failed_jobs_remain(make_coordinator, tether) -> None:

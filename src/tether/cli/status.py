@@ -173,7 +173,7 @@ def _render(h: Health) -> None:
     deepest = s.deepest_target
     if deepest is not None and deepest.outstanding > 1:
         out.print(
-            f"  deepest target: {deepest.target} with {deepest.outstanding} outstanding jobs, which run one at "
+            f"  deepest target: {deepest.key} with {deepest.outstanding} outstanding jobs, which run one at "
             "a time in enqueue order",
             markup=False,
             soft_wrap=True,

@@ -15,7 +15,6 @@ import sqlalchemy as sa
 
 from .. import ids
 from ..errors import AmbiguousJobId, ConfigError, JobNotFound
-from ..jobtypes.target import display
 from ..ledger.schema import ACTIVE_TARGETED_SQL, CLAIMED_SQL, PENDING_SQL, QUARANTINED_SQL
 from ..record import JobRecord
 from ..status import JobStatus
@@ -57,13 +56,8 @@ class TargetBacklog:
     """The target as stored (``ordering_key``), e.g. ``file:index.json``."""
     outstanding: int
 
-    @property
-    def target(self) -> str:
-        """How an operator names it (a file by its path)."""
-        return display(self.key)
-
     def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "target": self.target, "outstanding": self.outstanding}
+        return {"key": self.key, "outstanding": self.outstanding}
 
 
 @dataclass(frozen=True)
