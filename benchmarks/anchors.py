@@ -248,7 +248,8 @@ def drain_lq(d: Path, n: int) -> tuple[float, float]:
 
 BARE_CLAIM_N = """
 UPDATE tether_jobs SET status = 'claimed', locked_by = ?, locked_at = ?, claimed_at = ?, attempts = attempts + 1
-WHERE id IN (SELECT id FROM tether_jobs INDEXED BY ix_tether_jobs_pending WHERE status = 'pending' AND run_at <= ?
+WHERE id IN (SELECT id FROM tether_jobs INDEXED BY ix_tether_jobs_queue
+             WHERE status = 'pending' AND blocked = 0 AND run_at <= ?
              ORDER BY priority DESC, created_at, id LIMIT ?)
 RETURNING id, attempts, payload
 """

@@ -80,7 +80,7 @@ VALUES (?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?)
 # The bare claim reads tether's partial index of pending jobs, as tether's claim does (SQLite
 # would otherwise sort the pending rows of the status index).
 BARE_CLAIM_PICK = """
-SELECT id FROM tether_jobs INDEXED BY ix_tether_jobs_pending WHERE status = 'pending' AND run_at <= ?
+SELECT id FROM tether_jobs INDEXED BY ix_tether_jobs_queue WHERE status = 'pending' AND blocked = 0 AND run_at <= ?
 ORDER BY priority DESC, created_at, id LIMIT 1
 """
 BARE_CLAIM = f"""
@@ -103,7 +103,7 @@ def check_bare_claim_plan(path: Path) -> str:
         plan = " | ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + BARE_CLAIM_PICK, (sqlite_now(),)))
     finally:
         conn.close()
-    if "ix_tether_jobs_pending" not in plan or "TEMP B-TREE" in plan:
+    if "ix_tether_jobs_queue" not in plan or "TEMP B-TREE" in plan:
         raise RuntimeError(f"bare claim does not use the claim index cleanly: {plan}")
     return plan
 

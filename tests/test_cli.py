@@ -132,6 +132,7 @@ def test_status_json_has_the_documented_schema(ledger: Ledger, tether) -> None:
         "failed",
         "stuck",
         "quarantined",
+        "deepest_target",
         "oldest_pending_at",
         "oldest_pending_age",
         "largest_pending_payload",
@@ -139,6 +140,7 @@ def test_status_json_has_the_documented_schema(ledger: Ledger, tether) -> None:
     }
     assert (data["verdict"], data["exit_code"], data["stuck"], data["failed"]) == ("error", 2, 1, 2)
     assert data["quarantined"] == 0
+    assert data["deepest_target"] is None  # nothing outstanding has a target
     [work] = data["by_type"]
     assert {k: work[k] for k in ("type", "pending", "claimed", "outstanding")} == {
         "type": "work",
@@ -175,6 +177,20 @@ def test_status_exit_codes_follow_the_monitoring_plugin_convention(
     r = tether("status", "--json", db_url="postgresql://nobody@127.0.0.1:1/none")
     assert r.code == 3 and r.json()["verdict"] == "unknown"
     assert r.json()["error"].startswith("cannot open the database at") and "\n" not in r.json()["error"]
+
+
+def test_status_names_the_target_with_the_most_outstanding_jobs(make_coordinator, tether) -> None:
+    from tether import CreateFile
+
+    c = make_coordinator()
+    for n in range(3):
+        c.enqueue(CreateFile(path="index.json", content={"n": n}, overwrite=True))
+    c.enqueue(CreateFile(path="other.json", content={}))
+    c.queue.claim("w")  # one of them running: outstanding too
+    r = tether("status")
+    assert "deepest target: file:index.json with 3 outstanding jobs, which run one at a time in enqueue order" in r.out
+    deepest = tether("status", "--json").json()["deepest_target"]
+    assert deepest == {"key": "file:index.json", "outstanding": 3}
 
 
 def test_status_is_a_warning_when_only_failed_jobs_remain(make_coordinator, tether) -> None:

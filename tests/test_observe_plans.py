@@ -27,7 +27,7 @@ STATUSES = ["pending", "claimed", "completed", "completed", "completed", "failed
 # Walks that read only the backlog: partial indexes of pending and of claimed jobs; and the
 # newest of the few reconcile verdicts kept, by its primary key.
 BACKLOG_WALKS = (
-    "USING INDEX ix_tether_jobs_pending",
+    "USING INDEX ix_tether_jobs_queue",
     "USING INDEX ix_tether_jobs_claimed_lock",
     "SCAN tether_reconcile_runs USING INDEX sqlite_autoindex_tether_reconcile_runs_1",
 )
@@ -166,7 +166,7 @@ def test_jobs_are_counted_through_the_backlog_and_finished_indexes_only(ledger):
     with ledger.engine.connect() as conn:
         raw = conn.connection.driver_connection
         used = " | ".join(row[3] for s, p in statements for row in raw.execute("EXPLAIN QUERY PLAN " + s, p))
-    for index in ("ix_tether_jobs_pending", "ix_tether_jobs_claimed_lock", "ix_tether_jobs_done"):
+    for index in ("ix_tether_jobs_queue", "ix_tether_jobs_claimed_lock", "ix_tether_jobs_done"):
         assert index in used, used
 
 
@@ -179,6 +179,6 @@ def test_stats_walks_the_pending_jobs_once(ledger):
         walks = [
             s
             for s, p in statements
-            if any("ix_tether_jobs_pending" in row[3] for row in raw.execute("EXPLAIN QUERY PLAN " + s, p))
+            if any("ix_tether_jobs_queue" in row[3] for row in raw.execute("EXPLAIN QUERY PLAN " + s, p))
         ]
     assert len(walks) == 1, walks

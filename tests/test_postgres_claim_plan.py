@@ -65,3 +65,93 @@ def test_claiming_jobs_without_ordering_key_reads_no_other_active_job(pg_coordin
     assert claimed == BATCH
     # The ordering check reads the table as alias "o"; keyless jobs need none of its rows.
     assert rows_read_from(plan["Plan"], "o") <= BATCH, f"{plan['Execution Time']:.1f} ms"
+
+
+WAITING = 10_000
+
+
+def scans_of(plan: dict[str, Any], alias: str) -> list[dict[str, Any]]:
+    """The plan nodes that read the table as ``alias``."""
+    found = [plan] if plan.get("Alias") == alias else []
+    for child in plan.get("Plans", []):
+        found += scans_of(child, alias)
+    return found
+
+
+def explain(c: Coordinator, statement: str, params: dict[str, Any], *, analyze: bool = True) -> dict[str, Any]:
+    options = "ANALYZE, FORMAT JSON" if analyze else "FORMAT JSON"
+    with c.engine.connect() as conn:
+        with conn.begin() as tx:
+            statement = c.queue.backend.sql(statement).replace("%(", ":").replace(")s", "")
+            (plan,) = conn.execute(sa.text(f"EXPLAIN ({options}) " + statement), params).scalar_one()
+            tx.rollback()
+    return dict(plan)
+
+
+def rows_touched(plan: dict[str, Any], alias: str) -> float:
+    """Rows all plan nodes scanning ``alias`` read, those their filters dropped included."""
+    total = 0.0
+    if plan.get("Alias") == alias:
+        read = plan.get("Actual Rows", 0) + plan.get("Rows Removed by Filter", 0)
+        total += read * plan.get("Actual Loops", 0)
+    for child in plan.get("Plans", []):
+        total += rows_touched(child, alias)
+    return total
+
+
+@pytest.mark.parametrize("statistics", ["lagging", "stale"])
+def test_claiming_behind_a_target_with_10000_waiting_jobs_reads_only_its_head(
+    pg_coordinator: Coordinator, statistics: str
+) -> None:
+    from jobkit import Note, NoteType
+
+    pg_coordinator.registry.register(NoteType())
+    finished = WAITING if statistics == "stale" else 0
+    jobs = pg_coordinator.enqueue_many([Note(name=f"{i}", target="file:hot") for i in range(finished + WAITING + 1)])
+    pg_coordinator.enqueue(Note(name="plain"))
+    if statistics == "stale":
+        # Analyzed while every job was waiting; then the first 10,000 finished (a drain between two
+        # automatic ANALYZEs): the statistics still call the finished jobs active.
+        with pg_coordinator.engine.begin() as conn:
+            conn.exec_driver_sql("ALTER TABLE tether_jobs SET (autovacuum_enabled = false)")
+            conn.exec_driver_sql("ANALYZE tether_jobs")
+            done = {"ids": [j.id for j in jobs[:finished]], "head": jobs[finished].id}
+            conn.execute(sa.text("UPDATE tether_jobs SET status = 'completed' WHERE id = ANY(:ids)"), done)
+            conn.execute(sa.text("UPDATE tether_jobs SET blocked = false WHERE id = :head"), done)
+    params = {"worker": "w", "now": datetime.now(UTC), "limit": 100, "max_bytes": 8 << 20}
+    plan = explain(pg_coordinator, sql.claim_sql("postgresql", ["note"]), params)
+    assert plan["Plan"]["Actual Rows"] == 2  # the target's head and the job without a target
+    [walk] = scans_of(plan["Plan"], "j")
+    assert index_of(walk) == "ix_tether_jobs_queue", walk  # its part of jobs no older job holds back
+    assert rows_touched(plan["Plan"], "j") <= 2, f"{plan['Execution Time']:.1f} ms"
+    # The head is asked whether it is its target's oldest active job through that target's entries.
+    [probe] = scans_of(plan["Plan"], "o")
+    assert index_of(probe) == "ix_tether_jobs_target_active", probe
+    assert rows_touched(plan["Plan"], "o") <= 1, probe
+
+
+def index_of(node: dict[str, Any]) -> str | None:
+    """The index a scan node reads (a bitmap heap scan's through its bitmap index scan)."""
+    if "Index Name" in node:
+        return str(node["Index Name"])
+    names = {str(c["Index Name"]) for c in node.get("Plans", []) if c.get("Node Type") == "Bitmap Index Scan"}
+    return names.pop() if len(names) == 1 else None
+
+
+def test_marking_and_unmarking_blocked_jobs_read_one_active_job_of_their_target(pg_coordinator: Coordinator) -> None:
+    from jobkit import Note, NoteType
+
+    pg_coordinator.registry.register(NoteType())
+    jobs = pg_coordinator.enqueue_many([Note(name=f"{i}", target="file:hot") for i in range(2 * WAITING)])
+    with pg_coordinator.engine.begin() as conn:  # stale statistics, as in the claim's test above
+        conn.exec_driver_sql("ALTER TABLE tether_jobs SET (autovacuum_enabled = false)")
+        conn.exec_driver_sql("ANALYZE tether_jobs")
+        finished = {"ids": [j.id for j in jobs[:WAITING]]}
+        conn.execute(sa.text("UPDATE tether_jobs SET status = 'completed' WHERE id = ANY(:ids)"), finished)
+    new = pg_coordinator.queue.build(Note(name="new", target="file:hot"))
+    values = pg_coordinator.queue.backend.insert_values(new)
+    for statement, alias in ((sql.INSERT_ON_TARGET_POSTGRES, "b"), (sql.UNBLOCK_NEXT, "n")):
+        plan = explain(pg_coordinator, statement, values)
+        [probe] = scans_of(plan["Plan"], alias)
+        assert index_of(probe) == "ix_tether_jobs_target_active", plan
+        assert rows_touched(plan["Plan"], alias) <= 1, probe

@@ -3,6 +3,8 @@ PostgreSQL)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 
 from tether import Coordinator, CreateFile, JobStatus
@@ -26,14 +28,18 @@ def test_an_older_ledger_gets_the_indexes_added_since_and_loses_the_retired_ones
     with engine.begin() as conn:  # as an earlier version left it
         conn.exec_driver_sql("CREATE INDEX ix_tether_jobs_claim ON tether_jobs (status, priority DESC, created_at, id)")
         conn.exec_driver_sql("CREATE INDEX ix_tether_jobs_finished ON tether_jobs (status, completed_at)")
-        conn.exec_driver_sql("DROP INDEX ix_tether_jobs_pending")  # both came after those
+        conn.exec_driver_sql(
+            "CREATE INDEX ix_tether_jobs_pending ON tether_jobs (priority DESC, created_at, id)"
+            " WHERE status = 'pending'"
+        )
+        conn.exec_driver_sql("DROP INDEX ix_tether_jobs_queue")  # all came after those
         conn.exec_driver_sql("DROP INDEX ix_tether_jobs_done")
     engine.dispose()
 
     Coordinator.open(db_url, root=tmp_path / "data", registry=default_registry()).close()
 
     names = index_names(db_url)
-    assert not {"ix_tether_jobs_claim", "ix_tether_jobs_finished"} & names
+    assert not {"ix_tether_jobs_claim", "ix_tether_jobs_finished", "ix_tether_jobs_pending"} & names
     assert {index.name for index in jobs.indexes} <= names
 
 
@@ -92,6 +98,29 @@ def test_an_older_ledger_gets_the_columns_added_since_and_keeps_its_jobs(db_url,
         new = c.enqueue(CreateFile(path="b.json", content=2), timeout=5).id
         assert c.get(old).timeout is None and c.get(new).timeout == 5.0
         assert c.run_until_idle() == 2
+
+
+def test_an_older_ledger_gets_the_blocked_flag_on_its_waiting_jobs_and_runs_them_in_order(db_url, tmp_path):
+    from jobkit import Note, NoteType, registry_with
+
+    notes = NoteType()
+    with Coordinator.open(db_url, root=tmp_path / "data", registry=registry_with(notes)) as c:
+        ids = [c.enqueue(Note(name=f"{i}", target="t")).id for i in range(3)]
+        other = c.enqueue(Note(name="o", target="u")).id
+    engine = create_engine(db_url)
+    with engine.begin() as conn:  # as the version before the flag (issue 23) left it
+        conn.exec_driver_sql("DROP INDEX ix_tether_jobs_queue")
+        conn.exec_driver_sql("ALTER TABLE tether_jobs DROP COLUMN blocked")
+    engine.dispose()
+
+    with Coordinator.open(db_url, root=tmp_path / "data", registry=registry_with(notes)) as c:
+        with c.engine.connect() as conn:
+            blocked: dict[str, Any] = {
+                row[0]: row[1] for row in conn.exec_driver_sql("SELECT id, blocked FROM tether_jobs")
+            }
+        assert [bool(blocked[i]) for i in [*ids, other]] == [False, True, True, False]
+        assert c.run_until_idle() == 4
+    assert [name for name, _ in notes.runs if name != "o"] == ["0", "1", "2"]
 
 
 def test_an_older_ledger_gets_the_payload_sizes_of_the_jobs_that_may_still_run(db_url, tmp_path):

@@ -36,3 +36,5 @@ FENCED = frozenset({"complete", "retry", "fail", "release", "defer"})
 # Edges the stale-lock sweep takes for a dead worker: fenced on its owner and attempt as above,
 # and on the lock still being stale.
 SWEPT = frozenset({"reclaim", "reclaim_exhausted"})
+# Edges that take a job out of the active set: the next job on its target may run now.
+ENDING = frozenset(edge for edge, (_, to) in TRANSITIONS.items() if to not in ACTIVE)

@@ -170,6 +170,14 @@ def _render(h: Health) -> None:
     )
     for reason in h.reasons:
         out.print(f"  - {reason}", markup=False)
+    deepest = s.deepest_target
+    if deepest is not None and deepest.outstanding > 1:
+        out.print(
+            f"  deepest target: {deepest.key} with {deepest.outstanding} outstanding jobs, which run one at "
+            "a time in enqueue order",
+            markup=False,
+            soft_wrap=True,
+        )
     if s.quarantined:
         out.print(
             f"  {s.quarantined} quarantined: a worker died while holding them; each runs alone until it completes "

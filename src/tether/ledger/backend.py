@@ -28,6 +28,7 @@ from ..errors import LedgerFault
 from ..record import JobRecord, make_tuple
 from ..status import JobStatus
 from .schema import TABLE
+from .sql import unpinned
 
 _T = TypeVar("_T")
 _NAMED = re.compile(r"(?<![:\w]):(\w+)")
@@ -431,7 +432,9 @@ class PostgresBackend(Backend):
 
 @cache
 def _pyformat(statement: str, table: str | None = None) -> str:
-    """``:name`` placeholders as psycopg's ``%(name)s``; the table schema-qualified if given."""
+    """``:name`` placeholders as psycopg's ``%(name)s``; the table schema-qualified if given;
+    SQLite's index pins (``INDEXED BY``) taken out."""
+    statement = unpinned(statement)
     if table:
         statement = _TABLE.sub(table, statement)
     return _NAMED.sub(r"%(\1)s", statement.replace("%", "%%"))

@@ -14,6 +14,7 @@ from sqlalchemy.engine import make_url
 
 from .. import faults
 from ..errors import ConfigError, DatabaseUnavailable, LedgerFault
+from . import sql
 from .schema import RETIRED_INDEXES, TABLE, metadata
 
 Durability = Literal["full", "normal"]
@@ -232,7 +233,8 @@ def _column_names(conn: sa.Connection, dialect: str, table: str) -> set[str]:
 
 # Filled when the column is added to an existing ledger, for the jobs that may still run (a
 # failed one may be retried): finished rows are left as they are, so the upgrade stays short.
-# (table, column) -> (value per dialect, rows to fill).
+# (table, column) -> (value per dialect, rows to fill). ``blocked`` is set after the indexes
+# (sql.BLOCK_WAITING reads the waiting jobs through one).
 _FILL = {
     (TABLE, "payload_bytes"): (
         {"sqlite": "length(CAST(payload AS BLOB))", "postgresql": "octet_length(payload)"},  # bytes, not characters
@@ -241,19 +243,27 @@ _FILL = {
 }
 
 
-def _add_missing_columns(conn: sa.Connection, dialect: sa.Dialect) -> None:
-    """Columns added since a ledger was created (all nullable): added in place, no rewrite."""
+def _add_missing_columns(conn: sa.Connection, dialect: sa.Dialect) -> set[str]:
+    """Columns added since a ledger was created (nullable, or with a constant default): added in
+    place, no rewrite. Returns the ``table.column`` names added."""
+    added = set()
     for table in metadata.sorted_tables:
         present = _column_names(conn, dialect.name, table.name)
         for column in table.columns:
             if column.name not in present:
-                if not column.nullable:
-                    raise DatabaseUnavailable(f"cannot upgrade {table.name}: new column {column.name} is required")
                 kind = column.type.compile(dialect=dialect)
+                if not column.nullable:
+                    default = column.server_default
+                    if not isinstance(default, sa.DefaultClause):
+                        raise DatabaseUnavailable(f"cannot upgrade {table.name}: new column {column.name} is required")
+                    constant = sa.literal_column(str(default.arg)) if isinstance(default.arg, str) else default.arg
+                    kind += f" DEFAULT {constant.compile(dialect=dialect)} NOT NULL"
                 conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}")
                 if (table.name, column.name) in _FILL:
                     value, rows = _FILL[table.name, column.name]
                     conn.exec_driver_sql(f"UPDATE {table.name} SET {column.name} = {value[dialect.name]} WHERE {rows}")
+                added.add(f"{table.name}.{column.name}")
+    return added
 
 
 def ensure_schema(engine: sa.Engine) -> bool:
@@ -270,7 +280,7 @@ def ensure_schema(engine: sa.Engine) -> bool:
                     conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
             created = not sa.inspect(conn).has_table(TABLE)
             metadata.create_all(conn, checkfirst=True)
-            _add_missing_columns(conn, engine.dialect)
+            added = _add_missing_columns(conn, engine.dialect)
             # create_all builds indexes only with a table it creates: a ledger from an earlier
             # version gets the indexes added since here. Only missing ones: on PostgreSQL even
             # CREATE INDEX IF NOT EXISTS locks the table against writers first.
@@ -283,6 +293,9 @@ def ensure_schema(engine: sa.Engine) -> bool:
             for name in RETIRED_INDEXES:
                 if name in present:
                     conn.exec_driver_sql(f"DROP INDEX {name}")
+            if f"{TABLE}.blocked" in added:  # the waiting jobs of a ledger from before the flag
+                statement = sql.BLOCK_WAITING
+                conn.exec_driver_sql(sql.unpinned(statement) if engine.dialect.name == "postgresql" else statement)
             return created
     except sa.exc.SQLAlchemyError as e:
         raise opening_error(engine, e) from e

@@ -18,9 +18,10 @@ from .. import events
 from ..errors import ConfigError
 from .schema import meta
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """tether's ledger layout: 1 the first table, 2 partial indexes, 3 timeout/progress and tether_meta,
-4 quarantine (a job a dead worker held is claimed alone)."""
+4 quarantine (a job a dead worker held is claimed alone), 5 blocked (a job waiting behind an
+older one on its target is kept apart from the claim)."""
 
 ROOT = "root"
 LEDGER_ID = "ledger_id"

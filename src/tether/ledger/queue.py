@@ -21,7 +21,7 @@ from ..jobtypes.target import display
 from ..limits import DEFAULT_MAX_PAYLOAD_BYTES
 from ..outcome import encode_result
 from ..record import InsertResult, JobRecord, make_tuple
-from ..status import FENCED, SWEPT, TRANSITIONS, JobStatus
+from ..status import ENDING, FENCED, SWEPT, TRANSITIONS, JobStatus
 from . import sql
 from .backend import Backend
 from .build import Builder
@@ -113,9 +113,29 @@ class Decision(NamedTuple):
 # What varies between jobs enqueued together, and what they share (one JSON insert per share).
 # type, priority, max_attempts, created_at, run_at, parent_id, timeout
 _shared = itemgetter(1, 4, 6, 10, 13, 16, 18)
-_targeted_row = itemgetter(0, 2, 15, 21)  # id, payload, ordering_key, payload_bytes
 # A JSON insert's rows travel as one value: past this many payload characters, another statement.
 _JSON_CHARS = 16 << 20
+
+
+def _targeted_rows(jobs: list[JobRecord]) -> list[tuple[str, str, str | None, int | None, bool]]:
+    """[id, payload, ordering_key, payload_bytes, behind] per job of one JSON insert: ``behind``
+    when an older job of the same statement has its target (the statement does not see its own
+    rows)."""
+    first: dict[str, str] = {}
+    for job in jobs:
+        key = job.ordering_key
+        if key is not None and (key not in first or job.id < first[key]):
+            first[key] = job.id
+    return [
+        (
+            job.id,
+            job.payload,
+            job.ordering_key,
+            job.payload_bytes,
+            job.ordering_key is not None and first[job.ordering_key] != job.id,
+        )
+        for job in jobs
+    ]
 
 
 def _by_size(jobs: list[JobRecord]) -> Iterator[list[JobRecord]]:
@@ -164,8 +184,11 @@ class Queue:
         self._limits_generation = -1
         self.builder = Builder(registry, root, clock, max_payload_bytes=max_payload_bytes)
         self.ledger_id = ledger_id  # what the AWS resources its jobs own are tagged with
-        self._json_sql = sql.insert_json_sql(engine.dialect.name) if self.backend.reads_json else None
-        self._complete_many_sql = sql.complete_many_sql(engine.dialect.name) if self.backend.reads_json else None
+        dialect = engine.dialect.name
+        self._json_sql = sql.insert_json_sql(dialect) if self.backend.reads_json else None
+        self._complete_many_sql = sql.complete_many_sql(dialect) if self.backend.reads_json else None
+        self._insert_keyed, self._insert_on_target = sql.insert_sql(dialect)
+        self._edge_sql = {**_EDGE_SQL, "manual_retry": sql.manual_retry_sql(dialect)}
 
     def _claim_statement(self) -> str:
         """The claim for this registry's types, made again only when a type is registered."""
@@ -190,7 +213,7 @@ class Queue:
     def insert(self, cur: Any, job: JobRecord) -> InsertResult:
         """Insert inside the caller's transaction; an active job with the same key is returned."""
         while True:
-            inserted = cur.record(sql.INSERT, self.backend.insert_values(job))
+            inserted = cur.record(self._insert_keyed, self.backend.insert_values(job))
             if inserted is not None:
                 return InsertResult(inserted)
             existing = cur.record(sql.ACTIVE_BY_KEY, {"type": job.type, "idempotency_key": job.idempotency_key})
@@ -203,7 +226,7 @@ class Queue:
         statement, keyed ones one at a time (each may meet an active job with its key)."""
         unkeyed = [job for job in jobs if job.idempotency_key is None]
         if len(unkeyed) == 1:
-            cur.execute(sql.INSERT_UNKEYED, self.backend.insert_values(unkeyed[0]))
+            cur.execute(self._insert_one(unkeyed[0]), self.backend.insert_values(unkeyed[0]))
         elif unkeyed:
             self._insert_unkeyed(cur, unkeyed)
         return [
@@ -218,8 +241,13 @@ class Queue:
         # Jobs that share nothing (each from its own enqueue call, as in a transaction() block)
         # go in one executemany; the rest in one JSON insert per share and size.
         alone = [job for group in groups.values() if len(group) == 1 or self._json_sql is None for job in group]
-        if alone:
-            cur.executemany(sql.INSERT_UNKEYED, [self.backend.insert_values(job) for job in alone])
+        on_target = [job for job in alone if job.ordering_key is not None]
+        if len(on_target) < len(alone):
+            values = [self.backend.insert_values(job) for job in alone if job.ordering_key is None]
+            cur.executemany(sql.INSERT_UNKEYED, values)
+        if on_target:  # in id order, so each sees the older ones on its target
+            values = [self.backend.insert_values(job) for job in sorted(on_target, key=lambda j: j.id)]
+            cur.executemany(self._insert_on_target, values)
         if self._json_sql is None:
             return
         untargeted, targeted = self._json_sql
@@ -237,19 +265,24 @@ class Queue:
             }
             for part in _by_size(group):
                 if any(job.ordering_key is not None for job in part):
-                    rows = orjson.dumps([_targeted_row(job) for job in part])
+                    rows = orjson.dumps(_targeted_rows(part))
                     cur.execute(targeted, {**shared, "rows": rows.decode()})
                 else:
                     cur.execute(
                         untargeted, {**shared, "rows": orjson.dumps({job.id: job.payload for job in part}).decode()}
                     )
 
+    def _insert_one(self, job: JobRecord) -> str:
+        """The insert of one job without an idempotency key: with a target, the one that says
+        whether an older job on it holds this one back."""
+        return sql.INSERT_UNKEYED if job.ordering_key is None else self._insert_on_target
+
     def enqueue_all(self, jobs: Sequence[JobRecord]) -> list[InsertResult]:
         """Insert ``jobs`` in one transaction; returns after the commit is durable."""
         try:
             if len(jobs) == 1 and jobs[0].idempotency_key is None and self.wakeup.in_process_only:
                 # The common single enqueue: one INSERT that is its own transaction.
-                self.backend.execute_alone(sql.INSERT_UNKEYED, self.backend.insert_values(jobs[0]))
+                self.backend.execute_alone(self._insert_one(jobs[0]), self.backend.insert_values(jobs[0]))
                 results = [make_tuple(InsertResult, (jobs[0], False))]
             else:
                 with self.backend.write() as cur:
@@ -372,8 +405,8 @@ class Queue:
                 raise ValueError(f"{edge} is fenced: worker and attempt are required")
             params.update(worker=worker, attempt=attempt)
         if not returning:
-            return True if cur.execute(_without_returning(_EDGE_SQL[edge]), params) == 1 else None
-        job: JobRecord | None = cur.record(_EDGE_SQL[edge], params)
+            return True if cur.execute(_without_returning(self._edge_sql[edge]), params) == 1 else None
+        job: JobRecord | None = cur.record(self._edge_sql[edge], params)
         if job is not None:
             assert job.status is to_status, (edge, from_status, job.status)
         return job
@@ -441,6 +474,9 @@ class Queue:
             for d, job in zip(decisions, moved, strict=True):
                 if job is not None and d.edge == "defer":  # after the batch's releases: they wait too
                     cur.execute(sql.DEFER_TYPE, {"type": d.job.type, "run_at": d.values["run_at"]})
+            self.unblock_next(
+                cur, [d.job for d, job in zip(decisions, moved, strict=True) if job is not None and d.edge in ENDING]
+            )
             if inserted or any(d.edge in ("retry", "release", "defer") for d in decisions):
                 self.wakeup.notify_in(cur)
             if claim:
@@ -458,6 +494,14 @@ class Queue:
         if requeued:
             self.wakeup.wake_local()
         return moved, self._claimed(claimed, worker)
+
+    def unblock_next(self, cur: Any, ended: Iterable[JobRecord]) -> None:
+        """After ``ended`` left the active set (in their transaction): on each of their targets,
+        the oldest active job left is no longer blocked (sql.py, "the order per target"); the
+        claim that follows in the same transaction can take it."""
+        targets = sorted({job.ordering_key for job in ended if job.ordering_key is not None})
+        if targets:
+            cur.executemany(sql.UNBLOCK_NEXT, [{"ordering_key": target} for target in targets])
 
     def finish_one(self, worker: str, decision: Decision) -> JobRecord:
         """Record one outcome in its own transaction; LostLease if the job is no longer ours."""
@@ -519,13 +563,32 @@ class Queue:
                 moved.append((v.edge, job))
                 if v.acquit is not None:
                     cur.execute(sql.ACQUIT, {"quarantine": v.acquit, "acquitted": SUSPECT})
+            self.unblock_next(cur, [job for edge, job in moved if edge in ENDING])
             if any(edge == "reclaim" for edge, _ in moved):
                 self.wakeup.notify_in(cur)
         for edge, job in moved:
             self._event(edge, job, None)
         if any(edge == "reclaim" for edge, _ in moved):
             self.wakeup.wake_local()
+        self._unblock_lost_heads()
         return [job for edge, job in moved if edge == "reclaim"] + [job for edge, job in moved if edge != "reclaim"]
+
+    def _unblock_lost_heads(self) -> None:
+        """The sweep's safety net: unblock each target's oldest active job left blocked (see
+        sql.LOST_HEADS); normally there is none, and only a read is made."""
+        with self.backend.read() as cur:
+            if cur.scalar(sql.ANY_BLOCKED) is None:
+                return
+            lost = [job_id for (job_id,) in cur.rows(sql.LOST_HEADS)]
+        if not lost:
+            return
+        with self.backend.write() as cur:
+            unblocked = sum(cur.execute(sql.UNBLOCK_HEAD, {"id": job_id}) for job_id in lost)
+            if unblocked:
+                self.wakeup.notify_in(cur)
+        if unblocked:
+            events.emit("unblocked", jobs=unblocked)
+            self.wakeup.wake_local()
 
     def manual_retry(self, job_id: str) -> JobRecord:
         """Operator action: a failed job goes back to pending with its attempts reset."""

@@ -94,6 +94,11 @@ jobs = sa.Table(
     # and ``tether status`` reports the largest pending one without reading any payload. Added
     # after the first release: ensure_schema adds it and fills it for jobs that may run again.
     sa.Column("payload_bytes", sa.Integer),
+    # True while an older job on the same target is active: the claim leaves the job out without
+    # looking at it (sql.py, "the order per target"). Kept by enqueue and by the transitions that
+    # end a job; derived from the other columns, never part of a JobRecord. Added after the first
+    # release: ensure_schema adds it, with its default, and sets it for the jobs waiting then.
+    sa.Column("blocked", sa.Boolean, nullable=False, default=False, server_default=sa.false()),
     sa.CheckConstraint(f"status IN ({_STATUSES})", name="ck_tether_jobs_status"),
 )
 
@@ -150,10 +155,16 @@ reconcile_runs = sa.Table(
 # besides its primary key at every step: pending, then claimed, then done (the drain and bulk
 # enqueue figures in benchmarks/ISSUE7.md).
 
-# The claim walks this index in exactly its ORDER BY (priority DESC, created_at, id): no sort step,
-# and it holds only the waiting jobs however many finished ones the table keeps.
+# The columns of a JobRecord: every column but ``blocked``, in table order.
+RECORD_COLUMNS = tuple(name for name in jobs.c.keys() if name != "blocked")
+
+# The claim walks this index in exactly its ORDER BY (priority DESC, created_at, id) after the
+# equality on ``blocked``: no sort step, it holds only the waiting jobs however many finished ones
+# the table keeps, and the jobs blocked behind an older one on their target sit apart, where the
+# claim never reads them (a target's backlog costs the claim nothing).
 sa.Index(
-    "ix_tether_jobs_pending",
+    "ix_tether_jobs_queue",
+    jobs.c.blocked,
     jobs.c.priority.desc(),
     jobs.c.created_at,
     jobs.c.id,
@@ -169,8 +180,10 @@ sa.Index(
     sqlite_where=sa.text(ACTIVE_KEYED_SQL),
     postgresql_where=sa.text(ACTIVE_KEYED_SQL),
 )
-# "Is an older job on this target still active?" asked once per claim candidate with a target.
-_active_targeted = sa.text(f"{ACTIVE_SQL} AND ordering_key IS NOT NULL")
+# "Is an older job on this target still active?" asked once per claim candidate with a target, at
+# enqueue and when a job ends; and each target's backlog (``tether status``).
+ACTIVE_TARGETED_SQL = f"{ACTIVE_SQL} AND ordering_key IS NOT NULL"
+_active_targeted = sa.text(ACTIVE_TARGETED_SQL)
 sa.Index(
     "ix_tether_jobs_target_active",
     jobs.c.ordering_key,
@@ -242,6 +255,7 @@ sa.Index(
 
 # Indexes of earlier versions, replaced by the partial ones above; ensure_schema drops them.
 RETIRED_INDEXES = (
+    "ix_tether_jobs_pending",  # (priority DESC, created_at, id), before ix_tether_jobs_queue put blocked first
     "ix_tether_jobs_finished",  # (status, completed_at) over every row, before ix_tether_jobs_done
     "ix_tether_jobs_claim",
     "ux_tether_jobs_active_key",

@@ -4,14 +4,69 @@ plans are checked in tests/test_query_plans.py."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
-from .schema import ACTIVE_KEYED_SQL, QUARANTINED_SQL, TABLE, jobs
+from .schema import ACTIVE_KEYED_SQL, ACTIVE_TARGETED_SQL, QUARANTINED_SQL, RECORD_COLUMNS, TABLE
 
-COLUMNS = tuple(jobs.c.keys())
+COLUMNS = RECORD_COLUMNS
 _COLS = ", ".join(COLUMNS)
 _ACTIVE = "status IN ('pending', 'claimed')"
 _FENCE = "id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt"
+
+
+def _sqlite_indexed(statement: str, indexes: dict[str, str]) -> str:
+    """``statement`` with each alias's table read through the named index (``INDEXED BY``):
+    SQLite does not weigh a partial index's smaller size, and should the index ever become
+    unusable the statement fails to prepare instead of silently scanning. PostgreSQL has no such
+    clause and plans for itself: ``unpinned`` takes it out (backend.py does, for every statement)."""
+    for alias, index in indexes.items():
+        statement = statement.replace(f"FROM {TABLE} AS {alias}\n", f"FROM {TABLE} AS {alias} INDEXED BY {index}\n")
+    return statement
+
+
+_INDEXED_BY = re.compile(r" INDEXED BY \w+")
+
+
+def unpinned(statement: str) -> str:
+    """``statement`` without SQLite's ``INDEXED BY`` clauses, for PostgreSQL."""
+    return _INDEXED_BY.sub("", statement)
+
+
+# -- the order per target: which jobs are blocked (DESIGN.md "Order per target") -------------------
+# A job with a target is ``blocked`` while an older job on that target is active: the claim leaves
+# it out through the claim index (ix_tether_jobs_queue puts blocked jobs apart) instead of reading
+# each one to find that out, so a target's backlog costs the claim nothing. The flag is set when a
+# job enters the active set (enqueue, an operator's retry) and cleared, for the oldest active job
+# left on a target, when a job on it ends (UNBLOCK_NEXT). The claim still asks the rule itself
+# (_ready): a flag missing (a ledger from before it, two racing enqueues) costs speed, never order.
+#
+# The active jobs on one target, in id order, are a range of ix_tether_jobs_target_active; every
+# statement here asks for them as a range on ordering_key (``>= k``, or a row value), never as
+# ``ordering_key = k``: with the key fixed by an equality, PostgreSQL may walk any index in id
+# order instead (the primary key) and, on statistics that lag a drain (they still call the
+# target's jobs active), read every finished job older than the one it looks for; asked as
+# NOT EXISTS, it read the whole table per claim (benchmarks/README.md, issue 23).
+def _on_target(alias: str, key: str) -> str:
+    """``alias`` is an active job on target ``key`` or after it (ordering_key order)."""
+    return f"{alias}.ordering_key >= {key} AND {alias}.ordering_key IS NOT NULL AND {alias}.{_ACTIVE}"
+
+
+# PostgreSQL: the older job found is share-locked (the newest one: not the target's head, which a
+# claim may be taking), so the transaction that ends it waits for this one to commit and then
+# sees the job it blocks; or this one waits for that one, and finds the job no longer active.
+def _blocked(job_id: str, key: str, dialect: str) -> str:
+    """Whether an older job than ``job_id`` on target ``key`` (SQL expressions) is active."""
+    lock = ""
+    if dialect == "postgresql":
+        lock = "\n      ORDER BY b.ordering_key DESC, b.id DESC LIMIT 1 FOR SHARE"
+        # A parameter also bound to a column is typed by it; compared, it would be text.
+        job_id, key = (f"CAST({e} AS varchar)" if e.startswith(":") else e for e in (job_id, key))
+    return f"""EXISTS (SELECT 1 FROM {TABLE} AS b
+      WHERE {_on_target("b", key)} AND (b.ordering_key, b.id) < ({key}, {job_id}){lock})"""
+
+
+_ON_TARGET = {"b": "ix_tether_jobs_target_active"}
 
 # Jobs without an idempotency key cannot conflict: inserted in one executemany, no RETURNING
 # (the caller already knows every value).
@@ -21,11 +76,26 @@ INSERT INTO {TABLE} (id, type, payload, status, priority, attempts, max_attempts
 VALUES (:id, :type, :payload, 'pending', :priority, 0, :max_attempts,
         :created_at, :run_at, :idempotency_key, :ordering_key, :parent_id, :timeout, :payload_bytes)
 """
+# A job with a target: INSERT_UNKEYED, blocked if an older job on the target is active.
+_INSERT_ON_TARGET = f"""
+INSERT INTO {TABLE} (id, type, payload, status, priority, attempts, max_attempts,
+                     created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes,
+                     blocked)
+VALUES (:id, :type, :payload, 'pending', :priority, 0, :max_attempts,
+        :created_at, :run_at, :idempotency_key, :ordering_key, :parent_id, :timeout, :payload_bytes,
+        {{blocked}})
+"""
 # A keyed job: nothing is inserted while an active job of its type holds the key.
-INSERT = f"""{INSERT_UNKEYED.rstrip()}
+_INSERT = f"""{_INSERT_ON_TARGET.rstrip()}
 ON CONFLICT (type, idempotency_key) WHERE {ACTIVE_KEYED_SQL} DO NOTHING
 RETURNING {_COLS}
 """
+INSERT_ON_TARGET = _sqlite_indexed(
+    _INSERT_ON_TARGET.format(blocked=_blocked(":id", ":ordering_key", "sqlite")), _ON_TARGET
+)
+INSERT_ON_TARGET_POSTGRES = _INSERT_ON_TARGET.format(blocked=_blocked(":id", ":ordering_key", "postgresql"))
+INSERT = _sqlite_indexed(_INSERT.format(blocked=_blocked(":id", ":ordering_key", "sqlite")), _ON_TARGET)
+INSERT_POSTGRES = _INSERT.format(blocked=_blocked(":id", ":ordering_key", "postgresql"))
 
 # Many unkeyed jobs of one type that share their options, in one statement: what varies travels
 # as one JSON text: binding ten values per row through the driver cost twice SQLite's own insert.
@@ -33,30 +103,57 @@ RETURNING {_COLS}
 # each row again.
 _INSERT_SELECT = """
 INSERT INTO {table} (id, type, payload, status, priority, attempts, max_attempts,
-                     created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes)
+                     created_at, run_at, idempotency_key, ordering_key, parent_id, timeout,
+                     payload_bytes{blocked_column})
 SELECT {id}, :type, {payload}, 'pending', :priority, 0, :max_attempts,
-       :created_at, :run_at, NULL, {ordering_key}, :parent_id, :timeout, {payload_bytes}
+       :created_at, :run_at, NULL, {ordering_key}, :parent_id, :timeout, {payload_bytes}{blocked}
 FROM {rows}
 """
 # The two dialects differ only in how they read JSON: SQLite's json_each / json_extract against
 # PostgreSQL's json_each_text / json_array_elements and ->>, and in how they count a text's
-# bytes (SQLite's length() counts characters, of a blob bytes).
-_PAYLOADS = {"id": "key", "payload": "value", "ordering_key": "NULL"}
-_TARGETED = ("id", "payload", "ordering_key", "payload_bytes")  # [id, payload, ordering_key, payload_bytes] rows
+# bytes (SQLite's length() counts characters, of a blob bytes). Jobs with a target go as rows
+# [id, payload, ordering_key, payload_bytes, behind]: ``behind`` is true when an older job of the
+# same statement has the same target (the statement does not see its own rows), else the ledger
+# is asked.
+_PAYLOADS = {"id": "key", "payload": "value", "ordering_key": "NULL", "blocked_column": "", "blocked": ""}
+_TARGETED = ("id", "payload", "ordering_key", "payload_bytes", "behind")
 INSERT_PAYLOADS_SQLITE = _INSERT_SELECT.format(
     table=TABLE, rows="json_each(:rows)", payload_bytes="length(CAST(value AS BLOB))", **_PAYLOADS
 )
 INSERT_PAYLOADS_POSTGRES = _INSERT_SELECT.format(
     table=TABLE, rows="json_each_text(CAST(:rows AS json))", payload_bytes="octet_length(value)", **_PAYLOADS
 )
-INSERT_TARGETED_SQLITE = _INSERT_SELECT.format(
-    table=TABLE, rows="json_each(:rows)", **{c: f"json_extract(value, '$[{i}]')" for i, c in enumerate(_TARGETED)}
+
+
+def _insert_targeted(rows: str, field: dict[str, str], dialect: str) -> str:
+    blocked = _blocked(field["id"], field["ordering_key"], dialect)
+    return _INSERT_SELECT.format(
+        table=TABLE,
+        rows=rows,
+        id=field["id"],
+        payload=field["payload"],
+        ordering_key=field["ordering_key"],
+        payload_bytes=field["payload_bytes"],
+        blocked_column=", blocked",
+        blocked=f",\n       CASE WHEN {field['behind']} THEN TRUE ELSE {blocked} END",
+    )
+
+
+INSERT_TARGETED_SQLITE = _sqlite_indexed(
+    _insert_targeted(
+        "json_each(:rows)", {c: f"json_extract(value, '$[{i}]')" for i, c in enumerate(_TARGETED)}, "sqlite"
+    ),
+    _ON_TARGET,
 )
-INSERT_TARGETED_POSTGRES = _INSERT_SELECT.format(
-    table=TABLE,
-    rows="json_array_elements(CAST(:rows AS json)) AS r(value)",
-    **{c: f"value ->> {i}" for i, c in enumerate(_TARGETED[:3])},
-    payload_bytes="CAST(value ->> 3 AS integer)",  # ->> reads text: PostgreSQL converts it only when asked
+INSERT_TARGETED_POSTGRES = _insert_targeted(
+    "json_array_elements(CAST(:rows AS json)) AS r(value)",
+    {
+        **{c: f"value ->> {i}" for i, c in enumerate(_TARGETED)},
+        # ->> reads text: PostgreSQL converts it only when asked
+        "payload_bytes": "CAST(value ->> 3 AS integer)",
+        "behind": "CAST(value ->> 4 AS boolean)",
+    },
+    "postgresql",
 )
 
 ACTIVE_BY_KEY = f"""
@@ -68,18 +165,22 @@ GET = f"SELECT {_COLS} FROM {TABLE} WHERE id = :id"
 
 
 # A job waits while an older job on the same target (ordering_key) is still active, so writes
-# to one path land in enqueue order even when the older one is retried. The IS NULL test is not
-# redundant: without it PostgreSQL, on statistics that lag a freshly filled queue, plans the
-# NOT EXISTS as an anti join reading every active job once per candidate.
+# to one path land in enqueue order even when the older one is retried. Jobs known to wait are
+# ``blocked`` and never read (above); for the rest the rule decides: the candidate, active itself,
+# is the oldest active job on its target, the first entry of its target's range of
+# ix_tether_jobs_target_active (the range form: above). The IS NULL test is not redundant:
+# without it PostgreSQL, on statistics that lag a freshly filled queue, plans the probe as a join
+# reading every active job once per candidate.
 # A worker claims only the types it has registered ({types}: their names as SQL literals, filled
 # in by ``claim_sql``): a job of a type it lacks waits for a worker that has it, instead of
 # burning its attempts on UnknownJobType. Literals, not a bound list: the planner sees a constant.
 def _ready(j: str, o: str) -> str:
     """The claim's condition on candidate ``j`` (``o``: the alias of its target probe)."""
-    return f"""{j}.status = 'pending' AND {j}.run_at <= :now AND {j}.type IN ({{types}})
-  AND ({j}.ordering_key IS NULL OR NOT EXISTS (
-      SELECT 1 FROM {TABLE} AS {o}
-      WHERE {o}.ordering_key = {j}.ordering_key AND {o}.{_ACTIVE} AND {o}.id < {j}.id))"""
+    return f"""{j}.status = 'pending' AND {j}.blocked = FALSE AND {j}.run_at <= :now AND {j}.type IN ({{types}})
+  AND ({j}.ordering_key IS NULL OR {j}.id = (
+      SELECT {o}.id FROM {TABLE} AS {o}
+      WHERE {_on_target(o, f"{j}.ordering_key")}
+      ORDER BY {o}.ordering_key, {o}.id LIMIT 1))"""
 
 
 _ORDER = "ORDER BY {j}.priority DESC, {j}.created_at, {j}.id"
@@ -146,16 +247,18 @@ RETURNING {cols}
 # SQLite: the unary + on the outer guard keeps the planner from walking the claim index over
 # every pending row to re-check it; the chosen ids are then looked up by primary key, and the
 # claim costs the same at 20,000 pending jobs as at 20 (PostgreSQL has no unary + on text).
-# INDEXED BY pins both probes to their partial indexes: SQLite does not weigh a partial index's
-# smaller size, and would otherwise sort the pending rows of a status index; should the index ever
-# become unusable the statement fails to prepare instead of silently scanning.
-CLAIM_SQLITE = (
-    _CLAIM.format(table=TABLE, claimable=_CLAIMABLE_SQLITE, cols=_claimed_columns(""))
-    .replace("WHERE status = 'pending' AND id IN", "WHERE +status = 'pending' AND id IN")
-    .replace(f"FROM {TABLE} AS j\n", f"FROM {TABLE} AS j INDEXED BY ix_tether_jobs_pending\n")
-    .replace(f"FROM {TABLE} AS h\n", f"FROM {TABLE} AS h INDEXED BY ix_tether_jobs_pending\n")
-    .replace(f"FROM {TABLE} AS o\n", f"FROM {TABLE} AS o INDEXED BY ix_tether_jobs_target_active\n")
-    .replace(f"FROM {TABLE} AS ho\n", f"FROM {TABLE} AS ho INDEXED BY ix_tether_jobs_target_active\n")
+# INDEXED BY pins both probes to their partial indexes, which SQLite would otherwise trade for
+# a sort of the pending rows of a status index.
+CLAIM_SQLITE = _sqlite_indexed(
+    _CLAIM.format(table=TABLE, claimable=_CLAIMABLE_SQLITE, cols=_claimed_columns("")).replace(
+        "WHERE status = 'pending' AND id IN", "WHERE +status = 'pending' AND id IN"
+    ),
+    {
+        "j": "ix_tether_jobs_queue",
+        "h": "ix_tether_jobs_queue",
+        "o": "ix_tether_jobs_target_active",
+        "ho": "ix_tether_jobs_target_active",
+    },
 )
 # PostgreSQL: concurrent claimers skip rows another transaction is claiming instead of queueing
 # behind its row locks (SQLite has one writer at a time and needs no such clause). The candidates
@@ -251,11 +354,65 @@ WHERE ordering_key = :ordering_key AND id > :id AND status IN ('pending', 'claim
 ORDER BY id LIMIT 1
 """
 
-MANUAL_RETRY = f"""
+# Back in the active set: blocked if an older job on its target is active (a newer one cannot
+# be: Superseded refuses the retry first).
+_MANUAL_RETRY = f"""
 UPDATE {TABLE} SET status = 'pending', attempts = 0, run_at = :now, completed_at = NULL,
-                   locked_by = NULL, locked_at = NULL, quarantine = NULL
+                   locked_by = NULL, locked_at = NULL, quarantine = NULL,
+                   blocked = {{blocked}}
 WHERE id = :id AND status = 'failed' RETURNING {_COLS}
 """
+MANUAL_RETRY = _sqlite_indexed(
+    _MANUAL_RETRY.format(blocked=_blocked(f"{TABLE}.id", f"{TABLE}.ordering_key", "sqlite")), _ON_TARGET
+)
+MANUAL_RETRY_POSTGRES = _MANUAL_RETRY.format(blocked=_blocked(f"{TABLE}.id", f"{TABLE}.ordering_key", "postgresql"))
+
+# A job on target :ordering_key left the active set (completed, failed): the oldest active job
+# left on it may run now. Run after the job's own transition, in its transaction.
+UNBLOCK_NEXT = _sqlite_indexed(
+    f"""
+UPDATE {TABLE} SET blocked = FALSE
+WHERE id = (SELECT n.id FROM {TABLE} AS n
+            WHERE {_on_target("n", ":ordering_key")} ORDER BY n.ordering_key, n.id LIMIT 1)
+  AND ordering_key = :ordering_key AND blocked = TRUE
+""",
+    {"n": "ix_tether_jobs_target_active"},
+)
+# The stale-lock sweep's safety net for the flag: a target whose oldest active job is blocked (a
+# tether from before the flag ended the job ahead of it while this one ran; two PostgreSQL
+# transactions that each ended one of two jobs on a target at once) gets it unblocked. Asked
+# first through the claim index (one entry when any job is blocked); then every active job with
+# a target is read once, through its partial index, in a read transaction (no writer waits for
+# it); each job found is unblocked only if it is still its target's oldest active job.
+ANY_BLOCKED = f"SELECT 1 FROM {TABLE} WHERE status = 'pending' AND blocked = TRUE LIMIT 1"
+LOST_HEADS = _sqlite_indexed(
+    f"""
+SELECT id FROM {TABLE}
+WHERE blocked = TRUE AND id IN (
+    SELECT min(a.id) FROM {TABLE} AS a
+    WHERE a.{_ACTIVE} AND a.ordering_key IS NOT NULL GROUP BY a.ordering_key)
+""",
+    {"a": "ix_tether_jobs_target_active"},
+)
+UNBLOCK_HEAD = _sqlite_indexed(
+    f"""
+UPDATE {TABLE} SET blocked = FALSE
+WHERE id = :id AND blocked = TRUE AND id = (
+    SELECT n.id FROM {TABLE} AS n
+    WHERE {_on_target("n", f"{TABLE}.ordering_key")} ORDER BY n.ordering_key, n.id LIMIT 1)
+""",
+    {"n": "ix_tether_jobs_target_active"},
+)
+# A ledger from before the flag (ensure_schema, once): its waiting jobs get it, read through the
+# index of active jobs with a target (its condition repeated, so SQLite sees it applies).
+BLOCK_WAITING = _sqlite_indexed(
+    f"""
+UPDATE {TABLE} INDEXED BY ix_tether_jobs_target_active
+SET blocked = {_blocked(f"{TABLE}.id", f"{TABLE}.ordering_key", "sqlite")}
+WHERE {ACTIVE_TARGETED_SQL} AND status = 'pending'
+""",
+    _ON_TARGET,
+)
 
 # Stale locks: the sweep reads a dead worker's jobs, then reclaim.py decides each one's edge and
 # attempt count (kept for the job that ran alone, given back to a crashed batch's jobs). The
@@ -294,6 +451,17 @@ RUNNING_OF_TYPE = f"SELECT count(*) FROM {TABLE} WHERE type = :type AND status =
 # PostgreSQL: claims of one limited type wait for each other (held until commit), so two workers
 # never both see room for the last slot; SQLite's single writer already orders them.
 LOCK_TYPE_CLAIMS = "SELECT pg_advisory_xact_lock(hashtext(:lock))"
+
+
+def insert_sql(dialect: str) -> tuple[str, str]:
+    """(a job with an idempotency key, a job with a target and none): the one-row inserts."""
+    if dialect == "postgresql":
+        return INSERT_POSTGRES, INSERT_ON_TARGET_POSTGRES
+    return INSERT, INSERT_ON_TARGET
+
+
+def manual_retry_sql(dialect: str) -> str:
+    return MANUAL_RETRY_POSTGRES if dialect == "postgresql" else MANUAL_RETRY
 
 
 def complete_many_sql(dialect: str) -> str:

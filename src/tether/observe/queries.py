@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from .. import ids
 from ..errors import AmbiguousJobId, ConfigError, JobNotFound
-from ..ledger.schema import CLAIMED_SQL, PENDING_SQL, QUARANTINED_SQL
+from ..ledger.schema import ACTIVE_TARGETED_SQL, CLAIMED_SQL, PENDING_SQL, QUARANTINED_SQL
 from ..record import JobRecord
 from ..status import JobStatus
 from . import billing
@@ -49,6 +49,19 @@ class TypeBacklog:
 
 
 @dataclass(frozen=True)
+class TargetBacklog:
+    """One target's outstanding jobs: they run one at a time, in enqueue order (the deepest such
+    backlog is what a hot target looks like)."""
+
+    key: str
+    """The target as stored (``ordering_key``), e.g. ``file:index.json``."""
+    outstanding: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "outstanding": self.outstanding}
+
+
+@dataclass(frozen=True)
 class Stats:
     """The ledger at one instant: outstanding work by type, failures, stuck locks."""
 
@@ -59,6 +72,7 @@ class Stats:
     stuck: int
     oldest_pending_at: datetime | None
     quarantined: int = 0  # outstanding jobs a worker died holding: each runs alone (reclaim.py)
+    deepest_target: TargetBacklog | None = None  # the target with the most outstanding jobs
 
     @property
     def pending(self) -> int:
@@ -94,6 +108,7 @@ class Stats:
             "failed": self.failed,
             "stuck": self.stuck,
             "quarantined": self.quarantined,
+            "deepest_target": None if self.deepest_target is None else self.deepest_target.to_dict(),
             "oldest_pending_at": self.oldest_pending_at.isoformat() if self.oldest_pending_at else None,
             "oldest_pending_age": self.oldest_pending_age,
             "largest_pending_payload": self.largest_pending_payload,
@@ -151,11 +166,27 @@ def stats(source: Source, *, lock_timeout: float | None = None, now: datetime | 
         quarantined = conn.execute(
             sa.select(sa.func.count()).select_from(t).where(sa.text(QUARANTINED_SQL))
         ).scalar_one()
+        deepest = _deepest_target(conn)
     by_type = [
         TypeBacklog(k, v.get("pending", 0), v.get("claimed", 0), v.get("ready"), v.get("largest"))
         for k, v in sorted(backlog.items())
     ]
-    return Stats(now, lock_timeout, by_type, failed, stuck, oldest, quarantined)
+    return Stats(now, lock_timeout, by_type, failed, stuck, oldest, quarantined, deepest)
+
+
+def _deepest_target(conn: sa.Connection) -> TargetBacklog | None:
+    """The target with the most outstanding jobs (ties: the first by key). Reads the index of
+    active jobs with a target, never a row: the backlog, however many finished jobs the ledger
+    keeps."""
+    n = sa.func.count().label("n")
+    row = conn.execute(
+        sa.select(t.c.ordering_key, n)
+        .where(sa.text(ACTIVE_TARGETED_SQL))
+        .group_by(t.c.ordering_key)
+        .order_by(n.desc(), t.c.ordering_key)
+        .limit(1)
+    ).first()
+    return None if row is None else TargetBacklog(row[0], row[1])
 
 
 # -- what failed, what is stuck? -----------------------------------------------------------------

@@ -19,7 +19,7 @@ from .. import config, faults
 from ..clock import SystemClock
 from ..errors import DatabaseUnavailable
 from ..ledger.engine import READ_ONLY, create_engine, ledger_name, mask_url
-from ..ledger.schema import FINISHED_SQL, TABLE, jobs
+from ..ledger.schema import FINISHED_SQL, RECORD_COLUMNS, TABLE, jobs
 from ..record import JobRecord
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ Source = Union["Coordinator", sa.Engine]
 
 
 t = jobs
-COLUMNS = [t.c[name] for name in t.c.keys()]
+COLUMNS = [t.c[name] for name in RECORD_COLUMNS]
 
 
 class NoLedger(DatabaseUnavailable):

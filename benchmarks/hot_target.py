@@ -1,0 +1,214 @@
+"""A hot target (issue 23): one worker thread drains n no-op jobs whose ordering key spreads them
+over K targets (job i on target i mod K; "none": no target), SQLite with full durability.
+
+    .venv/bin/python benchmarks/hot_target.py [--before SRC] [--after SRC] [--rounds 3] [--cap 150]
+
+Each figure is jobs/s of ``worker(threads=1).run_until_idle()`` over jobs enqueued beforehand
+(``enqueue_many``, untimed) on a fresh ledger, run in a new interpreter per measurement. With
+``--before`` (another checkout's ``src/``, put first on ``PYTHONPATH``) every figure is measured on
+both sides, alternating which goes first from round to round; medians over rounds. A drain still
+running after ``--cap`` seconds is stopped (the worker finishes its batch) and its rate is over
+the jobs it ran, marked ``*``: a capped drain ran while the backlog was at its largest.
+
+Also printed per side: ``observe.stats`` (what ``tether status`` reads) on the 100,000-job ledger
+with one target, before the drain, median of 5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import REPO, SCRATCH, machine, scratch
+
+# (jobs, targets or None, worker batch): the issue's table
+CELLS: list[tuple[int, int | None, int]] = [
+    (20_000, None, 100),
+    (20_000, 10_000, 100),
+    (20_000, 100, 100),
+    (20_000, 5, 100),
+    (20_000, 1, 100),
+    (2_000, 1, 100),
+    (2_000, 1, 1),
+    (100_000, 1, 100),
+    (2_000, None, 1),  # one job per commit without a target: tether's own serial path
+]
+BARE_COMMITS = 2_000
+
+
+def bare_commits(n: int) -> dict[str, Any]:
+    """The disk's serial limit: commits/s of a bare sqlite3 loop, each a one-row UPDATE in its own
+    BEGIN IMMEDIATE ... COMMIT (WAL, synchronous=FULL, as tether's)."""
+    from _common import bare_connect
+
+    with scratch(SCRATCH, "hot-target-bare") as tmp:
+        conn = bare_connect(tmp / "bare.db")
+        try:
+            conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, n INTEGER)")
+            conn.executemany("INSERT INTO t VALUES (?, 0)", [(i,) for i in range(n)])
+            t0 = time.perf_counter()
+            for i in range(n):
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("UPDATE t SET n = n + 1 WHERE id = ?", (i,))
+                conn.execute("COMMIT")
+            elapsed = time.perf_counter() - t0
+        finally:
+            conn.close()
+    return {"rate": n / elapsed, "cpu_us": None, "ran": n, "capped": False, "stats_ms": None, "tether": None}
+
+
+def child(spec: dict[str, Any]) -> dict[str, Any]:
+    """One measurement, in this process (which imports tether from PYTHONPATH)."""
+    from typing import ClassVar
+
+    import tether
+    from tether import Coordinator, JobContext, JobType, Payload, observe
+    from tether.jobtypes import default_registry
+
+    class HotNoop(Payload):
+        job_type: ClassVar[str] = "bench_hot"
+        n: int
+        key: str | None = None
+
+    class HotNoopType(JobType[HotNoop]):
+        name = "bench_hot"
+        payload_model = HotNoop
+
+        def ordering_key(self, payload: HotNoop) -> str | None:
+            return payload.key
+
+        def run(self, payload: HotNoop, ctx: JobContext) -> None:
+            return None
+
+    if "bare" in spec:
+        return bare_commits(spec["bare"])
+    n, keys, batch, cap = spec["jobs"], spec["keys"], spec["batch"], spec["cap"]
+    registry = default_registry()
+    registry.register(HotNoopType())
+    with scratch(SCRATCH, "hot-target") as tmp:
+        url = f"sqlite:///{tmp}/ledger.db"
+        with Coordinator.open(url, root=tmp / "data", registry=registry, durability="full") as c:
+            c.enqueue_many([HotNoop(n=i, key=None if keys is None else f"k{i % keys}") for i in range(n)])
+            stats_ms = None
+            if spec.get("stats"):
+                times = []
+                for _ in range(5):
+                    t0 = time.perf_counter()
+                    observe.stats(c.engine)
+                    times.append((time.perf_counter() - t0) * 1000)
+                stats_ms = statistics.median(times)
+            worker = c.worker(threads=1, batch=batch)
+            timer = threading.Timer(cap, worker.stop)
+            timer.start()
+            t0, cpu0 = time.perf_counter(), time.process_time()
+            ran = worker.run_until_idle(install_signals=False)
+            elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+            timer.cancel()
+    return {
+        "rate": ran / elapsed,
+        "cpu_us": cpu / ran * 1e6,
+        "ran": ran,
+        "capped": ran < n,
+        "stats_ms": stats_ms,
+        "tether": str(Path(tether.__file__).parent),
+    }
+
+
+def measure(src: Path, spec: dict[str, Any]) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(src), str(Path(__file__).parent)])
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", json.dumps(spec)], env=env, check=True, capture_output=True, text=True
+    ).stdout
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    if result["tether"] is not None and Path(result["tether"]).resolve() != (src / "tether").resolve():
+        raise RuntimeError(f"measured the tether in {result['tether']}, not the one in {src}")
+    return result
+
+
+def label(keys: int | None, batch: int) -> str:
+    return ("K = none" if keys is None else f"K = {keys:,}") + (f", batch={batch}" if batch != 100 else "")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--before", type=Path, help="src/ of the checkout to compare with")
+    parser.add_argument("--after", type=Path, default=REPO / "src", help="src/ measured as after (default: this one)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--cap", type=float, default=600.0, help="seconds a drain may run (default 600)")
+    parser.add_argument("--cap-before", type=float, help="seconds a drain of --before may run (default: --cap)")
+    parser.add_argument("--only", help="only the cases with this K (e.g. none, 1), with --jobs")
+    parser.add_argument("--jobs", type=int, help="only the cases with this many jobs")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))))
+        return
+    trees = {"after": args.after.resolve()}
+    if args.before:
+        trees = {"before": args.before.resolve(), **trees}
+    cells = [
+        (jobs, keys, batch)
+        for jobs, keys, batch in CELLS
+        if (args.only is None or args.only == ("none" if keys is None else str(keys)))
+        and (args.jobs is None or args.jobs == jobs)
+    ]
+    results: dict[tuple[str, int, int | None, int], list[dict[str, Any]]] = {}
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    for r in range(args.rounds):
+        bare = measure(trees["after"], {"bare": BARE_COMMITS})
+        results.setdefault(("bare", BARE_COMMITS, None, 1), []).append(bare)
+        print(f"round {r + 1} bare commits/s {bare['rate']:,.0f}", file=sys.stderr, flush=True)
+        for jobs, keys, batch in cells:
+            order = list(trees) if r % 2 == 0 else list(reversed(trees))
+            for side in order:
+                cap = args.cap_before if side == "before" and args.cap_before else args.cap
+                spec = {"jobs": jobs, "keys": keys, "batch": batch, "cap": cap, "stats": jobs == 100_000}
+                result = measure(trees[side], spec)
+                results.setdefault((side, jobs, keys, batch), []).append(result)
+                star = "*" if result["capped"] else ""
+                print(
+                    f"round {r + 1} {side:6} {jobs:>7,} {label(keys, batch):18} {result['rate']:>9,.0f} jobs/s{star}"
+                    f" {result['cpu_us']:8.0f} us CPU/job",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    caps = f"cap {args.cap:g} s" + (f", before {args.cap_before:g} s" if args.cap_before else "")
+    print(f"{started}, {args.rounds} round(s), {caps}; {machine()}; load {os.getloadavg()[0]:.1f}")
+    print("medians; jobs/s (* = stopped at the cap: rate over the jobs it ran), and CPU time per job\n")
+    sides = " | ".join(trees)
+    print(f"| jobs | case | {sides} | after/before | CPU/job: {sides} |")
+    print("| ---: | --- | " + "---: | " * len(trees) + "---: | " + "---: | " * len(trees))
+    for jobs, keys, batch in cells:
+        medians = {}
+        rates, cpus = [], []
+        for side in trees:
+            runs = results[(side, jobs, keys, batch)]
+            medians[side] = statistics.median(x["rate"] for x in runs)
+            capped = any(x["capped"] for x in runs)
+            rates.append(f"{medians[side]:,.0f}{'*' if capped else ''}")
+            cpus.append(f"{statistics.median(x['cpu_us'] for x in runs):,.0f} us")
+        ratio = f"{medians['after'] / medians['before']:.2f}x" if "before" in medians else "-"
+        print(f"| {jobs:,} | {label(keys, batch)} | {' | '.join(rates)} | {ratio} | {' | '.join(cpus)} |")
+    bare = statistics.median(x["rate"] for x in results[("bare", BARE_COMMITS, None, 1)])
+    print(f"\nthe disk's serial limit: a bare sqlite3 loop of one-row UPDATE commits, {bare:,.0f} commits/s")
+    for side in trees:
+        stats = [x["stats_ms"] for x in results.get((side, 100_000, 1, 100), [])]
+        if stats:
+            print(f"observe.stats, 100,000 pending jobs on one target, {side}: {statistics.median(stats):.1f} ms")
+    if all(("after", jobs, 1, 100) in results for jobs in (2_000, 20_000)):
+        for what in ("rate", "cpu_us"):
+            one = {n: statistics.median(x[what] for x in results[("after", n, 1, 100)]) for n in (2_000, 20_000)}
+            print(f"after, K = 1, 20,000 jobs against 2,000: {what} {one[20_000] / one[2_000]:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
