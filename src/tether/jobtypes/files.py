@@ -29,6 +29,7 @@ from .target import FILE, Target, file_key
 
 if TYPE_CHECKING:
     from .context import JobContext
+    from .dirsync import DirSyncs
 
 __all__ = [
     "IN_SYNC",
@@ -90,16 +91,26 @@ def write_locked(ctx: JobContext, rel: str, data: bytes, *, overwrite: bool = Tr
     fsynced again first). PermanentError when a different file is there and not ``overwrite``,
     or when what is there is not a regular file; any file system error goes through
     ``file_error``."""
+    syncs = ctx.dir_syncs
     with _locked(ctx, rel, create=True) as f:
         st = f.regular()
         if st is not None:
-            if st.st_size == len(data) and f.holds(data):
+            if st.st_size == len(data) and f.holds(data, sync_dir=syncs is None):
+                _owe_dir_sync(syncs, f, ctx)
                 return False
             if not overwrite:
                 raise PermanentError(f"{rel} exists with different content and overwrite is false")
         ctx.confirm_lease()  # a worker that lost this job's lock must not write late
-        f.write(data)
+        f.write(data, sync_dir=syncs is None)
+        _owe_dir_sync(syncs, f, ctx)
         return True
+
+
+def _owe_dir_sync(syncs: DirSyncs | None, f: fs.DataFile, ctx: JobContext) -> None:
+    """Under a worker, the directory's fsync is shared with the other jobs of the group commit
+    that records this one, and happens before it (``jobtypes.dirsync`` says why that is safe)."""
+    if syncs is not None:
+        syncs.add(f.dir_fd, ctx.job.id, f.rel)
 
 
 def delete_locked(ctx: JobContext, rel: str) -> bool:
@@ -107,10 +118,13 @@ def delete_locked(ctx: JobContext, rel: str) -> bool:
     (a directory on the way missing or a regular file included). A directory there is a
     PermanentError (delete_file removes files); a FIFO or socket is removed like a file (unlinking
     one neither reads nor blocks)."""
+    syncs = ctx.dir_syncs
     try:
         with _locked(ctx, rel, create=False, doing="delete_file removes files") as f:
             ctx.confirm_lease()
-            return f.delete()
+            deleted = f.delete(sync_dir=syncs is None)
+            _owe_dir_sync(syncs, f, ctx)
+            return deleted
     except (FileNotFoundError, NotADirectoryError):
         return False  # a directory on the way is missing, or is a file: the file is not there
 
