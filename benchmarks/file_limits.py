@@ -35,6 +35,12 @@ SCRATCH = REPO / ".bench"
 
 # A payload of five fields, one of them a nested object: the shape an application sends.
 _CONTENT = """
+import os
+_fsync, fsyncs = os.fsync, [0]
+def _counted(fd):
+    fsyncs[0] += 1
+    _fsync(fd)
+os.fsync = _counted  # file and directory fsyncs from Python, counted (SQLite's own are not)
 def content(i):
     return {"id": i, "title": f"note {i}", "tags": ["bench", "tether"],
             "meta": {"owner": "bench", "rev": i, "labels": {"a": 1, "b": [1, 2]}}, "done": False}
@@ -71,7 +77,7 @@ for n, (path, body) in enumerate(items):
     finally:
         os.close(dfd)
 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-print(json.dumps({"wall": wall, "cpu": cpu, "tether": None}))
+print(json.dumps({"wall": wall, "cpu": cpu, "fsyncs": fsyncs[0] / jobs, "tether": None}))
 """
 )
 
@@ -90,7 +96,7 @@ c = Coordinator.open(f"sqlite:///{directory}/ledger.db", root=root, durability="
 payloads = [CreateFile(path=rel(i, dirs), content=content(i), overwrite=True) for i in range(jobs)]
 c.enqueue_many(payloads)
 w = c.worker(threads=1)
-wall, cpu = time.perf_counter(), time.process_time()
+wall, cpu, fsyncs[0] = time.perf_counter(), time.process_time(), 0
 ran = w.run_until_idle(install_signals=False)
 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
 assert ran == jobs, ran
@@ -98,7 +104,7 @@ for p in (payloads[0], payloads[-1]):
     with open(os.path.join(root, p.path), "rb") as f:
         assert f.read() == render(p), p.path
 c.close()
-print(json.dumps({"wall": wall, "cpu": cpu, "tether": tether.__file__}))
+print(json.dumps({"wall": wall, "cpu": cpu, "fsyncs": fsyncs[0] / jobs, "tether": tether.__file__}))
 """
 )
 
@@ -132,6 +138,7 @@ def measure(args: argparse.Namespace) -> int:
         sides["before"] = args.before.resolve()
     rate: dict[str, list[float]] = {s: [] for s in sides}
     cpu: dict[str, list[float]] = {s: [] for s in sides}
+    fsyncs: dict[str, list[float]] = {s: [] for s in sides}
     print(
         f"file_limits: {args.jobs} files per block over {args.dirs} directories, {args.rounds} rounds, "
         "sides " + ", ".join(f"{s}={p or '-'}" for s, p in sides.items())
@@ -147,13 +154,15 @@ def measure(args: argparse.Namespace) -> int:
             got = block(side, sides[side], args.jobs, args.dirs)
             rate[side].append(args.jobs / got["wall"])
             cpu[side].append(got["cpu"] / args.jobs * 1e6)
+            fsyncs[side].append(got["fsyncs"])
         line = ", ".join(f"{s} {rate[s][-1]:,.0f}/s" for s in names)
         print(f"round {r + 1}: {line}; tether/bare {rate['tether'][-1] / rate['bare'][-1]:.3f}x", flush=True)
     print()
     for side in names:
         print(
             f"{side:>7}: median {statistics.median(rate[side]):,.0f} files/s, "
-            f"{statistics.median(cpu[side]):,.0f} us CPU per file"
+            f"{statistics.median(cpu[side]):,.0f} us CPU per file, "
+            f"{statistics.median(fsyncs[side]):.2f} fsyncs per file (files and directories; SQLite's not counted)"
         )
     pairs = [("tether", "bare")] + ([("before", "bare"), ("tether", "before")] if "before" in sides else [])
     for a, b in pairs:
