@@ -379,7 +379,7 @@ def check_files(root: Path, items: Iterable[tuple[str, bytes]]) -> list[Check]:
         return [_OUTSIDE if _outside(rel) else Check(UNKNOWN, detail=_reason(e)) for rel, _ in items]
     try:
         for rel, expected in items:
-            if _outside(rel):
+            if rel.startswith("/") or "\x00" in rel or (".." in rel and ".." in rel.split("/")):  # _outside, inlined
                 out.append(_OUTSIDE)
                 continue
             directory, _, name = rel.rpartition("/")
@@ -434,9 +434,8 @@ def _check(dir_fd: int, name: str, expected: bytes) -> Check:
         return Check(UNKNOWN, detail=_reason(e))
     try:
         st = os.fstat(fd)
-        kind = _kind(st.st_mode)
-        if kind is not None:
-            return with_expected(Check(MODIFIED, detail=kind), expected)
+        if not stat.S_ISREG(st.st_mode):
+            return with_expected(Check(MODIFIED, detail=_kind(st.st_mode)), expected)
         if st.st_size != len(expected):
             return with_expected(Check(MODIFIED, actual=file_facts(st.st_size)), expected)
         actual = _differs(fd, expected)
@@ -452,7 +451,8 @@ def _check(dir_fd: int, name: str, expected: bytes) -> Check:
 def _differs(fd: int, expected: bytes) -> tuple[int, str] | None:
     """None when the open file holds exactly ``expected``; else its (size, sha256). The common
     case is one read and one comparison: no hashing."""
-    first = os.read(fd, min(_CHUNK, len(expected) + 1))
+    size = len(expected)
+    first = os.read(fd, size + 1 if size < _CHUNK else _CHUNK)
     if first == expected:  # asked for one byte more than expected: a short read is the end
         return None
     view = memoryview(expected)
@@ -480,10 +480,17 @@ def file_paths(items: Sequence[tuple[str, str]]) -> list[str]:
     """The data paths of file jobs' ``(target, payload)`` pairs: from the ordering key
     (``file_target``) when there is one, else the payload's ``path`` (no need to validate the
     whole model for it)."""
+    prefix = file_key("")
+    cut = len(prefix)
     out = []
     for key, payload in items:
-        target = Target.parse(key)
-        out.append(target.identity if target.kind == FILE else orjson.loads(payload)["path"])
+        # ``Target.parse`` for the one kind a file job has, without building a Target per path
+        # (a tenth of an existence check's time).
+        if key.startswith(prefix) and len(key) > cut:
+            out.append(key[cut:])
+        else:
+            target = Target.parse(key)
+            out.append(target.identity if target.kind == FILE else orjson.loads(payload)["path"])
     return out
 
 
