@@ -259,7 +259,9 @@ def list_data_dir(path: str, wanted: set[str], dir_fd: int) -> dict[str, int] | 
             for e in entries:
                 name = e.name
                 if name in wanted:
-                    if (kind := _entry_kind(e)) == _DIRECTORY:
+                    # _entry_kind, with the common answer first and inline
+                    kind = _REGULAR if e.is_file(follow_symlinks=False) else _entry_kind(e)
+                    if kind == _DIRECTORY:
                         subdirs.append(name)
                     found[name] = kind
                 elif e.is_dir(follow_symlinks=False):

@@ -201,9 +201,16 @@ class _Reconciler:
     def _check_all(self, ready: list[_TargetState]) -> None:
         """Ask each type's probe about its targets, a batch at a time."""
         by_type: dict[str, tuple[list[str], list[str], list[str | None]]] = {}
+        # The groups of types checked here that read no remote world: most targets go straight
+        # into one (the branches below, and a getattr per target, were a fifth of a check).
+        local: dict[str | None, tuple[list[str], list[str], list[str | None]]] = {}
         probes = self.probes
         for key, latest_id, latest_type, active_id, payload in ready:
-            if active_id is not None:
+            if active_id is None and latest_id is not None and (group := local.get(latest_type)) is not None:
+                group[0].append(key)
+                group[1].append(latest_id)
+                group[2].append(payload)
+            elif active_id is not None:
                 self._found(
                     Finding(display(key), NOT_CHECKED, active_id, detail="a job on this path is pending or claimed")
                 )
@@ -234,6 +241,8 @@ class _Reconciler:
                 group = by_type.get(latest_type)
                 if group is None:
                     group = by_type[latest_type] = ([], [], [])
+                    if not remote:
+                        local[latest_type] = group
                 group[0].append(key)
                 group[1].append(latest_id)
                 group[2].append(payload)
