@@ -17,6 +17,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
+from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -171,7 +172,23 @@ class _Reconciler:
                 rows = cur.rows(page.text, {"after_key": after_key, "after_id": after_id, "limit": self.batch_size})
             ready: list[_TargetState] = []
             append = ready.append
-            for row in rows:
+            cols = list(zip(*rows, strict=True))  # columns, transposed in C
+            if (
+                rows
+                and cols[2].count("completed") == len(rows)
+                and len(set(cols[3])) == len(rows)
+                and cols[3][0] != key
+            ):
+                # Every job completed and alone on its target (the common page): the targets are
+                # zipped from the columns in C, the last carried over as the loop would carry it.
+                if key is not None:
+                    append((key, latest_id, latest_type, active_id, latest_payload))
+                ready.extend(zip(cols[3], cols[0], cols[1], repeat(None), cols[4] if wide else repeat(None)))
+                key, latest_id, latest_type, active_id, latest_payload = ready.pop()
+                loop: Sequence[Any] = ()
+            else:
+                loop = rows
+            for row in loop:
                 row_key = row[3]
                 if row_key != key:
                     if key is not None:
@@ -184,7 +201,7 @@ class _Reconciler:
                 elif active_id is None:
                     active_id = row[0]
             if rows:
-                newest = max(newest, max(rows)[0])  # rows are (id, ...): the largest id, compared in C
+                newest = max(newest, max(cols[0]))
             read += len(rows)
             self.report.newest_job_id = newest or None
             if len(rows) < self.batch_size:
