@@ -189,21 +189,26 @@ def child_interleaved(directory: Path, n: int) -> dict[str, Any]:
     conn = bare_connect(directory / "bare" / "ledger.db")
     tether: list[float] = []
     bare: list[float] = []
-    perf = time.perf_counter
+    cpu = {"tether": 0.0, "bare": 0.0}
+    perf, process = time.perf_counter, time.process_time
     try:
         with _open(directory) as c:
             for i in range(n):
                 for side in ("tether", "bare") if i % 2 == 0 else ("bare", "tether"):
-                    t0 = perf()
+                    c0, t0 = process(), perf()
                     if side == "tether":
                         c.enqueue(payloads[i])
                         tether.append(perf() - t0)
                     else:
                         _bare_insert(conn, rows[i])
                         bare.append(perf() - t0)
+                    cpu[side] += process() - c0
     finally:
         conn.close()
-    return {"tether": _latencies(tether), "bare": _latencies(bare)}
+    return {
+        "tether": {**_latencies(tether), "cpu": cpu["tether"] / n * 1e6},
+        "bare": {**_latencies(bare), "cpu": cpu["bare"] / n * 1e6},
+    }
 
 
 def child_setup(directory: Path) -> dict[str, Any]:
@@ -378,7 +383,9 @@ def _brief(figure: str, got: dict[tuple[str, str], Any]) -> str:
         if fig != figure:
             continue
         if figure == "interleaved":
-            parts.append(f"{side} {v['tether']['p50']:.0f}/{v['tether']['p95']:.0f} vs bare {v['bare']['p50']:.0f}")
+            t, b = v["tether"], v["bare"]
+            parts.append(f"{side} {t['p50']:.0f}/{t['p95']:.0f} vs bare {b['p50']:.0f}/{b['p95']:.0f} us")
+            parts.append(f"CPU {t['cpu']:.0f} vs {b['cpu']:.0f} us")
         elif figure == "enqueue":
             parts.append(f"{side} {v['p50']:.0f}/{v['p95']:.0f} us")
         elif figure == "first":
@@ -432,6 +439,15 @@ def table(rounds: list[dict[tuple[str, str], Any]], trees: list[str], figures: l
                 "µs",
                 "<= 1.15x",
             )
+    if "interleaved" in figures:
+        row(
+            "single durable enqueue, interleaved: process CPU per enqueue",
+            "interleaved",
+            lambda v: v["bare"]["cpu"],
+            lambda v: v["tether"]["cpu"],
+            "µs",
+            "",
+        )
     if "first" in figures:
         pick = lambda v: v["first_us"]  # noqa: E731
         row("first enqueue of a fresh process (open + enqueue)", "first", pick, pick, "µs", "reported")
