@@ -238,6 +238,18 @@ def test_an_authentication_failure_is_permanent(extraction, monkeypatch, switch,
     assert "AssistantRefused: verdict=not_authorized; exit=1" in job.last_error
 
 
+def test_a_command_line_the_assistant_rejects_fails_at_once_instead_of_using_up_attempts(make_coordinator):
+    registry = default_registry()
+    registry.register(ClaudeExtractionType(command=[sys.executable, str(STAND_IN), "--verbose-typo"]))
+    c = make_coordinator(registry=registry)
+    job_id = c.enqueue(payload(), max_attempts=3).id
+    c.run_until_idle()
+    job = c.get(job_id)
+    assert job.status is JobStatus.FAILED and job.attempts == 1, job.last_error
+    assert "verdict=bad_command_line; exit=1" in job.last_error
+    assert "stderr: error: unknown option '--verbose-typo'" in job.last_error
+
+
 @pytest.mark.parametrize("command", ["/nonexistent/claude", "no-such-claude-on-path", __file__])
 def test_a_missing_or_unrunnable_assistant_command_fails_at_once_as_not_installed(make_coordinator, command):
     registry = default_registry()
@@ -490,7 +502,7 @@ def test_real_claude_accepts_the_command_line_and_not_logged_in_is_permanent(rea
     assert "verdict=not_authorized; exit=1; said: Not logged in" in job.last_error
 
 
-def test_real_claude_refusing_an_unknown_flag_is_a_failing_exit_with_its_stderr(real_claude, make_coordinator):
+def test_real_claude_refusing_an_unknown_flag_fails_the_job_at_once_with_its_stderr(real_claude, make_coordinator):
     # What a broken command line would get: no envelope, exit 1, commander's message; so the
     # not-logged-in envelope above shows the real CLI took tether's argv.
     registry = default_registry()
@@ -499,8 +511,8 @@ def test_real_claude_refusing_an_unknown_flag_is_a_failing_exit_with_its_stderr(
     job_id = c.enqueue(payload(), max_attempts=2).id
     c.run_until_idle()
     job = c.get(job_id)
-    assert job.status is JobStatus.PENDING and job.attempts == 1, job.last_error
-    assert "verdict=exit_status; exit=1" in job.last_error
+    assert job.status is JobStatus.FAILED and job.attempts == 1, job.last_error  # a retry would fail alike
+    assert "AssistantRefused: verdict=bad_command_line; exit=1" in job.last_error
     assert "stderr: error: unknown option '--no-such-flag'" in job.last_error
 
 

@@ -281,6 +281,12 @@ _PERMANENT_SUBTYPES = {
 }
 _AUTH_TEXT = re.compile(r"not logged in|invalid api key|authentication|please run /login|oauth token", re.I)
 _RESET = re.compile(r"limit reached\|(\d{9,11})")
+# What commander (the CLI's argument parser) prints for a command line it rejects, before it does
+# any work: the same argv fails the same way on every attempt.
+_BAD_ARGV = re.compile(
+    r"^error: (unknown option|unknown command|too many arguments|option .* argument missing|required option|"
+    r"missing required argument)"
+)
 _FENCED = re.compile(r"^```(?:json)?\s*\n(.*)\n```\s*$", re.S)
 
 
@@ -300,6 +306,10 @@ def judge(run: Run, *, now: datetime) -> Answer:
     """The envelope's verdict: an Answer, or the error that says whether a retry can help."""
     envelope = _envelope(run.stdout)
     if envelope is None:
+        if run.exit_code not in (0, None) and _BAD_ARGV.match(run.stderr_line):
+            raise AssistantRefused(
+                message("bad_command_line", run, f"check the assistant command ({ENV_COMMAND}) and its flags")
+            )
         verdict = "no_envelope" if run.exit_code == 0 else "exit_status"
         raise AssistantFailed(message(verdict, run, f"{len(run.stdout)} bytes of stdout, no JSON envelope"))
     subtype = str(envelope.get("subtype") or "")
