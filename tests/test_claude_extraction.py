@@ -10,6 +10,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -181,6 +182,20 @@ def test_a_hand_edited_answer_is_asked_for_again(extraction, root, tmp_path):
     extraction.run_until_idle()
     assert json.loads(extraction.get(job_id).result)["assistant_called"] is True
     assert calls(tmp_path).count("start") == 2
+
+
+def test_the_runner_returns_when_the_assistant_exits_without_polling_for_it(monkeypatch):
+    # With a look at the cancel flag only every minute, only the exit itself can end the wait.
+    monkeypatch.setattr(assistant, "_CHECK_EVERY", 60.0)
+    env = {**assistant.child_env(), "CLAUDE_STANDIN_SLOW": "0.2"}
+    argv = [sys.executable, str(STAND_IN), "-p", "--output-format", "json"]
+    runs: list[assistant.Run] = []
+    runner = threading.Thread(
+        target=lambda: runs.append(assistant.run(argv, PROMPT, cancelled=threading.Event(), env=env)), daemon=True
+    )
+    runner.start()
+    runner.join(timeout=30)  # far below the minute a poll would take
+    assert runs and runs[0].exit_code == 0 and b'"result"' in runs[0].stdout
 
 
 # -- verdicts --------------------------------------------------------------------------------

@@ -167,11 +167,14 @@ def _wait(
         threading.Thread(target=_drain, args=(proc.stdout, out, stdout_cap, too_big), daemon=True),
         threading.Thread(target=_drain, args=(proc.stderr, err, STDERR_CAP, None), daemon=True),
     ]
+    ended = threading.Event()
+    threads.append(threading.Thread(target=_watch, args=(proc.pid, ended), daemon=True))
     for t in threads:
         t.start()
     stopped = None
-    while not _exited(proc.pid):
-        if cancelled.wait(0.02):
+    # Woken at once by the exit; a cancel or an output over the cap is seen within _CHECK_EVERY.
+    while not ended.wait(_CHECK_EVERY):
+        if cancelled.is_set():
             stopped = str(reason() if callable(reason) else reason or "cancelled")
             _stop_group(proc.pid, grace)
             break
@@ -229,6 +232,19 @@ def _drain(pipe: Any, into: list[bytes], cap: int, over: threading.Event | None)
         if size > cap and over is not None:
             over.set()
     pipe.close()
+
+
+_CHECK_EVERY = 0.1  # seconds between looks at the cancel flag and the output cap
+
+
+def _watch(pid: int, ended: threading.Event) -> None:
+    """Set ``ended`` when the child exits, without reaping it (WNOWAIT): its group is killed first."""
+    try:
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+    except ChildProcessError:
+        pass  # already reaped: it has exited all the same
+    finally:
+        ended.set()
 
 
 def _exited(pid: int) -> bool:
