@@ -237,6 +237,8 @@ def test_garbage_and_schema_failing_answers_are_never_written(extraction, root, 
     job = extraction.get(job_id)
     assert job.status is JobStatus.FAILED and verdict in job.last_error, job.last_error
     assert not (root / "requirements").exists()  # nothing landed, not even a directory
+    if switch != "CLAUDE_STANDIN_GARBAGE":  # an answer came, and was paid for
+        assert re.search(r"; paid cost_usd=0\.\d+", job.last_error), job.last_error
     assert '"requirement_id": 7' not in job.last_error  # never the answer
 
 
