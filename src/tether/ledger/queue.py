@@ -285,8 +285,12 @@ class Queue:
         try:
             if len(jobs) == 1 and jobs[0].idempotency_key is None and self.wakeup.in_process_only:
                 # The common single enqueue: one INSERT that is its own transaction.
-                self.backend.execute_alone(self._insert_one(jobs[0]), self.backend.insert_values(jobs[0]))
-                results = [make_tuple(InsertResult, (jobs[0], False))]
+                job = jobs[0]
+                if job.ordering_key is None:
+                    self.backend.insert_alone(job)
+                else:
+                    self.backend.execute_alone(self._insert_on_target, self.backend.insert_values(job))
+                results = [make_tuple(InsertResult, (job, False))]
             else:
                 with self.backend.write() as cur:
                     results = self.insert_all(cur, jobs)
