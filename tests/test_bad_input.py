@@ -106,6 +106,11 @@ def test_invalid_enqueue_options_are_refused(coordinator):
         coordinator.enqueue(CreateFile(path="a", content=1), max_attempts=0)
     with pytest.raises(InvalidPayload, match="priority: must be an integer"):
         coordinator.enqueue(CreateFile(path="a", content=1), priority="high")
+    # equal to the defaults (0, 3) but not integers: the defaults' shortcut must not let them by
+    with pytest.raises(InvalidPayload, match="priority: must be an integer, got bool"):
+        coordinator.enqueue(CreateFile(path="a", content=1), priority=False)
+    with pytest.raises(InvalidPayload, match="max_attempts: must be an integer, got float"):
+        coordinator.enqueue(CreateFile(path="a", content=1), max_attempts=3.0)
     assert count_jobs(coordinator) == 0
 
 

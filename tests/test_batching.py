@@ -310,3 +310,37 @@ def test_an_outcome_refused_with_an_error_that_wraps_no_driver_error_fails_the_j
     assert failed.last_error == (
         "tether could not record this job's outcome (complete): TimeoutError: QueuePool limit reached"
     )
+
+
+def test_a_batch_in_flight_stays_under_the_garbage_collectors_threshold(tmp_path):
+    # What a worker keeps alive per job until the batch's group commit (the job, its context,
+    # its decision) counts towards the cyclic collector's next pass; at 8 objects a job a batch
+    # of 100 crossed its threshold (700) every batch and, in a fresh process, set off a full
+    # collection of the application's whole heap (benchmarks/README.md, issue 19). Events off:
+    # logging each claim allocates too, and is not what this counts.
+    import gc
+    import logging
+
+    peak = [0]
+
+    class Counting(NoteType):
+        def run(self, payload, ctx):
+            peak[0] = max(peak[0], gc.get_count()[0])
+
+    with Coordinator.open(
+        f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(Counting())
+    ) as c:
+        c.enqueue_many([Note(name=str(i)) for i in range(100)])
+        w = c.worker(batch=100, flush_after=60)
+        events = logging.getLogger("tether.events")
+        level = events.level
+        events.setLevel(logging.WARNING)
+        gc.collect()
+        gc.disable()
+        try:
+            start = gc.get_count()[0]
+            assert w.run_once() == 100
+        finally:
+            gc.enable()
+            events.setLevel(level)
+    assert peak[0] - start < gc.get_threshold()[0], f"{peak[0] - start} objects tracked for a batch of 100"

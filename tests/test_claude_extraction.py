@@ -10,6 +10,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -183,6 +184,20 @@ def test_a_hand_edited_answer_is_asked_for_again(extraction, root, tmp_path):
     assert calls(tmp_path).count("start") == 2
 
 
+def test_the_runner_returns_when_the_assistant_exits_without_polling_for_it(monkeypatch):
+    # With a look at the cancel flag only every minute, only the exit itself can end the wait.
+    monkeypatch.setattr(assistant, "_CHECK_EVERY", 60.0)
+    env = {**assistant.child_env(), "CLAUDE_STANDIN_SLOW": "0.2"}
+    argv = [sys.executable, str(STAND_IN), "-p", "--output-format", "json"]
+    runs: list[assistant.Run] = []
+    runner = threading.Thread(
+        target=lambda: runs.append(assistant.run(argv, PROMPT, cancelled=threading.Event(), env=env)), daemon=True
+    )
+    runner.start()
+    runner.join(timeout=30)  # far below the minute a poll would take
+    assert runs and runs[0].exit_code == 0 and b'"result"' in runs[0].stdout
+
+
 # -- verdicts --------------------------------------------------------------------------------
 
 
@@ -222,6 +237,8 @@ def test_garbage_and_schema_failing_answers_are_never_written(extraction, root, 
     job = extraction.get(job_id)
     assert job.status is JobStatus.FAILED and verdict in job.last_error, job.last_error
     assert not (root / "requirements").exists()  # nothing landed, not even a directory
+    if switch != "CLAUDE_STANDIN_GARBAGE":  # an answer came, and was paid for
+        assert re.search(r"; paid cost_usd=0\.\d+", job.last_error), job.last_error
     assert '"requirement_id": 7' not in job.last_error  # never the answer
 
 
@@ -236,6 +253,18 @@ def test_an_authentication_failure_is_permanent(extraction, monkeypatch, switch,
     job = extraction.get(job_id)
     assert job.status is JobStatus.FAILED and job.attempts == 1
     assert "AssistantRefused: verdict=not_authorized; exit=1" in job.last_error
+
+
+def test_a_command_line_the_assistant_rejects_fails_at_once_instead_of_using_up_attempts(make_coordinator):
+    registry = default_registry()
+    registry.register(ClaudeExtractionType(command=[sys.executable, str(STAND_IN), "--verbose-typo"]))
+    c = make_coordinator(registry=registry)
+    job_id = c.enqueue(payload(), max_attempts=3).id
+    c.run_until_idle()
+    job = c.get(job_id)
+    assert job.status is JobStatus.FAILED and job.attempts == 1, job.last_error
+    assert "verdict=bad_command_line; exit=1" in job.last_error
+    assert "stderr: error: unknown option '--verbose-typo'" in job.last_error
 
 
 @pytest.mark.parametrize("command", ["/nonexistent/claude", "no-such-claude-on-path", __file__])
@@ -490,7 +519,7 @@ def test_real_claude_accepts_the_command_line_and_not_logged_in_is_permanent(rea
     assert "verdict=not_authorized; exit=1; said: Not logged in" in job.last_error
 
 
-def test_real_claude_refusing_an_unknown_flag_is_a_failing_exit_with_its_stderr(real_claude, make_coordinator):
+def test_real_claude_refusing_an_unknown_flag_fails_the_job_at_once_with_its_stderr(real_claude, make_coordinator):
     # What a broken command line would get: no envelope, exit 1, commander's message; so the
     # not-logged-in envelope above shows the real CLI took tether's argv.
     registry = default_registry()
@@ -499,8 +528,8 @@ def test_real_claude_refusing_an_unknown_flag_is_a_failing_exit_with_its_stderr(
     job_id = c.enqueue(payload(), max_attempts=2).id
     c.run_until_idle()
     job = c.get(job_id)
-    assert job.status is JobStatus.PENDING and job.attempts == 1, job.last_error
-    assert "verdict=exit_status; exit=1" in job.last_error
+    assert job.status is JobStatus.FAILED and job.attempts == 1, job.last_error  # a retry would fail alike
+    assert "AssistantRefused: verdict=bad_command_line; exit=1" in job.last_error
     assert "stderr: error: unknown option '--no-such-flag'" in job.last_error
 
 

@@ -55,6 +55,14 @@ def test_enqueue_records_a_pending_job_with_defaults(c, clock):
     assert stored.locked_by is None and stored.payload_data == {"name": "a", "fail_times": 0, "permanent": False}
 
 
+def test_a_single_enqueue_stores_exactly_the_row_it_returns(c, clock):
+    # SQLite binds the single enqueue's values by position (sql.INSERT_UNKEYED_ROW), not by name.
+    for options in ({}, {"priority": 4, "max_attempts": 5, "timeout": 7.5, "delay": 30}):
+        job = c.enqueue(Note(name="a"), **options).job
+        assert c.get(job.id) == job
+        assert job.payload_bytes == len(job.payload.encode())
+
+
 def test_claim_sets_owner_lock_time_and_counts_the_attempt(c, clock):
     c.enqueue(Note(name="a"))
     [job] = c.queue.claim("w1")

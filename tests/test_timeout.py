@@ -95,8 +95,8 @@ def test_shutdown_and_lost_leases_set_the_running_jobs_cancellation(make_coordin
     ctx1 = JobContext(first, c.queue, w._cancel, w.id)
     ctx2 = JobContext(second, c.queue, w._cancel, w.id)
     with w._running_lock:
-        w._running[first.id] = (first, ctx1)
-        w._running[second.id] = (second, ctx2)
+        w._running[first.id] = ctx1
+        w._running[second.id] = ctx2
     event = ctx1.cancelled  # asked for before the cancellation
     c.clock.advance(c.lock_timeout + 1)
     c.queue.heartbeat(w.id, [first])  # the first stays fresh

@@ -6,8 +6,9 @@ Names are imported when first used (PEP 562): the command line imports this pack
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from . import lazy
 
 if TYPE_CHECKING:
     from .clock import Clock, FakeClock, SystemClock
@@ -88,13 +89,7 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tether' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value  # once imported, a plain attribute
-    return value
+__getattr__ = lazy.exports(__name__, _WHERE)
 
 
 def __dir__() -> list[str]:

@@ -167,11 +167,14 @@ def _wait(
         threading.Thread(target=_drain, args=(proc.stdout, out, stdout_cap, too_big), daemon=True),
         threading.Thread(target=_drain, args=(proc.stderr, err, STDERR_CAP, None), daemon=True),
     ]
+    ended = threading.Event()
+    threads.append(threading.Thread(target=_watch, args=(proc.pid, ended), daemon=True))
     for t in threads:
         t.start()
     stopped = None
-    while not _exited(proc.pid):
-        if cancelled.wait(0.02):
+    # Woken at once by the exit; a cancel or an output over the cap is seen within _CHECK_EVERY.
+    while not ended.wait(_CHECK_EVERY):
+        if cancelled.is_set():
             stopped = str(reason() if callable(reason) else reason or "cancelled")
             _stop_group(proc.pid, grace)
             break
@@ -231,6 +234,19 @@ def _drain(pipe: Any, into: list[bytes], cap: int, over: threading.Event | None)
     pipe.close()
 
 
+_CHECK_EVERY = 0.1  # seconds between looks at the cancel flag and the output cap
+
+
+def _watch(pid: int, ended: threading.Event) -> None:
+    """Set ``ended`` when the child exits, without reaping it (WNOWAIT): its group is killed first."""
+    try:
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+    except ChildProcessError:
+        pass  # already reaped: it has exited all the same
+    finally:
+        ended.set()
+
+
 def _exited(pid: int) -> bool:
     """Whether the child has exited, without reaping it (WNOWAIT)."""
     return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
@@ -281,6 +297,12 @@ _PERMANENT_SUBTYPES = {
 }
 _AUTH_TEXT = re.compile(r"not logged in|invalid api key|authentication|please run /login|oauth token", re.I)
 _RESET = re.compile(r"limit reached\|(\d{9,11})")
+# What commander (the CLI's argument parser) prints for a command line it rejects, before it does
+# any work: the same argv fails the same way on every attempt.
+_BAD_ARGV = re.compile(
+    r"^error: (unknown option|unknown command|too many arguments|option .* argument missing|required option|"
+    r"missing required argument)"
+)
 _FENCED = re.compile(r"^```(?:json)?\s*\n(.*)\n```\s*$", re.S)
 
 
@@ -300,6 +322,10 @@ def judge(run: Run, *, now: datetime) -> Answer:
     """The envelope's verdict: an Answer, or the error that says whether a retry can help."""
     envelope = _envelope(run.stdout)
     if envelope is None:
+        if run.exit_code not in (0, None) and _BAD_ARGV.match(run.stderr_line):
+            raise AssistantRefused(
+                message("bad_command_line", run, f"check the assistant command ({ENV_COMMAND}) and its flags")
+            )
         verdict = "no_envelope" if run.exit_code == 0 else "exit_status"
         raise AssistantFailed(message(verdict, run, f"{len(run.stdout)} bytes of stdout, no JSON envelope"))
     subtype = str(envelope.get("subtype") or "")

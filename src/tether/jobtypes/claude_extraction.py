@@ -297,15 +297,26 @@ class ClaudeExtractionType(JobType[ClaudeExtraction]):
             ctx.checkpoint()  # cancelled: Cancelled (given back at shutdown) or the timeout's error
             raise AssistantFailed(message(done.stopped, done))
         answer = judge(done, now=ctx.clock.now())
-        value = parse_answer(answer.value, done, as_json=as_json)
-        if payload.answer_schema is not None:
-            errors = sorted(
-                jsonschema.validators.validator_for(payload.answer_schema)(payload.answer_schema).iter_errors(value),
-                key=lambda e: list(e.absolute_path),
-            )
-            if errors:
-                where = "/".join(str(p) for p in errors[0].absolute_path) or "(root)"
-                raise AssistantFailed(message("schema_unmet", done, f"{len(errors)} schema error(s), first at {where}"))
+        try:
+            value = parse_answer(answer.value, done, as_json=as_json)
+            if payload.answer_schema is not None:
+                errors = sorted(
+                    jsonschema.validators.validator_for(payload.answer_schema)(payload.answer_schema).iter_errors(
+                        value
+                    ),
+                    key=lambda e: list(e.absolute_path),
+                )
+                if errors:
+                    where = "/".join(str(p) for p in errors[0].absolute_path) or "(root)"
+                    raise AssistantFailed(
+                        message("schema_unmet", done, f"{len(errors)} schema error(s), first at {where}")
+                    )
+        except AssistantFailed as e:
+            # An answer that cannot be used was paid for all the same: say what it cost.
+            cost = answer.spend.get("cost_usd")
+            if cost is None:
+                raise
+            raise AssistantFailed(f"{e}; paid cost_usd={cost}") from e
         data = answer_bytes(value, as_json=as_json)
         digest = fs.sha256(data)
         record = {"prompt_hash": payload.prompt_hash, "sha256": digest, "job_id": ctx.job.id}

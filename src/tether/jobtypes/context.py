@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -60,6 +60,25 @@ class JobContext:
     the job's lock (``lease_lost``). A handler that waits (a subprocess, a network call) waits
     on it; ``checkpoint()`` raises Cancelled once it is set."""
 
+    # Slots, and the follow-up list made on the first ``enqueue``: a worker keeps a batch's
+    # contexts alive until the batch's group commit, and each object the garbage collector
+    # tracks there counts towards its next collection (benchmarks/README.md, issue 19).
+    __slots__ = (
+        "job",
+        "worker",
+        "root",
+        "clock",
+        "ledger_id",
+        "_children",
+        "_services",
+        "_progress",
+        "_progress_written",
+        "_shutdown",
+        "_reason",
+        "_event",
+        "_trusted_until",
+    )
+
     def __init__(
         self,
         job: JobRecord,
@@ -76,10 +95,8 @@ class JobContext:
         self.clock: Clock = services.clock
         # What the ledger calls itself in the world (tether's ownership tag on AWS resources).
         self.ledger_id: str = services.ledger_id
-        self.children: list[JobRecord] = []
-        self._build: Callable[..., JobRecord] = services.build
-        self._holds: Callable[[JobRecord, str], bool] = services.holds
-        self._record_progress: Callable[[JobRecord, str, str], bool] = services.record_progress
+        self._children: list[JobRecord] | None = None
+        self._services = services  # not its bound methods: three more objects per job
         self._progress: dict[str, Any] | None = None
         self._progress_written = time.monotonic()  # a job's first second writes nothing
         self._shutdown = shutdown
@@ -90,6 +107,17 @@ class JobContext:
         # The worker's directory fsyncs owed before this job is recorded (``dirsync``); None: a
         # file helper fsyncs the directory itself.
         self.dir_syncs = dir_syncs
+
+    @property
+    def children(self) -> list[JobRecord]:
+        """The follow-up jobs queued so far (``enqueue``)."""
+        if self._children is None:
+            self._children = []
+        return self._children
+
+    def followups(self) -> Sequence[JobRecord]:
+        """``children`` without making an empty list for a job that queued none."""
+        return self._children or ()
 
     # -- cancellation ------------------------------------------------------------------------
 
@@ -140,7 +168,7 @@ class JobContext:
         self.checkpoint()
         if self._trusted_until is not None and time.monotonic() < self._trusted_until:
             return
-        if self.worker and not self._holds(self.job, self.worker):
+        if self.worker and not self._services.holds(self.job, self.worker):
             self.cancel(LEASE_LOST)
             self.checkpoint()
 
@@ -157,7 +185,7 @@ class JobContext:
             return
         self._progress_written = now
         self._progress["at"] = self.clock.now().isoformat()
-        if not self._record_progress(self.job, self.worker, orjson.dumps(self._progress).decode()):
+        if not self._services.record_progress(self.job, self.worker, orjson.dumps(self._progress).decode()):
             self.cancel(LEASE_LOST)
 
     # -- follow-up jobs ----------------------------------------------------------------------
@@ -176,7 +204,7 @@ class JobContext:
         """Queue a follow-up job. It is validated now and committed in the same transaction that
         completes this job, so it exists if and only if this job completed."""
         self.children.append(
-            self._build(
+            self._services.build(
                 payload,
                 priority=priority,
                 max_attempts=max_attempts,

@@ -15,7 +15,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from functools import cache
@@ -28,7 +28,7 @@ from ..errors import LedgerFault
 from ..record import JobRecord, make_tuple
 from ..status import JobStatus
 from .schema import TABLE
-from .sql import unpinned
+from .sql import INSERT_UNKEYED, INSERT_UNKEYED_ROW, unpinned
 
 _T = TypeVar("_T")
 _NAMED = re.compile(r"(?<![:\w]):(\w+)")
@@ -80,6 +80,10 @@ class Backend:
             "timeout": job.timeout,
             "payload_bytes": job.payload_bytes,
         }
+
+    def insert_alone(self, job: JobRecord) -> None:
+        """Insert ``job`` (no idempotency key, no target) as its own durable transaction."""
+        self.execute_alone(INSERT_UNKEYED, self.insert_values(job))
 
     def record(self, row: tuple[Any, ...]) -> JobRecord:
         return JobRecord(*row[:3], _STATUS[row[3]], *row[4:])  # type: ignore[call-arg]  # mypy cannot count a *row[4:]
@@ -345,8 +349,9 @@ class SQLiteBackend(Backend):
                 time.sleep(min(pause, max(0.0, deadline - now)))
                 pause = min(pause * 2, 0.002)
 
-    def execute_alone(self, statement: str, values: Mapping[str, Any]) -> int:
+    def execute_alone(self, statement: str, values: Mapping[str, Any] | Sequence[Any]) -> int:
         # Outside BEGIN/COMMIT a statement commits itself, as durably: two round trips fewer.
+        # ``values`` may be positional here (sql.INSERT_UNKEYED_ROW).
         try:
             _, driver = self._checkout_writer()
             try:
@@ -357,6 +362,25 @@ class SQLiteBackend(Backend):
                 return self._when_unlocked(lambda: driver.execute(statement, values).rowcount)
         except sqlite3.Error as e:
             raise self._wrap(e) from e
+
+    def insert_alone(self, job: JobRecord) -> None:
+        # Positional parameters (sql.INSERT_UNKEYED_ROW): the driver binds them without a dict.
+        time = _sqlite_time
+        self.execute_alone(
+            INSERT_UNKEYED_ROW,
+            (
+                job.id,
+                job.type,
+                job.payload,
+                job.priority,
+                job.max_attempts,
+                time(job.created_at),
+                time(job.run_at),
+                job.parent_id,
+                job.timeout,
+                job.payload_bytes,
+            ),
+        )
 
     def close(self) -> None:
         for writer in list(self._writers):

@@ -84,22 +84,21 @@ class Builder:
             self._kinds = (self.registry, self.registry.generation, kinds)
         name = (kinds.get(type(payloads[0])) or self._kind(payloads[0], kinds)).name
         now = now or self.clock.now()
-        problem = limits.option_problem(priority, max_attempts, delay, now)
-        if problem:
-            raise InvalidPayload(name, [problem])
-        if key is not None and len(key) > 512:
-            raise InvalidPayload(name, [f"key: at most 512 characters, got {len(key)}"])
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < 1e9
+        # The defaults need no checking: most enqueues pass none, and right after a commit's
+        # fsync every function called costs several times its warm price (issue 19).
+        if (
+            priority.__class__ is int
+            and priority == 0
+            and max_attempts.__class__ is int
+            and max_attempts == 3
+            and delay is None
+            and run_at is None
+            and key is None
+            and timeout is None
         ):
-            raise InvalidPayload(name, [f"timeout: must be a number of seconds > 0, got {timeout!r}"])
-        if run_at is not None and delay is not None:
-            raise InvalidPayload(name, ["give run_at or delay, not both"])
-        if delay is not None:
-            run_at = limits.delay_until(now, delay)
-        elif run_at is not None and run_at.tzinfo is None:
-            raise InvalidPayload(name, ["run_at: must be timezone-aware (UTC)"])
-        run_at = run_at or now
+            run_at = now
+        else:
+            run_at = _run_at(name, now, priority, max_attempts, delay, run_at, key, timeout)
         root = self.root
         jobs = []
         ids = [new_id(now)] if len(payloads) == 1 else new_ids(now, len(payloads))
@@ -166,6 +165,35 @@ class Builder:
             )
         kind = kinds[type(payload)] = _TypeHooks.of(self.registry.for_payload(payload), type(payload))
         return kind
+
+
+def _run_at(
+    name: str,
+    now: datetime,
+    priority: Any,
+    max_attempts: Any,
+    delay: float | timedelta | None,
+    run_at: datetime | None,
+    key: str | None,
+    timeout: float | None,
+) -> datetime:
+    """When jobs with these options may first run; InvalidPayload for an option out of bounds."""
+    problem = limits.option_problem(priority, max_attempts, delay, now)
+    if problem:
+        raise InvalidPayload(name, [problem])
+    if key is not None and len(key) > 512:
+        raise InvalidPayload(name, [f"key: at most 512 characters, got {len(key)}"])
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < 1e9
+    ):
+        raise InvalidPayload(name, [f"timeout: must be a number of seconds > 0, got {timeout!r}"])
+    if run_at is not None and delay is not None:
+        raise InvalidPayload(name, ["give run_at or delay, not both"])
+    if delay is not None:
+        return limits.delay_until(now, delay)
+    if run_at is not None and run_at.tzinfo is None:
+        raise InvalidPayload(name, ["run_at: must be timezone-aware (UTC)"])
+    return run_at or now
 
 
 def _unencodable(job_type: str, payload: Payload, error: Exception) -> InvalidPayload:

@@ -6,8 +6,9 @@ are imported from ``loop`` when first used.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .. import lazy
 
 if TYPE_CHECKING:
     from .loop import Returned, Worker, WorkerConfig
@@ -19,13 +20,7 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    where = _WHERE.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(where, __name__), name)
-    globals()[name] = value  # once imported, a plain attribute
-    return value
+__getattr__ = lazy.exports(__name__, _WHERE)
 
 
 __all__ = [

@@ -9,7 +9,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -75,7 +75,7 @@ class Returned(NamedTuple):
     """The handler returned normally."""
 
     result: Any
-    children: list[JobRecord]
+    children: Sequence[JobRecord]
 
 
 class Worker:
@@ -90,7 +90,7 @@ class Worker:
         self._stopping = threading.Event()
         self._cancel = threading.Event()
         self._grace_ends: float | None = None  # monotonic: when running jobs are cancelled
-        self._running: dict[str, tuple[JobRecord, JobContext]] = {}
+        self._running: dict[str, JobContext] = {}  # by job id; ctx.job is the job
         self._running_lock = threading.Lock()
         self._idle = threading.Condition()
         self._busy = 0
@@ -148,7 +148,7 @@ class Worker:
         ]
         with self._running_lock:
             for job, ctx in zip(jobs, contexts, strict=True):
-                self._running[job.id] = (job, ctx)
+                self._running[job.id] = ctx
         pending: list[Decision] = []
         flush_at = 0.0
         ran = 0
@@ -214,7 +214,7 @@ class Worker:
             payload = job_type.prepare(self.queue.registry.parse(job.type, job.payload), self.queue.root)
             timeout = job.timeout if job.timeout is not None else job_type.timeout
             result = job_type.run(payload, ctx) if timeout is None else _run_bounded(job_type, payload, ctx, timeout)
-            outcome: Returned | Exception = Returned(encode_result(job_type.name, result), ctx.children)
+            outcome: Returned | Exception = Returned(encode_result(job_type.name, result), ctx.followups())
         except Exception as e:  # a handler error never kills the worker
             outcome = e
         return outcome, time.perf_counter() - start
@@ -285,8 +285,9 @@ class Worker:
         """Renew the locks of the jobs this worker is running; flag any it has lost."""
         with self._running_lock:
             running = list(self._running.values())
-        lost = self.queue.heartbeat(self.id, [job for job, _ in running], now=now)
-        for job, ctx in running:
+        lost = self.queue.heartbeat(self.id, [ctx.job for ctx in running], now=now)
+        for ctx in running:
+            job = ctx.job
             if job.id in lost:
                 ctx.cancel(LEASE_LOST)
                 events.emit("lost_lease", job_id=job.id, type=job.type, attempt=job.attempts, worker=self.id)
@@ -328,7 +329,7 @@ class Worker:
             self._cancel.set()
             with self._running_lock:
                 running = list(self._running.values())
-            for _, ctx in running:
+            for ctx in running:
                 ctx.cancel(SHUTDOWN)
         self.queue.wakeup.wake_local()
         with self._idle:
@@ -442,7 +443,7 @@ class Worker:
             events.emit("db_error", worker=self.id, error=faults.describe(e))
             if time.monotonic() - self._last_beat > self.config.lock_timeout / 2:
                 with self._running_lock:
-                    contexts = [ctx for _, ctx in self._running.values()]
+                    contexts = list(self._running.values())
                 for ctx in contexts:
                     ctx.cancel(LEASE_LOST)
 
