@@ -77,6 +77,7 @@ class JobContext:
         "_reason",
         "_event",
         "_trusted_until",
+        "dir_syncs",
     )
 
     def __init__(
