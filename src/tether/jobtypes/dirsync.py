@@ -72,6 +72,3 @@ class DirSyncs:
         with self._lock:
             self._closed = True
         return self.flush()
-
-    def __len__(self) -> int:
-        return len(self._dirs)
