@@ -101,9 +101,10 @@ def health(
     conn = connect(database)
     try:
         conn.execute("BEGIN")  # deferred: a reader never takes the write lock
+        # In the order of queries.stats: the first statement to fail is the one each path names.
+        backlog = _rows(conn, "backlog", times)
         failed, stuck, quarantined = (_rows(conn, k, times)[0][0] for k in ("failed", "stuck", "quarantined"))
         deepest = _rows(conn, "deepest", times)
-        backlog = _rows(conn, "backlog", times)
         s = stats_of(now, lock_timeout, backlog, failed, stuck, quarantined, deepest[0] if deepest else None)
         act = activity_of(th.window, _rows(conn, "finished", times), _rows(conn, "run_times", times))
     except sqlite3.OperationalError as e:
