@@ -224,3 +224,21 @@ def test_an_unreadable_ledger_is_reported_alike_on_both_paths(
     }[fault]
     assert expected in out
     assert not (tmp_path / "bad.db").exists() or fault != "missing"
+
+
+def test_the_reader_waits_for_a_lock_as_long_as_the_engine_does(
+    make_coordinator: Callable[..., Coordinator], db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_coordinator().close()
+    monkeypatch.setattr("tether.config.BUSY_TIMEOUT", 7.5)
+    engine = open_ledger(db_url)
+    with engine.connect() as conn:
+        engine_waits = conn.exec_driver_sql("PRAGMA busy_timeout").scalar()
+    engine.dispose()
+    database = lite.sqlite_file(db_url)
+    assert database is not None
+    reader = lite.connect(database)
+    try:
+        assert reader.execute("PRAGMA busy_timeout").fetchone()[0] == engine_waits == 7500
+    finally:
+        reader.close()
