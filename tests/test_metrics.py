@@ -117,6 +117,49 @@ def test_a_served_collector_counts_each_finished_job_once_across_scrapes(c: Coor
     assert later[("tether_job_duration_seconds_bucket", (("le", "60.0"), ("type", "nap")))] == 4
 
 
+def test_a_scrape_whose_reading_fails_midway_counts_nothing_twice(
+    c: Coordinator, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    collector = metrics.LedgerCollector(c, settle=timedelta(0))
+    clock.advance(1)  # the jobs finish after the collector started
+    for n in range(3):
+        c.enqueue(Paid(cost=0.25, tokens=10 + n, model=f"m{n}"))  # a group each on PostgreSQL too
+    c.run_until_idle(batch=1)
+    clock.advance(1)
+    real, calls = metrics._Finished._spent, []
+
+    def fails_at_the_second_job(self: Any, job_type: str, model: Any) -> Any:
+        calls.append(job_type)
+        if len(calls) == 2:  # the connection drops while the finished jobs stream in
+            raise sa.exc.OperationalError("SELECT ...", {}, Exception("disk I/O error"))
+        return real(self, job_type, model)
+
+    monkeypatch.setattr(metrics._Finished, "_spent", fails_at_the_second_job)
+    down = scrape(collector)
+    assert down[("tether_ledger_up", ())] == 0 and len(calls) == 2
+    monkeypatch.setattr(metrics._Finished, "_spent", real)
+    again = scrape(collector)
+    assert again[("tether_ledger_up", ())] == 1
+    assert finished(again, "completed", "paid") == 3
+    assert again[("tether_job_duration_seconds_count", (("type", "paid"),))] == 3
+    assert [spent(again, "paid", f"m{n}") for n in range(3)] == [(1, 0.25, 10 + n, 20 + 2 * n) for n in range(3)]
+
+
+def test_a_scrape_of_a_ledger_corrupted_under_it_says_the_ledger_is_down(tmp_path: Path, clock: FakeClock) -> None:
+    db = tmp_path / "tether.db"
+    with Coordinator.open(f"sqlite:///{db}", root=tmp_path / "data", clock=clock) as c:
+        c.enqueue(CreateFile(path="a.json", content={"a": 1}))
+    engine = sa.create_engine(f"sqlite:///{db}")
+    collector = metrics.LedgerCollector(engine, settle=timedelta(0))
+    with db.open("r+b") as f:  # every page past the header damaged, as a bad disk would
+        f.seek(4096)
+        f.write(b"\xde\xad\xbe\xef" * (max(db.stat().st_size - 4096, 16384) // 4))
+    try:
+        assert scrape(collector)[("tether_ledger_up", ())] == 0
+    finally:
+        engine.dispose()
+
+
 def spent(s: dict, job_type: str, model: str) -> tuple[float, float, float, float]:
     """Billed jobs, dollars, input and output tokens of one (type, model) in a scrape."""
     labels = (("model", model), ("type", job_type))

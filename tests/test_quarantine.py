@@ -41,6 +41,16 @@ def test_a_job_that_ran_alone_keeps_its_attempt_and_is_quarantined(c, clock):
     assert back.last_error.startswith("worker died while running (reclaimed, attempt 1 of 3): lock of worker w1")
 
 
+def test_two_threads_of_one_worker_claiming_in_the_same_microsecond_are_two_claims(c, clock):
+    a, b = (c.enqueue(Note(name=n)).id for n in "ab")
+    # One worker id, the clock frozen: as two threads of a worker that read the clock at once.
+    [first], [second] = c.queue.claim("w1", limit=1), c.queue.claim("w1", limit=1)
+    assert first.claimed_at != second.claimed_at
+    back = die(c, clock)
+    # Each ran alone: each keeps its attempt, quarantined as the one that was running.
+    assert sorted((j.id, j.attempts, j.quarantine) for j in back) == sorted([(a, 1, "crashed"), (b, 1, "crashed")])
+
+
 def test_the_last_job_of_a_batch_without_an_outcome_is_the_one_that_was_running(c, clock):
     c.enqueue_many([Note(name=n) for n in "abd"])
     a, b, d = c.queue.claim("w1", limit=10)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from functools import cache
@@ -182,6 +183,8 @@ class Queue:
         self._claim_sql: tuple[int, str] = (-1, "")  # (registry generation, statement)
         self._limits: dict[str, int] = {}
         self._limits_generation = -1
+        self._last_claim_at: dict[str, datetime] = {}  # by worker id
+        self._claim_time_lock = threading.Lock()
         self.builder = Builder(registry, root, clock, max_payload_bytes=max_payload_bytes)
         self.ledger_id = ledger_id  # what the AWS resources its jobs own are tagged with
         dialect = engine.dialect.name
@@ -329,11 +332,24 @@ class Queue:
         return self._claimed(rows, worker)
 
     def _claim_in(self, cur: Any, worker: str, now: datetime, limit: int, max_bytes: int) -> list[JobRecord]:
+        now = self._claim_time(worker, now)
         limited = self._limited()
         if limited:
             return self._claim_limited(cur, worker, now, limit, max_bytes, limited)
         params = {"worker": worker, "now": now, "limit": limit, "max_bytes": max_bytes}
         return _with_payloads(cur, cur.records(self._claim_statement(), params))
+
+    def _claim_time(self, worker: str, now: datetime) -> datetime:
+        """``now``, or a microsecond past ``worker``'s last claim: each claim of a worker gets a
+        time of its own, since the stale sweep tells one claim from another by (locked_by,
+        claimed_at) (reclaim.py), and a worker's threads share its id and may read the clock in
+        the same microsecond (a frozen test clock always does)."""
+        with self._claim_time_lock:
+            last = self._last_claim_at.get(worker)
+            if last is not None and now <= last:
+                now = last + timedelta(microseconds=1)
+            self._last_claim_at[worker] = now
+        return now
 
     # -- per-type concurrency limits (issue 17): only when a registered type has max_running ----
 

@@ -39,14 +39,15 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from sqlalchemy.dialects.postgresql import ARRAY, array
 
-from .. import events
+from .. import events, faults
 from ..errors import ConfigError, DatabaseUnavailable
+from ..ledger.engine import ledger_name
 from ..reconcile import runs as reconcile_runs
 from ..status import JobStatus
 from . import billing
 from . import queries as observe
 from .health import Thresholds, assess
-from .readonly import Source, finished, now_of, reading, t
+from .readonly import Source, engine_of, finished, now_of, reading, t
 
 DEFAULT_PORT = 9464  # the port Prometheus's registry of exporter ports gives OpenTelemetry's exporters
 SETTLE = timedelta(seconds=60)
@@ -124,11 +125,31 @@ class _Finished:
             t.c.completed_at > self.upto,
             t.c.completed_at <= until,
         )
+        # Read into a fresh tally and merge it only once the whole range was read: a read that
+        # fails midway leaves the counters as they were, and the next scrape reads the range again.
+        tally = _Finished(self.upto)
         if conn.dialect.name == "postgresql":
-            self._add_groups(conn, window)
+            tally._add_groups(conn, window)
         else:
-            self._add_rows(conn, window)
+            tally._add_rows(conn, window)
+        self._merge(tally)
         self.upto = until
+
+    def _merge(self, tally: _Finished) -> None:
+        for key, n in tally.counts.items():
+            self.counts[key] = self.counts.get(key, 0) + n
+        for job_type, histograms in tally.by_type.items():
+            if job_type not in self.by_type:
+                self.by_type[job_type] = histograms
+                continue
+            for mine, theirs in zip(self.by_type[job_type], histograms, strict=True):
+                mine.counts = [a + b for a, b in zip(mine.counts, theirs.counts, strict=True)]
+                mine.sum += theirs.sum
+        for key, spent in tally.spend.items():
+            if key not in self.spend:
+                self.spend[key] = spent
+                continue
+            self.spend[key].add(spent.jobs, spent.cost, spent.input_tokens, spent.output_tokens)
 
     def _spent(self, job_type: str, model: Any) -> _Spend:
         key = (job_type, UNKNOWN_MODEL if model is None else str(model))
@@ -274,9 +295,15 @@ class LedgerCollector:
         started = time.perf_counter()
         try:
             families = self._read()
-        except DatabaseUnavailable as e:
+        except (DatabaseUnavailable, sa.exc.SQLAlchemyError) as e:
+            # A corrupt or vanished ledger too: its fault, not a traceback for the scraper.
+            fault = (
+                e if isinstance(e, DatabaseUnavailable) else faults.ledger_fault(e, ledger_name(engine_of(self.source)))
+            )
+            if fault is None:
+                raise
             # An exporter's convention (pg_up, mysql_up): the scrape succeeds and says the source is down.
-            events.emit("metrics.ledger_unavailable", reason=str(e))
+            events.emit("metrics.ledger_unavailable", reason=str(fault))
             yield _gauge("tether_ledger_up", "1 if the last scrape could read the ledger.", 0)
             return
         yield from families
