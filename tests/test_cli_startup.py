@@ -1,7 +1,8 @@
 """What the command line loads before it answers (issue 15, item 5; benchmarks/cli_startup.py has
-the times): ``--help`` no SQLAlchemy at all; the operator's read commands SQLAlchemy Core and the
-driver, never the ORM, SQLModel, the table classes of ``tether.ledger.orm`` or the job types (pydantic
-models). Each command runs in a fresh interpreter, which prints the modules it loaded."""
+the times): ``--help`` no SQLAlchemy at all; ``status`` on a SQLite file neither SQLAlchemy nor
+pydantic (``observe/lite.py``); the other read commands SQLAlchemy Core and the driver, never the
+ORM, SQLModel, the table classes of ``tether.ledger.orm`` or the job types (pydantic models). Each
+command runs in a fresh interpreter, which prints the modules it loaded."""
 
 from __future__ import annotations
 
@@ -24,10 +25,17 @@ sys.argv = ["tether", *sys.argv[1:]]
 main()
 """
 
-# What a read command must not pay for: the ORM and SQLModel (tether.ledger.orm's typed rows), and the
-# job types with their payload models. (pydantic itself: typer 0.28+ builds its option parsers with
-# it, so it is loaded by typer whatever tether does.)
-HEAVY = ("sqlmodel", "sqlalchemy.orm", "tether.ledger.orm", "tether.jobtypes", "tether.coordinator", "tether.limits")
+# What a read command must not pay for: the ORM and SQLModel (tether.ledger.orm's typed rows), the
+# job types with their payload models, and pydantic (typer 0.28+ parses options with it: pinned below).
+HEAVY = (
+    "sqlmodel",
+    "sqlalchemy.orm",
+    "tether.ledger.orm",
+    "tether.jobtypes",
+    "tether.coordinator",
+    "tether.limits",
+    "pydantic",
+)
 
 
 def loaded(args: list[str], env: dict[str, str]) -> set[str]:
@@ -55,12 +63,49 @@ def test_help_loads_no_sqlalchemy(ledger_env: dict[str, str]) -> None:
     assert not {m for m in modules if m.split(".")[0] in ("sqlalchemy", "sqlmodel")}
 
 
-@pytest.mark.parametrize("command", ["status", "jobs", "failed", "stuck"])
+@pytest.mark.parametrize("command", ["jobs", "failed", "stuck"])
 def test_read_command_loads_sqlalchemy_core_only(command: str, ledger_env: dict[str, str]) -> None:
     modules = loaded([command, "--json"], ledger_env)
     assert "tether.observe" in modules and "sqlalchemy.engine" in modules  # it did read the ledger
     heavy = sorted(m for m in modules if m.startswith(HEAVY))
     assert heavy == [], f"tether {command} loaded {heavy[:8]}"
+
+
+def test_status_on_a_sqlite_file_loads_neither_sqlalchemy_nor_pydantic(ledger_env: dict[str, str]) -> None:
+    modules = loaded(["status", "--json"], ledger_env)
+    assert "tether.observe.lite" in modules and "sqlite3" in modules  # it did read the ledger
+    heavy = sorted(m for m in modules if m.split(".")[0] in ("sqlalchemy", "pydantic", "sqlmodel"))
+    assert heavy == [], f"tether status loaded {heavy[:8]}"
+
+
+# The probe at one fixed instant: the CLI reads the system clock, and --json says when it looked.
+_AT_NOON = _PROBE.replace(
+    "from tether.cli import main",
+    "from datetime import datetime\n"
+    "from tether.clock import SystemClock\n"
+    "SystemClock.now = staticmethod(lambda: datetime.fromisoformat('2030-06-01T12:00:00+00:00'))\n"
+    "from tether.cli import main",
+)
+
+
+def test_status_json_is_the_same_without_sqlalchemy(ledger_env: dict[str, str]) -> None:
+    """``sqlite+pysqlite:///`` names the same file, but only SQLAlchemy reads such a URL."""
+    outputs, loaded_sqlalchemy = [], []
+    for url in (ledger_env["TETHER_DB"], ledger_env["TETHER_DB"].replace("sqlite:", "sqlite+pysqlite:", 1)):
+        done = subprocess.run(
+            [sys.executable, "-c", _AT_NOON, "status", "--json"],
+            env={**ledger_env, "TETHER_DB": url},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 1, done.stderr  # a job pending since 2026: older than an hour at noon 2030
+        outputs.append(json.loads(done.stdout))
+        loaded_sqlalchemy.append("sqlalchemy" in done.stderr.split("MODULES ")[1])
+    assert loaded_sqlalchemy == [False, True]
+    assert outputs[0] == outputs[1]
+    assert outputs[0]["now"] == "2030-06-01T12:00:00+00:00" and outputs[0]["pending"] == 1
 
 
 def test_orm_rows_are_the_core_tables(tmp_path: Path) -> None:

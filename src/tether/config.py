@@ -23,6 +23,9 @@ DEFAULT_DURABILITY = "full"
 DEFAULT_LOCK_TIMEOUT = 300.0
 """Seconds after which a claimed job without a heartbeat is stale (the spec's 5 minutes)."""
 
+BUSY_TIMEOUT = 30.0
+"""Seconds a SQLite connection waits for another's lock before it gives up ("database is locked")."""
+
 DEFAULT_SHUTDOWN_GRACE = 25.0
 """Seconds a worker's running jobs get to finish after SIGTERM (Sidekiq's default: it ends inside
 the 30 s Kubernetes, Heroku and most supervisors allow between SIGTERM and SIGKILL, with time left

@@ -17,6 +17,10 @@ class DatabaseUnavailable(TetherError):
     """The database could not be opened or reached."""
 
 
+class NoLedger(DatabaseUnavailable):
+    """The database named does not exist or holds no tether ledger; nothing was created."""
+
+
 class LedgerFault(DatabaseUnavailable):
     """The ledger itself is corrupt, full, read-only, unreadable or gone: retrying cannot mend
     it, so a worker stops (see ``tether.faults``). The message says what to do."""

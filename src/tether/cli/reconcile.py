@@ -208,10 +208,11 @@ def _check_command() -> Any:
     command = group.commands["reconcile"]  # type: ignore[attr-defined]
     own = {p.name for p in command.params}
     shared = [p for p in group.params if p.name not in own]
+    names = [p.name for p in shared if p.name]  # typer names every option; the type allows None
 
     def run(**values: Any) -> Any:
         assert group.callback is not None and command.callback is not None  # both are typer commands
-        group.callback(db=values["db"], root=values["root"], **{p.name: values.pop(p.name) for p in shared})
+        group.callback(db=values["db"], root=values["root"], **{name: values.pop(name) for name in names})
         return command.callback(**values)
 
     return type(command)(

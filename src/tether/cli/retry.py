@@ -11,7 +11,8 @@ from .output import ledger, table
 
 @app.command()
 def retry(
-    job_ids: list[str] | None = typer.Argument(None, metavar="ID", help="Ids of failed jobs to retry."),
+    # typer < 0.28 (pinned: pyproject.toml) prints a metavar as given: "..." says several may be given.
+    job_ids: list[str] | None = typer.Argument(None, metavar="[ID]...", help="Ids of failed jobs to retry."),
     all_failed: bool = typer.Option(False, "--failed", help="Retry every failed job (with --type: of that type)."),
     job_type: str | None = typer.Option(None, "--type", "-t", help="With --failed: only jobs of this type."),
     as_json: bool = typer.Option(False, "--json", help="Print what was retried as JSON (schema: docs/cli-json.md)."),

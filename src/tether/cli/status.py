@@ -11,7 +11,7 @@ from .. import config
 from ..config import DEFAULT_BACKLOG_LIMIT, DEFAULT_LOCK_TIMEOUT, ENV_BACKLOG_LIMIT
 from ..errors import TetherError
 from ..faults import describe
-from .app import app, err, out, print_json
+from .app import app, err, out, print_json, settings
 from .output import JSON_OPTION, age, ledger, parse_duration, size, table, when
 
 
@@ -40,10 +40,10 @@ def _threshold(text: str, option: str, *, fraction: bool = False) -> float | Non
 
 
 if TYPE_CHECKING:
-    from ..observe.health import Health
+    from ..observe.verdict import Health
 
 _STYLE = {"ok": "green", "warning": "yellow", "error": "red", "unknown": "magenta"}
-_UNKNOWN_EXIT = 3  # Verdict.UNKNOWN.exit_code, before health (and SQLAlchemy) could be imported
+_UNKNOWN_EXIT = 3  # Verdict.UNKNOWN.exit_code, before the verdict could be imported
 
 
 @app.command()
@@ -123,7 +123,8 @@ def status(
     Example: tether --db sqlite:///ledger/tether.db status --backlog-limit 500 || alert
     """
     try:
-        from ..observe.health import Thresholds, health
+        from ..observe import lite
+        from ..observe.verdict import Thresholds
 
         span = _threshold(window, "--window")
         thresholds = Thresholds(
@@ -138,11 +139,19 @@ def status(
             p95_error=_threshold(p95_error, "--p95-error"),
             unclaimed_grace=_off_is_never(_threshold(unclaimed_grace, "--unclaimed-grace")),
         )
-        with ledger() as engine:
-            h = health(engine, thresholds, lock_timeout=lock_timeout)
+        database_file = lite.sqlite_file(settings.db, settings.schema)
+        if database_file is not None:  # the same statements and verdict, without loading SQLAlchemy
+            h = lite.health(database_file, thresholds, lock_timeout=lock_timeout)
+        else:
+            from ..observe.health import health
+
+            with ledger() as engine:
+                h = health(engine, thresholds, lock_timeout=lock_timeout)
     except Exception as e:
-        sa_exc = sys.modules.get("sqlalchemy.exc")
-        database = sa_exc is not None and isinstance(e, sa_exc.SQLAlchemyError)
+        sa_exc, sqlite3 = sys.modules.get("sqlalchemy.exc"), sys.modules.get("sqlite3")
+        database = (sa_exc is not None and isinstance(e, sa_exc.SQLAlchemyError)) or (
+            sqlite3 is not None and isinstance(e, sqlite3.Error)
+        )
         if not (database or isinstance(e, (TetherError, OSError))):
             raise
         # Could not tell: never let an unreadable ledger look healthy (exit 3, not 0 or 1).

@@ -12,7 +12,7 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from .. import faults
+from .. import config, faults
 from ..errors import ConfigError, DatabaseUnavailable, LedgerFault
 from . import sql
 from .schema import RETIRED_INDEXES, TABLE, metadata
@@ -62,7 +62,11 @@ def ledger_name(engine: sa.Engine) -> str:
 
 
 def create_engine(
-    url: str, *, durability: Durability = "full", busy_timeout: float = 30.0, schema: str | None = None
+    url: str,
+    *,
+    durability: Durability = "full",
+    busy_timeout: float = config.BUSY_TIMEOUT,
+    schema: str | None = None,
 ) -> sa.Engine:
     """An engine for ``url``; SQLite files (and their directory) are created when missing, a new
     file whole with its table; an empty (0-byte) one is refused as a LedgerFault.

@@ -8,7 +8,7 @@ index, never the whole table, except where a docstring says so (see benchmarks/s
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -19,10 +19,16 @@ from ..ledger.schema import ACTIVE_TARGETED_SQL, CLAIMED_SQL, PENDING_SQL, QUARA
 from ..record import JobRecord
 from ..status import JobStatus
 from . import billing
+from .backlog import Stats as Stats
+from .backlog import TargetBacklog as TargetBacklog  # `X as X`: defined in backlog, this API too
+from .backlog import TypeBacklog as TypeBacklog
+from .backlog import stats_of
 from .readonly import COLUMNS, finished, lock_timeout_of, now_of, reading, records, select_jobs, t
 from .readonly import NoLedger as NoLedger  # `X as X`: NoLedger, Source, open_ledger are this API too
 from .readonly import Source as Source
 from .readonly import open_ledger as open_ledger
+from .runtimes import percentile as percentile
+from .runtimes import run_times_of
 
 
 def _status_str(status: JobStatus | str) -> str:
@@ -32,161 +38,49 @@ def _status_str(status: JobStatus | str) -> str:
 # -- what is outstanding? ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class TypeBacklog:
-    type: str
-    pending: int = 0
-    claimed: int = 0
-    oldest_ready_at: datetime | None = None
-    """When the longest-waiting pending job that may run now became ready (its ``run_at``)."""
-    largest_payload: int | None = None
-    """Bytes of the largest pending payload (stored JSON): what a worker will hold to run it.
-    Jobs enqueued before tether kept payload sizes are not counted."""
-
-    @property
-    def outstanding(self) -> int:
-        return self.pending + self.claimed
-
-
-@dataclass(frozen=True)
-class TargetBacklog:
-    """One target's outstanding jobs: they run one at a time, in enqueue order (the deepest such
-    backlog is what a hot target looks like)."""
-
-    key: str
-    """The target as stored (``ordering_key``), e.g. ``file:index.json``."""
-    outstanding: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "outstanding": self.outstanding}
-
-
-@dataclass(frozen=True)
-class Stats:
-    """The ledger at one instant: outstanding work by type, failures, stuck locks."""
-
-    now: datetime
-    lock_timeout: float
-    by_type: list[TypeBacklog]
-    failed: int
-    stuck: int
-    oldest_pending_at: datetime | None
-    quarantined: int = 0  # outstanding jobs a worker died holding: each runs alone (reclaim.py)
-    deepest_target: TargetBacklog | None = None  # the target with the most outstanding jobs
-
-    @property
-    def pending(self) -> int:
-        return sum(b.pending for b in self.by_type)
-
-    @property
-    def claimed(self) -> int:
-        return sum(b.claimed for b in self.by_type)
-
-    @property
-    def outstanding(self) -> int:
-        return self.pending + self.claimed
-
-    @property
-    def largest_pending_payload(self) -> int | None:
-        """Bytes of the largest pending payload of any type (see TypeBacklog.largest_payload)."""
-        return max((b.largest_payload for b in self.by_type if b.largest_payload is not None), default=None)
-
-    @property
-    def oldest_pending_age(self) -> float | None:
-        """Seconds since the oldest pending job was enqueued (delayed jobs included)."""
-        if self.oldest_pending_at is None:
-            return None
-        return max(0.0, (self.now - self.oldest_pending_at).total_seconds())
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "now": self.now.isoformat(),
-            "lock_timeout": self.lock_timeout,
-            "pending": self.pending,
-            "claimed": self.claimed,
-            "outstanding": self.outstanding,
-            "failed": self.failed,
-            "stuck": self.stuck,
-            "quarantined": self.quarantined,
-            "deepest_target": None if self.deepest_target is None else self.deepest_target.to_dict(),
-            "oldest_pending_at": self.oldest_pending_at.isoformat() if self.oldest_pending_at else None,
-            "oldest_pending_age": self.oldest_pending_age,
-            "largest_pending_payload": self.largest_pending_payload,
-            "by_type": [
-                {
-                    **asdict(b),
-                    "outstanding": b.outstanding,
-                    "oldest_ready_at": b.oldest_ready_at.isoformat() if b.oldest_ready_at else None,
-                }
-                for b in self.by_type
-            ],
-        }
-
-
-def _utc(value: Any) -> datetime | None:
-    """A time read through an aggregate (min, max): SQLite gives text, PostgreSQL a datetime."""
-    if value is None or isinstance(value, datetime):
-        return value if value is None or value.tzinfo else value.replace(tzinfo=UTC)
-    return datetime.fromisoformat(str(value)).replace(tzinfo=UTC)
+def stats_statements(now: datetime, cutoff: datetime) -> dict[str, sa.Select[Any] | sa.CompoundSelect[Any]]:
+    """The statements ``stats`` runs, by name (``backlog``, ``failed``, ``stuck``, ``quarantined``,
+    ``deepest``): ``now``, and ``cutoff``, the lock time before which a claimed job is stuck.
+    ``lite`` runs the same, compiled for SQLite ahead of time (``compile_lite``)."""
+    # Each status through its own partial index, so only the backlog is read: the condition
+    # is written as the index's own literal, which both databases match when they plan.
+    # The oldest pending job comes from the same walk: a query of its own walked the pending
+    # jobs a second time, reading each row to check its status (70 ms of 180 at 20,000).
+    # The largest payload from its size kept at enqueue: no payload is read.
+    ready, largest = sa.func.min(sa.case((t.c.run_at <= now, t.c.run_at))), sa.func.max(t.c.payload_bytes)
+    per_status = [
+        sa.select(t.c.type, t.c.status, sa.func.count(), ready, sa.func.min(t.c.created_at), largest)
+        .where(sa.text(cond))
+        .group_by(t.c.type, t.c.status)
+        for cond in (PENDING_SQL, CLAIMED_SQL)
+    ]
+    # The target with the most outstanding jobs (ties: the first by key), from the index of
+    # active jobs with a target, never a row: the backlog, however many finished jobs there are.
+    n = sa.func.count().label("n")
+    return {
+        "backlog": sa.union_all(*per_status),
+        "failed": sa.select(sa.func.count()).where(t.c.status == JobStatus.FAILED.value, finished()),
+        "stuck": sa.select(sa.func.count()).where(t.c.status == JobStatus.CLAIMED.value, t.c.locked_at < cutoff),
+        # Through the partial index of exactly these rows (empty while no worker dies).
+        "quarantined": sa.select(sa.func.count()).select_from(t).where(sa.text(QUARANTINED_SQL)),
+        "deepest": sa.select(t.c.ordering_key, n)
+        .where(sa.text(ACTIVE_TARGETED_SQL))
+        .group_by(t.c.ordering_key)
+        .order_by(n.desc(), t.c.ordering_key)
+        .limit(1),
+    }
 
 
 def stats(source: Source, *, lock_timeout: float | None = None, now: datetime | None = None) -> Stats:
     """Outstanding (pending, claimed) jobs by type, failed and stuck counts, oldest pending job."""
     now = now_of(source, now)
     lock_timeout = lock_timeout_of(source, lock_timeout)
-    cutoff = now - timedelta(seconds=lock_timeout)
+    query = stats_statements(now, now - timedelta(seconds=lock_timeout))
     with reading(source) as conn:
-        backlog: dict[str, dict[str, Any]] = {}
-        # Each status through its own partial index, so only the backlog is read: the condition
-        # is written as the index's own literal, which both databases match when they plan.
-        # The oldest pending job comes from the same walk: a query of its own walked the pending
-        # jobs a second time, reading each row to check its status (70 ms of 180 at 20,000).
-        # The largest payload from its size kept at enqueue: no payload is read.
-        ready, largest = sa.func.min(sa.case((t.c.run_at <= now, t.c.run_at))), sa.func.max(t.c.payload_bytes)
-        per_status = [
-            sa.select(t.c.type, t.c.status, sa.func.count(), ready, sa.func.min(t.c.created_at), largest)
-            .where(sa.text(cond))
-            .group_by(t.c.type, t.c.status)
-            for cond in (PENDING_SQL, CLAIMED_SQL)
-        ]
-        oldest = None
-        for job_type, status, n, ready_at, enqueued, most in conn.execute(sa.union_all(*per_status)):
-            backlog.setdefault(job_type, {})[status] = n
-            if status == JobStatus.PENDING.value:
-                backlog[job_type].update(ready=_utc(ready_at), largest=most)
-                first = _utc(enqueued)
-                oldest = first if oldest is None or (first is not None and first < oldest) else oldest
-        failed = conn.execute(
-            sa.select(sa.func.count()).where(t.c.status == JobStatus.FAILED.value, finished())
-        ).scalar_one()
-        stuck = conn.execute(
-            sa.select(sa.func.count()).where(t.c.status == JobStatus.CLAIMED.value, t.c.locked_at < cutoff)
-        ).scalar_one()
-        # Through the partial index of exactly these rows (empty while no worker dies).
-        quarantined = conn.execute(
-            sa.select(sa.func.count()).select_from(t).where(sa.text(QUARANTINED_SQL))
-        ).scalar_one()
-        deepest = _deepest_target(conn)
-    by_type = [
-        TypeBacklog(k, v.get("pending", 0), v.get("claimed", 0), v.get("ready"), v.get("largest"))
-        for k, v in sorted(backlog.items())
-    ]
-    return Stats(now, lock_timeout, by_type, failed, stuck, oldest, quarantined, deepest)
-
-
-def _deepest_target(conn: sa.Connection) -> TargetBacklog | None:
-    """The target with the most outstanding jobs (ties: the first by key). Reads the index of
-    active jobs with a target, never a row: the backlog, however many finished jobs the ledger
-    keeps."""
-    n = sa.func.count().label("n")
-    row = conn.execute(
-        sa.select(t.c.ordering_key, n)
-        .where(sa.text(ACTIVE_TARGETED_SQL))
-        .group_by(t.c.ordering_key)
-        .order_by(n.desc(), t.c.ordering_key)
-        .limit(1)
-    ).first()
-    return None if row is None else TargetBacklog(row[0], row[1])
+        per_status = conn.execute(query["backlog"]).all()
+        failed, stuck, quarantined = (conn.execute(query[k]).scalar_one() for k in ("failed", "stuck", "quarantined"))
+        deepest = conn.execute(query["deepest"]).first()
+    return stats_of(now, lock_timeout, per_status, failed, stuck, quarantined, deepest)
 
 
 # -- what failed, what is stuck? -----------------------------------------------------------------
@@ -292,14 +186,6 @@ def seconds_between(dialect: str, start: Any, end: Any) -> Any:
     return sa.cast(sa.extract("epoch", end - start), sa.Float)
 
 
-def percentile(ordered: list[float], q: float) -> float:
-    """Nearest-rank percentile of an ascending list (q in 0..100)."""
-    if not ordered:
-        raise ValueError("percentile of no values")
-    rank = max(1, -(-len(ordered) * q // 100))  # ceil(n * q / 100), at least 1
-    return ordered[int(rank) - 1]
-
-
 def durations(
     source: Source,
     *,
@@ -361,9 +247,10 @@ def duration_sample(
     return DurationSample(since, total, every, _summaries(by_type, {}))
 
 
-def _run_times(conn: sa.Connection, since: datetime, job_type: str | None, *, every: int) -> dict[str, list[float]]:
-    """Run times (seconds, to the ms) of jobs completed since ``since``, by type; one in ``every``."""
-    dialect = conn.dialect.name
+def run_times_statement(
+    dialect: str, since: datetime, job_type: str | None = None, *, every: int = 1
+) -> sa.Select[Any]:
+    """(type, seconds) of each job completed since ``since``; one in ``every``."""
     seconds = seconds_between(dialect, t.c.claimed_at, t.c.completed_at)
     query = sa.select(t.c.type, seconds).where(
         t.c.status == JobStatus.COMPLETED.value, t.c.completed_at >= since, t.c.claimed_at.is_not(None)
@@ -372,11 +259,13 @@ def _run_times(conn: sa.Connection, since: datetime, job_type: str | None, *, ev
         query = query.where(t.c.type == job_type)
     if every > 1:
         query = query.where(_microsecond(dialect, t.c.completed_at) % every == 0)
-    by_type: dict[str, list[float]] = {}
-    for name, value in conn.execute(query.execution_options(yield_per=10_000)):
-        # Millisecond resolution: julianday() arithmetic is only good to ~50 µs.
-        by_type.setdefault(name, []).append(max(0.0, round(float(value), 3)))
-    return by_type
+    return query
+
+
+def _run_times(conn: sa.Connection, since: datetime, job_type: str | None, *, every: int) -> dict[str, list[float]]:
+    """Run times (seconds, to the ms) of jobs completed since ``since``, by type; one in ``every``."""
+    query = run_times_statement(conn.dialect.name, since, job_type, every=every)
+    return run_times_of(conn.execute(query.execution_options(yield_per=10_000)))
 
 
 def _microsecond(dialect: str, column: Any) -> Any:
@@ -480,6 +369,20 @@ class Recent:
     jobs: list[JobRecord]
 
 
+def finished_statement(since: datetime, until: datetime, job_type: str | None = None) -> sa.Select[Any]:
+    """(status, count) of the jobs completed and failed in ``[since, until]``."""
+    query = (
+        sa.select(t.c.status, sa.func.count())
+        .where(
+            t.c.status.in_((JobStatus.COMPLETED.value, JobStatus.FAILED.value)),
+            t.c.completed_at >= since,
+            t.c.completed_at <= until,
+        )
+        .group_by(t.c.status)
+    )
+    return query if job_type is None else query.where(t.c.type == job_type)
+
+
 def recent(
     source: Source,
     *,
@@ -492,20 +395,8 @@ def recent(
     until = now_of(source, now)
     if isinstance(since, timedelta):
         since = until - since
-    counts: dict[str, int] = {}
-    query = (
-        sa.select(t.c.status, sa.func.count())
-        .where(
-            t.c.status.in_((JobStatus.COMPLETED.value, JobStatus.FAILED.value)),
-            t.c.completed_at >= since,
-            t.c.completed_at <= until,
-        )
-        .group_by(t.c.status)
-    )
-    if job_type is not None:
-        query = query.where(t.c.type == job_type)
     with reading(source) as conn:
-        counts = dict(conn.execute(query).all())
+        counts: dict[str, int] = dict(conn.execute(finished_statement(since, until, job_type)).tuples().all())
         listed = _finished(conn, (JobStatus.COMPLETED, JobStatus.FAILED), job_type, since, until, limit)
     return Recent(since, until, counts.get("completed", 0), counts.get("failed", 0), listed)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
 import sqlalchemy as sa
@@ -18,9 +17,11 @@ from sqlalchemy.engine import make_url
 from .. import config, faults
 from ..clock import SystemClock
 from ..errors import DatabaseUnavailable
+from ..errors import NoLedger as NoLedger  # `X as X`: defined in errors, this module's API too
 from ..ledger.engine import READ_ONLY, create_engine, ledger_name, mask_url
 from ..ledger.schema import FINISHED_SQL, RECORD_COLUMNS, TABLE, jobs
 from ..record import JobRecord
+from .ledgerfile import ledger_file
 
 if TYPE_CHECKING:
     from ..coordinator import Coordinator
@@ -30,10 +31,6 @@ Source = Union["Coordinator", sa.Engine]
 
 t = jobs
 COLUMNS = [t.c[name] for name in RECORD_COLUMNS]
-
-
-class NoLedger(DatabaseUnavailable):
-    """The database named does not exist or holds no tether ledger; nothing was created."""
 
 
 # -- opening -------------------------------------------------------------------------------------
@@ -48,16 +45,8 @@ def open_ledger(db_url: str | None = None, *, schema: str | None = None) -> sa.E
     except sa.exc.ArgumentError:
         url = None
     if url is not None and url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-        path = Path(url.database).expanduser().absolute()
-        if not path.is_file():
-            if path.is_dir():
-                what = "it is a directory, not a ledger file"
-            else:
-                what = "it is not a regular file" if path.exists() else "the file does not exist"
-            raise NoLedger(f"no ledger at {path} ({what}; check --db or TETHER_DB)")
-        if path.stat().st_size == 0:
-            raise NoLedger(f"no ledger at {path} (the file is empty, 0 bytes, so it has no {TABLE} table)")
-    engine = create_engine(db_url, schema=config.schema(schema))
+        ledger_file(url.database)
+    engine = create_engine(db_url, schema=config.schema(schema), busy_timeout=config.BUSY_TIMEOUT)
     try:
         with engine.connect() as conn:
             present = sa.inspect(conn).has_table(TABLE)
