@@ -17,6 +17,11 @@ worker started without them, get the plain behaviour):
 - ``TETHER_TEST_HANG_BEFORE_RENAME=<marker>``: ``DataFile.write`` writes and fsyncs its temp
   file as usual, then, instead of renaming it, writes the temp path to ``<marker>`` and blocks
   forever, so the test can SIGKILL the worker in the middle of the atomic write.
+- ``TETHER_TEST_SYNC_LOG=<log>``: every directory fsync (``fsync <inode>``, once it returned),
+  rename of a data file (``rename <directory inode> <name>``) and group commit (``record <ids of
+  the jobs it completes>``, before the commit) is appended to ``<log>`` in the order it happens;
+  with ``TETHER_TEST_KILL_AT_DIR_SYNC=<n>`` the process SIGKILLs itself instead of the n-th
+  directory fsync (renames done, their directory not fsynced, their jobs not recorded).
 - ``TETHER_TEST_KILL_AFTER_WRITE=<marker>``: ``create_file`` runs the real handler (the rename
   has happened) and then, if ``<marker>`` exists, deletes it and SIGKILLs its own process before
   the completion can commit. Deleting the marker first makes this happen once only.
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import threading
 import time
 from pathlib import Path
@@ -41,6 +47,8 @@ if TYPE_CHECKING:
 
 HANG_ENV = "TETHER_TEST_HANG_BEFORE_RENAME"
 KILL_ENV = "TETHER_TEST_KILL_AFTER_WRITE"
+SYNC_LOG_ENV = "TETHER_TEST_SYNC_LOG"
+KILL_AT_DIR_SYNC_ENV = "TETHER_TEST_KILL_AT_DIR_SYNC"
 KILL_AT_ENV = "TETHER_TEST_KILL_AT_APPEND"  # SIGKILL this process right after its Nth append_id effect
 SLOW_JOB_DEADLINE = 60.0  # a slow job never outlives a broken test by more than this
 
@@ -158,6 +166,56 @@ class _HangOnReplace:
         threading.Event().wait()
 
 
+class _SyncLog:
+    """The order of directory fsyncs, renames and group commits in a worker (see the module doc)."""
+
+    def __init__(self, log: str, kill_at: int | None) -> None:
+        self.fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.kill_at, self.dir_syncs = kill_at, 0
+        self.real_fsync = fs.fsync_fd
+
+    def line(self, text: str) -> None:
+        os.write(self.fd, f"{text}\n".encode())  # one write(2) each: lines never mix
+
+    def fsync(self, fd: int) -> None:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            self.dir_syncs += 1
+            if self.dir_syncs == self.kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+        self.real_fsync(fd)
+        if stat.S_ISDIR(st.st_mode):
+            self.line(f"fsync {st.st_ino}")
+
+    def install(self) -> None:
+        from tether.ledger.queue import Queue
+
+        fs.fsync_fd = self.fsync
+        fs.os = _LogReplace(self)  # type: ignore[attr-defined,assignment]  # a stand-in for fs's os module
+        finish = Queue.finish_and_claim
+
+        def finish_and_claim(queue: Queue, worker: str, decisions: Any, **kw: Any) -> Any:
+            self.line("record " + " ".join(d.job.id for d in decisions if d.edge == "complete"))
+            return finish(queue, worker, decisions, **kw)
+
+        setattr(Queue, "finish_and_claim", finish_and_claim)  # noqa: B010  # a test's wrapper
+
+
+class _LogReplace:
+    """Stands in for the ``os`` module inside tether.fs: ``replace`` is logged once done."""
+
+    def __init__(self, log: _SyncLog) -> None:
+        self._log = log
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+    def replace(self, src: Any, dst: Any, *, src_dir_fd: int | None = None, dst_dir_fd: int | None = None) -> None:
+        os.replace(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+        assert dst_dir_fd is not None
+        self._log.line(f"rename {os.fstat(dst_dir_fd).st_ino} {os.fspath(dst)}")
+
+
 def register(registry: Registry) -> None:
     kill_at = os.environ.get(KILL_AT_ENV)
     registry.register(AppendIdType(int(kill_at) if kill_at else None))
@@ -165,5 +223,8 @@ def register(registry: Registry) -> None:
     registry.register(PoisonOrNotType())
     if marker := os.environ.get(KILL_ENV):
         registry.register(KillAfterWriteType(marker))
+    if log := os.environ.get(SYNC_LOG_ENV):
+        kill_at_sync = os.environ.get(KILL_AT_DIR_SYNC_ENV)
+        _SyncLog(log, int(kill_at_sync) if kill_at_sync else None).install()
     if marker := os.environ.get(HANG_ENV):
         fs.os = _HangOnReplace(marker)  # type: ignore[attr-defined,assignment]  # a stand-in for fs's os module

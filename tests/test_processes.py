@@ -304,6 +304,66 @@ def test_a_batching_worker_killed_mid_drain_loses_nothing_and_reruns_only_uncomm
     assert sum(1 for pids in runs.values() if pids[0] == doomed.pid) == kill_at == len(committed) + len(twice)
 
 
+def _sync_order(log: Path) -> tuple[dict[str, int], dict[int, list[int]], dict[str, int]]:
+    """From a worker's sync log: the line of each data file's last rename (by ``<dir inode>/<name>``),
+    the lines of each directory's fsyncs, and the line of the commit that recorded each job."""
+    renamed: dict[str, int] = {}
+    fsynced: dict[int, list[int]] = {}
+    recorded: dict[str, int] = {}
+    for n, line in enumerate(log.read_text().splitlines()):
+        kind, _, rest = line.partition(" ")
+        if kind == "rename":
+            inode, name = rest.split(" ", 1)
+            renamed[f"{inode}/{name}"] = n
+        elif kind == "fsync":
+            fsynced.setdefault(int(rest), []).append(n)
+        else:
+            recorded.update((job_id, n) for job_id in rest.split())
+    return renamed, fsynced, recorded
+
+
+def test_a_worker_killed_before_a_shared_directory_fsync_left_no_completed_job_without_a_durable_entry(
+    tmp_path: Path, ledger: str, root: Path, start_worker: Callable[..., Proc]
+) -> None:
+    """Directory fsyncs are shared by the jobs of a group commit (jobtypes/dirsync.py). Killed
+    just before one of them, the worker has renamed files whose entries are not durable: none of
+    their jobs may be completed, and every completed job's directory was fsynced after its
+    rename and before the commit that recorded it."""
+    payloads = [CreateFile(path=f"d{i % 3}/n{i:04d}.json", content={"n": i}) for i in range(300)]
+    with open_coordinator(ledger, root) as c:
+        ids = [r.job.id for r in c.enqueue_many(payloads)]
+    log = tmp_path / "sync.log"
+    # 3 fsyncs of the root (each directory's first write), then 3 per group commit: the 8th is
+    # inside the second commit's flush (or later ones, when a slow disk makes claims go singly).
+    doomed = start_worker("--until-idle", env={pj.SYNC_LOG_ENV: str(log), pj.KILL_AT_DIR_SYNC_ENV: "8"})
+    assert doomed.wait() == -signal.SIGKILL
+
+    renamed, fsynced, recorded = _sync_order(log)
+    inodes = {d: (root / d).stat().st_ino for d in ("d0", "d1", "d2")}
+    with open_coordinator(ledger, root) as c:
+        completed = [
+            (job_id, p) for job_id, p in zip(ids, payloads, strict=True) if c.get(job_id).status is JobStatus.COMPLETED
+        ]
+    assert completed, "the kill came after at least one group commit"
+    for job_id, p in completed:
+        directory, name = p.path.split("/")
+        rename = renamed[f"{inodes[directory]}/{name}"]
+        assert any(rename < f < recorded[job_id] for f in fsynced.get(inodes[directory], [])), (
+            f"{p.path} was recorded completed before its directory entry was fsynced"
+        )
+        assert (root / p.path).read_bytes() == render(p)
+    completed_ids = {job_id for job_id, _ in completed}
+    assert len(renamed) > len(completed_ids), "the kill came after renames whose entries were not yet fsynced"
+
+    with open_coordinator(ledger, root) as c:
+        c.reclaim_stale(now=datetime.now(UTC) + timedelta(seconds=c.lock_timeout + 1))
+    survivor = start_worker("--until-idle")
+    assert_clean_exit(survivor, survivor.wait())
+    with open_coordinator(ledger, root) as c:
+        assert {c.get(i).status for i in ids} == {JobStatus.COMPLETED}
+    assert all((root / p.path).read_bytes() == render(p) for p in payloads)
+
+
 # -- shutdown by signal -----------------------------------------------------------------------
 
 

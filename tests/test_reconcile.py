@@ -377,7 +377,14 @@ def test_leftover_temp_files_are_found_in_directories_the_probe_listed_and_below
         scans.append(os.readlink(f"/proc/self/fd/{fd}"))
         return real_scandir(fd)
 
+    real_listdir = os.listdir
+
+    def listdir(fd: int) -> list[str]:  # a directory without subdirectories: names are enough
+        scans.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real_listdir(fd)
+
     monkeypatch.setattr(os, "scandir", scandir)
+    monkeypatch.setattr(os, "listdir", listdir)
     monkeypatch.setattr(files, "_BYTES_PER_WANTED", 10**6)  # list any directory with 8+ of the paths
     report = reconcile(coordinator, content=False)
     assert statuses(report) == {

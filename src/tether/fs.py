@@ -254,11 +254,12 @@ class DataFile:
             raise _not_regular(st.st_mode, self.rel)
         return st
 
-    def holds(self, data: bytes) -> bool:
+    def holds(self, data: bytes, *, sync_dir: bool = True) -> bool:
         """Whether the regular file at the path holds exactly ``data``. When it does, it and its
         directory are fsynced before this returns: whoever wrote it (an earlier attempt of this
         job, say) may have seen its fsync fail, and the job must not complete on bytes that are
-        only in the page cache."""
+        only in the page cache. Without ``sync_dir`` the caller fsyncs the directory before the
+        job is recorded (``jobtypes.dirsync``)."""
         try:
             fd = os.open(self.name, _READ_FLAGS | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.dir_fd)
         except FileNotFoundError:
@@ -274,15 +275,17 @@ class DataFile:
             fsync_fd(fd)
         finally:
             os.close(fd)
-        fsync_fd(self.dir_fd)
+        if sync_dir:
+            fsync_fd(self.dir_fd)
         return True
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes, *, sync_dir: bool = True) -> None:
         """Replace the file with ``data`` all at once: temp file in the same directory, write,
-        fsync, rename over the target, fsync the directory. The first time this process writes
-        into a directory it also makes the directories above it durable, up to the data root,
-        before the rename. The temp file is removed on any error, which leaves the target as
-        it was."""
+        fsync, rename over the target, fsync the directory (without ``sync_dir``, the caller
+        does that last step before the job is recorded: ``jobtypes.dirsync``). The first time
+        this process writes into a directory it also makes the directories above it durable, up
+        to the data root, before the rename. The temp file is removed on any error, which leaves
+        the target as it was."""
         tmp = f".{self.name}.{secrets.token_hex(4)}{TEMP_SUFFIX}"
         fd = os.open(
             tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, _FILE_MODE, dir_fd=self.dir_fd
@@ -303,11 +306,13 @@ class DataFile:
             if isinstance(e, OSError) and e.filename is None:
                 raise beneath._named(e, self.rel) from None
             raise
-        fsync_fd(self.dir_fd)
+        if sync_dir:
+            fsync_fd(self.dir_fd)
 
-    def delete(self) -> bool:
+    def delete(self, *, sync_dir: bool = True) -> bool:
         """Remove the file durably; False if it was not there. The directory is fsynced either
-        way: an earlier attempt may have removed it and then failed to fsync."""
+        way (without ``sync_dir``, by the caller before the job is recorded): an earlier attempt
+        may have removed it and then failed to fsync."""
         try:
             os.unlink(self.name, dir_fd=self.dir_fd)
             deleted = True
@@ -317,7 +322,8 @@ class DataFile:
             if e.errno in (errno.EISDIR, errno.EPERM) and (st := self.lstat()) and stat.S_ISDIR(st.st_mode):
                 raise _not_regular(st.st_mode, self.rel) from None
             raise beneath._named(e, self.rel) from None
-        fsync_fd(self.dir_fd)
+        if sync_dir:
+            fsync_fd(self.dir_fd)
         return deleted
 
     def remove_stale_temps(self) -> int:

@@ -18,6 +18,7 @@ from ..record import JobRecord
 
 if TYPE_CHECKING:
     from . import Payload
+    from .dirsync import DirSyncs
 
 TIMEOUT = "timeout"
 SHUTDOWN = "shutdown"
@@ -76,6 +77,7 @@ class JobContext:
         "_reason",
         "_event",
         "_trusted_until",
+        "dir_syncs",
     )
 
     def __init__(
@@ -86,6 +88,7 @@ class JobContext:
         worker: str = "",
         *,
         trusted_until: float | None = None,
+        dir_syncs: DirSyncs | None = None,
     ) -> None:
         self.job = job
         self.worker = worker
@@ -102,6 +105,9 @@ class JobContext:
         self._event: threading.Event | None = None
         # Until then (time.monotonic()), the worker knows without asking that it holds the job.
         self._trusted_until = trusted_until
+        # The worker's directory fsyncs owed before this job is recorded (``dirsync``); None: a
+        # file helper fsyncs the directory itself.
+        self.dir_syncs = dir_syncs
 
     @property
     def children(self) -> list[JobRecord]:

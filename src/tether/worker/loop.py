@@ -20,6 +20,8 @@ import sqlalchemy as sa
 from .. import config, events, faults
 from ..errors import Cancelled, Deferred, InvalidPayload, JobTimedOut, LedgerFault, PermanentError
 from ..jobtypes.context import LEASE_LOST, SHUTDOWN, TIMEOUT, JobContext
+from ..jobtypes.dirsync import DirSyncs
+from ..jobtypes.files import file_error
 from ..ledger.queue import Decision
 from ..ledger.walwatch import WalWatcher
 from ..outcome import encode_result, error_text
@@ -139,7 +141,11 @@ class Worker:
         # No other worker takes these locks before they are lock_timeout old; for the first half
         # of that the claim is proof enough (the margin heartbeat self-fencing keeps too).
         trusted_until = batch.leased_at + self.config.lock_timeout / 2
-        contexts = [JobContext(job, self.queue, self._cancel, self.id, trusted_until=trusted_until) for job in jobs]
+        syncs = DirSyncs()  # directory fsyncs shared by the jobs of each group commit (dirsync.py)
+        contexts = [
+            JobContext(job, self.queue, self._cancel, self.id, trusted_until=trusted_until, dir_syncs=syncs)
+            for job in jobs
+        ]
         with self._running_lock:
             for job, ctx in zip(jobs, contexts, strict=True):
                 self._running[job.id] = ctx
@@ -158,7 +164,7 @@ class Worker:
                     pending.append(Decision.release(job))
                     continue
                 if pending and time.perf_counter() >= flush_at:
-                    self._record(pending)  # before the next handler, which may be slow
+                    self._record(self._synced(pending, syncs.flush()))  # before the next handler, which may be slow
                     pending = []
                 outcome, duration = self._run_handler(job, ctx)
                 pending.append(self._decide_safely(job, outcome, duration))
@@ -175,6 +181,7 @@ class Worker:
             raise
         finally:
             self._slow = slow
+            pending = self._synced(pending, syncs.close())
             if pending:
                 ahead = claim_next and finished and not self._stopping.is_set()
                 leased_at = time.monotonic()
@@ -185,6 +192,20 @@ class Worker:
                 self.outcomes.update(edges)
             self.processed += ran
         return ran, following
+
+    def _synced(self, pending: list[Decision], failed: dict[str, tuple[str, OSError]]) -> list[Decision]:
+        """``pending`` once its jobs' directories are fsynced (``failed`` are the jobs whose
+        directory fsync failed): a job whose entry is not durable is never recorded completed;
+        its outcome becomes the failed fsync's, as if its handler had raised it."""
+        if not failed:
+            return pending
+        out = []
+        for d in pending:
+            if d.edge == "complete" and d.job.id in failed:
+                rel, e = failed[d.job.id]
+                d = self._decide_safely(d.job, file_error(e, rel), d.duration or 0.0)
+            out.append(d)
+        return out
 
     def _run_handler(self, job: JobRecord, ctx: JobContext) -> tuple[Returned | Exception, float]:
         start = time.perf_counter()
