@@ -19,6 +19,7 @@ first on the workers' PYTHONPATH) both trees are measured in every round, sides 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sqlite3
@@ -35,10 +36,14 @@ from _common import REPO, SCRATCH, machine, scratch
 TETHER = Path(sys.executable).with_name("tether")
 
 
-def start_workers(db: Path, root: Path, workers: int, src: Path | None, ready: Path) -> list[subprocess.Popen]:
+def start_workers(
+    db: Path, root: Path, workers: int, src: Path | None, ready: Path, profile: Path | None
+) -> list[subprocess.Popen]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
     env["PYTHONPATH"] = os.pathsep.join([*([str(src)] if src else []), str(REPO)])
     env["TETHER_BENCH_READY"] = str(ready)
+    if profile is not None:
+        env["TETHER_BENCH_PROFILE"] = str(profile)
     command = [
         str(TETHER),
         "--db",
@@ -82,7 +87,7 @@ def stop(procs: list[subprocess.Popen]) -> None:
             raise RuntimeError(f"worker exited {p.returncode}: {err.decode()[-1500:]}")
 
 
-def drain(jobs: int, workers: int, src: Path) -> tuple[float, int]:
+def drain(jobs: int, workers: int, src: Path, profile: bool = False) -> tuple[float, int, str]:
     """Jobs/s of ``workers`` processes (running the tether in ``src``) draining ``jobs``
     no-op jobs, and how many claims took them (distinct claimed_at: a claim stamps its batch)."""
     sys.path.insert(0, str(REPO))
@@ -93,11 +98,12 @@ def drain(jobs: int, workers: int, src: Path) -> tuple[float, int]:
 
     with scratch(SCRATCH, "procs") as d:
         db, root, ready = d / "ledger.db", d / "root", Path(tempfile.mkdtemp(dir=d))
+        spent = Path(tempfile.mkdtemp(dir=d)) if profile else None
         root.mkdir()
         registry = default_registry()
         pg_jobtypes.register(registry)
         with Coordinator.open(f"sqlite:///{db}", root=root, registry=registry) as c:
-            procs = start_workers(db, root, workers, src, ready)
+            procs = start_workers(db, root, workers, src, ready, spent)
             try:
                 wait_ready(procs, ready, src)
                 c.enqueue_many([pg_jobtypes.PgNoop(n=i) for i in range(jobs)])
@@ -116,8 +122,22 @@ def drain(jobs: int, workers: int, src: Path) -> tuple[float, int]:
                     conn.close()
             finally:
                 stop(procs)
+        report = "" if spent is None else _spent(spent)
     seconds = (datetime.fromisoformat(last) - datetime.fromisoformat(first)).total_seconds()
-    return jobs / seconds, claims
+    return jobs / seconds, claims, report
+
+
+def _spent(directory: Path) -> str:
+    """Per process (``--profile``): seconds waiting for the write lock / inside write transactions
+    (the wait included) / in their COMMITs / in handlers, and write transactions."""
+    parts = []
+    for f in sorted(directory.iterdir()):
+        s = json.loads(f.read_text())
+        parts.append(
+            f"wait {s['lock_wait']:.2f} write {s['in_write']:.2f} commit {s['commit']:.2f} "
+            f"run {s['handlers']:.2f} ({s['writes']} tx)"
+        )
+    return "; ".join(parts)
 
 
 def main() -> None:
@@ -126,6 +146,7 @@ def main() -> None:
     parser.add_argument("--workers", default="1,2,4", help="worker process counts, comma-separated")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--before", type=Path, help="another checkout's src/ to measure beside this one")
+    parser.add_argument("--profile", action="store_true", help="per process: time waiting for the write lock, etc.")
     args = parser.parse_args()
     counts = [int(w) for w in args.workers.split(",")]
     trees = {"after": REPO / "src"} if args.before is None else {"before": args.before, "after": REPO / "src"}
@@ -138,13 +159,15 @@ def main() -> None:
         sides = list(trees) if r % 2 == 0 else list(reversed(trees))
         for workers in order:
             for side in sides:
-                rate, claims = drain(args.jobs, workers, trees[side])
+                rate, claims, spent = drain(args.jobs, workers, trees[side], args.profile)
                 rates.setdefault((side, workers), []).append(rate)
                 print(
                     f"  round {r + 1} {side:6} {workers} worker(s): {rate:7.0f} jobs/s  "
                     f"({claims} claims, {args.jobs / claims:.0f} jobs each; load {os.getloadavg()[0]:.1f})",
                     flush=True,
                 )
+                if spent:
+                    print(f"    seconds per process: {spent}", flush=True)
 
     print(f"\nmedians over {args.rounds} rounds ({time.monotonic() - t0:.0f}s in all; load {os.getloadavg()[0]:.1f})")
     header = f"{'workers':>7}" + "".join(f" {side + ' jobs/s':>14} {'vs 1':>6}" for side in trees)
