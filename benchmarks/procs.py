@@ -64,14 +64,14 @@ def start_workers(
 def wait_ready(procs: list[subprocess.Popen], ready: Path, src: Path, timeout: float = 120) -> None:
     """Until every process wrote its ready file, each naming the tether in ``src``."""
     deadline = time.monotonic() + timeout
-    while len(list(ready.iterdir())) < len(procs):
+    while len(list(ready.glob("[!.]*"))) < len(procs):
         dead = [p for p in procs if p.poll() is not None]
         if dead:
             raise RuntimeError(f"worker exited {dead[0].returncode}: {dead[0].stderr.read().decode()[-1500:]}")
         if time.monotonic() > deadline:
             raise RuntimeError("workers not ready in time")
         time.sleep(0.02)
-    for f in ready.iterdir():
+    for f in ready.glob("[!.]*"):
         if Path(f.read_text()).resolve() != (src / "tether").resolve():
             raise RuntimeError(f"a worker ran the tether in {f.read_text()}, not the one in {src}")
     # From the ready file to the worker's first (empty) claim is a few statements; let them pass.

@@ -24,8 +24,10 @@ def schedules(coordinator: Any) -> None:
     import tether
 
     ready = os.environ.get("TETHER_BENCH_READY")
-    if ready:
-        (Path(ready) / str(os.getpid())).write_text(str(Path(tether.__file__).parent))
+    if ready:  # written whole, then named: the benchmark never reads a half-written file
+        temp = Path(ready) / f".{os.getpid()}"
+        temp.write_text(str(Path(tether.__file__).parent))
+        temp.rename(temp.with_name(str(os.getpid())))
 
 
 def _profile(out: Path) -> None:
