@@ -17,7 +17,7 @@ from .clock import Clock, SystemClock
 from .errors import ConfigError
 from .jobtypes import JobType, Payload, Registry, default_registry
 from .ledger import meta
-from .ledger.engine import Durability, create_engine, ensure_schema, opening_error, schema_of
+from .ledger.engine import Durability, create_engine, ensure_schema, layout, opening_error, schema_of
 from .ledger.queue import Queue
 from .ledger.wakeup import wakeup_for
 from .record import InsertResult, JobRecord
@@ -114,12 +114,17 @@ class Coordinator:
             durability=config.durability(durability),  # type: ignore[arg-type]  # create_engine checks the value
             schema=config.schema(schema),
         )
+        given = config.named_root(root)
         try:
-            ensure_schema(engine)
-            try:
-                root_path, ledger_id, first = meta.settle(engine, config.named_root(root), moved=moved)
-            except sa.exc.SQLAlchemyError as e:
-                raise opening_error(engine, e) from e
+            # A ledger this tether already set up and whose root is the one given: one read.
+            settled = meta.settled(engine, given, layout())
+            if settled is None:
+                ensure_schema(engine)
+                try:
+                    settled = meta.settle(engine, given, moved=moved, layout=layout())
+                except sa.exc.SQLAlchemyError as e:
+                    raise opening_error(engine, e) from e
+            root_path, ledger_id, first = settled
             _prepare_root(root_path, create=first)
         except BaseException:
             engine.dispose()
