@@ -162,6 +162,18 @@ class Coordinator:
         If an active job of the same type has the same idempotency ``key``, that job is returned
         with ``duplicate=True``. ``timeout`` (seconds) overrides the job type's for this job.
         Raises InvalidPayload (nothing stored) for bad input."""
+        if (
+            session is None
+            and priority.__class__ is int
+            and priority == 0
+            and max_attempts.__class__ is int
+            and max_attempts == 3
+            and delay is None
+            and run_at is None
+            and key is None
+            and timeout is None
+        ):  # most enqueues: no options to check, one job, no lists (issue 19)
+            return self.queue.enqueue_one(self.queue.builder.build_one(payload))
         jobs = self.queue.builder.build_many(
             [payload],
             priority=priority,
