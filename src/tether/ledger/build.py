@@ -164,7 +164,13 @@ class Builder:
             return self.build_many([payload])[0]
         now = self.clock.now()
         job_id = new_id(now)
-        encoded = self._encode(kind, payload)
+        try:
+            encoded = kind.encode(payload)
+        except PydanticSerializationError:
+            encoded = self._encode(kind, payload)  # raises InvalidPayload naming the fields
+        # The common payload passes limits.payload_problem's first two checks; it runs otherwise.
+        if len(encoded) > self.max_payload_bytes or encoded.count(b"[") + encoded.count(b"{") > limits.MAX_DEPTH:
+            encoded = self._encode(kind, payload)
         return make_tuple(
             JobRecord,
             (
