@@ -42,7 +42,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, SCRATCH, machine, percentile, scratch
+from _common import BARE_INSERT, REPO, SCRATCH, machine, percentile, scratch
 
 BATCH = 100
 FIGURES = ("enqueue", "interleaved", "first", "drain")
@@ -110,37 +110,11 @@ def _open(directory: Path) -> Any:
     )
 
 
-BARE_INSERT = """
-INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,
-                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes)
-VALUES (?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?)
-"""
-
-
 def _bare_rows(c: Any, payloads: list[Any]) -> list[tuple[Any, ...]]:
     """The rows tether would insert for ``payloads``, as bare sqlite3 parameters."""
-    from _common import sqlite_time
+    from _common import bare_row
 
-    rows = []
-    for p in payloads:
-        r = c.queue.build(p)
-        rows.append(
-            (
-                r.id,
-                r.type,
-                r.payload,
-                r.priority,
-                r.max_attempts,
-                sqlite_time(r.created_at),
-                sqlite_time(r.run_at),
-                r.idempotency_key,
-                r.ordering_key,
-                r.parent_id,
-                r.timeout,
-                r.payload_bytes,
-            )
-        )
-    return rows
+    return [bare_row(c.queue.build(p)) for p in payloads]
 
 
 def _bare_insert(conn: Any, row: tuple[Any, ...]) -> None:
