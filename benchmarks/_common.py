@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 SCRATCH = REPO / ".bench"  # gitignored; on the same disk as the repo
@@ -38,6 +39,33 @@ def sqlite_now() -> str:
 
 def sqlite_time(value: datetime | None) -> str | None:
     return None if value is None else value.astimezone(UTC).strftime(_SQLITE_TIME)
+
+
+# A bare enqueue: tether's INSERT of a new job without its checks, of the row tether built
+# (``bare_row``), so both sides write the same bytes (core.py, anchors.py, limits.py).
+BARE_INSERT = """
+INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,
+                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes)
+VALUES (?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+
+
+def bare_row(r: Any) -> tuple[Any, ...]:
+    """The parameters of ``BARE_INSERT`` for ``r``, a JobRecord tether built (``queue.build``)."""
+    return (
+        r.id,
+        r.type,
+        r.payload,
+        r.priority,
+        r.max_attempts,
+        sqlite_time(r.created_at),
+        sqlite_time(r.run_at),
+        r.idempotency_key,
+        r.ordering_key,
+        r.parent_id,
+        r.timeout,
+        r.payload_bytes,
+    )
 
 
 def bare_connect(path: Path) -> sqlite3.Connection:

@@ -27,10 +27,20 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from _common import SCRATCH, bare_connect, machine, median, percentile, scratch, sqlite_now, sqlite_time
+from _common import (
+    BARE_INSERT,
+    SCRATCH,
+    bare_connect,
+    bare_row,
+    machine,
+    median,
+    percentile,
+    scratch,
+    sqlite_now,
+    sqlite_time,
+)
 from core import (
     BARE_COMPLETE,
-    BARE_INSERT,
     Noop,
     _check_files,
     _file_handler,
@@ -100,19 +110,7 @@ class Bare:
         self._c = open_ledger(Path(d) / "builder")
 
     def row(self, p: Any) -> tuple[Any, ...]:
-        r = self._c.queue.build(p)
-        return (
-            r.id,
-            r.type,
-            r.payload,
-            r.priority,
-            r.max_attempts,
-            sqlite_time(r.created_at),
-            sqlite_time(r.run_at),
-            r.idempotency_key,
-            r.ordering_key,
-            r.parent_id,
-        )
+        return bare_row(self._c.queue.build(p))
 
     def insert(self, row: tuple[Any, ...]) -> None:
         self.conn.execute("BEGIN IMMEDIATE")
@@ -124,7 +122,8 @@ class Bare:
         the time, the payload's JSON (tether's own helpers, no validation or options)."""
         now = datetime.now(UTC)
         when = sqlite_time(now)
-        self.insert((new_id(now), payload.job_type, payload.to_json().decode(), 0, 3, when, when, None, None, None))
+        body = payload.to_json().decode()
+        self.insert((new_id(now), payload.job_type, body, 0, 3, when, when, None, None, None, None, len(body)))
 
 
 # -- durable single enqueue ----------------------------------------------------------------------

@@ -31,7 +31,18 @@ from typing import Any, ClassVar
 
 import orjson
 
-from _common import SCRATCH, bare_connect, fsync_dir, machine, median, percentile, scratch, sqlite_now, sqlite_time
+from _common import (
+    BARE_INSERT,
+    SCRATCH,
+    bare_connect,
+    bare_row,
+    fsync_dir,
+    machine,
+    median,
+    percentile,
+    scratch,
+    sqlite_now,
+)
 from tether import Coordinator, CreateFile, JobContext, JobType, Payload
 from tether.jobtypes import default_registry, render
 
@@ -72,11 +83,6 @@ def note(i: int) -> CreateFile:
 
 # -- bare SQL: the same table and claim index, no guarantees beyond fencing by owner + attempt ------
 
-BARE_INSERT = """
-INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,
-                         created_at, run_at, idempotency_key, ordering_key, parent_id)
-VALUES (?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?)
-"""
 # The bare claim reads tether's partial index of pending jobs, as tether's claim does (SQLite
 # would otherwise sort the pending rows of the status index).
 BARE_CLAIM_PICK = """
@@ -134,23 +140,7 @@ def enqueue_pair(directory: Path, n: int) -> tuple[list[float], list[float]]:
     alternating one by one (the side that goes first alternates too)."""
     payloads = [note(i) for i in range(n)]  # built before the clock starts, as the bare rows are
     with open_ledger(directory / "bare") as c:  # tether's DDL; rows built by tether, inserted by hand
-        rows = []
-        for p in payloads:
-            r = c.queue.build(p)
-            rows.append(
-                (
-                    r.id,
-                    r.type,
-                    r.payload,
-                    r.priority,
-                    r.max_attempts,
-                    sqlite_time(r.created_at),
-                    sqlite_time(r.run_at),
-                    r.idempotency_key,
-                    r.ordering_key,
-                    r.parent_id,
-                )
-            )
+        rows = [bare_row(c.queue.build(p)) for p in payloads]
     conn = bare_connect(directory / "bare" / "ledger.db")
     t_out: list[float] = []
     b_out: list[float] = []

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 import pytest
@@ -16,9 +17,21 @@ import sqlalchemy as sa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether import Coordinator, CreateFile, DeleteFile, InvalidPayload, UnknownJobType, UnsafePath, limits
+from tether import (
+    Coordinator,
+    CreateFile,
+    DeleteFile,
+    InvalidPayload,
+    JobType,
+    Payload,
+    UnknownJobType,
+    UnsafePath,
+    limits,
+)
 from tether.errors import ConfigError
+from tether.jobtypes import default_registry
 from tether.limits import DEFAULT_MAX_PAYLOAD_BYTES, MAX_DEPTH
+from tether.record import JobRecord
 
 
 def count_jobs(c: Coordinator) -> int:
@@ -390,3 +403,68 @@ def test_the_depth_check_counts_nesting_exactly_whatever_the_strings_hold(value,
         value = [value] if extra % 2 else {"k": value}
     text = orjson.dumps(value)
     assert limits._depth(text) == min(_walk_depth(value), MAX_DEPTH + 1)
+
+
+class Blob(Payload):
+    """A type without hooks: its single enqueue with default options takes Builder.build_one."""
+
+    job_type: ClassVar[str] = "blob"
+    data: Any
+
+
+class BlobType(JobType[Blob]):
+    name = "blob"
+    payload_model = Blob
+
+    def run(self, payload: Blob, ctx: Any) -> None:
+        return None
+
+
+def _deep(levels: int) -> Any:
+    value: Any = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        "x" * 2000,  # over max_payload_bytes (1000 here)
+        _deep(MAX_DEPTH + 1),  # nested too deep
+        "\ud800",  # a lone surrogate: no JSON can hold it
+    ],
+    ids=["too-big", "too-deep", "unencodable"],
+)
+def test_the_single_enqueue_refuses_what_enqueue_many_refuses_with_the_same_problems(db_url, tmp_path, data):
+    registry = default_registry()
+    registry.register(BlobType())
+    with Coordinator.open(db_url, root=tmp_path / "data", registry=registry, max_payload_bytes=1000) as c:
+        c.enqueue(Blob(data="fine"))  # the type's hooks are looked up: later enqueues take the short path
+        with pytest.raises(InvalidPayload) as alone:
+            c.enqueue(Blob(data=data))
+        with pytest.raises(InvalidPayload) as many:
+            c.enqueue_many([Blob(data=data)])
+        assert alone.value.problems == many.value.problems and alone.value.job_type == "blob"
+        assert count_jobs(c) == 1
+
+
+def apart_from_id_and_times(job: JobRecord) -> dict[str, Any]:
+    return {k: v for k, v in job._asdict().items() if k not in ("id", "created_at", "run_at")}
+
+
+def test_the_single_enqueue_stores_the_row_enqueue_many_stores_and_logs_it(db_url, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="tether.events")
+    registry = default_registry()
+    registry.register(BlobType())
+    with Coordinator.open(db_url, root=tmp_path / "data", registry=registry) as c:
+        first = c.enqueue(Blob(data={"a": [1, 2]}))
+        alone = c.enqueue(Blob(data={"a": [1, 2]}))
+        [many] = c.enqueue_many([Blob(data={"a": [1, 2]})])
+        assert not alone.duplicate and first.job.id < alone.job.id < many.job.id
+        assert apart_from_id_and_times(alone.job) == apart_from_id_and_times(many.job)
+        stored = c.get(alone.job.id)
+        assert apart_from_id_and_times(stored) == apart_from_id_and_times(alone.job)
+        assert stored.created_at == alone.job.created_at == stored.run_at
+    queued = [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "tether.events"]
+    assert [e["job_id"] for e in queued if e["event"] == "queued"] == [first.job.id, alone.job.id, many.job.id]

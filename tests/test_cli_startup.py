@@ -78,6 +78,30 @@ def test_status_on_a_sqlite_file_loads_neither_sqlalchemy_nor_pydantic(ledger_en
     assert heavy == [], f"tether status loaded {heavy[:8]}"
 
 
+# What an enqueue (``Coordinator.open`` + ``enqueue``: an application at start-up, a CLI enqueue
+# on every run) must not pay for: 100-200 ms of imports it never uses (issue 19).
+NOT_FOR_ENQUEUE = (
+    "tether.worker",
+    "tether.reconcile",
+    "tether.observe",
+    "tether.schedule",
+    "sqlalchemy.orm",
+    "jsonschema",
+)
+
+
+def test_an_enqueue_loads_no_worker_reconcile_observe_schedule_orm_or_jsonschema(
+    ledger_env: dict[str, str], tmp_path: Path
+) -> None:
+    db = f"sqlite:///{tmp_path / 'tether.db'}"  # its own: the other tests count the shared one's jobs
+    Coordinator.open(db, root=tmp_path / "data").close()
+    env = {**ledger_env, "TETHER_DB": db}
+    modules = loaded(["enqueue", "create_file", "--payload", '{"path": "b.json", "content": 1}'], env)
+    assert "tether.coordinator" in modules and "tether.ledger.queue" in modules  # it did enqueue
+    heavy = sorted(m for m in modules if m.startswith(NOT_FOR_ENQUEUE))
+    assert heavy == [], f"tether enqueue loaded {heavy[:8]}"
+
+
 # The probe at one fixed instant: the CLI reads the system clock, and --json says when it looked.
 _AT_NOON = _PROBE.replace(
     "from tether.cli import main",

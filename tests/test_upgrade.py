@@ -9,9 +9,16 @@ import sqlalchemy as sa
 
 from tether import Coordinator, CreateFile, JobStatus
 from tether.jobtypes import default_registry
-from tether.ledger.engine import create_engine, ensure_schema
+from tether.ledger import meta
+from tether.ledger.engine import create_engine, ensure_schema, layout
 from tether.ledger.schema import jobs
 from tether.ledger.sql import COLUMNS
+
+
+def forget_layout(conn: sa.Connection) -> None:
+    """Earlier versions recorded no layout (``meta.LAYOUT``): an open that finds none ensures the
+    schema; one that finds its own skips that."""
+    conn.exec_driver_sql(f"DELETE FROM tether_meta WHERE key = '{meta.LAYOUT}'")
 
 
 def index_names(url: str) -> set[str | None]:
@@ -26,6 +33,7 @@ def test_an_older_ledger_gets_the_indexes_added_since_and_loses_the_retired_ones
     Coordinator.open(db_url, root=tmp_path / "data", registry=default_registry()).close()
     engine = create_engine(db_url)
     with engine.begin() as conn:  # as an earlier version left it
+        forget_layout(conn)
         conn.exec_driver_sql("CREATE INDEX ix_tether_jobs_claim ON tether_jobs (status, priority DESC, created_at, id)")
         conn.exec_driver_sql("CREATE INDEX ix_tether_jobs_finished ON tether_jobs (status, completed_at)")
         conn.exec_driver_sql(
@@ -56,6 +64,7 @@ def test_an_older_ledger_gets_the_quarantine_column_and_its_index_and_keeps_its_
         job_id = c.enqueue(CreateFile(path="a.json", text="a")).id
     engine = create_engine(db_url)
     with engine.begin() as conn:  # as the version before quarantine (issue 22) left it
+        forget_layout(conn)
         conn.exec_driver_sql("DROP INDEX ix_tether_jobs_quarantined")
         conn.exec_driver_sql("ALTER TABLE tether_jobs DROP COLUMN quarantine")
     engine.dispose()
@@ -91,6 +100,7 @@ def test_an_older_ledger_gets_the_columns_added_since_and_keeps_its_jobs(db_url,
         old = c.enqueue(CreateFile(path="a.json", content=1)).id
     engine = create_engine(db_url)
     with engine.begin() as conn:  # as a version without per-job timeouts left it
+        forget_layout(conn)
         conn.exec_driver_sql("ALTER TABLE tether_jobs DROP COLUMN timeout")
     engine.dispose()
 
@@ -109,6 +119,7 @@ def test_an_older_ledger_gets_the_blocked_flag_on_its_waiting_jobs_and_runs_them
         other = c.enqueue(Note(name="o", target="u")).id
     engine = create_engine(db_url)
     with engine.begin() as conn:  # as the version before the flag (issue 23) left it
+        forget_layout(conn)
         conn.exec_driver_sql("DROP INDEX ix_tether_jobs_queue")
         conn.exec_driver_sql("ALTER TABLE tether_jobs DROP COLUMN blocked")
     engine.dispose()
@@ -130,6 +141,7 @@ def test_an_older_ledger_gets_the_payload_sizes_of_the_jobs_that_may_still_run(d
         pending = c.enqueue(CreateFile(path="pending.txt", text="é" * 100)).id
     engine = create_engine(db_url)
     with engine.begin() as conn:  # as the version before payload sizes (issue 24) left it
+        forget_layout(conn)
         conn.execute(sa.text("UPDATE tether_jobs SET status = 'failed' WHERE id = :id"), {"id": failed})
         conn.exec_driver_sql("ALTER TABLE tether_jobs DROP COLUMN payload_bytes")
     engine.dispose()
@@ -142,3 +154,53 @@ def test_an_older_ledger_gets_the_payload_sizes_of_the_jobs_that_may_still_run(d
     assert {job_id: sizes[job_id] for job_id in payloads} == {
         job_id: len(payload.encode("utf-8")) for job_id, payload in payloads.items()
     }
+
+
+def opening_statements(monkeypatch: Any, db_url: str, root: Any) -> list[str]:
+    """The statements one ``Coordinator.open`` sends (those SQLAlchemy sees), with ensure_schema
+    made to fail: an open that needs it cannot pass."""
+    import tether.coordinator
+
+    statements: list[str] = []
+
+    def watched(*args: Any, **kwargs: Any) -> sa.Engine:
+        engine = create_engine(*args, **kwargs)
+        sa.event.listen(engine, "before_cursor_execute", lambda conn, cur, stmt, *rest: statements.append(stmt))
+        return engine
+
+    def refused(engine: sa.Engine) -> bool:
+        raise AssertionError("ensure_schema ran")
+
+    with monkeypatch.context() as m:
+        m.setattr(tether.coordinator, "create_engine", watched)
+        m.setattr(tether.coordinator, "ensure_schema", refused)
+        Coordinator.open(db_url, root=root, registry=default_registry()).close()
+    return statements
+
+
+def test_opening_a_ledger_this_version_set_up_is_one_read_of_its_meta(db_url, tmp_path, monkeypatch):
+    # An application opens a coordinator at start-up, a CLI enqueue on every run (issue 19).
+    Coordinator.open(db_url, root=tmp_path / "data", registry=default_registry()).close()
+    statements = opening_statements(monkeypatch, db_url, tmp_path / "data")
+    on_tables = [s for s in statements if "tether_" in s]
+    assert on_tables == ["SELECT key, value FROM tether_meta"]
+    assert not [s for s in statements if s.strip().upper().startswith("BEGIN IMMEDIATE")]  # no write lock taken
+
+
+def test_an_open_that_finds_another_layout_recorded_ensures_the_schema_and_records_its_own(db_url, tmp_path):
+    Coordinator.open(db_url, root=tmp_path / "data", registry=default_registry()).close()
+    engine = create_engine(db_url)
+    with engine.begin() as conn:  # as a version with other tables or indexes left it
+        conn.exec_driver_sql(f"UPDATE tether_meta SET value = 'another' WHERE key = '{meta.LAYOUT}'")
+        conn.exec_driver_sql("DROP INDEX ix_tether_jobs_done")
+    engine.dispose()
+
+    Coordinator.open(db_url, root=tmp_path / "data", registry=default_registry()).close()
+
+    assert "ix_tether_jobs_done" in index_names(db_url)
+    engine = create_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            assert meta.read(conn)[meta.LAYOUT] == layout()
+    finally:
+        engine.dispose()

@@ -3,30 +3,36 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from sqlalchemy.orm import Session
 
 from . import config, events, fs
-from . import schedule as schedules
 from .clock import Clock, SystemClock
 from .errors import ConfigError
 from .jobtypes import JobType, Payload, Registry, default_registry
 from .ledger import meta
-from .ledger.engine import Durability, create_engine, ensure_schema, opening_error, schema_of
+from .ledger.engine import Durability, create_engine, ensure_schema, layout, opening_error, schema_of
 from .ledger.queue import Queue
 from .ledger.wakeup import wakeup_for
-from .observe import queries as observe
-from .observe.health import Health, Thresholds, health
-from .observe.retention import PurgeResult, purge
-from .reconcile.check import Report, reconcile
 from .record import InsertResult, JobRecord
-from .worker.loop import Worker, WorkerConfig
+
+if TYPE_CHECKING:
+    # Imported where used: an application opens a coordinator to enqueue, often at start-up (a
+    # CLI ``tether enqueue`` every time), and these cost it 100-150 ms of imports (issue 19).
+    from sqlalchemy.orm import Session
+
+    from . import schedule as schedules
+    from .observe import queries as observe
+    from .observe.health import Health, Thresholds
+    from .observe.retention import PurgeResult
+    from .reconcile.check import Report
+    from .worker.loop import Worker
 
 _SESSION_KEY = "tether.enqueued"
 
@@ -62,7 +68,18 @@ class Coordinator:
             ledger_id=config.ledger_id() or ledger_id,
             max_payload_bytes=max_payload_bytes,
         )
-        self.scheduler = schedules.Scheduler(engine, self.queue)
+        self._scheduler: schedules.Scheduler | None = None
+        self._scheduler_lock = threading.Lock()
+
+    @property
+    def scheduler(self) -> schedules.Scheduler:
+        """The schedules this coordinator declared (made on first use: see the imports)."""
+        with self._scheduler_lock:  # one per coordinator, whichever thread asks first
+            if self._scheduler is None:
+                from . import schedule as schedules
+
+                self._scheduler = schedules.Scheduler(self.engine, self.queue)
+            return self._scheduler
 
     @classmethod
     def open(
@@ -97,12 +114,17 @@ class Coordinator:
             durability=config.durability(durability),  # type: ignore[arg-type]  # create_engine checks the value
             schema=config.schema(schema),
         )
+        given = config.named_root(root)
         try:
-            ensure_schema(engine)
-            try:
-                root_path, ledger_id, first = meta.settle(engine, config.named_root(root), moved=moved)
-            except sa.exc.SQLAlchemyError as e:
-                raise opening_error(engine, e) from e
+            # A ledger this tether already set up and whose root is the one given: one read.
+            settled = meta.settled(engine, given, layout())
+            if settled is None:
+                ensure_schema(engine)
+                try:
+                    settled = meta.settle(engine, given, moved=moved, layout=layout())
+                except sa.exc.SQLAlchemyError as e:
+                    raise opening_error(engine, e) from e
+            root_path, ledger_id, first = settled
             _prepare_root(root_path, create=first)
         except BaseException:
             engine.dispose()
@@ -140,6 +162,18 @@ class Coordinator:
         If an active job of the same type has the same idempotency ``key``, that job is returned
         with ``duplicate=True``. ``timeout`` (seconds) overrides the job type's for this job.
         Raises InvalidPayload (nothing stored) for bad input."""
+        if (
+            session is None
+            and priority.__class__ is int
+            and priority == 0
+            and max_attempts.__class__ is int
+            and max_attempts == 3
+            and delay is None
+            and run_at is None
+            and key is None
+            and timeout is None
+        ):  # most enqueues: no options to check, one job, no lists (issue 19)
+            return self.queue.enqueue_one(self.queue.builder.build_one(payload))
         jobs = self.queue.builder.build_many(
             [payload],
             priority=priority,
@@ -207,6 +241,8 @@ class Coordinator:
         this coordinator fire it; ``catch_up`` ("latest", "all" or "none") says what to do with
         slots missed while no worker ran. ``options`` (priority, max_attempts, timeout) apply
         to every run. Raises InvalidSchedule or InvalidPayload, recording nothing."""
+        from . import schedule as schedules
+
         schedules.validate(name, cron, timezone, start, end, limit, catch_up)
         allowed = {"priority", "max_attempts", "timeout"}
         if set(options) - allowed:
@@ -224,6 +260,8 @@ class Coordinator:
 
     def worker(self, **config: Any) -> Worker:
         """A worker for this ledger; keyword arguments are WorkerConfig fields."""
+        from .worker.loop import Worker, WorkerConfig
+
         config.setdefault("lock_timeout", self.lock_timeout)
         worker = Worker(self.queue, WorkerConfig(**config))
         worker.scheduler = self.scheduler
@@ -250,6 +288,8 @@ class Coordinator:
         drift), reconcile the ledger with the data root, log the result and return the
         ``reconcile.Report`` (``report.exit_code``: 0 in sync, 2 drift, 1 could not check).
         Keyword arguments go to ``reconcile.reconcile`` (``content``, ``untracked``)."""
+        from .reconcile.check import reconcile
+
         reclaimed = self.reclaim_stale()
         report = reconcile(self, **options)
         events.emit("startup_check", reclaimed=len(reclaimed), **report.summary())
@@ -257,16 +297,22 @@ class Coordinator:
 
     def stats(self, **options: Any) -> observe.Stats:
         """Outstanding, failed, stuck and oldest pending, by type (see ``tether.observe.queries.stats``)."""
+        from .observe import queries as observe
+
         return observe.stats(self, **options)
 
     def health(self, thresholds: Thresholds | None = None) -> Health:
         """The ok / warning / error verdict of ``tether status`` (see ``tether.observe.health``)."""
+        from .observe.health import health
+
         return health(self, thresholds)
 
     def purge(
         self, *, older_than: timedelta, statuses: Sequence[str] = ("completed",), dry_run: bool = False
     ) -> PurgeResult:
         """Delete finished jobs older than ``older_than`` (keeping what reconcile needs)."""
+        from .observe.retention import purge
+
         return purge(self, older_than=older_than, statuses=statuses, dry_run=dry_run)
 
     def close(self) -> None:

@@ -47,8 +47,10 @@ def new_id(now: datetime) -> str:
     global _last, _time_part
     ms = int(now.timestamp()) * 1000 + now.microsecond // 1000  # _ms, inline: the hot path
     cached = _time_part
-    if cached[0] != ms:
-        cached = _time_part = (ms, _time_chars(ms))
+    if cached[0] != ms:  # _time_chars, inline: after a commit's fsync the millisecond has moved on
+        p = _PAIRS
+        chars = p[(ms >> 40) & 1023] + p[(ms >> 30) & 1023] + p[(ms >> 20) & 1023] + p[(ms >> 10) & 1023] + p[ms & 1023]
+        cached = _time_part = (ms, chars)
     candidate = cached[1] + _random.getrandbits(128).to_bytes(16, "little").translate(_CHAR_OF_BYTE).decode()
     with _lock:
         if candidate <= _last:  # fixed width, alphabet in ASCII order: text order is number order

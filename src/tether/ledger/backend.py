@@ -192,6 +192,9 @@ class _Writer:
     """One thread's write connection (a holder, since sqlite3 connections take no weak refs)."""
 
     __slots__ = ("driver", "pool", "pid", "__weakref__")
+    driver: sqlite3.Connection
+    pool: Any
+    pid: int
 
     def __init__(self, driver: sqlite3.Connection, pool: Any) -> None:
         self.driver = driver
@@ -357,7 +360,18 @@ class SQLiteBackend(Backend):
         # Outside BEGIN/COMMIT a statement commits itself, as durably: two round trips fewer.
         # ``values`` may be positional here (sql.INSERT_UNKEYED_ROW).
         try:
-            _, driver = self._checkout_writer()
+            # _checkout_writer's common case inline: this thread's connection, idle (issue 19).
+            writer: _Writer | None = getattr(self._local, "writer", None)
+            driver: sqlite3.Connection
+            if (
+                writer is not None
+                and writer.pid == _pid
+                and writer.pool is self.engine.pool
+                and not writer.driver.in_transaction
+            ):
+                driver = writer.driver
+            else:
+                _, driver = self._checkout_writer()
             try:
                 return driver.execute(statement, values).rowcount
             except sqlite3.OperationalError as e:
@@ -369,7 +383,7 @@ class SQLiteBackend(Backend):
 
     def insert_alone(self, job: JobRecord) -> None:
         # Positional parameters (sql.INSERT_UNKEYED_ROW): the driver binds them without a dict.
-        time = _sqlite_time
+        created = _sqlite_time(job.created_at)
         self.execute_alone(
             INSERT_UNKEYED_ROW,
             (
@@ -378,8 +392,8 @@ class SQLiteBackend(Backend):
                 job.payload,
                 job.priority,
                 job.max_attempts,
-                time(job.created_at),
-                time(job.run_at),
+                created,
+                created if job.run_at is job.created_at else _sqlite_time(job.run_at),
                 job.parent_id,
                 job.timeout,
                 job.payload_bytes,

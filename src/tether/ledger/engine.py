@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import secrets
@@ -268,6 +269,24 @@ def _add_missing_columns(conn: sa.Connection, dialect: sa.Dialect) -> set[str]:
                     conn.exec_driver_sql(f"UPDATE {table.name} SET {column.name} = {value[dialect.name]} WHERE {rows}")
                 added.add(f"{table.name}.{column.name}")
     return added
+
+
+def layout() -> str:
+    """A digest of what ``ensure_schema`` checks a ledger for: each table's column names and
+    index names, and the retired indexes it drops. Recorded in ``tether_meta`` once a ledger has
+    them all, so an open that finds it current skips the inspection (``meta.settled``)."""
+    global _layout
+    if _layout is None:
+        parts = [
+            f"{t.name}({','.join(c.name for c in t.columns)})[{','.join(sorted(i.name or '' for i in t.indexes))}]"
+            for t in metadata.sorted_tables
+        ]
+        parts.append("-" + ",".join(RETIRED_INDEXES))
+        _layout = hashlib.sha256(";".join(parts).encode()).hexdigest()[:16]
+    return _layout
+
+
+_layout: str | None = None
 
 
 def ensure_schema(engine: sa.Engine) -> bool:

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from .. import events
 from ..errors import ConfigError
+from .engine import READ_ONLY
 from .schema import meta
 
 SCHEMA_VERSION = 5
@@ -26,6 +27,7 @@ older one on its target is kept apart from the claim)."""
 ROOT = "root"
 LEDGER_ID = "ledger_id"
 VERSION = "schema_version"
+LAYOUT = "layout"  # engine.layout() of the last open that ensured the schema
 
 _t = meta
 
@@ -42,7 +44,8 @@ class RootMismatch(ConfigError):
 
 
 def read(conn: sa.Connection) -> dict[str, str]:
-    return {key: value for key, value in conn.execute(sa.select(_t.c.key, _t.c.value))}
+    # Plain text: a select built and compiled cold costs an open 1-3 ms.
+    return {key: value for key, value in conn.exec_driver_sql(f"SELECT key, value FROM {_t.name}")}
 
 
 def _put(conn: sa.Connection, key: str, value: str) -> None:
@@ -50,22 +53,50 @@ def _put(conn: sa.Connection, key: str, value: str) -> None:
         conn.execute(sa.insert(_t).values(key=key, value=value))
 
 
-def settle(engine: sa.Engine, given: str | os.PathLike[str] | None, *, moved: bool = False) -> tuple[Path, str, bool]:
+def _root(recorded: str | None, given: str | os.PathLike[str] | None) -> Path:
+    if given is None:
+        return Path(recorded) if recorded else Path(".").absolute()
+    return Path(os.path.abspath(Path(given).expanduser()))
+
+
+def settled(engine: sa.Engine, given: str | os.PathLike[str] | None, layout: str) -> tuple[Path, str, bool] | None:
+    """What ``settle`` would return, read without the write lock, when the ledger needs nothing
+    done or recorded: its schema ensured at ``layout`` (``engine.layout()``) and this version,
+    ``given`` the recorded root as spelled, its id recorded. None otherwise, or on any database
+    error: the caller then ensures the schema and settles, which say what is wrong.
+
+    One read (a handful of rows) instead of ``ensure_schema``'s inspection and two write
+    transactions: the cost of opening a coordinator, paid by every process that enqueues."""
+    try:
+        with engine.connect().execution_options(**READ_ONLY) as conn, conn.begin():
+            known = read(conn)
+    except sa.exc.SQLAlchemyError:
+        return None
+    recorded, ledger_id = known.get(ROOT), known.get(LEDGER_ID)
+    if known.get(LAYOUT) != layout or known.get(VERSION) != str(SCHEMA_VERSION) or not recorded or not ledger_id:
+        return None
+    root = _root(recorded, given)
+    if str(root) != recorded:
+        return None  # another root (refused, or recorded as moved), or another spelling of it
+    return root, ledger_id, False
+
+
+def settle(
+    engine: sa.Engine, given: str | os.PathLike[str] | None, *, moved: bool = False, layout: str | None = None
+) -> tuple[Path, str, bool]:
     """The data root to use, the ledger's id, and whether this open recorded the root first (a
     new ledger, or one from before roots were recorded), recording what the ledger lacks.
 
     ``given`` is the root the caller named (None: use the recorded one, else the working
     directory). A root that differs from the recorded one is refused (RootMismatch) unless
-    ``moved``; a ledger from before roots were recorded adopts the one given."""
+    ``moved``; a ledger from before roots were recorded adopts the one given. ``layout``, when
+    the caller has just ensured the schema, is recorded for ``settled``."""
     with engine.begin() as conn:
         if engine.dialect.name == "postgresql":  # two first opens must not record two roots
             conn.execute(sa.text("LOCK TABLE tether_meta IN SHARE ROW EXCLUSIVE MODE"))
         known = read(conn)
         recorded = known.get(ROOT)
-        if given is None:
-            root = Path(recorded) if recorded else Path(".").absolute()
-        else:
-            root = Path(os.path.abspath(Path(given).expanduser()))
+        root = _root(recorded, given)
         if recorded and not _same(recorded, root):
             if not moved:
                 raise RootMismatch(recorded, str(root))
@@ -84,6 +115,8 @@ def settle(engine: sa.Engine, given: str | os.PathLike[str] | None, *, moved: bo
             )
         if version < SCHEMA_VERSION:
             _put(conn, VERSION, str(SCHEMA_VERSION))
+        if layout is not None and known.get(LAYOUT) != layout:
+            _put(conn, LAYOUT, layout)
     return root, ledger_id, recorded is None
 
 

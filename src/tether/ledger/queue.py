@@ -280,6 +280,20 @@ class Queue:
         whether an older job on it holds this one back."""
         return sql.INSERT_UNKEYED if job.ordering_key is None else self._insert_on_target
 
+    def enqueue_one(self, job: JobRecord) -> InsertResult:
+        """``enqueue_all([job])[0]``: the common single enqueue of a job without a key or a
+        target on SQLite is one INSERT that is its own transaction, and no list is made."""
+        if job.idempotency_key is not None or job.ordering_key is not None or not self.wakeup.in_process_only:
+            return self.enqueue_all([job])[0]
+        try:
+            self.backend.insert_alone(job)
+        except sa.exc.SQLAlchemyError as e:
+            raise self._not_recorded(e) from e
+        if events.enabled():
+            events.emit("queued", job_id=job.id, type=job.type, priority=job.priority, parent_id=job.parent_id)
+        self.wakeup.wake_local()  # other processes were notified by the commit itself
+        return make_tuple(InsertResult, (job, False))
+
     def enqueue_all(self, jobs: Sequence[JobRecord]) -> list[InsertResult]:
         """Insert ``jobs`` in one transaction; returns after the commit is durable."""
         try:
@@ -297,14 +311,19 @@ class Queue:
                     if any(not r.duplicate for r in results):
                         self.wakeup.notify_in(cur)
         except sa.exc.SQLAlchemyError as e:
-            fault = faults.ledger_fault(e, self.where)
-            if fault is not None:
-                raise fault from e
-            if not isinstance(e, sa.exc.OperationalError):
-                raise
-            raise DatabaseUnavailable(f"could not record the job(s), nothing was enqueued: {e.orig}") from e
+            raise self._not_recorded(e) from e
         self.committed(results)
         return results
+
+    def _not_recorded(self, e: sa.exc.SQLAlchemyError) -> Exception:
+        """What an enqueue whose transaction failed raises: a LedgerFault, DatabaseUnavailable
+        (nothing was enqueued, try again), or ``e`` itself."""
+        fault = faults.ledger_fault(e, self.where)
+        if fault is not None:
+            return fault
+        if not isinstance(e, sa.exc.OperationalError):
+            return e
+        return DatabaseUnavailable(f"could not record the job(s), nothing was enqueued: {e.orig}")
 
     def committed(self, results: Iterable[InsertResult]) -> None:
         """After a commit that inserted jobs: log them and wake idle workers."""
