@@ -8,10 +8,10 @@ to the next poll.
 
 The watcher looks only while one of its process's threads waits for work. Every commit writes
 the WAL many times, and a watcher reading each write while the workers drain competes with them
-for the GIL and the cores (at every other process's commits too): it cost a draining worker
-about a third of its rate. Writes made meanwhile stay queued in the kernel (or show as a changed
-``stat``), so the first wait after them is woken at once: never a write missed, at most one
-claim that finds nothing.
+for the GIL and the cores; with several worker processes each watcher woke for every other
+process's commit too (benchmarks/README.md, ``procs.py``). Writes made meanwhile stay queued in
+the kernel (or show as a changed ``stat``), so the first wait after them is woken at once: never
+a write missed, at most one claim that finds nothing.
 """
 
 from __future__ import annotations

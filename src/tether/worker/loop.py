@@ -49,7 +49,8 @@ class WorkerConfig:
     """Jobs claimed per transaction while fast jobs' claims wait for a contended write lock
     (SQLite, several worker processes): the batch doubles up to this, and halves back to
     ``batch`` once the lock is free. Each transaction's fixed cost (the lock's hand-over, the
-    commit) is then shared by more jobs, so adding processes never lowers the drain rate."""
+    commit) is then shared by more jobs, so that adding processes does not lower the drain rate
+    (benchmarks/README.md, ``procs.py``)."""
     batch_bytes: int = config.DEFAULT_BATCH_BYTES  # payload claimed per transaction (or one larger job)
     flush_after: float = 0.05  # longest a finished job waits for its group commit (s)
     slow_job: float = 0.01  # a job slower than this (s) gives its batch back; claims go one at a time
@@ -105,7 +106,7 @@ class Worker:
         self.empty_polls = 0  # claims that found nothing ready
         self._slow = False
         self._limit = self.config.batch  # jobs the next claim takes while jobs are fast (see _adapt)
-        self._batch_took = float("inf")  # seconds the last batch's handlers ran (none yet: unknown)
+        self._batch_took = float("inf")  # seconds the last batch took to run (none yet: unknown)
         self._last_beat = time.monotonic()
         self.fault: LedgerFault | None = None  # what stopped this worker, if the ledger did
         self.scheduler: Scheduler | None = None  # enqueues due periodic jobs each poll (schedule.py)
