@@ -1,9 +1,10 @@
-"""Drain throughput on PostgreSQL: tether with 1, 4 and 8 worker processes, next to pgqueuer.
+"""Drain throughput on PostgreSQL: tether with 1, 4 and 8 worker processes, next to pgqueuer and
+procrastinate.
 
-    .venv/bin/python benchmarks/pg_drain.py [--jobs 3000] [--workers 1,4,8] [--runs 3]
+    .venv/bin/python benchmarks/pg_drain.py [--jobs 3000] [--workers 1,4,8] [--runs 3] [--only tether,pgqueuer]
 
-Per run and worker count, both systems drain the same number of no-op jobs on the same server,
-each in a fresh database of its own, interleaved (the side that goes first alternates per run).
+Per run and worker count, each system drains the same number of no-op jobs on the same server,
+each in a fresh database of its own, interleaved (the order of the systems rotates per run).
 The worker processes are started first and waited for (each connects under its own
 application_name); only then are all jobs enqueued in one transaction, so process start-up
 (imports) never competes with the drain for the 2 cores.
@@ -13,11 +14,16 @@ application_name); only then are all jobs enqueued in one transaction, so proces
 - pgqueuer: installed from PyPI into its own venv (.bench/venv-pgq, created on first use, never
   the project's venv); N processes run ``QueueManager.run()`` with a no-op entrypoint at its
   defaults (batch size 10), stopped once all jobs succeeded.
+- procrastinate: likewise in .bench/venv-procrastinate; its schema applied with
+  ``schema_manager.apply_schema_async()``; jobs deferred with one ``batch_defer_async``; N
+  processes run ``app.run_worker_async()`` at its defaults (concurrency 1, LISTEN/NOTIFY on,
+  jobs kept) with an ``async`` no-op task, stopped once all jobs succeeded.
 
-Throughput is jobs / drain window, the window read from each system's own ledger: from the first
-claim to the last recorded completion (tether: min(claimed_at)..max(completed_at); pgqueuer:
-first 'picked' to last 'successful' row of pgqueuer_log). Figures are medians over runs; the
-ratio is tether / pgqueuer.
+Throughput is jobs / drain window, the window read from each system's own tables: from the first
+claim to the last recorded completion (tether: min(claimed_at)..max(completed_at) of tether_jobs;
+pgqueuer: first 'picked' to last 'successful' row of pgqueuer_log; procrastinate: first 'started'
+to last 'succeeded' row of procrastinate_events, whose ``at`` is the writing transaction's
+start). Figures are medians over runs; the ratios are tether / the other.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ import sqlalchemy as sa
 REPO = Path(__file__).resolve().parent.parent
 VENV_PGQ = REPO / ".bench" / "venv-pgq"
 PGQUEUER = "pgqueuer==1.6.0"
+VENV_PROCRASTINATE = REPO / ".bench" / "venv-procrastinate"
+PROCRASTINATE = "procrastinate==3.10.0"
 TETHER = Path(sys.executable).with_name("tether")
 ADMIN_URL = os.environ.get("TETHER_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
@@ -70,16 +78,41 @@ asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
 """
 
 
-def ensure_pgqueuer_venv() -> Path:
-    """The benchmark's own environment with pgqueuer from PyPI; created once."""
-    python = VENV_PGQ / "bin" / "python"
+# The procrastinate side, run by its venv's python: install | enqueue N | drain.
+PROCRASTINATE_SCRIPT = r"""
+import asyncio, sys
+import procrastinate
+
+async def main(dsn, cmd, n):
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
+
+    @app.task(name="noop")
+    async def noop():
+        return None
+
+    async with app.open_async():
+        if cmd == "install":
+            await app.schema_manager.apply_schema_async()
+        elif cmd == "enqueue":
+            await noop.batch_defer_async(*([{}] * n))
+        else:
+            await app.run_worker_async()
+
+asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+"""
+
+
+def ensure_venv(venv: Path, package: str, script: str) -> tuple[Path, Path]:
+    """A benchmark's own environment with ``package`` from PyPI (created once, never the
+    project's venv), and its side script written into it: (python, script)."""
+    python = venv / "bin" / "python"
     if not python.exists():
-        print(f"creating {VENV_PGQ} with {PGQUEUER} ...", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(VENV_PGQ)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "--quiet", PGQUEUER, "psycopg[binary]>=3.1"], check=True)
-    script = VENV_PGQ / "pgq_side.py"
-    script.write_text(PGQ_SCRIPT)
-    return python
+        print(f"creating {venv} with {package} ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", package, "psycopg[binary]>=3.1"], check=True)
+    path = venv / "side.py"
+    path.write_text(script)
+    return python, path
 
 
 @contextmanager
@@ -195,15 +228,41 @@ def run_tether(jobs: int, workers: int) -> float:
             return jobs / window(c.engine, "SELECT min(claimed_at), max(completed_at) FROM tether_jobs")
 
 
-def run_pgqueuer(python: Path, jobs: int, workers: int) -> float:
-    script = str(VENV_PGQ / "pgq_side.py")
-    with fresh_database("pgq") as url:
+def run_pgqueuer(side: tuple[Path, Path], jobs: int, workers: int) -> float:
+    return _run_other(
+        side,
+        "pgq",
+        jobs,
+        workers,
+        "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'",
+        "SELECT min(created) FILTER (WHERE status = 'picked'), "
+        "max(created) FILTER (WHERE status = 'successful') FROM pgqueuer_log",
+    )
+
+
+def run_procrastinate(side: tuple[Path, Path], jobs: int, workers: int) -> float:
+    return _run_other(
+        side,
+        "procrastinate",
+        jobs,
+        workers,
+        "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'",
+        "SELECT min(at) FILTER (WHERE type = 'started'), "
+        "max(at) FILTER (WHERE type = 'succeeded') FROM procrastinate_events",
+    )
+
+
+def _run_other(side: tuple[Path, Path], label: str, jobs: int, workers: int, done_sql: str, window_sql: str) -> float:
+    """Another system's drain: its side script installs its schema, N processes wait for work,
+    one call enqueues ``jobs``; jobs/s over the window ``window_sql`` reads."""
+    python, script = side
+    with fresh_database(label) as url:
         dsn = sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-        subprocess.run([str(python), script, dsn, "install", "0"], check=True, capture_output=True)
+        subprocess.run([str(python), str(script), dsn, "install", "0"], check=True, capture_output=True)
         engine = sa.create_engine(url)
         procs = [
             subprocess.Popen(
-                [str(python), script, with_app_name(dsn, f"bench-w{i}"), "work", "0"],
+                [str(python), str(script), with_app_name(dsn, f"bench-w{i}"), "work", "0"],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
             )
@@ -211,15 +270,11 @@ def run_pgqueuer(python: Path, jobs: int, workers: int) -> float:
         ]
         try:
             wait_connected(engine, procs, "bench-w")
-            subprocess.run([str(python), script, dsn, "enqueue", str(jobs)], check=True, capture_output=True)
-            wait_done(engine, "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'", jobs)
-            return jobs / window(
-                engine,
-                "SELECT min(created) FILTER (WHERE status = 'picked'), "
-                "max(created) FILTER (WHERE status = 'successful') FROM pgqueuer_log",
-            )
+            subprocess.run([str(python), str(script), dsn, "enqueue", str(jobs)], check=True, capture_output=True)
+            wait_done(engine, done_sql, jobs)
+            return jobs / window(engine, window_sql)
         finally:
-            stop(procs, "pgqueuer", graceful=False)  # its run() has no clean stop from outside
+            stop(procs, label, graceful=False)  # measured; how they stop is not
             engine.dispose()
 
 
@@ -228,15 +283,18 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=3000)
     parser.add_argument("--workers", default="1,4,8", help="worker process counts, comma-separated")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--only", default="tether,pgqueuer,procrastinate", help="systems, comma-separated")
     args = parser.parse_args()
     counts = [int(w) for w in args.workers.split(",")]
-    python = ensure_pgqueuer_venv()
+    names = args.only.split(",")
+    pgq = ensure_venv(VENV_PGQ, PGQUEUER, PGQ_SCRIPT) if "pgqueuer" in names else None
+    pcr = ensure_venv(VENV_PROCRASTINATE, PROCRASTINATE, PROCRASTINATE_SCRIPT) if "procrastinate" in names else None
     with sa.create_engine(ADMIN_URL).connect() as conn:
         server = conn.execute(sa.text("SELECT version()")).scalar().split(" on ")[0]
         sync = conn.execute(sa.text("SHOW synchronous_commit")).scalar()
     print(
         f"{platform.node()}: {os.cpu_count()} cores, {server}, synchronous_commit={sync}; "
-        f"{args.jobs} no-op jobs, {args.runs} runs",
+        f"{args.jobs} no-op jobs, {args.runs} runs; load {os.getloadavg()[0]:.1f}",
         flush=True,
     )
 
@@ -244,21 +302,31 @@ def main() -> None:
     t0 = time.monotonic()
     for run in range(args.runs):
         for workers in counts:
-            sides = [
-                ("tether", lambda workers=workers: run_tether(args.jobs, workers)),
-                ("pgqueuer", lambda workers=workers: run_pgqueuer(python, args.jobs, workers)),
-            ]
-            for name, fn in sides if (run + workers) % 2 == 0 else reversed(sides):
-                rate = fn()
+            sides = {
+                "tether": lambda workers=workers: run_tether(args.jobs, workers),
+                "pgqueuer": lambda workers=workers: run_pgqueuer(pgq, args.jobs, workers),  # type: ignore[arg-type]
+                "procrastinate": lambda workers=workers: run_procrastinate(pcr, args.jobs, workers),  # type: ignore[arg-type]
+            }
+            turn = (run + workers) % len(names)
+            for name in names[turn:] + names[:turn]:
+                rate = sides[name]()
                 results.setdefault((name, workers), []).append(rate)
-                print(f"  run {run + 1} {name:8} {workers} worker(s): {rate:7.0f} jobs/s", flush=True)
+                print(
+                    f"  run {run + 1} {name:13} {workers} worker(s): {rate:7.0f} jobs/s "
+                    f"(load {os.getloadavg()[0]:.1f})",
+                    flush=True,
+                )
 
-    print(f"\nmedian drain throughput, jobs/s ({time.monotonic() - t0:.0f}s in all)")
-    print(f"{'workers':>7} {'tether':>8} {'pgqueuer':>9} {'tether/pgqueuer':>16}")
+    print(f"\nmedian drain throughput, jobs/s ({time.monotonic() - t0:.0f}s in all; load {os.getloadavg()[0]:.1f})")
+    others = [n for n in names if n != "tether"]
+    print(f"{'workers':>7}" + "".join(f" {n:>13}" for n in names) + "".join(f" {'tether/' + n:>21}" for n in others))
     for workers in counts:
-        t = statistics.median(results[("tether", workers)])
-        p = statistics.median(results[("pgqueuer", workers)])
-        print(f"{workers:>7} {t:>8.0f} {p:>9.0f} {t / p:>16.2f}")
+        line = f"{workers:>7}" + "".join(f" {statistics.median(results[(n, workers)]):>13.0f}" for n in names)
+        if "tether" in names:
+            for n in others:
+                ratios = [t / o for t, o in zip(results[("tether", workers)], results[(n, workers)], strict=True)]
+                line += f" {statistics.median(ratios):>21.2f}"
+        print(line)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,9 @@ class Backend:
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
         self._dbapi_error = engine.dialect.loaded_dbapi.Error
+        self.lock_waits = 0
+        """Write transactions that found the ledger's write lock held and waited for it (SQLite:
+        a whole-file lock; a worker claims larger batches while it is contended)."""
 
     @staticmethod
     def for_engine(engine: sa.Engine) -> Backend:
@@ -347,6 +350,7 @@ class SQLiteBackend(Backend):
                 now = time.monotonic()
                 if deadline is None:
                     deadline = now + self._busy_timeout
+                    self.lock_waits += 1  # a hint, not a count: threads may race on it
                 elif now >= deadline:
                     raise
                 time.sleep(min(pause, max(0.0, deadline - now)))

@@ -32,6 +32,7 @@ class Wakeup:
         self._cond = threading.Condition(self._lock)
         self._generation = 0
         self._waiting = 0  # threads in wait(): with none, a bump is a counter, not Condition.notify_all
+        self._waited_on = threading.Event()  # set while a thread is in wait()
 
     def wake_local(self) -> None:
         """Wake this process's waiters only (shutdown, a file watcher): no message is sent."""
@@ -53,10 +54,18 @@ class Wakeup:
         """Wait up to ``timeout`` s for a notify after generation ``seen``; True if one came."""
         with self._lock:
             self._waiting += 1
+            self._waited_on.set()
             try:
                 return self._cond.wait_for(lambda: self._generation != seen, timeout)
             finally:
                 self._waiting -= 1
+                if not self._waiting:
+                    self._waited_on.clear()
+
+    def waited_on(self, timeout: float) -> bool:
+        """Block until a thread is in ``wait()`` (at most ``timeout`` s); whether one is. A
+        watcher that wakes waiters rests meanwhile: with every thread busy there is nobody to wake."""
+        return self._waited_on.wait(timeout)
 
     def close(self) -> None:
         """Release what the wake-up holds (nothing for the in-process one)."""

@@ -5,6 +5,13 @@ asks the kernel (inotify) to report writes to it: an idle worker wakes within a 
 another process's commit and costs no CPU while nothing happens. Elsewhere it falls back to a
 ``stat`` of the WAL file every few milliseconds. A change either way misses only delays the job
 to the next poll.
+
+The watcher looks only while one of its process's threads waits for work. Every commit writes
+the WAL many times, and a watcher reading each write while the workers drain competes with them
+for the GIL and the cores; with several worker processes each watcher woke for every other
+process's commit too (benchmarks/README.md, ``procs.py``). Writes made meanwhile stay queued in
+the kernel (or show as a changed ``stat``), so the first wait after them is woken at once: never
+a write missed, at most one claim that finds nothing.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import threading
 
 from .wakeup import Wakeup
 
-_IN_MODIFY, _IN_CREATE, _IN_MOVED_TO = 0x2, 0x100, 0x80
+_IN_MODIFY, _IN_CREATE, _IN_MOVED_TO, _IN_Q_OVERFLOW = 0x2, 0x100, 0x80, 0x4000
 _IN_NONBLOCK, _IN_CLOEXEC = 0o4000, 0o2000000
 _EVENT = struct.Struct("iIII")
 
@@ -47,19 +54,27 @@ class WalWatcher:
             self._inotify = None
 
     def _run_inotify(self) -> None:
-        fd = self._inotify
-        assert fd is not None  # this loop runs only with an inotify descriptor
-        name = os.path.basename(self._wal).encode()
         while not self._stop.is_set():
-            ready, _, _ = select.select([fd], [], [], 0.25)  # the timeout only checks for stop
-            if not ready:
-                continue
-            try:
-                data = os.read(fd, 65536)
-            except BlockingIOError:
-                continue
-            if _names_file(data, name):
-                self._wakeup.wake_local()
+            self.watch_once(0.25)  # the timeout only checks for stop
+
+    def watch_once(self, timeout: float) -> bool:
+        """One turn of the inotify loop: if a thread waits for work, read what the WAL had
+        written since the last turn (waiting up to ``timeout`` s for it) and wake the waiters;
+        otherwise rest up to ``timeout`` s, leaving the writes queued. Whether it woke them."""
+        fd = self._inotify
+        if fd is None or not self._wakeup.waited_on(timeout):
+            return False
+        ready, _, _ = select.select([fd], [], [], timeout)
+        if not ready:
+            return False
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return False
+        if not _names_file(data, os.path.basename(self._wal)):
+            return False
+        self._wakeup.wake_local()
+        return True
 
     def _signature(self) -> tuple[int, int, int] | None:
         try:
@@ -71,19 +86,23 @@ class WalWatcher:
     def _run_stat(self) -> None:
         last = self._signature()
         while not self._stop.wait(self._interval):
+            if not self._wakeup.waited_on(0.25):
+                continue
             current = self._signature()
             if current != last:
                 last = current
                 self._wakeup.wake_local()
 
 
-def _names_file(data: bytes, name: str | bytes) -> bool:
-    """Whether a buffer of inotify events mentions the file ``name``."""
+def _names_file(data: bytes, name: str) -> bool:
+    """Whether a buffer of inotify events mentions the file ``name`` (or the kernel's queue
+    overflowed, dropping events that may have)."""
+    encoded = os.fsencode(name)
     offset = 0
     while offset + _EVENT.size <= len(data):
-        _wd, _mask, _cookie, length = _EVENT.unpack_from(data, offset)
+        _wd, mask, _cookie, length = _EVENT.unpack_from(data, offset)
         start = offset + _EVENT.size
-        if data[start : start + length].rstrip(b"\0") == name:
+        if mask & _IN_Q_OVERFLOW or data[start : start + length].rstrip(b"\0") == encoded:
             return True
         offset = start + length
     return False

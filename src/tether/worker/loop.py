@@ -45,6 +45,12 @@ class WorkerConfig:
     sweep_interval: float | None = None  # default: min(60, lock_timeout / 2)
     max_db_backoff: float = 30.0
     batch: int = 100  # jobs claimed per transaction while jobs are fast (River fetches 100 too)
+    max_batch: int = 800
+    """Jobs claimed per transaction while fast jobs' claims wait for a contended write lock
+    (SQLite, several worker processes): the batch doubles up to this, and halves back to
+    ``batch`` once the lock is free. Each transaction's fixed cost (the lock's hand-over, the
+    commit) is then shared by more jobs, so that adding processes does not lower the drain rate
+    (benchmarks/README.md, ``procs.py``)."""
     batch_bytes: int = config.DEFAULT_BATCH_BYTES  # payload claimed per transaction (or one larger job)
     flush_after: float = 0.05  # longest a finished job waits for its group commit (s)
     slow_job: float = 0.01  # a job slower than this (s) gives its batch back; claims go one at a time
@@ -99,6 +105,8 @@ class Worker:
         self.outcomes: Counter[str] = Counter()  # handlers run, by edge: complete, retry, fail, release
         self.empty_polls = 0  # claims that found nothing ready
         self._slow = False
+        self._limit = self.config.batch  # jobs the next claim takes while jobs are fast (see _adapt)
+        self._batch_took = float("inf")  # seconds the last batch took to run (none yet: unknown)
         self._last_beat = time.monotonic()
         self.fault: LedgerFault | None = None  # what stopped this worker, if the ledger did
         self.scheduler: Scheduler | None = None  # enqueues due periodic jobs each poll (schedule.py)
@@ -126,11 +134,24 @@ class Worker:
 
     def _claim(self, now: datetime | None = None) -> _Claimed:
         leased_at = time.monotonic()
+        waits = self.queue.backend.lock_waits
         jobs = self.queue.claim(self.id, now=now, limit=self._claim_limit(), max_bytes=self.config.batch_bytes)
+        self._adapt(self.queue.backend.lock_waits != waits)
         return _Claimed(jobs, leased_at)
 
     def _claim_limit(self) -> int:
-        return 1 if self._slow else self.config.batch
+        return 1 if self._slow else self._limit
+
+    def _adapt(self, waited: bool) -> None:
+        """After a claiming transaction: a claim that waited for the write lock while the last
+        batch ran quickly (well within a group commit's window) doubles the next claim, up to
+        ``max_batch``; one that did not wait halves it, down to ``batch``. Slow jobs never grow
+        it, so no worker sits on many jobs while other workers could run them."""
+        config = self.config
+        if waited and self._batch_took * 2 <= config.flush_after:
+            self._limit = min(self._limit * 2, max(config.batch, config.max_batch))
+        elif not waited and self._limit > config.batch:
+            self._limit = max(self._limit // 2, config.batch)
 
     def _run_batch(self, batch: _Claimed, *, claim_next: bool) -> tuple[int, _Claimed]:
         """Run a claimed batch in order; returns how many ran and, with ``claim_next``, the batch
@@ -156,6 +177,7 @@ class Worker:
         slow = False
         finished = False
         following = _Claimed()
+        started = time.perf_counter()
         try:
             for job, ctx in zip(jobs, contexts, strict=True):
                 if (self._stopping.is_set() and ran) or slow:
@@ -174,6 +196,7 @@ class Worker:
                     flush_at = time.perf_counter() + self.config.flush_after
                 slow = duration > self.config.slow_job
             finished = True
+            self._batch_took = time.perf_counter() - started
         except BaseException:
             # Leave nothing claimed without a heartbeat: unstarted jobs go back at once.
             done = {d.job.id for d in pending}
@@ -251,9 +274,13 @@ class Worker:
         refused_once = False
         while True:
             try:
-                return self.queue.finish_and_claim(
+                waits = self.queue.backend.lock_waits
+                claimed = self.queue.finish_and_claim(
                     self.id, decisions, records=False, claim=claim, claim_bytes=self.config.batch_bytes
                 )[1]
+                if claim:
+                    self._adapt(self.queue.backend.lock_waits != waits)
+                return claimed
             except (sa.exc.OperationalError, sa.exc.InterfaceError) as e:
                 if self._fatal(e):
                     return []  # unrecorded: the locks go stale and the jobs run again elsewhere
