@@ -17,6 +17,7 @@ from .clock import Clock, SystemClock
 from .errors import ConfigError
 from .jobtypes import JobType, Payload, Registry, default_registry
 from .ledger import meta
+from .ledger.build import all_default
 from .ledger.engine import Durability, create_engine, ensure_schema, layout, opening_error, schema_of
 from .ledger.queue import Queue
 from .ledger.wakeup import wakeup_for
@@ -162,17 +163,8 @@ class Coordinator:
         If an active job of the same type has the same idempotency ``key``, that job is returned
         with ``duplicate=True``. ``timeout`` (seconds) overrides the job type's for this job.
         Raises InvalidPayload (nothing stored) for bad input."""
-        if (
-            session is None
-            and priority.__class__ is int
-            and priority == 0
-            and max_attempts.__class__ is int
-            and max_attempts == 3
-            and delay is None
-            and run_at is None
-            and key is None
-            and timeout is None
-        ):  # most enqueues: no options to check, one job, no lists (issue 19)
+        if session is None and all_default(priority, max_attempts, delay, run_at, key, timeout):
+            # most enqueues: no options to check, one job, no lists (issue 19)
             return self.queue.enqueue_one(self.queue.builder.build_one(payload))
         jobs = self.queue.builder.build_many(
             [payload],

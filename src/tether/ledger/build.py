@@ -86,16 +86,7 @@ class Builder:
         now = now or self.clock.now()
         # The defaults need no checking: most enqueues pass none, and right after a commit's
         # fsync every function called costs several times its warm price (issue 19).
-        if (
-            priority.__class__ is int
-            and priority == 0
-            and max_attempts.__class__ is int
-            and max_attempts == 3
-            and delay is None
-            and run_at is None
-            and key is None
-            and timeout is None
-        ):
+        if all_default(priority, max_attempts, delay, run_at, key, timeout):
             run_at = now
         else:
             run_at = _run_at(name, now, priority, max_attempts, delay, run_at, key, timeout)
@@ -217,6 +208,28 @@ class Builder:
             )
         kind = kinds[type(payload)] = _TypeHooks.of(self.registry.for_payload(payload), type(payload))
         return kind
+
+
+def all_default(
+    priority: Any,
+    max_attempts: Any,
+    delay: float | timedelta | None,
+    run_at: datetime | None,
+    key: str | None,
+    timeout: float | None,
+) -> bool:
+    """Whether an enqueue's options are all their defaults, which need no checking (most
+    enqueues pass none)."""
+    return (
+        priority.__class__ is int
+        and priority == 0
+        and max_attempts.__class__ is int
+        and max_attempts == 3
+        and delay is None
+        and run_at is None
+        and key is None
+        and timeout is None
+    )
 
 
 def _run_at(
