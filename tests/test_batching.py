@@ -346,23 +346,40 @@ def test_a_batch_in_flight_stays_under_the_garbage_collectors_threshold(tmp_path
     assert peak[0] - start < gc.get_threshold()[0], f"{peak[0] - start} objects tracked for a batch of 100"
 
 
+def _held_until_met(other, backend):
+    """Take the write lock on ``other`` (another process's writer) and give it back once a claim
+    has met it (``backend.lock_waits`` moved): every claim waits, however late it comes."""
+    import threading
+
+    other.execute("BEGIN IMMEDIATE")
+    seen = backend.lock_waits
+
+    def release() -> None:
+        deadline = time.monotonic() + 30
+        while backend.lock_waits == seen and time.monotonic() < deadline:
+            time.sleep(0.001)
+        other.execute("COMMIT")
+
+    releaser = threading.Thread(target=release)
+    releaser.start()
+    return releaser
+
+
 def test_claims_grow_while_the_write_lock_is_contended_and_shrink_once_it_is_free(tmp_path):
     import sqlite3
-    import threading
 
     db = tmp_path / "l.db"
     with Coordinator.open(f"sqlite:///{db}", root=tmp_path / "data", registry=registry_with(NoteType())) as c:
         c.enqueue_many([Note(name=str(i)) for i in range(300)])
+        backend = c.queue.backend
         w = c.worker(batch=10, max_batch=40, flush_after=60)
         other = sqlite3.connect(db, isolation_level=None, check_same_thread=False)  # another process's writer
         try:
             # Each claim meets the lock held: the next doubles, once a batch has shown the jobs fast.
             for expected in (10, 10, 20, 40, 40):
-                other.execute("BEGIN IMMEDIATE")
-                released = threading.Timer(0.05, other.execute, ["COMMIT"])
-                released.start()  # ends the hold; the claim below has met it before
+                releaser = _held_until_met(other, backend)
                 assert w.run_once() == expected
-                released.join()
+                releaser.join()
             assert w.run_once() == 40  # the lock is free: the next claim halves ...
             assert w.run_once() == 20
             assert w.run_once() == 10  # ... down to batch
@@ -374,10 +391,8 @@ def test_claims_grow_while_the_write_lock_is_contended_and_shrink_once_it_is_fre
         other = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
         try:
             for _ in range(3):
-                other.execute("BEGIN IMMEDIATE")
-                released = threading.Timer(0.05, other.execute, ["COMMIT"])
-                released.start()
+                releaser = _held_until_met(other, backend)
                 assert slow.run_once() == 10
-                released.join()
+                releaser.join()
         finally:
             other.close()

@@ -381,7 +381,7 @@ def check_files(root: Path, items: Iterable[tuple[str, bytes]]) -> list[Check]:
         return [_OUTSIDE if _outside(rel) else Check(UNKNOWN, detail=_reason(e)) for rel, _ in items]
     try:
         for rel, expected in items:
-            if rel.startswith("/") or "\x00" in rel or (".." in rel and ".." in rel.split("/")):  # _outside, inlined
+            if _outside(rel):
                 out.append(_OUTSIDE)
                 continue
             directory, _, name = rel.rpartition("/")
@@ -441,11 +441,7 @@ def _check(dir_fd: int, name: str, expected: bytes) -> Check:
         size = len(expected)
         if st.st_size != size:
             return with_expected(Check(MODIFIED, actual=file_facts(st.st_size)), expected)
-        # _differs' first read and comparison, inline for the common small file that matches
-        if size < _CHUNK and os.read(fd, size + 1) == expected:
-            return SYNCED
-        os.lseek(fd, 0, os.SEEK_SET)
-        actual = _differs(fd, expected)
+        actual = _differs(fd, expected)  # the common small file: one read, one comparison
     except OSError as e:
         return Check(UNKNOWN, detail=_reason(e))
     finally:

@@ -360,18 +360,7 @@ class SQLiteBackend(Backend):
         # Outside BEGIN/COMMIT a statement commits itself, as durably: two round trips fewer.
         # ``values`` may be positional here (sql.INSERT_UNKEYED_ROW).
         try:
-            # _checkout_writer's common case inline: this thread's connection, idle (issue 19).
-            writer: _Writer | None = getattr(self._local, "writer", None)
-            driver: sqlite3.Connection
-            if (
-                writer is not None
-                and writer.pid == _pid
-                and writer.pool is self.engine.pool
-                and not writer.driver.in_transaction
-            ):
-                driver = writer.driver
-            else:
-                _, driver = self._checkout_writer()
+            _, driver = self._checkout_writer()
             try:
                 return driver.execute(statement, values).rowcount
             except sqlite3.OperationalError as e:

@@ -281,35 +281,30 @@ class Queue:
         return sql.INSERT_UNKEYED if job.ordering_key is None else self._insert_on_target
 
     def enqueue_one(self, job: JobRecord) -> InsertResult:
-        """``enqueue_all([job])[0]``: the common single enqueue of a job without a key or a
-        target on SQLite is one INSERT that is its own transaction, and no list is made."""
-        if job.idempotency_key is not None or job.ordering_key is not None or not self.wakeup.in_process_only:
+        """``enqueue_all([job])[0]``: a job without an idempotency key, on a ledger whose
+        wake-ups need no message, is one INSERT that is its own transaction, and no list is made."""
+        if job.idempotency_key is not None or not self.wakeup.in_process_only:
             return self.enqueue_all([job])[0]
         try:
-            self.backend.insert_alone(job)
+            if job.ordering_key is None:
+                self.backend.insert_alone(job)
+            else:
+                self.backend.execute_alone(self._insert_on_target, self.backend.insert_values(job))
         except sa.exc.SQLAlchemyError as e:
             raise self._not_recorded(e) from e
-        if events.enabled():
-            events.emit("queued", job_id=job.id, type=job.type, priority=job.priority, parent_id=job.parent_id)
-        self.wakeup.wake_local()  # other processes were notified by the commit itself
-        return make_tuple(InsertResult, (job, False))
+        result = make_tuple(InsertResult, (job, False))
+        self.committed((result,))
+        return result
 
     def enqueue_all(self, jobs: Sequence[JobRecord]) -> list[InsertResult]:
         """Insert ``jobs`` in one transaction; returns after the commit is durable."""
+        if len(jobs) == 1 and jobs[0].idempotency_key is None and self.wakeup.in_process_only:
+            return [self.enqueue_one(jobs[0])]
         try:
-            if len(jobs) == 1 and jobs[0].idempotency_key is None and self.wakeup.in_process_only:
-                # The common single enqueue: one INSERT that is its own transaction.
-                job = jobs[0]
-                if job.ordering_key is None:
-                    self.backend.insert_alone(job)
-                else:
-                    self.backend.execute_alone(self._insert_on_target, self.backend.insert_values(job))
-                results = [make_tuple(InsertResult, (job, False))]
-            else:
-                with self.backend.write() as cur:
-                    results = self.insert_all(cur, jobs)
-                    if any(not r.duplicate for r in results):
-                        self.wakeup.notify_in(cur)
+            with self.backend.write() as cur:
+                results = self.insert_all(cur, jobs)
+                if any(not r.duplicate for r in results):
+                    self.wakeup.notify_in(cur)
         except sa.exc.SQLAlchemyError as e:
             raise self._not_recorded(e) from e
         self.committed(results)

@@ -79,11 +79,9 @@ VALUES (:id, :type, :payload, 'pending', :priority, 0, :max_attempts,
 # SQLite: INSERT_UNKEYED with positional parameters, for the single enqueue (a job without a
 # target or key): binding fourteen values by name looks each name up in a dict, about a tenth of
 # the CPU of a durable enqueue (benchmarks/README.md, issue 19).
-INSERT_UNKEYED_ROW = f"""
-INSERT INTO {TABLE} (id, type, payload, status, priority, attempts, max_attempts,
-                     created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes)
-VALUES (?, ?, ?, 'pending', ?, 0, ?, ?, ?, NULL, NULL, ?, ?, ?)
-"""
+INSERT_UNKEYED_ROW = re.sub(
+    r":\w+", "?", INSERT_UNKEYED.replace(":idempotency_key", "NULL").replace(":ordering_key", "NULL")
+)
 # A job with a target: INSERT_UNKEYED, blocked if an older job on the target is active.
 _INSERT_ON_TARGET = f"""
 INSERT INTO {TABLE} (id, type, payload, status, priority, attempts, max_attempts,
