@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import shutil
@@ -21,13 +22,13 @@ from tether.cli.reconcile import check_main
 from tether.ids import new_id
 from tether.jobtypes import create_file, render
 from tether.jobtypes.files import file_target
+from tether.ledger import sql
 from tether.ledger.schema import jobs as jobs_table
+from tether.reconcile import check
 from tether.reconcile.check import (
     ACTIVE_ON,
     COUNT_TARGETED,
     KNOWN_TARGETS,
-    PAGE,
-    PAGE_PAYLOADS,
     PAYLOADS,
     RECHECK,
     reconcile,
@@ -203,6 +204,8 @@ PARAMS = {
     "key": "file:m/1.json",
     "keys": ["file:m/1.json", "file:m/2.json"],
     "ids": ["0" * 26, "1" * 26],
+    "want_0": "create_file",
+    "want_1": "sync_aws",
 }
 
 
@@ -224,8 +227,10 @@ def to_qmark(sql: str) -> tuple[str, list]:
 @pytest.mark.parametrize(
     "name, statement, index",
     [
-        ("page", PAGE, "COVERING INDEX ix_tether_jobs_targeted"),  # the stream never reads the table
-        ("page_payloads", PAGE_PAYLOADS, "ix_tether_jobs_targeted"),
+        ("page", sql.reconcile_page(0, packed=False), "COVERING INDEX ix_tether_jobs_targeted"),  # never the table
+        ("page_payloads", sql.reconcile_page(2, packed=False), "ix_tether_jobs_targeted"),
+        ("page_packed", sql.reconcile_page(0, packed=True), "COVERING INDEX ix_tether_jobs_targeted"),
+        ("page_payloads_packed", sql.reconcile_page(2, packed=True), "ix_tether_jobs_targeted"),
         ("payloads", PAYLOADS, "sqlite_autoindex_tether_jobs_1"),
         ("recheck", RECHECK, "ix_tether_jobs_targeted"),
         ("active_on", ACTIVE_ON, "ix_tether_jobs_target_active"),
@@ -241,13 +246,121 @@ def test_reconcile_queries_neither_scan_nor_sort(sqlite_coordinator: Coordinator
     c.enqueue_many(
         [CreateFile(path=f"m/{i}.json", content=i, overwrite=True) for i in range(0, 300, 3)], delay=timedelta(hours=1)
     )
-    sql, args = to_qmark(statement.text)
+    sql, args = to_qmark(statement if isinstance(statement, str) else statement.text)
     with c.engine.connect() as conn:
         conn.exec_driver_sql("ANALYZE")
         raw = conn.connection.driver_connection
         assert raw is not None
         steps = [row[3] for row in raw.execute("EXPLAIN QUERY PLAN " + sql, args)]
-    scans = [s for s in steps if s.startswith("SCAN") and "CONSTANT ROW" not in s]
+    # A packed page reads its ordered page as a co-routine: a scan of that, not of a table.
+    scans = [s for s in steps if s.startswith("SCAN") and "CONSTANT ROW" not in s and "(subquery-" not in s]
     assert not scans, f"{name} scans: {steps}"
     assert not [s for s in steps if "TEMP B-TREE" in s], f"{name} sorts: {steps}"
     assert any(index in s for s in steps), f"{name} does not use {index}: {steps}"
+
+
+# -- the packed page (SQLite: one row per page) ------------------------------------------------
+
+
+@pytest.mark.parametrize("content", [False, True])
+def test_a_path_holding_the_pack_separator_is_checked_like_any_other(
+    sqlite_coordinator: Coordinator, content: bool
+) -> None:
+    """U+001F joins a packed page's values; a path may hold it (a control character is a legal
+    name): the page is read again row by row and every target still gets its own answer."""
+    c = sqlite_coordinator
+    odd = ["docs/a\x1fb.json", "docs/\x1f.json", "docs/z\x1f\x1f.json"]
+    plain = [f"docs/{n}.json" for n in range(20)]
+    completed_rows(c, [CreateFile(path=p, content={"p": p}) for p in odd + plain])
+    assert reconcile(c, content=content, batch_size=8).findings == []
+    (c.root / odd[1]).unlink()
+    (c.root / plain[5]).unlink()
+    report = reconcile(c, content=content, batch_size=8)
+    assert {f.path: f.status for f in report.findings} == {odd[1]: "missing", plain[5]: "missing"}
+    assert report.counts["in_sync"] == len(odd) + len(plain) - 2
+
+
+def test_an_existence_check_reads_no_payload_of_a_type_whose_probe_does_not_want_one(
+    sqlite_coordinator: Coordinator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sync_aws's probe reads payloads in either mode; create_file's not when checking existence:
+    the file jobs' rows are not read for it (the page holds NULL for them)."""
+    c = sqlite_coordinator
+    aws_probe = c.registry.get("sync_aws").probe
+    assert aws_probe is not None and aws_probe.wants_payload(content=False)
+    completed_rows(c, [CreateFile(path=f"m/{i}.json", content=i) for i in range(50)])
+    pages: list[list] = []
+    real_page = check._page
+    monkeypatch.setattr(check, "_page", lambda *a: pages.append(real_page(*a)) or pages[-1])
+    assert reconcile(c, content=False, batch_size=20).counts["in_sync"] == 50
+    assert len(pages) == 3 and all(len(cols) == 5 for cols in pages)  # the payload column is there...
+    assert [p for cols in pages for p in cols[4]] == [None] * 50  # ...and empty for create_file
+    pages.clear()
+    assert reconcile(c, content=True, batch_size=20).counts["in_sync"] == 50
+    assert all(p is not None for cols in pages for p in cols[4])  # checking content: read
+
+
+class _PackedCursor:
+    """A cursor whose packed page came back out of order; the row-by-row read is in order."""
+
+    def __init__(self, rows: list[tuple[str, str, str, str]]) -> None:
+        self.rows_read = rows
+        self.statements: list[str] = []
+
+    def rows(self, statement: str, params: dict) -> list[tuple]:
+        self.statements.append(statement)
+        if statement.startswith("SELECT count(*)"):
+            shuffled = [self.rows_read[1], self.rows_read[0], *self.rows_read[2:]]
+            return [(len(shuffled), *("\x1f".join(column) for column in zip(*shuffled, strict=True)))]
+        return self.rows_read
+
+
+def test_a_packed_page_out_of_order_is_read_again_row_by_row() -> None:
+    rows = [(f"01J{n:023d}", "create_file", "completed", f"file:m/{n}.json") for n in range(3)]
+    cur = _PackedCursor(rows)
+    packed, by_row = sql.reconcile_page(0, packed=True), sql.reconcile_page(0, packed=False)
+    assert check._page(cur, packed, by_row, {}) == list(zip(*rows, strict=True))
+    assert cur.statements == [packed, by_row]
+
+
+def test_the_garbage_collector_is_paused_for_a_check_and_restored_as_it_was(
+    sqlite_coordinator: Coordinator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c = sqlite_coordinator
+    completed_rows(c, [CreateFile(path=f"m/{i}.json", content=i) for i in range(5)])
+    during: list[bool] = []
+    real_run = check._Reconciler.run
+    monkeypatch.setattr(
+        check._Reconciler, "run", lambda self, now: during.append(gc.isenabled()) or real_run(self, now)
+    )
+    assert gc.isenabled()
+    assert reconcile(c).counts["in_sync"] == 5
+    assert during == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        reconcile(c)
+        assert not gc.isenabled(), "an application that turned it off keeps it off"
+    finally:
+        gc.enable()
+
+
+@pytest.mark.parametrize("content", [False, True])
+def test_a_ledger_row_naming_a_path_outside_the_root_is_unknown_among_paths_checked_in_bulk(
+    sqlite_coordinator: Coordinator, content: bool
+) -> None:
+    """Rows changed by hand: paths that escape are answered one by one, the rest in bulk."""
+    c = sqlite_coordinator
+    completed_rows(c, [CreateFile(path=f"m/{i:02d}.json", content=i) for i in range(30)])
+    escapes = {"m/03.json": "../03.json", "m/11.json": "m/../../11.json", "m/20.json": "/etc/20.json"}
+    with c.engine.begin() as conn:
+        for rel, bad in escapes.items():
+            payload = orjson.dumps({"path": bad, "content": 0}).decode()
+            conn.execute(
+                sa.text("UPDATE tether_jobs SET ordering_key = :bad, payload = :payload WHERE ordering_key = :key"),
+                {"bad": file_target(bad), "payload": payload, "key": file_target(rel)},
+            )
+    report = reconcile(c, content=content)
+    assert {f.path: (f.status, f.detail) for f in report.findings} == {
+        bad: ("unknown", "the ledger names a path outside the data root") for bad in escapes.values()
+    }
+    assert report.counts["in_sync"] == 27
