@@ -22,7 +22,7 @@ from tether.cli.reconcile import check_main
 from tether.ids import new_id
 from tether.jobtypes import create_file, render
 from tether.jobtypes.files import file_target
-from tether.ledger import sql
+from tether.ledger import backend, sql
 from tether.ledger.schema import jobs as jobs_table
 from tether.reconcile import check
 from tether.reconcile.check import (
@@ -227,10 +227,8 @@ def to_qmark(sql: str) -> tuple[str, list]:
 @pytest.mark.parametrize(
     "name, statement, index",
     [
-        ("page", sql.reconcile_page(0, packed=False), "COVERING INDEX ix_tether_jobs_targeted"),  # never the table
-        ("page_payloads", sql.reconcile_page(2, packed=False), "ix_tether_jobs_targeted"),
-        ("page_packed", sql.reconcile_page(0, packed=True), "COVERING INDEX ix_tether_jobs_targeted"),
-        ("page_payloads_packed", sql.reconcile_page(2, packed=True), "ix_tether_jobs_targeted"),
+        ("page", sql.reconcile_page(0), "COVERING INDEX ix_tether_jobs_targeted"),  # the stream never reads the table
+        ("page_payloads", sql.reconcile_page(2), "ix_tether_jobs_targeted"),
         ("payloads", PAYLOADS, "sqlite_autoindex_tether_jobs_1"),
         ("recheck", RECHECK, "ix_tether_jobs_targeted"),
         ("active_on", ACTIVE_ON, "ix_tether_jobs_target_active"),
@@ -252,32 +250,13 @@ def test_reconcile_queries_neither_scan_nor_sort(sqlite_coordinator: Coordinator
         raw = conn.connection.driver_connection
         assert raw is not None
         steps = [row[3] for row in raw.execute("EXPLAIN QUERY PLAN " + sql, args)]
-    # A packed page reads its ordered page as a co-routine: a scan of that, not of a table.
-    scans = [s for s in steps if s.startswith("SCAN") and "CONSTANT ROW" not in s and "(subquery-" not in s]
+    scans = [s for s in steps if s.startswith("SCAN") and "CONSTANT ROW" not in s]
     assert not scans, f"{name} scans: {steps}"
     assert not [s for s in steps if "TEMP B-TREE" in s], f"{name} sorts: {steps}"
     assert any(index in s for s in steps), f"{name} does not use {index}: {steps}"
 
 
-# -- the packed page (SQLite: one row per page) ------------------------------------------------
-
-
-@pytest.mark.parametrize("content", [False, True])
-def test_a_path_holding_the_pack_separator_is_checked_like_any_other(
-    sqlite_coordinator: Coordinator, content: bool
-) -> None:
-    """U+001F joins a packed page's values; a path may hold it (a control character is a legal
-    name): the page is read again row by row and every target still gets its own answer."""
-    c = sqlite_coordinator
-    odd = ["docs/a\x1fb.json", "docs/\x1f.json", "docs/z\x1f\x1f.json"]
-    plain = [f"docs/{n}.json" for n in range(20)]
-    completed_rows(c, [CreateFile(path=p, content={"p": p}) for p in odd + plain])
-    assert reconcile(c, content=content, batch_size=8).findings == []
-    (c.root / odd[1]).unlink()
-    (c.root / plain[5]).unlink()
-    report = reconcile(c, content=content, batch_size=8)
-    assert {f.path: f.status for f in report.findings} == {odd[1]: "missing", plain[5]: "missing"}
-    assert report.counts["in_sync"] == len(odd) + len(plain) - 2
+# -- what a check reads ---------------------------------------------------------------------------
 
 
 def test_an_existence_check_reads_no_payload_of_a_type_whose_probe_does_not_want_one(
@@ -290,37 +269,21 @@ def test_an_existence_check_reads_no_payload_of_a_type_whose_probe_does_not_want
     assert aws_probe is not None and aws_probe.wants_payload(content=False)
     completed_rows(c, [CreateFile(path=f"m/{i}.json", content=i) for i in range(50)])
     pages: list[list] = []
-    real_page = check._page
-    monkeypatch.setattr(check, "_page", lambda *a: pages.append(real_page(*a)) or pages[-1])
+    real_rows = backend._Cursor.rows
+
+    def rows(self: backend._Cursor, statement: str, params: dict | None = None) -> list:
+        found = real_rows(self, statement, params)
+        if "ORDER BY ordering_key, id" in statement:  # a page of the stream
+            pages.append(found)
+        return found
+
+    monkeypatch.setattr(backend._Cursor, "rows", rows)
     assert reconcile(c, content=False, batch_size=20).counts["in_sync"] == 50
-    assert len(pages) == 3 and all(len(cols) == 5 for cols in pages)  # the payload column is there...
-    assert [p for cols in pages for p in cols[4]] == [None] * 50  # ...and empty for create_file
+    assert len(pages) == 3 and all(len(row) == 5 for page in pages for row in page)  # a payload column...
+    assert [row[4] for page in pages for row in page] == [None] * 50  # ...empty for create_file
     pages.clear()
     assert reconcile(c, content=True, batch_size=20).counts["in_sync"] == 50
-    assert all(p is not None for cols in pages for p in cols[4])  # checking content: read
-
-
-class _PackedCursor:
-    """A cursor whose packed page came back out of order; the row-by-row read is in order."""
-
-    def __init__(self, rows: list[tuple[str, str, str, str]]) -> None:
-        self.rows_read = rows
-        self.statements: list[str] = []
-
-    def rows(self, statement: str, params: dict) -> list[tuple]:
-        self.statements.append(statement)
-        if statement.startswith("SELECT count(*)"):
-            shuffled = [self.rows_read[1], self.rows_read[0], *self.rows_read[2:]]
-            return [(len(shuffled), *("\x1f".join(column) for column in zip(*shuffled, strict=True)))]
-        return self.rows_read
-
-
-def test_a_packed_page_out_of_order_is_read_again_row_by_row() -> None:
-    rows = [(f"01J{n:023d}", "create_file", "completed", f"file:m/{n}.json") for n in range(3)]
-    cur = _PackedCursor(rows)
-    packed, by_row = sql.reconcile_page(0, packed=True), sql.reconcile_page(0, packed=False)
-    assert check._page(cur, packed, by_row, {}) == list(zip(*rows, strict=True))
-    assert cur.statements == [packed, by_row]
+    assert all(row[4] is not None for page in pages for row in page)  # checking content: read
 
 
 def test_the_garbage_collector_is_paused_for_a_check_and_restored_as_it_was(

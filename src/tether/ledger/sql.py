@@ -498,25 +498,13 @@ LIMIT :limit
 # rows are then never read from the table (the index holds the other columns, and SQLite seeks
 # a row only when one of its columns is used).
 RECONCILE_PAYLOAD = "CASE WHEN type IN ({types}) THEN payload END"
-PACK_SEPARATOR = "\x1f"
 
 
-def reconcile_page(wanting: int, *, packed: bool) -> str:
+def reconcile_page(wanting: int) -> str:
     """RECONCILE_PAGE with the payloads of the jobs of ``wanting`` types (bound as ``:want_0``,
-    ``:want_1``, ...). ``packed`` (SQLite): the page as one row, its count and each column's
-    values joined by U+001F (no file path or JSON payload holds it; the reconciler checks the
-    counts and the order; a NULL payload is '', as group_concat skips a NULL). The driver then
-    builds one Python row a page, not one a job, and releases the GIL once per column instead
-    of once per value: half of what an existence check used to spend."""
+    ``:want_1``, ...)."""
     types = ", ".join(f":want_{n}" for n in range(wanting))
-    payload = f", {RECONCILE_PAYLOAD.format(types=types)} AS payload" if wanting else ""
-    page = RECONCILE_PAGE.format(payload=payload)
-    if not packed:
-        return page
-    columns = [f"group_concat({c}, char(31))" for c in ("id", "type", "status", "ordering_key")]
-    if wanting:
-        columns.append("group_concat(ifnull(payload, ''), char(31))")
-    return f"SELECT count(*), {', '.join(columns)} FROM ({page})"
+    return RECONCILE_PAGE.format(payload=f", {RECONCILE_PAYLOAD.format(types=types)}" if wanting else "")
 
 
 # Payloads of the few latest completed jobs an existence check disagreed on (by primary key).

@@ -186,9 +186,7 @@ class _Reconciler:
             if probe is not None and probe.wants_payload(content=self.content)
         )
         wide = bool(wanting)
-        packed = self.backend.name == "sqlite"
-        page = sql.reconcile_page(len(wanting), packed=packed)
-        fallback = sql.reconcile_page(len(wanting), packed=False)
+        page = sql.reconcile_page(len(wanting))
         binds = {f"want_{n}": name for n, name in enumerate(wanting)}
         after_key, after_id, read, newest = "", "", 0, ""
         carried: _Target | None = None
@@ -196,7 +194,7 @@ class _Reconciler:
             # The stream is most of a check's reading: on the driver cursor, like the hot path.
             with self.backend.read() as cur:
                 params = {"after_key": after_key, "after_id": after_id, "limit": self.batch_size, **binds}
-                cols = _page(cur, page, fallback, params) if packed else list(zip(*cur.rows(page, params), strict=True))
+                cols = list(zip(*cur.rows(page, params), strict=True))  # columns, transposed in C
             n = len(cols[0]) if cols else 0
             ready: _Targets
             if (
@@ -430,30 +428,6 @@ class _Reconciler:
         for key, rel, size in keys:
             if key not in known:
                 self._found(Finding(rel, UNTRACKED, actual_size=size, detail="no job ever named this file"))
-
-
-def _page(cur: Any, packed: str, rows: str, params: dict[str, Any]) -> list[Sequence[Any]]:
-    """One page of the stream as columns (id, type, status, ordering_key[, payload]), [] when
-    it is empty: read ``packed`` (``sql.reconcile_page``), or row by row (``rows``) when its
-    counts or order do not check out."""
-    count, *joined = cur.rows(packed, params)[0]
-    if not count:
-        return []
-    cols: list[Sequence[Any]] = [values.split(sql.PACK_SEPARATOR) for values in joined]
-    if all(len(column) == count for column in cols) and _in_order(cols[3], cols[0]):  # type: ignore[arg-type]  # lists of str
-        if len(cols) == 5:
-            cols[4] = [payload or None for payload in cols[4]]  # '' stood for NULL: not wanted
-        return cols
-    return list(zip(*cur.rows(rows, params), strict=True))
-
-
-def _in_order(keys: list[str], ids: list[str]) -> bool:
-    """Whether the packed page came in (ordering_key, id) order, as its query asked. Compared
-    in C: keys in increasing order (each target once), else as (key, id) pairs."""
-    if all(map(lt, keys, islice(keys, 1, None))):
-        return True
-    pairs = list(zip(keys, ids, strict=True))
-    return all(map(lt, pairs, islice(pairs, 1, None)))
 
 
 def _distinct(keys: Sequence[str]) -> bool:
