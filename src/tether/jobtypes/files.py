@@ -435,9 +435,27 @@ def check_files(root: Path, items: Iterable[tuple[str, bytes]]) -> list[Check]:
                         _close_all(opened)
                     found = opened[directory] = _open_dir(root_fd, directory)
                 dir_fd, last_directory = found, directory
-            out.append(
-                _opened_error(dir_fd, expected) if isinstance(dir_fd, OSError) else _check(dir_fd, name, expected)
-            )
+            if isinstance(dir_fd, OSError):
+                out.append(_opened_error(dir_fd, expected))
+                continue
+            # The common file: regular, of the expected size, one read, the same bytes (inline:
+            # a Python call per file is a good part of a content check).
+            try:
+                fd = open_data_file(dir_fd, name)
+            except OSError as e:
+                out.append(_unopened(e, expected))
+                continue
+            try:
+                st = os.fstat(fd)
+                size = len(expected)
+                if st.st_size == size < _CHUNK and stat.S_ISREG(st.st_mode) and os.read(fd, size + 1) == expected:
+                    out.append(SYNCED)
+                else:
+                    out.append(_compared(fd, st, expected))
+            except OSError as e:
+                out.append(Check(UNKNOWN, detail=_reason(e)))
+            finally:
+                os.close(fd)
     finally:
         _close_all(opened)
         os.close(root_fd)
@@ -470,31 +488,24 @@ def _opened_error(e: OSError, expected: bytes) -> Check:
     return Check(UNKNOWN, detail=_reason(e))
 
 
-def _check(dir_fd: int, name: str, expected: bytes) -> Check:
-    try:
-        fd = open_data_file(dir_fd, name)
-    except OSError as e:
-        if e.errno in _ABSENT:
-            return with_expected(Check(MISSING), expected)
-        if e.errno == errno.ELOOP:
-            return with_expected(Check(MODIFIED, detail="is a symbolic link"), expected)
-        return Check(UNKNOWN, detail=_reason(e))
-    try:
-        st = os.fstat(fd)
-        size = len(expected)
-        # The common file, inline: regular, of the expected size, one read, the same bytes.
-        if st.st_size == size < _CHUNK and stat.S_ISREG(st.st_mode) and os.read(fd, size + 1) == expected:
-            return SYNCED
-        if not stat.S_ISREG(st.st_mode):
-            return with_expected(Check(MODIFIED, detail=_kind(st.st_mode)), expected)
-        if st.st_size != size:
-            return with_expected(Check(MODIFIED, actual=file_facts(st.st_size)), expected)
-        os.lseek(fd, 0, os.SEEK_SET)  # read again from the start, if the inline read was made
-        actual = _differs(fd, expected)
-    except OSError as e:
-        return Check(UNKNOWN, detail=_reason(e))
-    finally:
-        os.close(fd)
+def _unopened(e: OSError, expected: bytes) -> Check:
+    """The answer for a data file that could not be opened."""
+    if e.errno in _ABSENT:
+        return with_expected(Check(MISSING), expected)
+    if e.errno == errno.ELOOP:
+        return with_expected(Check(MODIFIED, detail="is a symbolic link"), expected)
+    return Check(UNKNOWN, detail=_reason(e))
+
+
+def _compared(fd: int, st: os.stat_result, expected: bytes) -> Check:
+    """The answer for an open data file that is not the common one (``check_files``): not a
+    regular file, another size, or bytes that differ."""
+    if not stat.S_ISREG(st.st_mode):
+        return with_expected(Check(MODIFIED, detail=_kind(st.st_mode)), expected)
+    if st.st_size != len(expected):
+        return with_expected(Check(MODIFIED, actual=file_facts(st.st_size)), expected)
+    os.lseek(fd, 0, os.SEEK_SET)  # from the start again: ``check_files`` may have read the first bytes
+    actual = _differs(fd, expected)
     if actual is None:
         return SYNCED
     return with_expected(Check(MODIFIED, actual=file_facts(actual[0], actual[1])), expected)
