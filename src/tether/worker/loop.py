@@ -234,7 +234,7 @@ class Worker:
         start = time.perf_counter()
         try:
             job_type = self.queue.registry.get(job.type)
-            payload = job_type.prepare(self.queue.registry.parse(job.type, job.payload), self.queue.root)
+            payload = job_type.recheck(self.queue.registry.parse(job.type, job.payload), self.queue.root)
             timeout = job.timeout if job.timeout is not None else job_type.timeout
             result = job_type.run(payload, ctx) if timeout is None else _run_bounded(job_type, payload, ctx, timeout)
             outcome: Returned | Exception = Returned(encode_result(job_type.name, result), ctx.followups())
