@@ -52,7 +52,10 @@ class WorkerConfig:
     commit) is then shared by more jobs, so that adding processes does not lower the drain rate
     (benchmarks/README.md, ``procs.py``)."""
     batch_bytes: int = config.DEFAULT_BATCH_BYTES  # payload claimed per transaction (or one larger job)
-    flush_after: float = 0.05  # longest a finished job waits for its group commit (s)
+    flush_after: float = 0.1
+    """Longest a finished job waits for its group commit (s). Wide enough that a batch of file
+    jobs (about 0.5 ms each on an SSD) ends inside it: a batch that overran it by a few jobs paid
+    a second commit, and its directories' fsyncs, for those few (benchmarks/README.md)."""
     slow_job: float = 0.01  # a job slower than this (s) gives its batch back; claims go one at a time
     shutdown_grace: float | None = config.DEFAULT_SHUTDOWN_GRACE
     """Seconds running jobs get to finish after the first shutdown signal (or ``stop()``); then
