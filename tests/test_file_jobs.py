@@ -80,15 +80,17 @@ def test_an_attempt_resolves_no_path_when_nothing_on_the_way_is_a_symlink(coordi
     assert (root / "d/a.json").read_bytes() == b"1\n"
 
 
-def test_a_symlink_inside_the_root_made_after_the_enqueue_is_resolved_as_at_enqueue(coordinator, root):
+@pytest.mark.parametrize(("link", "to", "lands"), [("d", "real", "real/a.json"), ("d/a.json", "b.json", "d/b.json")])
+def test_a_symlink_inside_the_root_made_after_the_enqueue_is_resolved_as_at_enqueue(coordinator, root, link, to, lands):
     (root / "d").mkdir()
     job_id = coordinator.enqueue(CreateFile(path="d/a.json", content=1), max_attempts=1).id
-    (root / "d").rename(root / "real")
-    (root / "d").symlink_to("real", target_is_directory=True)
+    if link == "d":
+        (root / "d").rename(root / to)
+    (root / link).symlink_to(to)
     coordinator.run_until_idle()
-    assert coordinator.get(job_id).status is JobStatus.COMPLETED
-    assert (root / "real/a.json").read_bytes() == b"1\n"
-    assert (root / "d").is_symlink()
+    assert coordinator.get(job_id).status is JobStatus.COMPLETED, coordinator.get(job_id).last_error
+    assert (root / lands).read_bytes() == b"1\n"
+    assert (root / link).is_symlink()
 
 
 def test_delete_of_a_missing_file_is_success_unless_required(coordinator, root):
