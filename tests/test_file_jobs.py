@@ -66,6 +66,33 @@ def test_overwrite_replaces_the_file(coordinator, root):
     assert (root / "a.json").read_bytes() == b"2\n"
 
 
+def test_an_attempt_resolves_no_path_when_nothing_on_the_way_is_a_symlink(coordinator, root, monkeypatch):
+    # The write follows no symlink; the path checks of the enqueue (a lookup per component)
+    # run again only when it meets one (the next test).
+    job_id = coordinator.enqueue(CreateFile(path="d/a.json", content=1)).id
+
+    def resolved(root: Path, rel: str) -> str:
+        raise AssertionError(f"resolved {rel} at run time")
+
+    monkeypatch.setattr(fs, "canonical", resolved)
+    coordinator.run_until_idle()
+    assert coordinator.get(job_id).status is JobStatus.COMPLETED
+    assert (root / "d/a.json").read_bytes() == b"1\n"
+
+
+@pytest.mark.parametrize(("link", "to", "lands"), [("d", "real", "real/a.json"), ("d/a.json", "b.json", "d/b.json")])
+def test_a_symlink_inside_the_root_made_after_the_enqueue_is_resolved_as_at_enqueue(coordinator, root, link, to, lands):
+    (root / "d").mkdir()
+    job_id = coordinator.enqueue(CreateFile(path="d/a.json", content=1), max_attempts=1).id
+    if link == "d":
+        (root / "d").rename(root / to)
+    (root / link).symlink_to(to)
+    coordinator.run_until_idle()
+    assert coordinator.get(job_id).status is JobStatus.COMPLETED, coordinator.get(job_id).last_error
+    assert (root / lands).read_bytes() == b"1\n"
+    assert (root / link).is_symlink()
+
+
 def test_delete_of_a_missing_file_is_success_unless_required(coordinator, root):
     ok = coordinator.enqueue(DeleteFile(path="gone.json")).id
     strict = coordinator.enqueue(DeleteFile(path="gone2.json", require_exists=True), max_attempts=4).id

@@ -214,17 +214,25 @@ def fsync_fd(fd: int) -> None:
 
 
 @contextmanager
-def data_file(root: str | os.PathLike[str], rel: str, *, create: bool = False) -> Iterator[DataFile]:
+def data_file(
+    root: str | os.PathLike[str], rel: str, *, create: bool = False, root_fd: int | None = None
+) -> Iterator[DataFile]:
     """The data path ``rel`` (normalized) under ``root``, through a descriptor of its directory
-    opened from the root without following any symlink. With ``create``, missing directories
-    are made. OSError names the component at fault (``filename``, relative to the root)."""
+    opened from the root (``root_fd``, or opened for this call) without following any symlink.
+    With ``create``, missing directories are made. OSError names the component at fault
+    (``filename``, relative to the root)."""
     directory, _, name = rel.rpartition("/")
-    with opened_root(root) as root_fd:
-        dir_fd = beneath.open_dir(root_fd, directory, create=create)
-        try:
-            yield DataFile(_real_root(os.fspath(root)), directory, name, dir_fd)
-        finally:
-            os.close(dir_fd)
+    own = root_fd is None
+    opened = open_root(root) if root_fd is None else root_fd
+    try:
+        dir_fd = beneath.open_dir(opened, directory, create=create)
+    finally:
+        if own:
+            os.close(opened)
+    try:
+        yield DataFile(_real_root(os.fspath(root)), directory, name, dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK  # never blocks on a FIFO swapped in after the lstat
@@ -444,7 +452,7 @@ def _lock_id(rel: str) -> int:
 
 
 @contextmanager
-def path_lock(root: Path, rel: str) -> Iterator[None]:
+def path_lock(root: Path, rel: str, *, root_fd: int | None = None) -> Iterator[None]:
     """Hold the lock of one data path, against every thread and process using this root.
 
     One byte of ``.tether/locks/paths.lock``, at an offset hashed from the path, locked with an
@@ -454,7 +462,7 @@ def path_lock(root: Path, rel: str) -> Iterator[None]:
     ``flock`` on one of ``LOCK_STRIPES`` lock files. Re-entrant within a thread, so a handler
     may hold the locks of several paths; take them in one order (``path_locks``) so two
     processes cannot wait on each other. Each acquisition opens its own descriptor, so threads
-    of one process exclude each other too.
+    of one process exclude each other too. ``root_fd``: the root, already open for the caller.
     """
     h = _lock_id(rel)
     key = (os.fspath(root), h)
@@ -467,7 +475,7 @@ def path_lock(root: Path, rel: str) -> Iterator[None]:
             held[key] -= 1
         return
     name = LOCK_FILE if _OFD_SETLKW is not None else f"{h:04d}.lock"
-    fd = _open_lock_file(key[0], name)
+    fd = _open_lock_file(key[0], name, root_fd)
     try:
         if _OFD_SETLKW is not None:
             fcntl.fcntl(fd, _OFD_SETLKW, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, h, 1, 0))
@@ -482,16 +490,19 @@ def path_lock(root: Path, rel: str) -> Iterator[None]:
         os.close(fd)  # closing the descriptor releases the lock
 
 
-def _open_lock_file(root: str, name: str) -> int:
-    """``.tether/locks/<name>`` under the root, following no symlink: a ``.tether`` that is a
-    symlink is refused (ELOOP), never used to put the lock file outside the root."""
+def _open_lock_file(root: str, name: str, root_fd: int | None = None) -> int:
+    """``.tether/locks/<name>`` under the root (``root_fd`` if open already), following no
+    symlink: a ``.tether`` that is a symlink is refused (ELOOP), never used to put the lock file
+    outside the root."""
+    if root_fd is None:
+        with opened_root(root) as fd:
+            return _open_lock_file(root, name, fd)
     rel = f"{INTERNAL_DIR}/locks/{name}"
-    with opened_root(root) as root_fd:
-        try:
-            return beneath.open_beneath(root_fd, rel, os.O_RDWR | os.O_CREAT, 0o644)
-        except FileNotFoundError:
-            os.close(beneath.open_dir(root_fd, f"{INTERNAL_DIR}/locks", create=True))
-            return beneath.open_beneath(root_fd, rel, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        return beneath.open_beneath(root_fd, rel, os.O_RDWR | os.O_CREAT, 0o644)
+    except FileNotFoundError:
+        os.close(beneath.open_dir(root_fd, f"{INTERNAL_DIR}/locks", create=True))
+        return beneath.open_beneath(root_fd, rel, os.O_RDWR | os.O_CREAT, 0o644)
 
 
 @contextmanager

@@ -64,8 +64,14 @@ class JobType(ABC, Generic[P]):
 
     def prepare(self, payload: P, root: Path) -> P:
         """Checks the model cannot make alone (paths against the data root); returns the payload
-        in canonical form. Runs at enqueue and again before every attempt."""
+        in canonical form. Runs at enqueue and (through ``recheck``) before every attempt."""
         return payload
+
+    def recheck(self, payload: P, root: Path) -> P:
+        """The checks before each attempt of a payload ``prepare`` passed at enqueue: ``prepare``
+        again, unless the type does less because its handler meets what the rest would refuse
+        (``create_file``: its write follows no symlink, and runs ``prepare`` when it meets one)."""
+        return self.prepare(payload, root)
 
     def target(self, payload: P) -> Target | None:
         """What this job acts on (``Target.file(path)``, an AWS resource): jobs with one target

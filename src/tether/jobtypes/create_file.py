@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -10,6 +11,7 @@ import orjson
 from pydantic import JsonValue, model_validator
 
 from .. import fs
+from ..errors import PermanentError, UnsafePath
 from .base import IN_SYNC, SYNCED, UNREADABLE_PAYLOAD, Check, JobType, Payload, Probe
 from .files import (
     check_files,
@@ -120,7 +122,31 @@ class CreateFileType(JobType[CreateFile]):
     def target(self, payload: CreateFile) -> Target:
         return Target.file(payload.path)
 
+    def recheck(self, payload: CreateFile, root: Path) -> CreateFile:
+        # ``prepare`` costs three path lookups an attempt. What it refuses or resolves (a symlink
+        # on the way, a file where a directory must be) the write meets anyway, following no
+        # symlink: ``run`` runs ``prepare`` then. Here only what needs no lookup.
+        try:
+            path = fs.normalize(payload.path)
+        except fs.PathRejected as e:
+            raise UnsafePath(self.name, "path", payload.path, str(e)) from e
+        return payload if path == payload.path else self.prepare(payload, root)
+
     def run(self, payload: CreateFile, ctx: JobContext) -> dict[str, Any]:
         data = render(payload)
-        written = write_locked(ctx, payload.path, data, overwrite=payload.overwrite)
+        try:
+            written = write_locked(ctx, payload.path, data, overwrite=payload.overwrite)
+        except PermanentError as e:
+            # A symlink or a file on the way: what ``prepare`` says of the path now (it resolves a
+            # symlink inside the root, and refuses one leading out or a file on the way by name),
+            # as it said before every attempt when it ran there.
+            if not (isinstance(e.__cause__, OSError) and e.__cause__.errno in _PREPARE_ANSWERS):
+                raise
+            path = self.prepare(payload, ctx.root).path
+            if path == payload.path:
+                raise
+            written = write_locked(ctx, path, data, overwrite=payload.overwrite)
         return {"bytes": len(data), "sha256": fs.sha256(data), "written": written}
+
+
+_PREPARE_ANSWERS = frozenset((errno.ELOOP, errno.ENOTDIR))

@@ -134,7 +134,12 @@ def delete_locked(ctx: JobContext, rel: str) -> bool:
 @contextmanager
 def _locked(ctx: JobContext, rel: str, *, create: bool, doing: str = "") -> Iterator[fs.DataFile]:
     try:
-        with fs.path_lock(ctx.root, rel), fs.data_file(ctx.root, rel, create=create) as f:
+        # One descriptor of the root for the lock file and the data file's directory.
+        with (
+            fs.opened_root(ctx.root) as root_fd,
+            fs.path_lock(ctx.root, rel, root_fd=root_fd),
+            fs.data_file(ctx.root, rel, create=create, root_fd=root_fd) as f,
+        ):
             if not ctx.job.first_run:
                 # An earlier attempt may have died mid-write; only a re-run can have left a
                 # temp file for this path, so first runs skip the directory scan.

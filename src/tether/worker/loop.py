@@ -52,7 +52,10 @@ class WorkerConfig:
     commit) is then shared by more jobs, so that adding processes does not lower the drain rate
     (benchmarks/README.md, ``procs.py``)."""
     batch_bytes: int = config.DEFAULT_BATCH_BYTES  # payload claimed per transaction (or one larger job)
-    flush_after: float = 0.05  # longest a finished job waits for its group commit (s)
+    flush_after: float = 0.1
+    """Longest a finished job waits for its group commit (s). Wide enough that a batch of file
+    jobs (about 0.5 ms each on an SSD) ends inside it: a batch that overran it by a few jobs paid
+    a second commit, and its directories' fsyncs, for those few (benchmarks/README.md)."""
     slow_job: float = 0.01  # a job slower than this (s) gives its batch back; claims go one at a time
     shutdown_grace: float | None = config.DEFAULT_SHUTDOWN_GRACE
     """Seconds running jobs get to finish after the first shutdown signal (or ``stop()``); then
@@ -234,7 +237,7 @@ class Worker:
         start = time.perf_counter()
         try:
             job_type = self.queue.registry.get(job.type)
-            payload = job_type.prepare(self.queue.registry.parse(job.type, job.payload), self.queue.root)
+            payload = job_type.recheck(self.queue.registry.parse(job.type, job.payload), self.queue.root)
             timeout = job.timeout if job.timeout is not None else job_type.timeout
             result = job_type.run(payload, ctx) if timeout is None else _run_bounded(job_type, payload, ctx, timeout)
             outcome: Returned | Exception = Returned(encode_result(job_type.name, result), ctx.followups())
