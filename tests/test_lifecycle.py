@@ -537,7 +537,7 @@ def test_job_ids_are_ulids_in_enqueue_order_even_within_one_millisecond(monkeypa
     from tether import ids
     from tether.ids import new_id
 
-    monkeypatch.setattr(ids, "_last", "")  # and restored: later tests keep real-time ids
+    monkeypatch.setattr(ids, "_last", (-1, ""))  # and restored: later tests keep real-time ids
 
     now = datetime(2026, 3, 1, 12, 0, 0, 123000, tzinfo=UTC)
     made = [new_id(now) for _ in range(1000)]
@@ -575,7 +575,7 @@ def test_the_id_floor_of_a_moment_sorts_before_every_id_made_at_or_after_it(monk
     from tether import ids
     from tether.ids import floor_id, new_id
 
-    monkeypatch.setattr(ids, "_last", "")  # ids made earlier in this process are later than `when`
+    monkeypatch.setattr(ids, "_last", (-1, ""))  # ids made earlier in this process are later than `when`
 
     when = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
     floor = floor_id(when)
