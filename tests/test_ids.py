@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -68,3 +68,17 @@ def test_a_forked_child_does_not_hand_out_the_parents_next_id():
     parents = new_id(NOW)
     assert _value(parents) == _value(made) + 1
     assert childs[:10] == parents[:10] and childs != parents
+
+
+def test_an_id_holds_its_times_millisecond_whether_that_second_was_seen_before_or_not():
+    # The millisecond comes from the last id's second where it can: on either side of every
+    # boundary (second, day, year), and in other zones, it must be the time's own.
+    from ulid import ULID
+
+    start = datetime(2026, 12, 31, 23, 59, 58, 999_990, tzinfo=UTC)
+    times = [start + timedelta(microseconds=7 * i) for i in range(300_000)]  # 2.1 s: three seconds
+    half_hour_and_a_half_second = timezone(timedelta(minutes=30, microseconds=500_000))
+    times += [t.astimezone(half_hour_and_a_half_second) for t in times[-3:]] + [start]  # and back
+    for when in times:
+        ids._last = (-1, "")  # else a time in an earlier millisecond gets the last id plus one
+        assert ULID.from_str(new_id(when)).milliseconds == int(when.timestamp() * 1_000_000) // 1000

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import random
 import threading
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 _lock = threading.Lock()
 # The last id handed out in this process, and the millisecond its first 10 characters encode.
@@ -37,9 +37,15 @@ _AS_BASE32 = str.maketrans(_CROCKFORD, "0123456789abcdefghijklmnopqrstuv")  # fo
 # The first 8 characters of the ids of 1024 milliseconds (ms >> 10): after a commit's fsync the
 # millisecond has moved on, but rarely its 1024-millisecond block.
 _head: tuple[int, str] = (-1, "")
+# The UTC second of the last id, [start, end), and its first millisecond: an id's millisecond
+# without ``timestamp()`` (a timedelta, and float and big-integer arithmetic, per id).
+_second: tuple[datetime, datetime, int] = (datetime.max.replace(tzinfo=UTC), datetime.min.replace(tzinfo=UTC), 0)
+_ONE_SECOND = timedelta(seconds=1)
 
 
 def _ms(when: datetime) -> int:
+    if when.tzinfo is not UTC:  # naive (local time), or a zone whose offset may hold microseconds
+        when = when.astimezone(UTC)
     return int(when.timestamp()) * 1000 + when.microsecond // 1000  # exact, unlike timestamp() * 1000
 
 
@@ -52,8 +58,15 @@ def floor_id(when: datetime) -> str:
 def new_id(now: datetime) -> str:
     """A ULID for ``now`` (48-bit milliseconds, 80 random bits); within the millisecond of the
     last id, or if the clock went back, the last id plus one."""
-    global _last, _head
-    ms = int(now.timestamp()) * 1000 + now.microsecond // 1000  # _ms, inline: the hot path
+    global _last, _head, _second
+    second = _second
+    if now.tzinfo is UTC and second[0] <= now < second[1]:  # the clock's own zone, in the last id's second
+        ms = second[2] + now.microsecond // 1000
+    else:
+        ms = _ms(now)
+        if now.tzinfo is UTC:
+            start = now.replace(microsecond=0)
+            _second = (start, start + _ONE_SECOND, ms - now.microsecond // 1000)
     with _lock:
         last_ms, last = _last
         if ms > last_ms:
