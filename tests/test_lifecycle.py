@@ -372,6 +372,17 @@ def test_each_coordinator_sharing_an_application_session_wakes_its_own_workers_o
         other.close()
 
 
+def test_a_single_enqueue_wakes_this_processs_workers_whether_events_are_logged_or_not(c, caplog):
+    # enqueue_one skips committed() when no event is logged: the wake-up must not go with it.
+    seen = c.queue.wakeup.generation()
+    quiet = c.enqueue(Note(name="quiet")).id
+    assert c.queue.wakeup.generation() == seen + 1 and events_named(caplog, "queued") == []
+    caplog.set_level(logging.INFO, logger="tether.events")
+    logged = c.enqueue(Note(name="logged")).id
+    assert c.queue.wakeup.generation() == seen + 2
+    assert [e["job_id"] for e in events_named(caplog, "queued")] == [logged] != [quiet]
+
+
 def test_follow_up_jobs_commit_with_the_parent_completion(c):
     parent = c.enqueue(Spawn(children=["x", "y"])).id
     c.worker().run_once()
