@@ -63,6 +63,20 @@ def test_a_single_enqueue_stores_exactly_the_row_it_returns(c, clock):
         assert job.payload_bytes == len(job.payload.encode())
 
 
+def test_a_type_registered_again_with_hooks_takes_effect_on_the_next_single_enqueue(c):
+    # The builder keeps each hook-free payload class's name and encoder for the common single
+    # enqueue; a new registration must retire them, or the new type's hooks would be skipped.
+    class KeyedSpawnType(SpawnType):
+        def idempotency_key(self, payload: Spawn) -> str | None:
+            return ",".join(payload.children)
+
+    assert c.enqueue(Spawn(children=["a"])).job.idempotency_key is None  # SpawnType: no hooks
+    c.registry.register(KeyedSpawnType())
+    keyed = c.enqueue(Spawn(children=["a"]))
+    assert keyed.job.idempotency_key == "a" and not keyed.duplicate
+    assert c.enqueue(Spawn(children=["a"])).duplicate
+
+
 def test_claim_sets_owner_lock_time_and_counts_the_attempt(c, clock):
     c.enqueue(Note(name="a"))
     [job] = c.queue.claim("w1")
