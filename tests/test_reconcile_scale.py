@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import shutil
@@ -21,13 +22,13 @@ from tether.cli.reconcile import check_main
 from tether.ids import new_id
 from tether.jobtypes import create_file, render
 from tether.jobtypes.files import file_target
+from tether.ledger import backend, sql
 from tether.ledger.schema import jobs as jobs_table
+from tether.reconcile import check
 from tether.reconcile.check import (
     ACTIVE_ON,
     COUNT_TARGETED,
     KNOWN_TARGETS,
-    PAGE,
-    PAGE_PAYLOADS,
     PAYLOADS,
     RECHECK,
     reconcile,
@@ -203,6 +204,8 @@ PARAMS = {
     "key": "file:m/1.json",
     "keys": ["file:m/1.json", "file:m/2.json"],
     "ids": ["0" * 26, "1" * 26],
+    "want_0": "create_file",
+    "want_1": "sync_aws",
 }
 
 
@@ -224,8 +227,8 @@ def to_qmark(sql: str) -> tuple[str, list]:
 @pytest.mark.parametrize(
     "name, statement, index",
     [
-        ("page", PAGE, "COVERING INDEX ix_tether_jobs_targeted"),  # the stream never reads the table
-        ("page_payloads", PAGE_PAYLOADS, "ix_tether_jobs_targeted"),
+        ("page", sql.reconcile_page(0), "COVERING INDEX ix_tether_jobs_targeted"),  # the stream never reads the table
+        ("page_payloads", sql.reconcile_page(2), "ix_tether_jobs_targeted"),
         ("payloads", PAYLOADS, "sqlite_autoindex_tether_jobs_1"),
         ("recheck", RECHECK, "ix_tether_jobs_targeted"),
         ("active_on", ACTIVE_ON, "ix_tether_jobs_target_active"),
@@ -241,7 +244,7 @@ def test_reconcile_queries_neither_scan_nor_sort(sqlite_coordinator: Coordinator
     c.enqueue_many(
         [CreateFile(path=f"m/{i}.json", content=i, overwrite=True) for i in range(0, 300, 3)], delay=timedelta(hours=1)
     )
-    sql, args = to_qmark(statement.text)
+    sql, args = to_qmark(statement if isinstance(statement, str) else statement.text)
     with c.engine.connect() as conn:
         conn.exec_driver_sql("ANALYZE")
         raw = conn.connection.driver_connection
@@ -251,3 +254,76 @@ def test_reconcile_queries_neither_scan_nor_sort(sqlite_coordinator: Coordinator
     assert not scans, f"{name} scans: {steps}"
     assert not [s for s in steps if "TEMP B-TREE" in s], f"{name} sorts: {steps}"
     assert any(index in s for s in steps), f"{name} does not use {index}: {steps}"
+
+
+# -- what a check reads ---------------------------------------------------------------------------
+
+
+def test_an_existence_check_reads_no_payload_of_a_type_whose_probe_does_not_want_one(
+    sqlite_coordinator: Coordinator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sync_aws's probe reads payloads in either mode; create_file's not when checking existence:
+    the file jobs' rows are not read for it (the page holds NULL for them)."""
+    c = sqlite_coordinator
+    aws_probe = c.registry.get("sync_aws").probe
+    assert aws_probe is not None and aws_probe.wants_payload(content=False)
+    completed_rows(c, [CreateFile(path=f"m/{i}.json", content=i) for i in range(50)])
+    pages: list[list] = []
+    real_rows = backend._Cursor.rows
+
+    def rows(self: backend._Cursor, statement: str, params: dict | None = None) -> list:
+        found = real_rows(self, statement, params)
+        if "ORDER BY ordering_key, id" in statement:  # a page of the stream
+            pages.append(found)
+        return found
+
+    monkeypatch.setattr(backend._Cursor, "rows", rows)
+    assert reconcile(c, content=False, batch_size=20).counts["in_sync"] == 50
+    assert len(pages) == 3 and all(len(row) == 5 for page in pages for row in page)  # a payload column...
+    assert [row[4] for page in pages for row in page] == [None] * 50  # ...empty for create_file
+    pages.clear()
+    assert reconcile(c, content=True, batch_size=20).counts["in_sync"] == 50
+    assert all(row[4] is not None for page in pages for row in page)  # checking content: read
+
+
+def test_the_garbage_collector_is_paused_for_a_check_and_restored_as_it_was(
+    sqlite_coordinator: Coordinator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c = sqlite_coordinator
+    completed_rows(c, [CreateFile(path=f"m/{i}.json", content=i) for i in range(5)])
+    during: list[bool] = []
+    real_run = check._Reconciler.run
+    monkeypatch.setattr(
+        check._Reconciler, "run", lambda self, now: during.append(gc.isenabled()) or real_run(self, now)
+    )
+    assert gc.isenabled()
+    assert reconcile(c).counts["in_sync"] == 5
+    assert during == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        reconcile(c)
+        assert not gc.isenabled(), "an application that turned it off keeps it off"
+    finally:
+        gc.enable()
+
+
+@pytest.mark.parametrize("content", [False, True])
+def test_a_ledger_row_naming_a_path_outside_the_root_is_unknown_among_paths_checked_in_bulk(
+    sqlite_coordinator: Coordinator, content: bool
+) -> None:
+    """Rows changed by hand: paths that escape are answered one by one, the rest in bulk."""
+    c = sqlite_coordinator
+    completed_rows(c, [CreateFile(path=f"m/{i:02d}.json", content=i) for i in range(30)])
+    escapes = {"m/03.json": "../03.json", "m/11.json": "m/../../11.json", "m/20.json": "/etc/20.json"}
+    with c.engine.begin() as conn:
+        for rel, bad in escapes.items():
+            payload = orjson.dumps({"path": bad, "content": 0}).decode()
+            conn.execute(
+                sa.text("UPDATE tether_jobs SET ordering_key = :bad, payload = :payload WHERE ordering_key = :key"),
+                {"bad": file_target(bad), "payload": payload, "key": file_target(rel)},
+            )
+    report = reconcile(c, content=content)
+    assert {f.path: (f.status, f.detail) for f in report.findings} == {
+        bad: ("unknown", "the ledger names a path outside the data root") for bad in escapes.values()
+    }
+    assert report.counts["in_sync"] == 27

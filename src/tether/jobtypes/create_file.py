@@ -72,9 +72,13 @@ class CreateFileProbe(Probe):
     def check_many(self, items: Sequence[tuple[str, str]], root: Path, *, content: bool) -> list[Check]:
         if content:
             expected = [_expected(payload) for _, payload in items]
+            if None not in expected:  # every payload readable (only a row changed by hand is not)
+                return check_files(root, expected)  # type: ignore[arg-type]  # no None, as checked
             checked = iter(check_files(root, [e for e in expected if e is not None]))
             return [UNREADABLE_PAYLOAD if e is None else next(checked) for e in expected]
         found = files_exist(root, file_paths(items), present=True)
+        if found.count(SYNCED) == len(found):  # the common answer, counted in C
+            return found
         return [
             c if c is SYNCED or c.status == IN_SYNC else _expecting(c, p)
             for c, (_, p) in zip(found, items, strict=True)

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import replace
+from itertools import groupby
+from operator import itemgetter, methodcaller
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -244,34 +246,40 @@ listings: ContextVar[dict[str, tuple[list[str], list[str]]] | None] = ContextVar
 def list_data_dir(path: str, wanted: set[str], dir_fd: int) -> dict[str, int] | None:
     """Of the ``wanted`` names in the open directory ``dir_fd`` (at ``path``), those present ->
     what each is (_REGULAR, _DIRECTORY, _OTHER, from d_type, no stat); None when listing it does
-    not pay or fails (the caller then uses lstat). Holds no more than ``wanted`` (and, during a
-    check, the directory's temp files and subdirectories)."""
+    not pay or fails (the caller then uses lstat). Holds no more than the directory's names
+    while it runs (and, during a check, keeps its temp files and subdirectories)."""
     try:
         if len(wanted) * _BYTES_PER_WANTED < os.fstat(dir_fd).st_size:
             return None
-        seen = listings.get()
-        with os.scandir(dir_fd) as entries:
-            if seen is None:
-                return {e.name: _entry_kind(e) for e in entries if e.name in wanted}
-            found: dict[str, int] = {}
-            temps: list[str] = []
-            subdirs: list[str] = []
+        with os.scandir(dir_fd) as listing:
+            entries = list(listing)
+        # The common directory holds only regular files: they are found by a comprehension and
+        # set operations in C; the rest (subdirectories, links, FIFOs) in a pass over those alone.
+        regular = [e.name for e in entries if e.is_file(follow_symlinks=False)]
+        found = dict.fromkeys(wanted.intersection(regular), _REGULAR)
+        subdirs: list[str] = []
+        temps = [n for n in regular if n.endswith(fs.TEMP_SUFFIX)] if fs.TEMP_SUFFIX in "/".join(regular) else []
+        if len(regular) < len(entries):
+            is_regular = set(regular)
             for e in entries:
                 name = e.name
+                if name in is_regular:
+                    continue
+                kind = _entry_kind(e)
                 if name in wanted:
-                    # _entry_kind, with the common answer first and inline
-                    kind = _REGULAR if e.is_file(follow_symlinks=False) else _entry_kind(e)
-                    if kind == _DIRECTORY:
-                        subdirs.append(name)
                     found[name] = kind
-                elif e.is_dir(follow_symlinks=False):
+                if kind == _DIRECTORY:
                     subdirs.append(name)  # a data directory named ``x.tether-tmp`` is no temp file
                 elif name.endswith(fs.TEMP_SUFFIX):
                     temps.append(name)
-        seen[os.path.normpath(path)] = (temps, subdirs)
-        return found
     except OSError:
         return None
+    if temps and not wanted.isdisjoint(temps):  # a data file is never its own temp file
+        temps = [n for n in temps if n not in wanted]
+    seen = listings.get()
+    if seen is not None:
+        seen[os.path.normpath(path)] = (temps, subdirs)
+    return found
 
 
 def _entry_kind(e: os.DirEntry[str]) -> int:
@@ -282,35 +290,39 @@ def _entry_kind(e: os.DirEntry[str]) -> int:
 
 def files_exist(root: Path, rels: Sequence[str], *, present: bool) -> list[Check]:
     """Existence of data files, nothing read: each must be a regular file (``present``) or be
-    absent. Each directory is opened once from the root without following symlinks; one with
-    many of the paths is listed once; a listing decides only the expected answer, anything else
-    is looked at again with ``lstat``. A ``missing`` answer carries no expectation; the caller
+    absent. Each directory is opened once from the root without following symlinks for each run
+    of paths in it (a check's paths arrive sorted, so one run per directory); one with many of
+    the paths is listed once; a listing decides only the expected answer, anything else is
+    looked at again with ``lstat``. A ``missing`` answer carries no expectation; the caller
     adds it."""
     prefix = f"{os.fspath(root)}/"
     out: list[Check | None] = [None] * len(rels)
-    by_dir: dict[str, tuple[list[int], list[str]]] = {}  # directory -> (indexes, names)
-    for n, rel in enumerate(rels):
-        if rel.startswith("/") or "\x00" in rel or (".." in rel and ".." in rel.split("/")):  # _outside, inlined
-            out[n] = _OUTSIDE
-            continue
-        directory, _, name = rel.rpartition("/")
-        group = by_dir.get(directory)
-        if group is None:
-            group = by_dir[directory] = ([], [])
-        group[0].append(n)
-        group[1].append(name)
+    # Per path in C, not a Python loop: its directory and name, and (rarely) whether it escapes.
+    parts = list(map(_RPARTITION, rels))
+    dirs: list[str | None] = list(map(_FIRST, parts))
+    names: list[str] = list(map(_LAST, parts))
+    joined = "\n".join(rels)
+    if joined.startswith("/") or "\n/" in joined or "\x00" in joined or ".." in joined:  # only then, one by one
+        for n, rel in enumerate(rels):
+            if _outside(rel):
+                out[n] = _OUTSIDE
+                dirs[n] = None
     try:
         with fs.opened_root(root) as root_fd:
-            for directory, (indexes, names) in by_dir.items():
+            end = 0
+            for directory, run in groupby(dirs):
+                start, end = end, end + len(list(run))
+                if directory is None:
+                    continue
                 try:
                     dir_fd = beneath.open_dir(root_fd, directory)
                 except OSError as e:
-                    unreachable = _unreachable(e, present)
-                    for n in indexes:
-                        out[n] = unreachable
+                    out[start:end] = [_unreachable(e, present)] * (end - start)
                     continue
                 try:
-                    _exist_in(dir_fd, prefix + directory if directory else prefix, indexes, names, present, out)
+                    _exist_in(
+                        dir_fd, prefix + directory if directory else prefix, start, names[start:end], present, out
+                    )
                 finally:
                     os.close(dir_fd)
     except OSError as e:  # the root itself could not be opened: nothing under it can be checked
@@ -318,18 +330,26 @@ def files_exist(root: Path, rels: Sequence[str], *, present: bool) -> list[Check
     return out  # type: ignore[return-value]  # every slot was filled above
 
 
-def _exist_in(
-    dir_fd: int, path: str, indexes: list[int], names: list[str], present: bool, out: list[Check | None]
-) -> None:
+_RPARTITION = methodcaller("rpartition", "/")
+_FIRST, _LAST = itemgetter(0), itemgetter(2)
+
+
+def _exist_in(dir_fd: int, path: str, start: int, names: list[str], present: bool, out: list[Check | None]) -> None:
+    """Answer for ``names`` of the open directory ``dir_fd`` into ``out[start:]``."""
     listing = None
-    if len(indexes) >= _LIST_AT:
-        listing = list_data_dir(path, set(names), dir_fd)
+    wanted = set(names)
+    if len(names) >= _LIST_AT:
+        listing = list_data_dir(path, wanted, dir_fd)
     if listing is None:
-        for n, name in zip(indexes, names, strict=True):
+        for n, name in enumerate(names, start):
             out[n] = _exists(dir_fd, name, present)
         return
+    # The common answer for the whole run, decided in C: all there as regular files (or none there).
+    if (len(listing) == len(wanted) and not any(listing.values())) if present else not listing:
+        out[start : start + len(names)] = [SYNCED] * len(names)
+        return
     get = listing.get
-    for n, name in zip(indexes, names, strict=True):
+    for n, name in enumerate(names, start):
         kind = get(name)
         if (kind == _REGULAR) if present else (kind is None):
             out[n] = SYNCED
@@ -373,23 +393,31 @@ def check_file(root: Path, rel: str, expected: bytes) -> Check:
 def check_files(root: Path, items: Iterable[tuple[str, bytes]]) -> list[Check]:
     """``check_file`` for several ``(path, expected bytes)``: the root is opened once, and each
     directory once for the paths in it (up to ``_DIRS_OPEN`` directories held at a time)."""
+    items = list(items)
     out: list[Check] = []
     opened: dict[str, int | OSError] = {}
     try:
         root_fd = fs.open_root(root)
     except OSError as e:  # the root itself could not be opened: nothing under it can be checked
         return [_OUTSIDE if _outside(rel) else Check(UNKNOWN, detail=_reason(e)) for rel, _ in items]
+    # Whether any path may escape, decided in C for all: then each is checked on its own.
+    joined = "\n".join([rel for rel, _ in items])
+    suspect = joined.startswith("/") or "\n/" in joined or "\x00" in joined or ".." in joined
+    last_directory: str | None = None
+    dir_fd: int | OSError = 0
     try:
         for rel, expected in items:
-            if _outside(rel):
+            if suspect and _outside(rel):
                 out.append(_OUTSIDE)
                 continue
             directory, _, name = rel.rpartition("/")
-            dir_fd = opened.get(directory)
-            if dir_fd is None:
-                if len(opened) >= _DIRS_OPEN:
-                    _close_all(opened)
-                dir_fd = opened[directory] = _open_dir(root_fd, directory)
+            if directory != last_directory:  # a check's paths come sorted: mostly the last one
+                found = opened.get(directory)
+                if found is None:
+                    if len(opened) >= _DIRS_OPEN:
+                        _close_all(opened)
+                    found = opened[directory] = _open_dir(root_fd, directory)
+                dir_fd, last_directory = found, directory
             out.append(
                 _opened_error(dir_fd, expected) if isinstance(dir_fd, OSError) else _check(dir_fd, name, expected)
             )
@@ -436,12 +464,16 @@ def _check(dir_fd: int, name: str, expected: bytes) -> Check:
         return Check(UNKNOWN, detail=_reason(e))
     try:
         st = os.fstat(fd)
+        size = len(expected)
+        # The common file, inline: regular, of the expected size, one read, the same bytes.
+        if st.st_size == size < _CHUNK and stat.S_ISREG(st.st_mode) and os.read(fd, size + 1) == expected:
+            return SYNCED
         if not stat.S_ISREG(st.st_mode):
             return with_expected(Check(MODIFIED, detail=_kind(st.st_mode)), expected)
-        size = len(expected)
         if st.st_size != size:
             return with_expected(Check(MODIFIED, actual=file_facts(st.st_size)), expected)
-        actual = _differs(fd, expected)  # the common small file: one read, one comparison
+        os.lseek(fd, 0, os.SEEK_SET)  # read again from the start, if the inline read was made
+        actual = _differs(fd, expected)
     except OSError as e:
         return Check(UNKNOWN, detail=_reason(e))
     finally:
@@ -485,6 +517,9 @@ def file_paths(items: Sequence[tuple[str, str]]) -> list[str]:
     whole model for it)."""
     prefix = file_key("")
     cut = len(prefix)
+    rels = [key[cut:] for key, _ in items if key.startswith(prefix)]
+    if len(rels) == len(items) and "" not in rels:
+        return rels  # every target a file's key (the common case): one slice each
     out = []
     for key, payload in items:
         # ``Target.parse`` for the one kind a file job has, without building a Target per path

@@ -486,7 +486,7 @@ def insert_json_sql(dialect: str) -> tuple[str, str]:
 
 # Every job with a target, in target order and, within one target, in enqueue order; with
 # payloads when a probe needs them in this mode (one row lookup per job, cheaper than reading
-# the latest ones by id afterwards). {payload}: "" or ", payload".
+# the latest ones by id afterwards). {payload}: see ``reconcile_page``.
 RECONCILE_PAGE = f"""
 SELECT id, type, status, ordering_key{{payload}} FROM {TABLE}
 WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (:after_key, :after_id)
@@ -494,6 +494,19 @@ WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (:after_key, :after_id)
 ORDER BY ordering_key, id
 LIMIT :limit
 """
+# The payload of the jobs whose types' probes read it in this mode; NULL for the others, whose
+# rows are then never read from the table (the index holds the other columns, and SQLite seeks
+# a row only when one of its columns is used).
+RECONCILE_PAYLOAD = "CASE WHEN type IN ({types}) THEN payload END"
+
+
+def reconcile_page(wanting: int) -> str:
+    """RECONCILE_PAGE with the payloads of the jobs of ``wanting`` types (bound as ``:want_0``,
+    ``:want_1``, ...)."""
+    types = ", ".join(f":want_{n}" for n in range(wanting))
+    return RECONCILE_PAGE.format(payload=f", {RECONCILE_PAYLOAD.format(types=types)}" if wanting else "")
+
+
 # Payloads of the few latest completed jobs an existence check disagreed on (by primary key).
 PAYLOADS_BY_ID = f"SELECT id, payload FROM {TABLE} WHERE id IN :ids"
 # Asked again after the disk was read, for targets that disagreed: the latest completed job and

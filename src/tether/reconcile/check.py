@@ -13,11 +13,14 @@ meanwhile, it is in flight, not drift. So a worker running alongside never cause
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
-from itertools import repeat
+from itertools import compress, islice
+from operator import lt
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,14 +46,12 @@ __all__ = ["DRIFT", "STATUSES", "Finding", "Report", "count_targeted_jobs", "rec
 BATCH = 2000
 
 
-# One target's jobs, once all have been read: (key, its latest completed job's id and type, an
-# active job's id, the latest's payload when the probe wants it). A plain tuple: one is built per
-# target, and a NamedTuple's constructor cost a tenth of an existence check.
-_TargetState = tuple[str, str | None, str | None, str | None, str | None]
+# The targets of a batch whose jobs have all been read, as columns: keys, the latest completed
+# job's id and type, an active job's id, the latest's payload (when the probe wants it). Columns,
+# not a tuple per target: most of a batch is selected and handed on in C.
+_Target = tuple[str, str | None, str | None, str | None, str | None]  # one target, as a row of those
+_Targets = tuple[list[str], list[str | None], list[str | None], list[str | None], list[str | None]]
 
-
-PAGE = sa.text(sql.RECONCILE_PAGE.format(payload=""))
-PAGE_PAYLOADS = sa.text(sql.RECONCILE_PAGE.format(payload=", payload"))
 PAYLOADS = sa.text(sql.PAYLOADS_BY_ID).bindparams(sa.bindparam("ids", expanding=True))
 RECHECK = sa.text(sql.RECONCILE_RECHECK).bindparams(sa.bindparam("keys", expanding=True))
 ACTIVE_ON = sa.text(sql.ACTIVE_ON_TARGET)
@@ -82,11 +83,28 @@ def reconcile(
     )
     reconciler.remote_allowed = {"aws"} if aws else set()
     reconciler.ledger_id = coordinator.queue.ledger_id
-    report = reconciler.run(coordinator.clock.now())
+    with _collector_paused():
+        report = reconciler.run(coordinator.clock.now())
     report.finished_at = coordinator.clock.now()
     events.emit("reconcile.finished", **report.summary())
     reconcile_runs.record(coordinator.engine, report)
     return report
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector, paused for a check and then restored as it was (an
+    application that turned it off keeps it off). A check makes a few objects per job read (rows,
+    paths, answers), none in a cycle, and the collector's passes over them cost a tenth of an
+    existence check (issue 19); whatever the rest of the process leaves meanwhile is collected
+    once the check ends."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def count_targeted_jobs(coordinator: Coordinator) -> int:
@@ -155,142 +173,139 @@ class _Reconciler:
         with self.engine.connect().execution_options(**READ_ONLY) as conn:
             return conn.execute(statement, params).fetchall()
 
-    def _pages(self) -> Iterator[tuple[list[_TargetState], int]]:
-        """Per batch of jobs, the targets whose jobs have all been read, as (key, latest
-        completed id, its type, an active job's id, the latest's payload or None), and the jobs
-        read so far. One target is carried between batches: its jobs arrive together, oldest
+    def _pages(self) -> Iterator[tuple[_Targets, int]]:
+        """Per batch of jobs, the targets whose jobs have all been read, as columns (keys, latest
+        completed ids, their types, an active job's id, the latest's payload or None), and the
+        jobs read so far. One target is carried between batches: its jobs arrive together, oldest
         first. Without payloads the stream reads only the target index, never the table."""
-        probed = {name for name, probe in self.probes.items() if probe is not None}
-        wide = any(self.probes[name].wants_payload(content=self.content) for name in probed)  # type: ignore[union-attr]  # probed: not None
-        page = PAGE_PAYLOADS if wide else PAGE
+        # Payloads only of the types whose probes read them in this mode: an existence check of
+        # file jobs reads the target index alone, whatever other types are registered.
+        wanting = sorted(
+            name
+            for name, probe in self.probes.items()
+            if probe is not None and probe.wants_payload(content=self.content)
+        )
+        wide = bool(wanting)
+        page = sql.reconcile_page(len(wanting))
+        binds = {f"want_{n}": name for n, name in enumerate(wanting)}
         after_key, after_id, read, newest = "", "", 0, ""
-        key: str | None = None
-        latest_id = latest_type = active_id = latest_payload = None
+        carried: _Target | None = None
         while True:
             # The stream is most of a check's reading: on the driver cursor, like the hot path.
             with self.backend.read() as cur:
-                rows = cur.rows(page.text, {"after_key": after_key, "after_id": after_id, "limit": self.batch_size})
-            ready: list[_TargetState] = []
-            append = ready.append
-            cols = list(zip(*rows, strict=True))  # columns, transposed in C
+                params = {"after_key": after_key, "after_id": after_id, "limit": self.batch_size, **binds}
+                cols = list(zip(*cur.rows(page, params), strict=True))  # columns, transposed in C
+            n = len(cols[0]) if cols else 0
+            ready: _Targets
             if (
-                rows
-                and cols[2].count("completed") == len(rows)
-                and len(set(cols[3])) == len(rows)
-                and cols[3][0] != key
+                n
+                and cols[2].count("completed") == n
+                and _distinct(cols[3])
+                and (carried is None or cols[3][0] != carried[0])
             ):
-                # Every job completed and alone on its target (the common page): the targets are
-                # zipped from the columns in C, the last carried over as the loop would carry it.
-                if key is not None:
-                    append((key, latest_id, latest_type, active_id, latest_payload))
-                ready.extend(zip(cols[3], cols[0], cols[1], repeat(None), cols[4] if wide else repeat(None)))
-                key, latest_id, latest_type, active_id, latest_payload = ready.pop()
-                loop: Sequence[Any] = ()
+                # Every job completed and alone on its target (the common page): its columns are
+                # the targets', with the carried target first and the last one carried on.
+                payloads: Sequence[str | None] = cols[4] if wide else (None,) * n
+                if carried is None:
+                    ready = ([*cols[3]], [*cols[0]], [*cols[1]], [None] * n, [*payloads])
+                else:
+                    key, latest_id, latest_type, active_id, latest_payload = carried
+                    ready = (
+                        [key, *cols[3]],
+                        [latest_id, *cols[0]],
+                        [latest_type, *cols[1]],
+                        [active_id, *(None,) * n],
+                        [latest_payload, *payloads],
+                    )
+                carried = (cols[3][-1], cols[0][-1], cols[1][-1], None, payloads[-1])
+                for column in ready:
+                    column.pop()
             else:
-                loop = rows
-            for row in loop:
-                row_key = row[3]
-                if row_key != key:
-                    if key is not None:
-                        append((key, latest_id, latest_type, active_id, latest_payload))
-                    key, latest_id, latest_type, active_id, latest_payload = row_key, None, None, None, None
-                if row[2] == "completed":
-                    latest_id, latest_type = row[0], row[1]
-                    if wide:
-                        latest_payload = row[4]
-                elif active_id is None:
-                    active_id = row[0]
-            if rows:
+                ready, carried = _targets_of(zip(*cols, strict=True), carried, wide)
+            if n:
                 newest = max(newest, max(cols[0]))
-            read += len(rows)
+            read += n
             self.report.newest_job_id = newest or None
-            if len(rows) < self.batch_size:
-                if key is not None:
-                    append((key, latest_id, latest_type, active_id, latest_payload))
+            if n < self.batch_size:
+                if carried is not None:
+                    _add(ready, carried)
                 yield ready, read
                 return
             yield ready, read
-            after_key, after_id = rows[-1][3], rows[-1][0]
+            after_key, after_id = cols[3][-1], cols[0][-1]
 
     def _payloads(self, ids: list[str]) -> dict[str, str]:
         return dict(self._read(PAYLOADS, {"ids": ids})) if ids else {}
 
-    def _check_all(self, ready: list[_TargetState]) -> None:
-        """Ask each type's probe about its targets, a batch at a time."""
-        by_type: dict[str, tuple[list[str], list[str], list[str | None]]] = {}
-        # The groups of types checked here that read no remote world: most targets go straight
-        # into one (the branches below, and a getattr per target, were a fifth of a check).
-        local: dict[str | None, tuple[list[str], list[str], list[str | None]]] = {}
-        probes = self.probes
-        for key, latest_id, latest_type, active_id, payload in ready:
-            if active_id is None and latest_id is not None and (group := local.get(latest_type)) is not None:
-                group[0].append(key)
-                group[1].append(latest_id)
-                group[2].append(payload)
-            elif active_id is not None:
-                self._found(
-                    Finding(display(key), NOT_CHECKED, active_id, detail="a job on this path is pending or claimed")
-                )
-            elif latest_id is None or latest_type is None:
-                continue  # only failed jobs ever named this target: nothing is expected of it
-            elif latest_type not in probes or probes[latest_type] is None:
-                # Said, not skipped: a check run without the application's job types, or of a
-                # type nothing can check, must not read as "all in sync".
-                why = (
-                    f"job type {latest_type!r} is not registered here (pass --import MODULE)"
-                    if latest_type not in probes
-                    else f"type {latest_type!r} has no probe: its effect cannot be checked"
-                )
-                self._found(Finding(display(key), NOT_CHECKED, latest_id, latest_type, detail=why))
-            elif (remote := getattr(probes[latest_type], "remote", None)) and remote not in self.remote_allowed:
-                self._found(
-                    Finding(
-                        display(key),
-                        NOT_CHECKED,
-                        latest_id,
-                        latest_type,
-                        detail=f"{remote} not checked (--no-{remote})",
-                    )
-                )
+    def _check_all(self, ready: _Targets) -> None:
+        """Ask each type's probe about its targets, a batch at a time. Per target only where one
+        is in flight or of a type that cannot be checked here; the rest go to the probes by
+        type, selected in C (a check of a large ledger is mostly this batch)."""
+        keys, ids, types, actives, payloads = ready
+        if actives.count(None) < len(actives):
+            idle = [n for n, active in enumerate(actives) if active is None]
+            for n, active in enumerate(actives):
+                if active is not None:
+                    detail = "a job on this path is pending or claimed"
+                    self._found(Finding(display(keys[n]), NOT_CHECKED, active, detail=detail))
+            keys = list(map(keys.__getitem__, idle))
+            ids, types, payloads = (list(map(column.__getitem__, idle)) for column in (ids, types, payloads))
+        kinds = set(types)
+        for job_type in kinds:
+            if len(kinds) == 1:
+                of_type = (keys, ids, payloads)
             else:
-                if remote:
-                    self.remote_seen.setdefault(latest_type, set()).add(key)
-                group = by_type.get(latest_type)
-                if group is None:
-                    group = by_type[latest_type] = ([], [], [])
-                    if not remote:
-                        local[latest_type] = group
-                group[0].append(key)
-                group[1].append(latest_id)
-                group[2].append(payload)
-        for job_type, (keys, ids, payloads) in by_type.items():
-            probe = self.probes[job_type]
-            assert probe is not None
-            with_payload = probe.wants_payload(content=self.content)
-            checks = self._ask(probe, list(zip(keys, payloads, strict=True)))
-            if not with_payload:
-                # The report says what was expected: ask again, with payloads, about the few
-                # targets that disagree.
-                again = [n for n, c in enumerate(checks) if c is not SYNCED and c.status != IN_SYNC]
-                if again:
-                    found = self._payloads([ids[n] for n in again])
-                    asked = self._ask(probe, [(keys[n], found.get(ids[n])) for n in again])
-                    for n, check in zip(again, asked, strict=True):
-                        checks[n] = check
-            in_sync = 0
-            if checks.count(SYNCED) == len(checks):  # the common case, counted in C
-                self.report.counts[IN_SYNC] += len(checks)
+                mask = list(map(job_type.__eq__, types))
+                of_type = (list(compress(keys, mask)), list(compress(ids, mask)), list(compress(payloads, mask)))
+            if job_type is not None:  # None: only failed jobs ever named these targets, nothing is expected
+                self._check_type(job_type, *of_type)  # type: ignore[arg-type]  # ids of completed jobs: not None
+
+    def _check_type(self, job_type: str, keys: list[str], ids: list[str], payloads: list[str | None]) -> None:
+        probe = self.probes.get(job_type)
+        if probe is None:
+            # Said, not skipped: a check run without the application's job types, or of a type
+            # nothing can check, must not read as "all in sync".
+            why = (
+                f"job type {job_type!r} is not registered here (pass --import MODULE)"
+                if job_type not in self.probes
+                else f"type {job_type!r} has no probe: its effect cannot be checked"
+            )
+            for key, job_id in zip(keys, ids, strict=True):
+                self._found(Finding(display(key), NOT_CHECKED, job_id, job_type, detail=why))
+            return
+        remote = getattr(probe, "remote", None)
+        if remote:
+            if remote not in self.remote_allowed:
+                for key, job_id in zip(keys, ids, strict=True):
+                    detail = f"{remote} not checked (--no-{remote})"
+                    self._found(Finding(display(key), NOT_CHECKED, job_id, job_type, detail=detail))
+                return
+            self.remote_seen.setdefault(job_type, set()).update(keys)
+        with_payload = probe.wants_payload(content=self.content)
+        checks = self._ask(probe, list(zip(keys, payloads, strict=True)))
+        if checks.count(SYNCED) == len(checks):  # the common case, counted in C
+            self.report.counts[IN_SYNC] += len(checks)
+            return
+        if not with_payload:
+            # The report says what was expected: ask again, with payloads, about the few
+            # targets that disagree.
+            again = [n for n, c in enumerate(checks) if c is not SYNCED and c.status != IN_SYNC]
+            if again:
+                found = self._payloads([ids[n] for n in again])
+                asked = self._ask(probe, [(keys[n], found.get(ids[n])) for n in again])
+                for n, check in zip(again, asked, strict=True):
+                    checks[n] = check
+        in_sync = 0
+        for key, job_id, check in zip(keys, ids, checks, strict=True):
+            if check is SYNCED or check.status == IN_SYNC:
+                in_sync += 1
                 continue
-            for key, job_id, check in zip(keys, ids, checks, strict=True):
-                if check is SYNCED or check.status == IN_SYNC:
-                    in_sync += 1
-                    continue
-                finding = Finding.of(display(key), check, job_id, job_type)
-                if check.status in DRIFT:
-                    self.suspects.append((key, finding))
-                else:
-                    self._found(finding)
-            self.report.counts[IN_SYNC] += in_sync
+            finding = Finding.of(display(key), check, job_id, job_type)
+            if check.status in DRIFT:
+                self.suspects.append((key, finding))
+            else:
+                self._found(finding)
+        self.report.counts[IN_SYNC] += in_sync
 
     def _ask(self, probe: Probe, items: list[tuple[str, str | None]]) -> list[Check]:
         try:
@@ -413,6 +428,46 @@ class _Reconciler:
         for key, rel, size in keys:
             if key not in known:
                 self._found(Finding(rel, UNTRACKED, actual_size=size, detail="no job ever named this file"))
+
+
+def _distinct(keys: Sequence[str]) -> bool:
+    """Whether each of a page's (ordered) keys is another target: increasing (compared in C),
+    or, where the database's collation orders text unlike Python, by a set."""
+    return all(map(lt, keys, islice(keys, 1, None))) or len(set(keys)) == len(keys)
+
+
+def _add(targets: _Targets, target: _Target) -> None:
+    keys, ids, types, actives, payloads = targets
+    key, latest_id, latest_type, active_id, latest_payload = target
+    keys.append(key)
+    ids.append(latest_id)
+    types.append(latest_type)
+    actives.append(active_id)
+    payloads.append(latest_payload)
+
+
+def _targets_of(rows: Iterable[Sequence[Any]], carried: _Target | None, wide: bool) -> tuple[_Targets, _Target | None]:
+    """The targets of a page in which some target has several jobs, or an active one: row by
+    row, the ``carried`` target first; returns them and the page's last target, carried on."""
+    targets: _Targets = ([], [], [], [], [])
+    if carried is None:
+        key, latest_id, latest_type, active_id, latest_payload = None, None, None, None, None
+    else:
+        key, latest_id, latest_type, active_id, latest_payload = carried
+    for row in rows:
+        row_key = row[3]
+        if row_key != key:
+            if key is not None:
+                _add(targets, (key, latest_id, latest_type, active_id, latest_payload))
+            key, latest_id, latest_type, active_id, latest_payload = row_key, None, None, None, None
+        if row[2] == "completed":
+            latest_id, latest_type = row[0], row[1]
+            if wide:
+                latest_payload = row[4]
+        elif active_id is None:
+            active_id = row[0]
+    last = None if key is None else (key, latest_id, latest_type, active_id, latest_payload)
+    return targets, last
 
 
 def _entries(
