@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from tether import Coordinator, CreateFile, DeleteFile, SystemClock
 from tether.cli.reconcile import check_main
 from tether.ids import new_id
-from tether.jobtypes import create_file, render
+from tether.jobtypes import create_file, files, render
 from tether.jobtypes.files import file_target
 from tether.ledger import backend, sql
 from tether.ledger.schema import jobs as jobs_table
@@ -279,11 +279,11 @@ def test_an_existence_check_reads_no_payload_of_a_type_whose_probe_does_not_want
 
     monkeypatch.setattr(backend._Cursor, "rows", rows)
     assert reconcile(c, content=False, batch_size=20).counts["in_sync"] == 50
-    assert len(pages) == 3 and all(len(row) == 5 for page in pages for row in page)  # a payload column...
-    assert [row[4] for page in pages for row in page] == [None] * 50  # ...empty for create_file
+    assert len(pages) == 3 and all(len(row) == 4 for page in pages for row in page)  # a payload column...
+    assert [row[3] for page in pages for row in page] == [None] * 50  # ...empty for create_file
     pages.clear()
     assert reconcile(c, content=True, batch_size=20).counts["in_sync"] == 50
-    assert all(row[4] is not None for page in pages for row in page)  # checking content: read
+    assert all(row[3] is not None for page in pages for row in page)  # checking content: read
 
 
 def test_the_garbage_collector_is_paused_for_a_check_and_restored_as_it_was(
@@ -292,9 +292,9 @@ def test_the_garbage_collector_is_paused_for_a_check_and_restored_as_it_was(
     c = sqlite_coordinator
     completed_rows(c, [CreateFile(path=f"m/{i}.json", content=i) for i in range(5)])
     during: list[bool] = []
-    real_run = check._Reconciler.run
+    real_run = check._Reconciler._run
     monkeypatch.setattr(
-        check._Reconciler, "run", lambda self, now: during.append(gc.isenabled()) or real_run(self, now)
+        check._Reconciler, "_run", lambda self, now: during.append(gc.isenabled()) or real_run(self, now)
     )
     assert gc.isenabled()
     assert reconcile(c).counts["in_sync"] == 5
@@ -327,3 +327,24 @@ def test_a_ledger_row_naming_a_path_outside_the_root_is_unknown_among_paths_chec
         bad: ("unknown", "the ledger names a path outside the data root") for bad in escapes.values()
     }
     assert report.counts["in_sync"] == 27
+
+
+def test_a_directory_whose_paths_a_subdirectory_splits_is_still_listed_once(
+    sqlite_coordinator: Coordinator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In key order ``d/000b/x.json`` sorts between ``d/000a.json`` and ``d/001a.json``: d's paths
+    come in many runs, and are still answered from one listing of d."""
+    c = sqlite_coordinator
+    paths = [p for i in range(20) for p in (f"d/{i:03d}a.json", f"d/{i:03d}b/x.json")]
+    completed_rows(c, [CreateFile(path=p, content=p) for p in paths])
+    lists: list[str] = []
+    real_list = files.list_data_dir
+    monkeypatch.setattr(
+        files, "list_data_dir", lambda path, wanted, fd: lists.append(path) or real_list(path, wanted, fd)
+    )
+    monkeypatch.setattr(files, "_BYTES_PER_WANTED", 10**6)  # list any directory with 8+ of the paths
+    (c.root / "d/007a.json").unlink()
+    report = reconcile(c, content=False)
+    assert lists == [str(c.root / "d")]
+    assert {f.path: f.status for f in report.findings} == {"d/007a.json": "missing"}
+    assert report.counts["in_sync"] == 39

@@ -290,10 +290,9 @@ def _entry_kind(e: os.DirEntry[str]) -> int:
 
 def files_exist(root: Path, rels: Sequence[str], *, present: bool) -> list[Check]:
     """Existence of data files, nothing read: each must be a regular file (``present``) or be
-    absent. Each directory is opened once from the root without following symlinks for each run
-    of paths in it (a check's paths arrive sorted, so one run per directory); one with many of
-    the paths is listed once; a listing decides only the expected answer, anything else is
-    looked at again with ``lstat``. A ``missing`` answer carries no expectation; the caller
+    absent. Each directory is opened once from the root without following symlinks; one with
+    many of the paths is listed once; a listing decides only the expected answer, anything else
+    is looked at again with ``lstat``. A ``missing`` answer carries no expectation; the caller
     adds it."""
     prefix = f"{os.fspath(root)}/"
     out: list[Check | None] = [None] * len(rels)
@@ -301,28 +300,33 @@ def files_exist(root: Path, rels: Sequence[str], *, present: bool) -> list[Check
     parts = list(map(_RPARTITION, rels))
     dirs: list[str | None] = list(map(_FIRST, parts))
     names: list[str] = list(map(_LAST, parts))
-    joined = "\n".join(rels)
-    if joined.startswith("/") or "\n/" in joined or "\x00" in joined or ".." in joined:  # only then, one by one
+    if may_escape(rels):  # only then, one by one
         for n, rel in enumerate(rels):
             if _outside(rel):
                 out[n] = _OUTSIDE
                 dirs[n] = None
+    # Each directory's paths, as runs of consecutive ones: a check's come sorted, so mostly one
+    # run a directory (more where a subdirectory's paths sort between its own).
+    runs: dict[str | None, list[range]] = {}
+    end = 0
+    for directory, run in groupby(dirs):
+        start, end = end, end + len(list(run))
+        runs.setdefault(directory, []).append(range(start, end))
+    runs.pop(None, None)
     try:
         with fs.opened_root(root) as root_fd:
-            end = 0
-            for directory, run in groupby(dirs):
-                start, end = end, end + len(list(run))
-                if directory is None:
-                    continue
+            for directory, spans in runs.items():
+                assert directory is not None  # the escaping paths' None was taken out above
+                indexes: Sequence[int] = spans[0] if len(spans) == 1 else [n for span in spans for n in span]
                 try:
                     dir_fd = beneath.open_dir(root_fd, directory)
                 except OSError as e:
-                    out[start:end] = [_unreachable(e, present)] * (end - start)
+                    unreachable = _unreachable(e, present)
+                    for n in indexes:
+                        out[n] = unreachable
                     continue
                 try:
-                    _exist_in(
-                        dir_fd, prefix + directory if directory else prefix, start, names[start:end], present, out
-                    )
+                    _exist_in(dir_fd, prefix + directory if directory else prefix, indexes, names, present, out)
                 finally:
                     os.close(dir_fd)
     except OSError as e:  # the root itself could not be opened: nothing under it can be checked
@@ -334,22 +338,37 @@ _RPARTITION = methodcaller("rpartition", "/")
 _FIRST, _LAST = itemgetter(0), itemgetter(2)
 
 
-def _exist_in(dir_fd: int, path: str, start: int, names: list[str], present: bool, out: list[Check | None]) -> None:
-    """Answer for ``names`` of the open directory ``dir_fd`` into ``out[start:]``."""
+def may_escape(rels: Sequence[str]) -> bool:
+    """False when no path of ``rels`` can escape the root (``_outside``), decided in C for all of
+    them at once; True when one may, and each must then be looked at on its own."""
+    joined = "\n".join(rels)
+    return joined.startswith("/") or "\n/" in joined or "\x00" in joined or ".." in joined
+
+
+def _exist_in(
+    dir_fd: int, path: str, indexes: Sequence[int], names: list[str], present: bool, out: list[Check | None]
+) -> None:
+    """Answer for the paths at ``indexes`` (their names in ``names``), all in the open directory
+    ``dir_fd``, into ``out``."""
+    mine = names[indexes.start : indexes.stop] if isinstance(indexes, range) else [names[n] for n in indexes]
     listing = None
-    wanted = set(names)
-    if len(names) >= _LIST_AT:
+    wanted = set(mine)
+    if len(mine) >= _LIST_AT:
         listing = list_data_dir(path, wanted, dir_fd)
     if listing is None:
-        for n, name in enumerate(names, start):
+        for n, name in zip(indexes, mine, strict=True):
             out[n] = _exists(dir_fd, name, present)
         return
-    # The common answer for the whole run, decided in C: all there as regular files (or none there).
+    # The common answer for them all, decided in C: all there as regular files (or none there).
     if (len(listing) == len(wanted) and not any(listing.values())) if present else not listing:
-        out[start : start + len(names)] = [SYNCED] * len(names)
+        if isinstance(indexes, range):
+            out[indexes.start : indexes.stop] = [SYNCED] * len(mine)
+        else:
+            for n in indexes:
+                out[n] = SYNCED
         return
     get = listing.get
-    for n, name in enumerate(names, start):
+    for n, name in zip(indexes, mine, strict=True):
         kind = get(name)
         if (kind == _REGULAR) if present else (kind is None):
             out[n] = SYNCED
@@ -400,9 +419,7 @@ def check_files(root: Path, items: Iterable[tuple[str, bytes]]) -> list[Check]:
         root_fd = fs.open_root(root)
     except OSError as e:  # the root itself could not be opened: nothing under it can be checked
         return [_OUTSIDE if _outside(rel) else Check(UNKNOWN, detail=_reason(e)) for rel, _ in items]
-    # Whether any path may escape, decided in C for all: then each is checked on its own.
-    joined = "\n".join([rel for rel, _ in items])
-    suspect = joined.startswith("/") or "\n/" in joined or "\x00" in joined or ".." in joined
+    suspect = may_escape([rel for rel, _ in items])  # then each is looked at on its own
     last_directory: str | None = None
     dir_fd: int | OSError = 0
     try:
@@ -418,9 +435,27 @@ def check_files(root: Path, items: Iterable[tuple[str, bytes]]) -> list[Check]:
                         _close_all(opened)
                     found = opened[directory] = _open_dir(root_fd, directory)
                 dir_fd, last_directory = found, directory
-            out.append(
-                _opened_error(dir_fd, expected) if isinstance(dir_fd, OSError) else _check(dir_fd, name, expected)
-            )
+            if isinstance(dir_fd, OSError):
+                out.append(_opened_error(dir_fd, expected))
+                continue
+            # The common file: regular, of the expected size, one read, the same bytes (inline:
+            # a Python call per file is a good part of a content check).
+            try:
+                fd = open_data_file(dir_fd, name)
+            except OSError as e:
+                out.append(_unopened(e, expected))
+                continue
+            try:
+                st = os.fstat(fd)
+                size = len(expected)
+                if st.st_size == size < _CHUNK and stat.S_ISREG(st.st_mode) and os.read(fd, size + 1) == expected:
+                    out.append(SYNCED)
+                else:
+                    out.append(_compared(fd, st, expected))
+            except OSError as e:
+                out.append(Check(UNKNOWN, detail=_reason(e)))
+            finally:
+                os.close(fd)
     finally:
         _close_all(opened)
         os.close(root_fd)
@@ -453,31 +488,24 @@ def _opened_error(e: OSError, expected: bytes) -> Check:
     return Check(UNKNOWN, detail=_reason(e))
 
 
-def _check(dir_fd: int, name: str, expected: bytes) -> Check:
-    try:
-        fd = open_data_file(dir_fd, name)
-    except OSError as e:
-        if e.errno in _ABSENT:
-            return with_expected(Check(MISSING), expected)
-        if e.errno == errno.ELOOP:
-            return with_expected(Check(MODIFIED, detail="is a symbolic link"), expected)
-        return Check(UNKNOWN, detail=_reason(e))
-    try:
-        st = os.fstat(fd)
-        size = len(expected)
-        # The common file, inline: regular, of the expected size, one read, the same bytes.
-        if st.st_size == size < _CHUNK and stat.S_ISREG(st.st_mode) and os.read(fd, size + 1) == expected:
-            return SYNCED
-        if not stat.S_ISREG(st.st_mode):
-            return with_expected(Check(MODIFIED, detail=_kind(st.st_mode)), expected)
-        if st.st_size != size:
-            return with_expected(Check(MODIFIED, actual=file_facts(st.st_size)), expected)
-        os.lseek(fd, 0, os.SEEK_SET)  # read again from the start, if the inline read was made
-        actual = _differs(fd, expected)
-    except OSError as e:
-        return Check(UNKNOWN, detail=_reason(e))
-    finally:
-        os.close(fd)
+def _unopened(e: OSError, expected: bytes) -> Check:
+    """The answer for a data file that could not be opened."""
+    if e.errno in _ABSENT:
+        return with_expected(Check(MISSING), expected)
+    if e.errno == errno.ELOOP:
+        return with_expected(Check(MODIFIED, detail="is a symbolic link"), expected)
+    return Check(UNKNOWN, detail=_reason(e))
+
+
+def _compared(fd: int, st: os.stat_result, expected: bytes) -> Check:
+    """The answer for an open data file that is not the common one (``check_files``): not a
+    regular file, another size, or bytes that differ."""
+    if not stat.S_ISREG(st.st_mode):
+        return with_expected(Check(MODIFIED, detail=_kind(st.st_mode)), expected)
+    if st.st_size != len(expected):
+        return with_expected(Check(MODIFIED, actual=file_facts(st.st_size)), expected)
+    os.lseek(fd, 0, os.SEEK_SET)  # from the start again: ``check_files`` may have read the first bytes
+    actual = _differs(fd, expected)
     if actual is None:
         return SYNCED
     return with_expected(Check(MODIFIED, actual=file_facts(actual[0], actual[1])), expected)

@@ -19,8 +19,8 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from itertools import compress, islice
-from operator import lt
+from itertools import compress, islice, repeat
+from operator import eq, lt
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -83,28 +83,11 @@ def reconcile(
     )
     reconciler.remote_allowed = {"aws"} if aws else set()
     reconciler.ledger_id = coordinator.queue.ledger_id
-    with _collector_paused():
-        report = reconciler.run(coordinator.clock.now())
+    report = reconciler.run(coordinator.clock.now())
     report.finished_at = coordinator.clock.now()
     events.emit("reconcile.finished", **report.summary())
     reconcile_runs.record(coordinator.engine, report)
     return report
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector, paused for a check and then restored as it was (an
-    application that turned it off keeps it off). A check makes a few objects per job read (rows,
-    paths, answers), none in a cycle, and the collector's passes over them cost a tenth of an
-    existence check (issue 19); whatever the rest of the process leaves meanwhile is collected
-    once the check ends."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def count_targeted_jobs(coordinator: Coordinator) -> int:
@@ -139,8 +122,34 @@ class _Reconciler:
         self.remote_allowed: set[str] = set()
         self.remote_seen: dict[str, set[str]] = {}
         self.ledger_id = ""
+        self.collecting = True  # whether the collector ran before this check (see run)
 
     def run(self, now: datetime) -> Report:
+        """The check, with Python's cyclic garbage collector paused (and restored as it was: an
+        application that turned it off keeps it off). A check of local files makes a few objects
+        per job read (rows, paths, answers), none in a cycle, and the collector's passes over
+        them found nothing and were a good part of its time (benchmarks/README.md, issue 19). It
+        runs again while a remote probe works: an AWS client leaves cycles behind each call."""
+        self.collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._run(now)
+        finally:
+            if self.collecting:
+                gc.enable()
+
+    @contextmanager
+    def _collector_running(self) -> Iterator[None]:
+        """The collector on, as it was before the check, for a remote probe's calls."""
+        if self.collecting:
+            gc.enable()
+        try:
+            yield
+        finally:
+            if self.collecting:
+                gc.disable()
+
+    def _run(self, now: datetime) -> Report:
         self.report = Report(checked_at=now, content=self.content, untracked=self.untracked)
         listed: dict[str, tuple[list[str], list[str]]] = {}
         token = listings.set(None if self.untracked else listed)
@@ -161,7 +170,8 @@ class _Reconciler:
         # the next check reports it if that write died.
         self._walk(_entries(self.root, only_temps=not self.untracked, listed=listed))
         if self.untracked:
-            self._remote_untracked()
+            with self._collector_running():
+                self._remote_untracked()
         self.report.findings.sort(key=lambda f: f.path)
         return self.report
 
@@ -197,27 +207,22 @@ class _Reconciler:
                 cols = list(zip(*cur.rows(page, params), strict=True))  # columns, transposed in C
             n = len(cols[0]) if cols else 0
             ready: _Targets
-            if (
-                n
-                and cols[2].count("completed") == n
-                and _distinct(cols[3])
-                and (carried is None or cols[3][0] != carried[0])
-            ):
+            if n and None not in cols[1] and _distinct(cols[2]) and (carried is None or cols[2][0] != carried[0]):
                 # Every job completed and alone on its target (the common page): its columns are
                 # the targets', with the carried target first and the last one carried on.
-                payloads: Sequence[str | None] = cols[4] if wide else (None,) * n
+                payloads: Sequence[str | None] = cols[3] if wide else (None,) * n
                 if carried is None:
-                    ready = ([*cols[3]], [*cols[0]], [*cols[1]], [None] * n, [*payloads])
+                    ready = ([*cols[2]], [*cols[0]], [*cols[1]], [None] * n, [*payloads])
                 else:
                     key, latest_id, latest_type, active_id, latest_payload = carried
                     ready = (
-                        [key, *cols[3]],
+                        [key, *cols[2]],
                         [latest_id, *cols[0]],
                         [latest_type, *cols[1]],
                         [active_id, *(None,) * n],
                         [latest_payload, *payloads],
                     )
-                carried = (cols[3][-1], cols[0][-1], cols[1][-1], None, payloads[-1])
+                carried = (cols[2][-1], cols[0][-1], cols[1][-1], None, payloads[-1])
                 for column in ready:
                     column.pop()
             else:
@@ -232,7 +237,7 @@ class _Reconciler:
                 yield ready, read
                 return
             yield ready, read
-            after_key, after_id = cols[3][-1], cols[0][-1]
+            after_key, after_id = cols[2][-1], cols[0][-1]
 
     def _payloads(self, ids: list[str]) -> dict[str, str]:
         return dict(self._read(PAYLOADS, {"ids": ids})) if ids else {}
@@ -240,7 +245,7 @@ class _Reconciler:
     def _check_all(self, ready: _Targets) -> None:
         """Ask each type's probe about its targets, a batch at a time. Per target only where one
         is in flight or of a type that cannot be checked here; the rest go to the probes by
-        type, selected in C (a check of a large ledger is mostly this batch)."""
+        type, selected in C."""
         keys, ids, types, actives, payloads = ready
         if actives.count(None) < len(actives):
             idle = [n for n, active in enumerate(actives) if active is None]
@@ -250,15 +255,15 @@ class _Reconciler:
                     self._found(Finding(display(keys[n]), NOT_CHECKED, active, detail=detail))
             keys = list(map(keys.__getitem__, idle))
             ids, types, payloads = (list(map(column.__getitem__, idle)) for column in (ids, types, payloads))
-        kinds = set(types)
+        kinds = dict.fromkeys(types)  # in page order: probes asked, and drift reported, in a stable order
         for job_type in kinds:
             if len(kinds) == 1:
                 of_type = (keys, ids, payloads)
             else:
-                mask = list(map(job_type.__eq__, types))
+                mask = list(map(eq, types, repeat(job_type)))
                 of_type = (list(compress(keys, mask)), list(compress(ids, mask)), list(compress(payloads, mask)))
-            if job_type is not None:  # None: only failed jobs ever named these targets, nothing is expected
-                self._check_type(job_type, *of_type)  # type: ignore[arg-type]  # ids of completed jobs: not None
+            # An idle target's latest job completed (failed jobs are not read): neither is None.
+            self._check_type(job_type, *of_type)  # type: ignore[arg-type]
 
     def _check_type(self, job_type: str, keys: list[str], ids: list[str], payloads: list[str | None]) -> None:
         probe = self.probes.get(job_type)
@@ -281,6 +286,15 @@ class _Reconciler:
                     self._found(Finding(display(key), NOT_CHECKED, job_id, job_type, detail=detail))
                 return
             self.remote_seen.setdefault(job_type, set()).update(keys)
+            with self._collector_running():
+                self._check_with(probe, job_type, keys, ids, payloads)
+            return
+        self._check_with(probe, job_type, keys, ids, payloads)
+
+    def _check_with(
+        self, probe: Probe, job_type: str, keys: list[str], ids: list[str], payloads: list[str | None]
+    ) -> None:
+        """Ask ``probe`` about the targets of ``job_type`` and count or report its answers."""
         with_payload = probe.wants_payload(content=self.content)
         checks = self._ask(probe, list(zip(keys, payloads, strict=True)))
         if checks.count(SYNCED) == len(checks):  # the common case, counted in C
@@ -455,15 +469,15 @@ def _targets_of(rows: Iterable[Sequence[Any]], carried: _Target | None, wide: bo
     else:
         key, latest_id, latest_type, active_id, latest_payload = carried
     for row in rows:
-        row_key = row[3]
+        row_key = row[2]
         if row_key != key:
             if key is not None:
                 _add(targets, (key, latest_id, latest_type, active_id, latest_payload))
             key, latest_id, latest_type, active_id, latest_payload = row_key, None, None, None, None
-        if row[2] == "completed":
+        if row[1] is not None:  # completed: its type
             latest_id, latest_type = row[0], row[1]
             if wide:
-                latest_payload = row[4]
+                latest_payload = row[3]
         elif active_id is None:
             active_id = row[0]
     last = None if key is None else (key, latest_id, latest_type, active_id, latest_payload)
