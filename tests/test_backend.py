@@ -131,3 +131,22 @@ def test_a_forked_child_leaves_the_parents_write_connections_alone(tmp_path):
         assert os.waitstatus_to_exitcode(status) == 0
         assert parent.execute("SELECT count(*) FROM tether_jobs").fetchone()[0] == 1  # still open, sees the child's job
         assert c.enqueue(Note(name="parent")).id
+
+
+def test_a_time_is_stored_as_its_full_text_whether_its_second_was_formatted_before_or_not():
+    # The text of the second last formatted is reused for times within it: every time on
+    # either side of a boundary (second, minute, day, year) must still read back exactly.
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from tether.ledger.backend import _sqlite_time
+
+    start = datetime(2026, 12, 31, 23, 59, 58, 999_990, tzinfo=UTC)
+    times = [start + timedelta(microseconds=7 * i) for i in range(300_000)]  # 2.1 s: three seconds
+    times += [datetime(2026, 3, 1, 12, 0, 0, 5, tzinfo=UTC), start, times[-1]]  # back, and forth
+    for when in times:
+        assert _sqlite_time(when) == when.replace(tzinfo=None).isoformat(" ", "microseconds")
+    # a time in another zone is converted, never taken for the cached UTC second's
+    plus_one = timezone(timedelta(hours=1))
+    assert _sqlite_time(datetime(2027, 1, 1, 0, 59, 59, 1, tzinfo=plus_one)) == "2026-12-31 23:59:59.000001"
+    with pytest.raises(ValueError, match="timezone-aware"):
+        _sqlite_time(datetime(2027, 1, 1, 0, 0, 0, 1))

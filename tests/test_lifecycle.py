@@ -63,6 +63,20 @@ def test_a_single_enqueue_stores_exactly_the_row_it_returns(c, clock):
         assert job.payload_bytes == len(job.payload.encode())
 
 
+def test_a_type_registered_again_with_hooks_takes_effect_on_the_next_single_enqueue(c):
+    # The builder keeps each hook-free payload class's name and encoder for the common single
+    # enqueue; a new registration must retire them, or the new type's hooks would be skipped.
+    class KeyedSpawnType(SpawnType):
+        def idempotency_key(self, payload: Spawn) -> str | None:
+            return ",".join(payload.children)
+
+    assert c.enqueue(Spawn(children=["a"])).job.idempotency_key is None  # SpawnType: no hooks
+    c.registry.register(KeyedSpawnType())
+    keyed = c.enqueue(Spawn(children=["a"]))
+    assert keyed.job.idempotency_key == "a" and not keyed.duplicate
+    assert c.enqueue(Spawn(children=["a"])).duplicate
+
+
 def test_claim_sets_owner_lock_time_and_counts_the_attempt(c, clock):
     c.enqueue(Note(name="a"))
     [job] = c.queue.claim("w1")
@@ -372,6 +386,17 @@ def test_each_coordinator_sharing_an_application_session_wakes_its_own_workers_o
         other.close()
 
 
+def test_a_single_enqueue_wakes_this_processs_workers_whether_events_are_logged_or_not(c, caplog):
+    # enqueue_one skips committed() when no event is logged: the wake-up must not go with it.
+    seen = c.queue.wakeup.generation()
+    quiet = c.enqueue(Note(name="quiet")).id
+    assert c.queue.wakeup.generation() == seen + 1 and events_named(caplog, "queued") == []
+    caplog.set_level(logging.INFO, logger="tether.events")
+    logged = c.enqueue(Note(name="logged")).id
+    assert c.queue.wakeup.generation() == seen + 2
+    assert [e["job_id"] for e in events_named(caplog, "queued")] == [logged] != [quiet]
+
+
 def test_follow_up_jobs_commit_with_the_parent_completion(c):
     parent = c.enqueue(Spawn(children=["x", "y"])).id
     c.worker().run_once()
@@ -537,7 +562,7 @@ def test_job_ids_are_ulids_in_enqueue_order_even_within_one_millisecond(monkeypa
     from tether import ids
     from tether.ids import new_id
 
-    monkeypatch.setattr(ids, "_last", "")  # and restored: later tests keep real-time ids
+    monkeypatch.setattr(ids, "_last", (-1, ""))  # and restored: later tests keep real-time ids
 
     now = datetime(2026, 3, 1, 12, 0, 0, 123000, tzinfo=UTC)
     made = [new_id(now) for _ in range(1000)]
@@ -575,7 +600,7 @@ def test_the_id_floor_of_a_moment_sorts_before_every_id_made_at_or_after_it(monk
     from tether import ids
     from tether.ids import floor_id, new_id
 
-    monkeypatch.setattr(ids, "_last", "")  # ids made earlier in this process are later than `when`
+    monkeypatch.setattr(ids, "_last", (-1, ""))  # ids made earlier in this process are later than `when`
 
     when = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
     floor = floor_id(when)

@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 import random
 import threading
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 _lock = threading.Lock()
-_last = ""  # the last id handed out in this process
+# The last id handed out in this process, and the millisecond its first 10 characters encode.
+# Within one millisecond the next id is this one plus one: monotonic ULIDs, as the
+# ULID spec has them, and cheaper than a random draw (two characters change, nothing is parsed).
+_last: tuple[int, str] = (-1, "")
 # Mersenne Twister seeded from the OS (a SystemRandom draw is a syscall: half an id's cost),
 # reseeded in a forked child so two processes never share a sequence.
 _random = random.Random()
@@ -17,21 +20,32 @@ _random = random.Random()
 def _after_fork_in_child() -> None:
     global _last
     _random.seed()
-    _last = ""  # else parent and child could both hand out the same next id within one millisecond
+    _last = (-1, "")  # else parent and child would both hand out the last id plus one
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 # Two characters per 10 bits: a ULID's 130 bits (two leading zeros) are 13 look-ups.
 _PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]
+# Each pair's successor: an id plus one is its last two characters replaced, unless they are
+# "ZZ" (maps to "": the addition carries into the characters before them).
+_NEXT_PAIR = dict(zip(_PAIRS, [*_PAIRS[1:], ""], strict=True))
 # A random byte's low 5 bits as a character: 16 random bytes are the 80 random bits of an id,
 # in four C calls instead of 8 look-ups and 8 concatenations (an enqueue's hottest Python).
 _CHAR_OF_BYTE = bytes.maketrans(bytes(range(256)), bytes(ord(_CROCKFORD[b & 31]) for b in range(256)))
 _AS_BASE32 = str.maketrans(_CROCKFORD, "0123456789abcdefghijklmnopqrstuv")  # for int(text, 32)
-_time_part: tuple[int, str] = (-1, "")  # the last millisecond encoded, and its 10 characters
+# The first 8 characters of the ids of 1024 milliseconds (ms >> 10): after a commit's fsync the
+# millisecond has moved on, but rarely its 1024-millisecond block.
+_head: tuple[int, str] = (-1, "")
+# The UTC second of the last id, [start, end), and its first millisecond: an id's millisecond
+# without ``timestamp()`` (a timedelta, and float and big-integer arithmetic, per id).
+_second: tuple[datetime, datetime, int] = (datetime.max.replace(tzinfo=UTC), datetime.min.replace(tzinfo=UTC), 0)
+_ONE_SECOND = timedelta(seconds=1)
 
 
 def _ms(when: datetime) -> int:
+    if when.tzinfo is not UTC:  # naive (local time), or a zone whose offset may hold microseconds
+        when = when.astimezone(UTC)
     return int(when.timestamp()) * 1000 + when.microsecond // 1000  # exact, unlike timestamp() * 1000
 
 
@@ -42,21 +56,39 @@ def floor_id(when: datetime) -> str:
 
 
 def new_id(now: datetime) -> str:
-    """A ULID for ``now`` (48-bit milliseconds, 80 random bits); if that is not after the last
-    id (the clock has not moved on, or went back), the last id plus one."""
-    global _last, _time_part
-    ms = int(now.timestamp()) * 1000 + now.microsecond // 1000  # _ms, inline: the hot path
-    cached = _time_part
-    if cached[0] != ms:  # _time_chars, inline: after a commit's fsync the millisecond has moved on
-        p = _PAIRS
-        chars = p[(ms >> 40) & 1023] + p[(ms >> 30) & 1023] + p[(ms >> 20) & 1023] + p[(ms >> 10) & 1023] + p[ms & 1023]
-        cached = _time_part = (ms, chars)
-    candidate = cached[1] + _random.getrandbits(128).to_bytes(16, "little").translate(_CHAR_OF_BYTE).decode()
+    """A ULID for ``now`` (48-bit milliseconds, 80 random bits); within the millisecond of the
+    last id, or if the clock went back, the last id plus one."""
+    global _last, _head, _second
+    second = _second
+    if now.tzinfo is UTC and second[0] <= now < second[1]:  # the clock's own zone, in the last id's second
+        ms = second[2] + now.microsecond // 1000
+    else:
+        ms = _ms(now)
+        if now.tzinfo is UTC:
+            start = now.replace(microsecond=0)
+            _second = (start, start + _ONE_SECOND, ms - now.microsecond // 1000)
     with _lock:
-        if candidate <= _last:  # fixed width, alphabet in ASCII order: text order is number order
-            candidate = _encode(int(_last.translate(_AS_BASE32), 32) + 1)
-        _last = candidate
-    return candidate
+        last_ms, last = _last
+        if ms > last_ms:
+            head = _head
+            if head[0] != ms >> 10:
+                head = _head = (ms >> 10, _time_chars(ms)[:8])
+            new = (
+                head[1]
+                + _PAIRS[ms & 1023]
+                + _random.getrandbits(128).to_bytes(16, "little").translate(_CHAR_OF_BYTE).decode()
+            )
+            _last = (ms, new)
+            return new
+        following = _NEXT_PAIR[last[-2:]]
+        if following:
+            new = last[:-2] + following
+            _last = (last_ms, new)
+            return new
+        value = int(last.translate(_AS_BASE32), 32) + 1  # the carry: once in 1024 ids at most
+        new = _encode(value)
+        _last = (value >> 80, new)  # a carry out of the random bits moves the millisecond on
+        return new
 
 
 def new_ids(now: datetime, n: int) -> list[str]:
@@ -65,12 +97,13 @@ def new_ids(now: datetime, n: int) -> list[str]:
     global _last
     start = (_ms(now) << 80) | _random.getrandbits(80)
     with _lock:
-        last = int(_last.translate(_AS_BASE32), 32) if _last else -1
+        last = int(_last[1].translate(_AS_BASE32), 32) if _last[1] else -1
         if start <= last:
             start = last + 1
-        _last = _encode(start + n - 1)
+        end = start + n
+        _last = ((end - 1) >> 80, _encode(end - 1))
     ids: list[str] = []
-    value, end = start, start + n
+    value = start
     while value < end:  # per run of values that share all but their last 10 bits: encode once
         stop = min(end, (value | 1023) + 1)
         head = _encode(value)[:-2]

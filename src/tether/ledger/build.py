@@ -23,6 +23,7 @@ from ..record import JobRecord, make_tuple
 from ..status import JobStatus
 
 _PENDING = JobStatus.PENDING
+_Encode = Callable[[Payload], bytes]
 
 
 class _TypeHooks(NamedTuple):
@@ -59,7 +60,14 @@ class Builder:
         self.root = root
         self.clock = clock
         self.max_payload_bytes = max_payload_bytes
-        self._kinds: tuple[Registry, int, dict[type, _TypeHooks]] = (registry, -1, {})
+        # Per payload class its hooks, and for a class with none (build_one's case) its type's
+        # name and encoder apart: one look-up and a plain tuple, not three NamedTuple fields.
+        self._kinds: tuple[Registry, int, dict[type, _TypeHooks], dict[type, tuple[str, _Encode]]] = (
+            registry,
+            -1,
+            {},
+            {},
+        )
 
     def build_many(
         self,
@@ -78,11 +86,11 @@ class Builder:
         the first bad one. The options are checked once, not per job."""
         if not payloads:
             return []
-        registry, generation, kinds = self._kinds
+        registry, generation, kinds, plain = self._kinds
         if registry is not self.registry or generation != self.registry.generation:
-            kinds = {}
-            self._kinds = (self.registry, self.registry.generation, kinds)
-        name = (kinds.get(type(payloads[0])) or self._kind(payloads[0], kinds)).name
+            kinds, plain = {}, {}
+            self._kinds = (self.registry, self.registry.generation, kinds, plain)
+        name = (kinds.get(type(payloads[0])) or self._kind(payloads[0], kinds, plain)).name
         now = now or self.clock.now()
         # The defaults need no checking: most enqueues pass none, and right after a commit's
         # fsync every function called costs several times its warm price (issue 19).
@@ -94,7 +102,7 @@ class Builder:
         jobs = []
         ids = [new_id(now)] if len(payloads) == 1 else new_ids(now, len(payloads))
         for payload, job_id in zip(payloads, ids, strict=True):
-            kind = kinds.get(type(payload)) or self._kind(payload, kinds)
+            kind = kinds.get(type(payload)) or self._kind(payload, kinds, plain)
             if kind.prepare is not None:
                 try:
                     payload = kind.prepare(payload, root)
@@ -142,31 +150,25 @@ class Builder:
         """``build_many([payload])[0]`` with every option at its default, for a payload whose type
         has no hooks: the common single enqueue as straight-line code. Right after a commit's
         fsync each call, loop and list here costs several times its warm price (issue 19)."""
-        registry, generation, kinds = self._kinds
-        kind = kinds.get(type(payload))
-        if (
-            kind is None
-            or registry is not self.registry
-            or generation != registry.generation
-            or kind.prepare is not None
-            or kind.ordering_key is not None
-            or kind.idempotency_key is not None
-        ):
+        registry, generation, kinds, plain = self._kinds
+        hooks = plain.get(type(payload))
+        if hooks is None or registry is not self.registry or generation != registry.generation:
             return self.build_many([payload])[0]
+        name, encode = hooks
         now = self.clock.now()
         job_id = new_id(now)
         try:
-            encoded = kind.encode(payload)
+            encoded = encode(payload)
         except PydanticSerializationError:
-            encoded = self._encode(kind, payload)  # raises InvalidPayload naming the fields
+            encoded = self._encode(kinds[type(payload)], payload)  # raises InvalidPayload naming the fields
         # The common payload passes limits.payload_problem's first two checks; it runs otherwise.
         if len(encoded) > self.max_payload_bytes or encoded.count(b"[") + encoded.count(b"{") > limits.MAX_DEPTH:
-            encoded = self._encode(kind, payload)
+            encoded = self._encode(kinds[type(payload)], payload)
         return make_tuple(
             JobRecord,
             (
                 job_id,
-                kind.name,
+                name,
                 encoded.decode(),
                 _PENDING,
                 0,  # priority
@@ -201,12 +203,14 @@ class Builder:
             raise InvalidPayload(kind.name, [problem])
         return encoded
 
-    def _kind(self, payload: Any, kinds: dict[type, _TypeHooks]) -> _TypeHooks:
+    def _kind(self, payload: Any, kinds: dict[type, _TypeHooks], plain: dict[type, tuple[str, _Encode]]) -> _TypeHooks:
         if not isinstance(payload, Payload):
             raise InvalidPayload(
                 "(unknown)", [f"expected a payload model such as CreateFile, got {type(payload).__name__}"]
             )
         kind = kinds[type(payload)] = _TypeHooks.of(self.registry.for_payload(payload), type(payload))
+        if kind.prepare is None and kind.ordering_key is None and kind.idempotency_key is None:
+            plain[type(payload)] = (kind.name, kind.encode)
         return kind
 
 

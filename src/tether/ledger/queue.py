@@ -293,7 +293,10 @@ class Queue:
         except sa.exc.SQLAlchemyError as e:
             raise self._not_recorded(e) from e
         result = make_tuple(InsertResult, (job, False))
-        self.committed((result,))
+        if events.enabled():
+            self.committed((result,))
+        else:  # all committed() does for one new job when no event is logged
+            self.wakeup.wake_local()
         return result
 
     def enqueue_all(self, jobs: Sequence[JobRecord]) -> list[InsertResult]:
