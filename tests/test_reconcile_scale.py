@@ -348,3 +348,24 @@ def test_a_directory_whose_paths_a_subdirectory_splits_is_still_listed_once(
     assert lists == [str(c.root / "d")]
     assert {f.path: f.status for f in report.findings} == {"d/007a.json": "missing"}
     assert report.counts["in_sync"] == 39
+
+
+def test_payloads_changed_by_hand_are_unknown_in_a_content_check_and_the_rest_still_checked(
+    sqlite_coordinator: Coordinator,
+) -> None:
+    c = sqlite_coordinator
+    completed_rows(c, [CreateFile(path=f"m/{i}.json", content=i) for i in range(6)])
+    (c.root / "m/4.json").write_text("other")
+    with c.engine.begin() as conn:
+        for rel in ("m/1.json", "m/5.json"):
+            conn.execute(
+                sa.text("UPDATE tether_jobs SET payload = '{not json' WHERE ordering_key = :key"),
+                {"key": file_target(rel)},
+            )
+    report = reconcile(c, content=True)
+    assert {f.path: (f.status, f.detail) for f in report.findings} == {
+        "m/1.json": ("unknown", "the job's stored payload could not be read"),
+        "m/4.json": ("modified", None),
+        "m/5.json": ("unknown", "the job's stored payload could not be read"),
+    }
+    assert report.counts["in_sync"] == 3

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import errno
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -73,11 +73,11 @@ class CreateFileProbe(Probe):
 
     def check_many(self, items: Sequence[tuple[str, str]], root: Path, *, content: bool) -> list[Check]:
         if content:
-            expected = [_expected(payload) for _, payload in items]
-            if None not in expected:  # every payload readable (only a row changed by hand is not)
-                return check_files(root, expected)  # type: ignore[arg-type]  # no None, as checked
-            checked = iter(check_files(root, [e for e in expected if e is not None]))
-            return [UNREADABLE_PAYLOAD if e is None else next(checked) for e in expected]
+            unreadable: list[int] = []  # only a row changed by hand: the ledger validated them
+            checks = check_files(root, _expectations(items, unreadable))
+            for n in unreadable:  # in increasing order: each lands where its item was
+                checks.insert(n, UNREADABLE_PAYLOAD)
+            return checks
         found = files_exist(root, file_paths(items), present=True)
         if found.count(SYNCED) == len(found):  # the common answer, counted in C
             return found
@@ -85,6 +85,17 @@ class CreateFileProbe(Probe):
             c if c is SYNCED or c.status == IN_SYNC else _expecting(c, p)
             for c, (_, p) in zip(found, items, strict=True)
         ]
+
+
+def _expectations(items: Sequence[tuple[str, str]], unreadable: list[int]) -> Iterator[tuple[str, bytes]]:
+    """The path and bytes of each item's payload, rendered as ``check_files`` asks for them; the
+    indexes of payloads that cannot be read go to ``unreadable`` instead."""
+    for n, (_, payload) in enumerate(items):
+        expected = _expected(payload)
+        if expected is None:
+            unreadable.append(n)
+        else:
+            yield expected
 
 
 def _expected(payload: str) -> tuple[str, bytes] | None:
