@@ -442,14 +442,14 @@ def check_files(root: Path, items: Iterable[tuple[str, bytes]]) -> list[Check]:
                     found = opened[directory] = _open_dir(root_fd, directory)
                 dir_fd, last_directory = found, directory
             if isinstance(dir_fd, OSError):
-                out.append(_opened_error(dir_fd, expected))
+                out.append(_unopened(dir_fd, expected, _through_link(dir_fd.filename)))
                 continue
             # The common file: regular, of the expected size, one read, the same bytes (inline:
             # a Python call per file is a good part of a content check).
             try:
                 fd = open_data_file(dir_fd, name)
             except OSError as e:
-                out.append(_unopened(e, expected))
+                out.append(_unopened(e, expected, "is a symbolic link"))
                 continue
             try:
                 st = os.fstat(fd)
@@ -485,21 +485,13 @@ def _open_dir(root_fd: int, directory: str) -> int | OSError:
         return e
 
 
-def _opened_error(e: OSError, expected: bytes) -> Check:
-    """The answer for a file whose directory could not be opened."""
+def _unopened(e: OSError, expected: bytes, link: str) -> Check:
+    """The answer for a data file that could not be opened, or whose directory could not be:
+    ``link`` says what a symlink met on the way (ELOOP) was."""
     if e.errno in _ABSENT:
         return with_expected(Check(MISSING), expected)
     if e.errno == errno.ELOOP:
-        return with_expected(Check(MODIFIED, detail=_through_link(e.filename)), expected)
-    return Check(UNKNOWN, detail=_reason(e))
-
-
-def _unopened(e: OSError, expected: bytes) -> Check:
-    """The answer for a data file that could not be opened."""
-    if e.errno in _ABSENT:
-        return with_expected(Check(MISSING), expected)
-    if e.errno == errno.ELOOP:
-        return with_expected(Check(MODIFIED, detail="is a symbolic link"), expected)
+        return with_expected(Check(MODIFIED, detail=link), expected)
     return Check(UNKNOWN, detail=_reason(e))
 
 
