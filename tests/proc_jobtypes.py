@@ -9,8 +9,9 @@ Job types added by ``register``:
 - ``poison_or_not``: appends ``<job id> <pid>`` to ``log`` like ``append_id``; then, if the payload
   says ``poison``, ends its own process with ``os._exit(1)`` (as a segfaulting C extension or the
   OOM killer would end it: no exception, no finally, no outcome recorded).
-- ``slow``: touches ``started``, then waits until ``release`` exists, calling
-  ``ctx.checkpoint()`` every few milliseconds (the shape of a cancellable long job).
+- ``slow``: appends ``<job id> <pid>`` to ``started`` (one line per run), then waits until
+  ``release`` exists, calling ``ctx.checkpoint()`` every few milliseconds (the shape of a
+  cancellable long job).
 
 Fault hooks, switched on per worker process by environment variables (the test process, and any
 worker started without them, get the plain behaviour):
@@ -111,7 +112,7 @@ class PoisonOrNotType(JobType[PoisonOrNot]):
 class Slow(Payload):
     job_type: ClassVar[str] = "slow"
 
-    started: str  # absolute path touched when the handler starts
+    started: str  # absolute path a line is appended to when the handler starts
     release: str  # absolute path whose existence lets the handler return
 
 
@@ -120,7 +121,11 @@ class SlowType(JobType[Slow]):
     payload_model = Slow
 
     def run(self, payload: Slow, ctx: JobContext) -> dict[str, Any]:
-        Path(payload.started).touch()
+        fd = os.open(payload.started, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{ctx.job.id} {os.getpid()}\n".encode())
+        finally:
+            os.close(fd)
         deadline = time.monotonic() + SLOW_JOB_DEADLINE
         checks = 0
         while not os.path.exists(payload.release):

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from . import config, events, fs
-from .clock import Clock, SystemClock
+from .clock import Clock, DatabaseClock, SystemClock
 from .errors import ConfigError
 from .jobtypes import JobType, Payload, Registry, default_registry
 from .ledger import meta
@@ -130,15 +130,24 @@ class Coordinator:
         except BaseException:
             engine.dispose()
             raise
-        return cls(
+        coordinator = cls(
             engine,
             root=root_path,
-            clock=clock or SystemClock(),
+            clock=_ledger_clock(engine, clock),
             registry=registry or default_registry(),
             lock_timeout=lock_timeout,
             ledger_id=config.ledger_id() or ledger_id,
             max_payload_bytes=max_payload_bytes,
         )
+        if isinstance(coordinator.clock, DatabaseClock):
+            try:
+                coordinator.queue.sync_clock()
+            except BaseException as e:
+                coordinator.close()
+                if isinstance(e, sa.exc.SQLAlchemyError):
+                    raise opening_error(engine, e) from e
+                raise
+        return coordinator
 
     def register(self, job_type: JobType[Any]) -> JobType[Any]:
         """Add an application's own job type."""
@@ -317,6 +326,17 @@ class Coordinator:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+def _ledger_clock(engine: sa.Engine, clock: Clock | None) -> Clock:
+    """The clock a ledger's times come from. On PostgreSQL workers on several machines share the
+    ledger and each machine's clock may be off, so the machine's clock (``SystemClock``, given or
+    not) gives way to the database's, which they all read alike (``DatabaseClock``); any other
+    clock (a test's ``FakeClock``) is used as given. On SQLite every process reads one machine's
+    clock."""
+    if engine.dialect.name == "postgresql" and (clock is None or isinstance(clock, SystemClock)):
+        return DatabaseClock(machine=clock)
+    return clock or SystemClock()
 
 
 def _prepare_root(root: Path, *, create: bool) -> None:

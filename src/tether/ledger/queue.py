@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
-from functools import cache
+from functools import cache, partial
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -14,7 +14,7 @@ import orjson
 import sqlalchemy as sa
 
 from .. import events, faults
-from ..clock import Clock
+from ..clock import Clock, DatabaseClock
 from ..config import DEFAULT_BATCH_BYTES
 from ..errors import DatabaseUnavailable, DuplicateActiveJob, InvalidTransition, JobNotFound, LostLease, Superseded
 from ..jobtypes import Payload, Registry
@@ -555,9 +555,9 @@ class Queue:
         """Renew the locks of running ``jobs``; returns the ids this worker no longer holds."""
         if not jobs:
             return []
-        now = now or self.clock.now()
         lost = []
         with self.backend.write() as cur:
+            now = now or self.sync_clock(cur)
             for job in jobs:
                 if (
                     cur.execute(sql.HEARTBEAT, {"id": job.id, "worker": worker, "attempt": job.attempts, "now": now})
@@ -565,6 +565,17 @@ class Queue:
                 ):
                     lost.append(job.id)
         return lost
+
+    def sync_clock(self, cur: Any = None) -> datetime:
+        """Now, as lock ages are measured. With the database's clock (``clock.DatabaseClock``)
+        that is the database's own time, read in ``cur``'s transaction (or a read of its own),
+        which the clock then goes on from; otherwise the clock's time."""
+        if not isinstance(self.clock, DatabaseClock):
+            return self.clock.now()
+        if cur is not None:
+            return self.clock.sync(partial(cur.scalar, sql.DATABASE_TIME))
+        with self.backend.read() as c:
+            return self.clock.sync(partial(c.scalar, sql.DATABASE_TIME))
 
     def record_progress(self, job: JobRecord, worker: str, progress: str) -> bool:
         """Keep a running job's progress (JSON text); False if ``worker`` no longer holds it."""
@@ -580,10 +591,10 @@ class Queue:
     def reclaim_stale(self, lock_timeout: float, *, now: datetime | None = None) -> list[JobRecord]:
         """Return claimed jobs whose lock is older than ``lock_timeout`` seconds to pending, or to
         failed if that was their last attempt; reclaim.py decides whose attempt counts."""
-        now = now or self.clock.now()
-        cutoff = now - timedelta(seconds=lock_timeout)
         moved: list[tuple[str, JobRecord]] = []
         with self.backend.write() as cur:
+            now = now or self.sync_clock(cur)
+            cutoff = now - timedelta(seconds=lock_timeout)
             for v in verdicts(cur.records(sql.STALE, {"cutoff": cutoff})):
                 values: dict[str, Any] = {
                     "attempts": v.attempts,

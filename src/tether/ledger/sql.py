@@ -424,6 +424,9 @@ WHERE {ACTIVE_TARGETED_SQL} AND status = 'pending'
 # attempt count (kept for the job that ran alone, given back to a crashed batch's jobs). The
 # transitions are fenced like a worker's own, and on the lock still being stale.
 STALE = f"SELECT {_COLS} FROM {TABLE} WHERE status = 'claimed' AND locked_at < :cutoff"
+# PostgreSQL: the database's clock, which lock times are measured by when machines share the
+# ledger (clock.DatabaseClock): the time of this statement, not of its transaction's start.
+DATABASE_TIME = "SELECT clock_timestamp()"
 _STALE_FENCE = f"{_FENCE} AND locked_at < :cutoff"
 RECLAIM = f"""
 UPDATE {TABLE} SET status = 'pending', locked_by = NULL, locked_at = NULL,
