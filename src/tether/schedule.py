@@ -24,11 +24,13 @@ fields choose how a DST change is met (cron's rule; the seconds field never chan
   ``0 2-3 * * *`` once, at 03:00), a time that happens twice on its first occurrence only
   (``30 1-3 * * *`` on 25 October: 01:30 CEST, 02:30 CEST, 03:30 CET).
 
-A slot is due when its instant has passed; it is on time until ``ON_TIME`` after it, then missed
-(every worker was down, or the schedule was registered late). What happens to missed slots is
-the schedule's ``catch_up``: ``"latest"`` enqueues the latest missed slot (if no slot is on
-time), ``"all"`` each one, at most ``CATCH_UP_BOUND`` (the latest ones), ``"none"`` none. On-time
-slots are always enqueued. Skipped slots are counted in the row's ``missed``.
+A slot is due when its instant has passed by the ledger's clock (the queue's: on PostgreSQL the
+database's, so a machine whose clock is off neither fires a slot early nor skips one, and the
+guarded UPDATE enqueues it once whichever machine fires it); it is on time until ``ON_TIME``
+after it, then missed (every worker was down, or the schedule was registered late). What happens
+to missed slots is the schedule's ``catch_up``: ``"latest"`` enqueues the latest missed slot (if
+no slot is on time), ``"all"`` each one, at most ``CATCH_UP_BOUND`` (the latest ones), ``"none"``
+none. On-time slots are always enqueued. Skipped slots are counted in the row's ``missed``.
 """
 
 from __future__ import annotations
@@ -49,8 +51,10 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from . import events
+from .clock import SystemClock
 from .errors import ConfigError, TetherError
 from .ledger.schema import DUE_SQL, schedules
+from .ledger.sql import DATABASE_TIME
 from .observe.readonly import records, select_jobs
 from .observe.readonly import t as jobs_table
 from .record import InsertResult, JobRecord
@@ -411,11 +415,12 @@ def listing(engine: sa.Engine) -> list[dict[str, Any]]:
     ]
 
 
-def set_paused(engine: sa.Engine, name: str, paused: bool, now: datetime) -> dict[str, Any]:
-    """Pause or resume a schedule. A resumed schedule's next slot is the first from now: slots
-    that fell while it was paused are skipped (counted in ``missed`` only when a worker sees them
-    late, so not here)."""
+def set_paused(engine: sa.Engine, name: str, paused: bool, now: datetime | None = None) -> dict[str, Any]:
+    """Pause or resume a schedule. A resumed schedule's next slot is the first from ``now``
+    (default: the ledger's clock, ``ledger_now``): slots that fell while it was paused are skipped
+    (counted in ``missed`` only when a worker sees them late, so not here)."""
     with engine.begin() as conn:
+        now = now or ledger_now(conn)
         row = conn.execute(sa.select(s).where(s.c.name == name)).one_or_none()
         if row is None:
             known = conn.execute(sa.select(s.c.name).order_by(s.c.name)).scalars().all()
@@ -435,6 +440,15 @@ def set_paused(engine: sa.Engine, name: str, paused: bool, now: datetime) -> dic
         conn.execute(sa.update(s).where(s.c.name == name).values(**values))
     events.emit("schedule_paused" if paused else "schedule_resumed", schedule=name)
     return {"name": name, "paused": paused, "next_run": values.get("next_slot", row.next_slot)}
+
+
+def ledger_now(conn: sa.Connection) -> datetime:
+    """Now by the clock the ledger's workers fire slots by (clock.py): on PostgreSQL the
+    database's, since this machine's may be off; on SQLite this machine's, which they share."""
+    if conn.dialect.name == "postgresql":
+        at: datetime = conn.execute(sa.text(DATABASE_TIME)).scalar_one()
+        return at.astimezone(UTC)
+    return SystemClock().now()
 
 
 def runs(engine: sa.Engine, name: str, limit: int | None = 50) -> list[JobRecord]:

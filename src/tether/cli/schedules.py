@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import typer
 
-from ..clock import SystemClock
 from .app import app, out, print_json
 from .output import JSON_OPTION, ledger, table, when
 
@@ -63,7 +62,7 @@ def pause(name: str = typer.Argument(..., help="The schedule's name.")) -> None:
     from .. import schedule
 
     with ledger() as engine:
-        schedule.set_paused(engine, name, True, SystemClock().now())
+        schedule.set_paused(engine, name, True)
     out.print(f"paused {name}")
 
 
@@ -77,6 +76,6 @@ def resume(name: str = typer.Argument(..., help="The schedule's name.")) -> None
     from .. import schedule
 
     with ledger() as engine:
-        result = schedule.set_paused(engine, name, False, SystemClock().now())
+        result = schedule.set_paused(engine, name, False)
     nxt = result["next_run"]
     out.print(f"resumed {name}; next run {when(nxt) if nxt else 'none (finished)'}")
