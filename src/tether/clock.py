@@ -94,7 +94,7 @@ class DatabaseClock:
         base = self._base  # one read: a sync may replace it meanwhile
         if base is None:
             raise RuntimeError("DatabaseClock.now() before its first sync()")
-        return base[0] + timedelta(0, _elapsed() - base[1])  # positional: a third faster than seconds=
+        return base[0] + timedelta(0, _elapsed() - base[1])  # positional: bound faster than seconds=
 
     def sync(self, read: Callable[[], datetime]) -> datetime:
         """Read the database's time through ``read`` and go on from it; returns it (UTC)."""

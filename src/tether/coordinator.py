@@ -20,6 +20,7 @@ from .ledger import meta
 from .ledger.build import all_default
 from .ledger.engine import Durability, create_engine, ensure_schema, layout, opening_error, schema_of
 from .ledger.queue import Queue
+from .ledger.sql import DATABASE_TIME
 from .ledger.wakeup import wakeup_for
 from .record import InsertResult, JobRecord
 
@@ -131,27 +132,19 @@ class Coordinator:
                     raise opening_error(engine, e) from e
             root_path, ledger_id, first = settled
             _prepare_root(root_path, create=first)
+            clock = _ledger_clock(engine, clock)
         except BaseException:
             engine.dispose()
             raise
-        coordinator = cls(
+        return cls(
             engine,
             root=root_path,
-            clock=_ledger_clock(engine, clock),
+            clock=clock,
             registry=registry or default_registry(),
             lock_timeout=lock_timeout,
             ledger_id=config.ledger_id() or ledger_id,
             max_payload_bytes=max_payload_bytes,
         )
-        if isinstance(coordinator.clock, DatabaseClock):
-            try:
-                coordinator.queue.sync_clock()
-            except BaseException as e:
-                coordinator.close()
-                if isinstance(e, sa.exc.SQLAlchemyError):
-                    raise opening_error(engine, e) from e
-                raise
-        return coordinator
 
     def register(self, job_type: JobType[Any]) -> JobType[Any]:
         """Add an application's own job type."""
@@ -337,9 +330,15 @@ def _ledger_clock(engine: sa.Engine, clock: Clock | None) -> Clock:
     ledger and each machine's clock may be off, so the machine's clock (``SystemClock``, given or
     not) gives way to the database's, which they all read alike (``DatabaseClock``); any other
     clock (a test's ``FakeClock``) is used as given. On SQLite every process reads one machine's
-    clock."""
+    clock. A database clock is read once here; sweeps and heartbeats read it again."""
     if engine.dialect.name == "postgresql" and (clock is None or isinstance(clock, SystemClock)):
-        return DatabaseClock(machine=clock)
+        clock = DatabaseClock(machine=clock)
+    if isinstance(clock, DatabaseClock) and not clock.synced:
+        try:
+            with engine.connect() as conn:
+                clock.sync(conn.exec_driver_sql(DATABASE_TIME).scalar_one)
+        except sa.exc.SQLAlchemyError as e:
+            raise opening_error(engine, e) from e
     return clock or SystemClock()
 
 

@@ -566,16 +566,13 @@ class Queue:
                     lost.append(job.id)
         return lost
 
-    def sync_clock(self, cur: Any = None) -> datetime:
+    def sync_clock(self, cur: Any) -> datetime:
         """Now, as lock ages are measured. With the database's clock (``clock.DatabaseClock``)
-        that is the database's own time, read in ``cur``'s transaction (or a read of its own),
-        which the clock then goes on from; otherwise the clock's time."""
-        if not isinstance(self.clock, DatabaseClock):
-            return self.clock.now()
-        if cur is not None:
+        that is the database's own time, read in ``cur``'s transaction, which the clock then goes
+        on from; otherwise the clock's time."""
+        if isinstance(self.clock, DatabaseClock):
             return self.clock.sync(partial(cur.scalar, sql.DATABASE_TIME))
-        with self.backend.read() as c:
-            return self.clock.sync(partial(c.scalar, sql.DATABASE_TIME))
+        return self.clock.now()
 
     def record_progress(self, job: JobRecord, worker: str, progress: str) -> bool:
         """Keep a running job's progress (JSON text); False if ``worker`` no longer holds it."""
