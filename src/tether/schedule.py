@@ -51,11 +51,9 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from . import events
-from .clock import SystemClock
 from .errors import ConfigError, TetherError
 from .ledger.schema import DUE_SQL, schedules
-from .ledger.sql import DATABASE_TIME
-from .observe.readonly import records, select_jobs
+from .observe.readonly import ledger_now, records, select_jobs
 from .observe.readonly import t as jobs_table
 from .record import InsertResult, JobRecord
 
@@ -440,15 +438,6 @@ def set_paused(engine: sa.Engine, name: str, paused: bool, now: datetime | None 
         conn.execute(sa.update(s).where(s.c.name == name).values(**values))
     events.emit("schedule_paused" if paused else "schedule_resumed", schedule=name)
     return {"name": name, "paused": paused, "next_run": values.get("next_slot", row.next_slot)}
-
-
-def ledger_now(conn: sa.Connection) -> datetime:
-    """Now by the clock the ledger's workers fire slots by (clock.py): on PostgreSQL the
-    database's, since this machine's may be off; on SQLite this machine's, which they share."""
-    if conn.dialect.name == "postgresql":
-        at: datetime = conn.execute(sa.text(DATABASE_TIME)).scalar_one()
-        return at.astimezone(UTC)
-    return SystemClock().now()
 
 
 def runs(engine: sa.Engine, name: str, limit: int | None = 50) -> list[JobRecord]:

@@ -8,18 +8,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Union
 
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from .. import config, faults
-from ..clock import SystemClock
+from ..clock import Clock, SystemClock
 from ..errors import DatabaseUnavailable
 from ..errors import NoLedger as NoLedger  # `X as X`: defined in errors, this module's API too
 from ..ledger.engine import READ_ONLY, create_engine, ledger_name, mask_url
 from ..ledger.schema import FINISHED_SQL, RECORD_COLUMNS, TABLE, jobs
+from ..ledger.sql import DATABASE_TIME
 from ..record import JobRecord
 from .ledgerfile import ledger_file
 
@@ -70,10 +71,26 @@ def engine_of(source: Source) -> sa.Engine:
 
 
 def now_of(source: Source, now: datetime | None) -> datetime:
+    """``now``, or the ledger's time: a coordinator's clock; for a bare engine, as the ledger's
+    workers read it (``ledger_now``), so a lock's age is the one their sweeps see."""
     if now is not None:
         return now
-    clock = getattr(source, "clock", None) or SystemClock()
-    return clock.now()
+    clock: Clock | None = getattr(source, "clock", None)
+    if clock is not None:
+        return clock.now()
+    if engine_of(source).dialect.name != "postgresql":
+        return SystemClock().now()
+    with reading(source) as conn:
+        return ledger_now(conn)
+
+
+def ledger_now(conn: sa.Connection) -> datetime:
+    """Now by the clock a ledger's workers measure by (clock.py): on PostgreSQL the database's,
+    since this machine's may be off; on SQLite this machine's, which they all share."""
+    if conn.dialect.name == "postgresql":
+        at: datetime = conn.execute(sa.text(DATABASE_TIME)).scalar_one()
+        return at.astimezone(UTC)
+    return SystemClock().now()
 
 
 def lock_timeout_of(source: Source, lock_timeout: float | None) -> float:
