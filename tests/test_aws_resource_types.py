@@ -3,9 +3,13 @@ API lists as each type's, and that the skeleton every type shares lives in the b
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tether.jobtypes.aws import RESOURCES
+from tether.jobtypes.aws.clients import Aws
+from tether.jobtypes.aws.resource import Current, IdRule, ResourceConfig, ResourceType, Wanted
 
 NAMES = [
     ("s3_bucket", "tether-logs", True),
@@ -135,3 +139,47 @@ DESIRED = [
 @pytest.mark.parametrize("kind, config, desired", DESIRED, ids=[k for k, _, _ in DESIRED])
 def test_the_desired_state_holds_only_what_was_declared_in_aws_canonical_form(kind, config, desired):
     assert RESOURCES[kind].desired(config) == desired
+
+
+SKELETON = {"check_id", "desired", "read", "diff", "update", "untracked_id", "describe"}
+
+
+def test_no_resource_type_rewrites_the_skeleton_its_base_holds():
+    """Each kind's module holds its own API calls and rules; reading with NotFound as absent, the
+    canonical desired state, the comparison and the re-tagging stay in ``ResourceType``."""
+    rewritten = {kind: sorted(SKELETON & vars(type(t)).keys()) for kind, t in RESOURCES.items()}
+    assert {kind: names for kind, names in rewritten.items() if names} == {}
+
+
+class _AwsError(Exception):
+    def __init__(self, code: str) -> None:
+        self.response = {"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": 400}}
+
+
+class _Unreadable(ResourceType[ResourceConfig]):
+    """A kind whose reads answer one AWS error code (a resource deleted between two of them)."""
+
+    name = "unreadable"
+    id_rule = IdRule(re.compile(".+"), "anything")
+
+    def __init__(self, code: str) -> None:
+        self.code = code
+
+    def fetch(self, aws: Aws, resource_id: str, *, full: bool) -> Current:
+        raise _AwsError(self.code)
+
+    def create(self, aws: Aws, wanted: Wanted) -> None: ...
+
+    def change(self, aws: Aws, wanted: Wanted, current: Current, fields: set[str]) -> None: ...
+
+    def delete(self, aws: Aws, resource_id: str, current: Current) -> None: ...
+
+
+@pytest.mark.parametrize("code", ["NoSuchBucket", "ResourceNotFoundException", "ParameterNotFound", "404"])
+def test_a_not_found_from_any_of_a_kinds_reads_means_absent(code):
+    assert _Unreadable(code).read(Aws(None, "us-east-1"), "x") is None  # type: ignore[arg-type]
+
+
+def test_any_other_error_from_a_read_is_raised_never_absent():
+    with pytest.raises(_AwsError):
+        _Unreadable("AccessDenied").read(Aws(None, "us-east-1"), "x")  # type: ignore[arg-type]
