@@ -85,8 +85,8 @@ class IdRule:
 @dataclass(frozen=True)
 class Listing:
     """How the Resource Groups Tagging API lists a kind: its ResourceTypeFilters value
-    (``service[:type]``), and the resource part of its ARNs (after the account) with the id in the
-    group that matched."""
+    (``service[:type]``, the service its ARNs name), and the resource part of those ARNs (after
+    the account), the id in whichever group matched."""
 
     filter: str
     arn_resource: re.Pattern[str]
