@@ -18,14 +18,14 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
-from tether import Coordinator, JobRecord, schedule
+from tether import Coordinator, schedule
 from tether.clock import SystemClock
 from tether.jobtypes import Registry, default_registry
 from tether.status import JobStatus
@@ -136,7 +136,7 @@ def stop(procs: list[Proc]) -> None:
             p.popen.wait()
 
 
-def wait_for(condition: Callable[[], object], what: str, procs: list[Proc] = ()) -> None:  # type: ignore[assignment]
+def wait_for(condition: Callable[[], object], what: str, procs: Sequence[Proc] = ()) -> None:
     deadline = time.monotonic() + DEADLINE
     while not condition():
         for p in procs:
@@ -151,12 +151,11 @@ def runs(log: Path) -> list[str]:
     return [line.split()[1] for line in log.read_text().splitlines()] if log.exists() else []
 
 
-def claim_and_die(ledger: str, root: Path, job_id: str, shift: float) -> JobRecord:
+def claim_and_die(ledger: str, root: Path, job_id: str, shift: float) -> None:
     """A worker on a machine ``shift`` seconds off claims ``job_id`` and dies: no heartbeat follows."""
     with Coordinator.open(ledger, root=root, registry=registry(), clock=ShiftedClock(shift)) as ghost:
         [claimed] = ghost.queue.claim(f"dead:{shift:+.0f}:0", limit=1)
     assert claimed.id == job_id
-    return claimed
 
 
 def watch_reclaims(c: Coordinator, db_now: Callable[[], datetime], ghosts: dict[str, datetime]) -> dict[str, datetime]:
