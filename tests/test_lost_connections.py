@@ -124,17 +124,23 @@ def test_connections_killed_under_an_enqueuing_process_cost_one_event_line_each_
     reader = threading.Thread(target=lambda: lines.extend(iter(child.stdout.readline, "")), daemon=True)
     reader.start()
     killed = 0
+    oks = lambda: sum(line.startswith("ok ") for line in list(lines))  # noqa: E731
+    deadline = time.monotonic() + 30
+
+    def until_an_enqueue_returns(seen: int) -> None:
+        while oks() <= seen:
+            assert time.monotonic() < deadline, "the enqueuer stopped making progress"
+            assert child.poll() is None, child.stderr.read()
+            time.sleep(0.002)
+
     try:
-        deadline = time.monotonic() + 20
+        until_an_enqueue_returns(0)  # opened: from here on, kills meet enqueues only
         for _ in range(40):
             # Kill, then wait for an enqueue to return before the next kill: every kill meets a
             # process that is enqueueing, mostly in the middle of a transaction.
-            seen = sum(line.startswith("ok ") for line in lines)
+            seen = oks()
             killed += int(run_sql(admin, KILL_ALL))
-            while sum(line.startswith("ok ") for line in list(lines)) <= seen:
-                assert time.monotonic() < deadline, "the enqueuer stopped making progress"
-                assert child.poll() is None, child.stderr.read()
-                time.sleep(0.002)
+            until_an_enqueue_returns(seen)
     finally:
         child.stdin.close()
         child.wait(timeout=30)
