@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -52,7 +53,7 @@ def pg(tmp_path: Path) -> Iterator[tuple[str, sa.Engine]]:
             admin.dispose()
 
 
-def run_sql(admin: sa.Engine, statement: str) -> object:
+def run_sql(admin: sa.Engine, statement: str) -> Any:
     with admin.connect() as conn:
         result = conn.exec_driver_sql(statement)
         return result.scalar() if result.returns_rows else None
@@ -120,8 +121,10 @@ def test_connections_killed_under_an_enqueuing_process_cost_one_event_line_each_
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert child.stdin and child.stdout and child.stderr
+    stdin, stdout, stderr_pipe = child.stdin, child.stdout, child.stderr
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(child.stdout.readline, "")), daemon=True)
+    reader = threading.Thread(target=lambda: lines.extend(iter(stdout.readline, "")), daemon=True)
     reader.start()
     killed = 0
     oks = lambda: sum(line.startswith("ok ") for line in list(lines))  # noqa: E731
@@ -130,7 +133,7 @@ def test_connections_killed_under_an_enqueuing_process_cost_one_event_line_each_
     def until_an_enqueue_returns(seen: int) -> None:
         while oks() <= seen:
             assert time.monotonic() < deadline, "the enqueuer stopped making progress"
-            assert child.poll() is None, child.stderr.read()
+            assert child.poll() is None, stderr_pipe.read()
             time.sleep(0.002)
 
     try:
@@ -139,13 +142,13 @@ def test_connections_killed_under_an_enqueuing_process_cost_one_event_line_each_
             # Kill, then wait for an enqueue to return before the next kill: every kill meets a
             # process that is enqueueing, mostly in the middle of a transaction.
             seen = oks()
-            killed += int(run_sql(admin, KILL_ALL))
+            killed += run_sql(admin, KILL_ALL)
             until_an_enqueue_returns(seen)
     finally:
-        child.stdin.close()
+        stdin.close()
         child.wait(timeout=30)
         reader.join(timeout=10)
-    stderr = child.stderr.read()
+    stderr = stderr_pipe.read()
     assert child.returncode == 0, stderr
     assert "Traceback" not in stderr and "Exception during reset" not in stderr
     printed = [orjson.loads(line) for line in stderr.splitlines()]  # only event lines, each JSON
