@@ -6,8 +6,9 @@ all, so the jobs' rows tell for the whole group: a job still held by this worker
 decided on means the commit did not land, and the group is recorded again, fenced as always. No
 job so held means it landed: nothing is recorded again, and each job's event is logged as after
 a commit seen to succeed. Recording again blindly would be wrong where it matters most: a job a
-landed commit released (or set to retry) may have been claimed anew by this same worker, whose
-fence then matches a second time and would give back a job that is running.
+landed commit released (or deferred) gave its attempt back, may have been claimed anew by this
+same worker with the same attempt number, and would pass the fence a second time: a job that is
+running would be given back. The claim's time tells the two claims apart.
 """
 
 from __future__ import annotations
