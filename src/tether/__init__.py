@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from .coordinator import Coordinator
     from .errors import (
         Cancelled,
+        CommitUnknown,
         ConfigError,
         DatabaseUnavailable,
         DuplicateActiveJob,
@@ -49,6 +50,7 @@ _WHERE = {
     "JobContext": ".jobtypes.context",
     "Coordinator": ".coordinator",
     "Cancelled": ".errors",
+    "CommitUnknown": ".errors",
     "ConfigError": ".errors",
     "DatabaseUnavailable": ".errors",
     "DuplicateActiveJob": ".errors",
@@ -100,6 +102,7 @@ __all__ = [
     "Cancelled",
     "Check",
     "Clock",
+    "CommitUnknown",
     "ConfigError",
     "Coordinator",
     "CreateFile",

@@ -17,6 +17,24 @@ class DatabaseUnavailable(TetherError):
     """The database could not be opened or reached."""
 
 
+class CommitUnknown(TetherError):
+    """The connection to the database was lost while the commit was under way: the job(s) may
+    or may not have been recorded. Not a DatabaseUnavailable (whose "nothing was enqueued" a
+    caller may retry blindly): enqueueing the same job again without an idempotency key can
+    record it twice. Look the ids up, or retry with the same key (it returns the first job while
+    that job is still pending or running)."""
+
+    def __init__(self, job_ids: list[str], reason: str) -> None:
+        self.job_ids = job_ids
+        shown = ", ".join(job_ids[:3]) + (f" and {len(job_ids) - 3} more" if len(job_ids) > 3 else "")
+        super().__init__(
+            f"the connection to the database was lost during the commit ({reason}): job(s) {shown} may or "
+            "may not have been recorded. Look them up (tether show ID) before enqueueing again; a retry with "
+            "the same idempotency key is safe while the first job is still pending or running, one "
+            "without a key can record the job twice"
+        )
+
+
 class NoLedger(DatabaseUnavailable):
     """The database named does not exist or holds no tether ledger; nothing was created."""
 

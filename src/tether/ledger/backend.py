@@ -23,7 +23,7 @@ from typing import Any, Protocol, TypeVar
 
 import sqlalchemy as sa
 
-from .. import faults
+from .. import events, faults
 from ..errors import LedgerFault
 from ..record import JobRecord, make_tuple
 from ..status import JobStatus
@@ -100,7 +100,8 @@ class Backend:
     @contextmanager
     def write(self, conn: Any = None) -> Iterator[_Cursor]:
         """A cursor inside one write transaction, committed when the block ends. With ``conn``
-        (an application's SQLAlchemy connection), the caller's transaction is used instead."""
+        (an application's SQLAlchemy connection), the caller's transaction is used instead.
+        A lost connection raises LostConnection, or LostCommit when it was lost during COMMIT."""
         if conn is not None:
             cur = conn.connection.driver_connection.cursor()
             try:
@@ -114,11 +115,13 @@ class Backend:
             raw, driver = self._checkout_writer()
         except self._dbapi_error as e:
             raise self._wrap(e) from e
+        committing = False
         try:
             cur = driver.cursor()
             try:
                 self._begin(cur)
                 yield _Cursor(self, cur)
+                committing = True
                 self._commit(driver, cur)
             except BaseException:
                 self._rollback(driver, cur)
@@ -126,10 +129,10 @@ class Backend:
             finally:
                 cur.close()
         except self._dbapi_error as e:
-            raise self._wrap(e) from e
+            raise self._wrap(e, driver, committing=committing) from e
         finally:
             if raw is not None:
-                raw.close()
+                self._give_back(raw, driver)
 
     def execute_alone(self, statement: str, values: Mapping[str, Any]) -> int:
         """One statement as its own durable transaction, ``values`` already bound; returns the
@@ -154,9 +157,9 @@ class Backend:
     def read(self) -> Iterator[_Cursor]:
         """A cursor for a single consistent read (no write lock taken)."""
         raw = self.engine.raw_connection()
+        driver = raw.driver_connection
+        assert driver is not None  # None only once the connection is closed
         try:
-            driver = raw.driver_connection
-            assert driver is not None  # None only once the connection is closed
             cur = driver.cursor()
             try:
                 yield _Cursor(self, cur)
@@ -164,9 +167,9 @@ class Backend:
                 cur.close()
                 self._end_read(driver)
         except self._dbapi_error as e:
-            raise self._wrap(e) from e
+            raise self._wrap(e, driver) from e
         finally:
-            raw.close()
+            self._give_back(raw, driver)
 
     def _begin(self, cur: Any) -> None:
         pass
@@ -183,9 +186,40 @@ class Backend:
     def _end_read(self, driver: Any) -> None:
         pass
 
-    def _wrap(self, error: Exception) -> sa.exc.StatementError:
-        """Driver errors as SQLAlchemy's (IntegrityError, OperationalError...), as everywhere else."""
-        return sa.exc.DBAPIError.instance(None, None, error, self.engine.dialect.loaded_dbapi.Error)
+    def _usable(self, driver: Any) -> bool:
+        """Whether a driver connection can still run statements (not killed, not cut off)."""
+        return True
+
+    def _give_back(self, raw: Any, driver: Any) -> None:
+        """Return a pooled connection; a dead one is discarded instead. Returned, it would be
+        reset with a ROLLBACK that fails, which SQLAlchemy's pool logs with a traceback."""
+        if self._usable(driver):
+            raw.close()
+        else:
+            raw.invalidate()
+
+    def _wrap(self, error: Exception, driver: Any = None, *, committing: bool = False) -> sa.exc.StatementError:
+        """Driver errors as SQLAlchemy's (IntegrityError, OperationalError...), as everywhere else;
+        one that cost the connection ``driver`` as LostConnection (LostCommit during COMMIT),
+        announced by one ``connection_lost`` event."""
+        if driver is None or self._usable(driver):
+            return sa.exc.DBAPIError.instance(None, None, error, self.engine.dialect.loaded_dbapi.Error)
+        events.emit("connection_lost", error=faults.describe(error), during="commit" if committing else None)
+        lost = LostCommit if committing else LostConnection
+        return lost(None, None, error, connection_invalidated=True)
+
+
+class LostConnection(sa.exc.OperationalError):
+    """A driver error that cost its connection (the server ended it, restarted, or the network
+    dropped): the pool has discarded the connection, and the next checkout opens a new one."""
+
+
+class LostCommit(LostConnection):
+    """The connection was lost while its COMMIT was under way, so whether the transaction
+    committed is unknown: the server may have made it durable before the answer was lost. A
+    caller reads the ledger to find out, or says so (``errors.CommitUnknown``); retrying it as
+    if nothing happened can do its work twice. Only a server's commit can be lost this way: a
+    SQLite commit either returns or raises with the transaction rolled back."""
 
 
 class _Writer:
@@ -473,6 +507,9 @@ class PostgresBackend(Backend):
 
     def _end_read(self, driver: Any) -> None:
         driver.rollback()
+
+    def _usable(self, driver: Any) -> bool:
+        return not driver.closed  # psycopg: also after the server or the network cut it off
 
 
 @cache

@@ -16,7 +16,15 @@ import sqlalchemy as sa
 from .. import events, faults
 from ..clock import Clock, DatabaseClock
 from ..config import DEFAULT_BATCH_BYTES
-from ..errors import DatabaseUnavailable, DuplicateActiveJob, InvalidTransition, JobNotFound, LostLease, Superseded
+from ..errors import (
+    CommitUnknown,
+    DatabaseUnavailable,
+    DuplicateActiveJob,
+    InvalidTransition,
+    JobNotFound,
+    LostLease,
+    Superseded,
+)
 from ..jobtypes import Payload, Registry
 from ..jobtypes.target import display
 from ..limits import DEFAULT_MAX_PAYLOAD_BYTES
@@ -24,7 +32,7 @@ from ..outcome import encode_result
 from ..record import InsertResult, JobRecord, make_tuple
 from ..status import ENDING, FENCED, SWEPT, TRANSITIONS, JobStatus
 from . import sql
-from .backend import Backend
+from .backend import Backend, LostCommit
 from .build import Builder
 from .engine import ledger_name
 from .reclaim import SUSPECT, verdicts
@@ -291,7 +299,7 @@ class Queue:
             else:
                 self.backend.execute_alone(self._insert_on_target, self.backend.insert_values(job))
         except sa.exc.SQLAlchemyError as e:
-            raise self._not_recorded(e) from e
+            raise self._not_recorded(e, (job,)) from e
         result = make_tuple(InsertResult, (job, False))
         if events.enabled():
             self.committed((result,))
@@ -309,13 +317,16 @@ class Queue:
                 if any(not r.duplicate for r in results):
                     self.wakeup.notify_in(cur)
         except sa.exc.SQLAlchemyError as e:
-            raise self._not_recorded(e) from e
+            raise self._not_recorded(e, jobs) from e
         self.committed(results)
         return results
 
-    def _not_recorded(self, e: sa.exc.SQLAlchemyError) -> Exception:
-        """What an enqueue whose transaction failed raises: a LedgerFault, DatabaseUnavailable
-        (nothing was enqueued, try again), or ``e`` itself."""
+    def _not_recorded(self, e: sa.exc.SQLAlchemyError, jobs: Sequence[JobRecord]) -> Exception:
+        """What an enqueue of ``jobs`` whose transaction failed raises: CommitUnknown (the
+        connection was lost during COMMIT: they may have been recorded), a LedgerFault,
+        DatabaseUnavailable (nothing was enqueued, try again), or ``e`` itself."""
+        if isinstance(e, LostCommit):
+            return CommitUnknown([job.id for job in jobs], faults.describe(e))
         fault = faults.ledger_fault(e, self.where)
         if fault is not None:
             return fault

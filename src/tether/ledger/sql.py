@@ -352,6 +352,13 @@ HEARTBEAT = f"UPDATE {TABLE} SET locked_at = :now WHERE {_FENCE}"
 # A running handler's progress (throttled by the context): only while this worker holds the job.
 PROGRESS = f"UPDATE {TABLE} SET progress = :progress WHERE {_FENCE}"
 HOLDS = f"SELECT id FROM {TABLE} WHERE {_FENCE}"
+# After a group commit whose answer was lost (the connection died during COMMIT): where a job
+# stands, and whether it is still held for the attempt decided on. The claim's time is part of
+# the test: this worker may have claimed the job again since a lost commit released it.
+STANDING = f"""
+SELECT status, CASE WHEN {_FENCE} AND claimed_at = :claimed_at THEN 1 ELSE 0 END
+FROM {TABLE} WHERE id = :id
+"""
 
 # A failed job retried after a newer job on its target ran would undo the newer one.
 NEWER_ON_TARGET = f"""

@@ -22,7 +22,9 @@ from ..errors import Cancelled, Deferred, InvalidPayload, JobTimedOut, LedgerFau
 from ..jobtypes.context import LEASE_LOST, SHUTDOWN, TIMEOUT, JobContext
 from ..jobtypes.dirsync import DirSyncs
 from ..jobtypes.files import file_error
+from ..ledger.backend import LostCommit, LostConnection
 from ..ledger.queue import Decision
+from ..ledger.recheck import unsettled
 from ..ledger.walwatch import WalWatcher
 from ..outcome import encode_result, error_text
 from ..record import JobRecord
@@ -272,18 +274,23 @@ class Worker:
 
         The handlers' effects have happened: keep trying to record them while the database
         is unreachable (the heartbeat keeps the locks meanwhile). If we give up at a hard
-        shutdown, the locks go stale and the jobs re-run; handlers are idempotent."""
+        shutdown, the locks go stale and the jobs re-run; handlers are idempotent. A commit
+        whose answer was lost is read back before anything is recorded again (ledger/recheck.py)."""
         backoff = 0.0
         refused_once = False
+        unsure = False  # the last attempt's COMMIT may have landed
         while True:
             try:
-                waits = self.queue.backend.lock_waits
-                claimed = self.queue.finish_and_claim(
-                    self.id, decisions, records=False, claim=claim, claim_bytes=self.config.batch_bytes
-                )[1]
-                if claim:
-                    self._adapt(self.queue.backend.lock_waits != waits)
-                return claimed
+                if unsure:
+                    decisions, unsure = unsettled(self.queue, self.id, decisions), False
+                    if not decisions:
+                        return []
+                return self._finish(decisions, claim)
+            except LostCommit:
+                # Read back at once (the pool opens a new connection); if the database is down,
+                # the read fails and waits below. Jobs the lost commit may have claimed for the
+                # next batch run nowhere until the sweep finds their locks stale.
+                unsure, claim = True, 0
             except (sa.exc.OperationalError, sa.exc.InterfaceError) as e:
                 if self._fatal(e):
                     return []  # unrecorded: the locks go stale and the jobs run again elsewhere
@@ -291,25 +298,48 @@ class Worker:
                 # that went through unseen must not leave a second batch claimed: retry without.
                 claim = 0
                 backoff = self._next_backoff(backoff)
-                events.emit("db_error", worker=self.id, error=faults.describe(e), retry_in=backoff, jobs=len(decisions))
+                self._db_error(e, retry_in=backoff, jobs=len(decisions))
                 if self._stopping.wait(backoff) and self._cancel.is_set():
                     return []
             except sa.exc.SQLAlchemyError as e:
                 if self._fatal(e):
                     return []
-                # The database refuses this outcome (a value it cannot store): retrying would
-                # never end, so record each alone and fail the ones it refuses.
-                events.emit("db_refused", worker=self.id, error=faults.describe(e), jobs=len(decisions))
-                if len(decisions) > 1:
-                    for d in decisions:
-                        self._record([d])
+                refused = self._refused(decisions, e, refused_once)
+                if not refused:
                     return []
-                if refused_once:
-                    return []  # even the plain failure is refused; the lock will go stale
-                refused_once = True
-                [d] = decisions
-                error = f"tether could not record this job's outcome ({d.edge}): {faults.describe(e)}"
-                decisions = [Decision.fail(d.job, error, d.duration)]
+                decisions, refused_once = refused, True
+
+    def _finish(self, decisions: list[Decision], claim: int) -> list[JobRecord]:
+        """One attempt at a group commit (and the next claim in it)."""
+        waits = self.queue.backend.lock_waits
+        claimed = self.queue.finish_and_claim(
+            self.id, decisions, records=False, claim=claim, claim_bytes=self.config.batch_bytes
+        )[1]
+        if claim:
+            self._adapt(self.queue.backend.lock_waits != waits)
+        return claimed
+
+    def _refused(self, decisions: list[Decision], e: sa.exc.SQLAlchemyError, again: bool) -> list[Decision]:
+        """The database refuses these outcomes (a value it cannot store): retrying would never
+        end, so each is recorded alone, and one it refuses becomes a plain failure to record;
+        returns what to record next (nothing once even the plain failure was refused, ``again``:
+        the lock will go stale)."""
+        events.emit("db_refused", worker=self.id, error=faults.describe(e), jobs=len(decisions))
+        if len(decisions) > 1:
+            for d in decisions:
+                self._record([d])
+            return []
+        if again:
+            return []
+        [d] = decisions
+        error = f"tether could not record this job's outcome ({d.edge}): {faults.describe(e)}"
+        return [Decision.fail(d.job, error, d.duration)]
+
+    def _db_error(self, error: BaseException, **fields: Any) -> None:
+        """The event of a database error a loop retries after; a lost connection had its own
+        (``connection_lost``) where it was met, and one drop costs one line."""
+        if not isinstance(error, LostConnection):
+            events.emit("db_error", worker=self.id, error=faults.describe(error), **fields)
 
     def heartbeat_once(self, now: datetime | None = None) -> list[str]:
         """Renew the locks of the jobs this worker is running; flag any it has lost."""
@@ -458,7 +488,7 @@ class Worker:
                     self.sweep_once()
                 except sa.exc.SQLAlchemyError as e:
                     if not self._fatal(e):
-                        events.emit("db_error", worker=self.id, error=faults.describe(e))
+                        self._db_error(e)
                 next_sweep = now + self.config.sweep_every
 
     def _beat_quietly(self) -> None:
@@ -470,7 +500,7 @@ class Worker:
         except sa.exc.SQLAlchemyError as e:
             if self._fatal(e):
                 return
-            events.emit("db_error", worker=self.id, error=faults.describe(e))
+            self._db_error(e)
             if time.monotonic() - self._last_beat > self.config.lock_timeout / 2:
                 with self._running_lock:
                     contexts = list(self._running.values())
@@ -506,7 +536,7 @@ class Worker:
                 if self._fatal(e):
                     return
                 backoff = self._next_backoff(backoff)
-                events.emit("db_error", worker=self.id, error=faults.describe(e), retry_in=backoff)
+                self._db_error(e, retry_in=backoff)
                 ran = -1
             finally:
                 with self._idle:
