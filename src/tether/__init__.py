@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         RetryableError,
         Superseded,
         TetherError,
+        TransactionConflict,
         UnknownJobType,
         UnsafePath,
     )
@@ -62,6 +63,7 @@ _WHERE = {
     "RetryableError": ".errors",
     "Superseded": ".errors",
     "TetherError": ".errors",
+    "TransactionConflict": ".errors",
     "UnknownJobType": ".errors",
     "UnsafePath": ".errors",
     "CreateFile": ".jobtypes",
@@ -133,6 +135,7 @@ __all__ = [
     "SystemClock",
     "Target",
     "TetherError",
+    "TransactionConflict",
     "UnknownJobType",
     "UnsafePath",
     "Worker",
