@@ -137,8 +137,8 @@ class Backend:
     def transact(self, body: Callable[[_Cursor], _T]) -> _T:
         """``body(cur)`` in one write transaction of tether's own (``write()``), run again whole,
         in a new transaction, when the database ends it to break a conflict with another one
-        (a deadlock). ``body`` changes nothing outside the transaction, so a second run starts
-        clean."""
+        (a deadlock). ``body`` builds what it returns afresh on each run, so nothing of a run
+        the database ended is kept."""
         attempt = 1
         while True:
             try:

@@ -573,15 +573,19 @@ class Queue:
         """Renew the locks of running ``jobs``; returns the ids this worker no longer holds."""
         if not jobs:
             return []
-        beat = now or self.clock.now()
-        return self.backend.transact(
-            lambda cur: [
-                job.id
-                for job in jobs
-                if cur.execute(sql.HEARTBEAT, {"id": job.id, "worker": worker, "attempt": job.attempts, "now": beat})
-                == 0
-            ]
-        )
+        now = now or self.clock.now()
+
+        def renew(cur: Any) -> list[str]:
+            lost = []
+            for job in jobs:
+                if (
+                    cur.execute(sql.HEARTBEAT, {"id": job.id, "worker": worker, "attempt": job.attempts, "now": now})
+                    == 0
+                ):
+                    lost.append(job.id)
+            return lost
+
+        return self.backend.transact(renew)
 
     def record_progress(self, job: JobRecord, worker: str, progress: str) -> bool:
         """Keep a running job's progress (JSON text); False if ``worker`` no longer holds it."""
