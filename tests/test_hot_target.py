@@ -192,9 +192,9 @@ def test_postgres_an_enqueue_that_races_the_end_of_the_job_ahead_never_leaves_it
             {"id": ahead, "worker": "w", "attempt": job.attempts, "now": pg.queue.clock.now(), "result": None},
         )
         pg.queue.unblock_next(cur, [job])
-        # ... when a job behind it is enqueued in another transaction: it waits for that one to end,
-        # then finds nothing ahead of it (without the wait it would see the job ahead still active,
-        # and the transaction ending that one would not see it: blocked for good).
+        # ... when a job behind it is enqueued in another transaction: it passes over the job being
+        # ended and finds nothing else ahead of it (had it counted that job as ahead, the
+        # transaction ending it would not see the new job: blocked for good).
         behind: list[str] = []
         enqueue = threading.Thread(target=lambda: behind.append(pg.enqueue(Note(name="behind", target="t")).id))
         enqueue.start()
@@ -207,6 +207,42 @@ def test_postgres_an_enqueue_that_races_the_end_of_the_job_ahead_never_leaves_it
         ending.close()
     assert blocked(pg, behind) == [False]
     assert [j.id for j in pg.queue.claim("w")] == behind
+
+
+def test_postgres_an_enqueue_passes_over_the_job_ahead_being_retried_and_still_runs_after_it(
+    pg: Coordinator,
+) -> None:
+    from tether.ledger.backend import _Cursor
+
+    ahead = pg.enqueue(Note(name="ahead", target="t")).id
+    [job] = pg.queue.claim("w")
+    # The transaction that gives the job ahead back for a retry has changed its row, not committed...
+    retrying = pg.engine.raw_connection()
+    driver: Any = retrying.driver_connection
+    behind: list[str] = []
+    try:
+        cur = _Cursor(pg.queue.backend, driver.cursor())
+        now = pg.queue.clock.now()
+        cur.execute(sql.RETRY, {"id": ahead, "worker": "w", "attempt": job.attempts, "run_at": now, "error": "x"})
+        # ... when a job behind it is enqueued: it never waits for that row lock (waiting on the jobs
+        # of many targets is how a batch enqueue deadlocked with a group commit).
+        enqueue = threading.Thread(target=lambda: behind.append(pg.enqueue(Note(name="behind", target="t")).id))
+        enqueue.start()
+        deadline = time.monotonic() + 10
+        while enqueue.is_alive() and not _waiting_for_a_lock(pg) and time.monotonic() < deadline:
+            enqueue.join(0.01)
+        returned_first = not enqueue.is_alive()
+        driver.commit()
+        enqueue.join(10)
+    finally:
+        retrying.close()
+    assert returned_first, "the enqueue waited for the transaction changing the job ahead"
+    # Its flag could not say the job ahead holds it back; the claim asks the rule itself.
+    assert blocked(pg, behind) == [False]
+    [again] = pg.queue.claim("w", limit=10)
+    assert again.id == ahead
+    pg.queue.finish("w", [Decision.complete(again, None)])
+    assert [j.id for j in pg.queue.claim("w", limit=10)] == behind
 
 
 def _waiting_for_a_lock(c: Coordinator) -> bool:

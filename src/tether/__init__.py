@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         RetryableError,
         Superseded,
         TetherError,
+        TransactionConflict,
         UnknownJobType,
         UnsafePath,
     )
@@ -64,6 +65,7 @@ _WHERE = {
     "RetryableError": ".errors",
     "Superseded": ".errors",
     "TetherError": ".errors",
+    "TransactionConflict": ".errors",
     "UnknownJobType": ".errors",
     "UnsafePath": ".errors",
     "CreateFile": ".jobtypes",
@@ -136,6 +138,7 @@ __all__ = [
     "SystemClock",
     "Target",
     "TetherError",
+    "TransactionConflict",
     "UnknownJobType",
     "UnsafePath",
     "Worker",

@@ -16,7 +16,7 @@ from . import config, events, fs
 from .clock import Clock, DatabaseClock, SystemClock
 from .errors import ConfigError
 from .jobtypes import JobType, Payload, Registry, default_registry
-from .ledger import meta
+from .ledger import conflict, meta
 from .ledger.build import all_default
 from .ledger.engine import Durability, create_engine, ensure_schema, layout, opening_error, schema_of
 from .ledger.queue import Queue
@@ -203,9 +203,15 @@ class Coordinator:
         tx.results = self.queue.enqueue_all(tx.jobs)
 
     def _in_session(self, session: Session, jobs: list[JobRecord]) -> list[InsertResult]:
-        with self.queue.backend.write(session.connection()) as cur:
-            results = self.queue.insert_all(cur, jobs)
-            self.queue.wakeup.notify_in(cur)  # delivered only if the application commits
+        try:
+            with self.queue.backend.write(session.connection()) as cur:
+                results = self.queue.insert_all(cur, jobs)
+                self.queue.wakeup.notify_in(cur)  # delivered only if the application commits
+        except sa.exc.DBAPIError as e:
+            # The transaction is the application's: only it can run the whole of it again.
+            if conflict.is_conflict(e):
+                raise conflict.in_session(e) from e
+            raise
         if not sa.event.contains(session, "after_commit", self._session_committed):
             # Once per session and coordinator: its commits report the jobs they made real (to
             # this coordinator's events and idle workers), rollbacks forget them.

@@ -48,6 +48,13 @@ class LedgerFault(DatabaseUnavailable):
         super().__init__(message)
 
 
+class TransactionConflict(TetherError):
+    """The database ended a transaction to break a conflict with another one (PostgreSQL: a
+    deadlock, or a serialization failure). Nothing in it was recorded, and running the same
+    transaction again normally succeeds: tether does so with its own transactions; an
+    application's own (``session=``) is the application's to roll back and run again."""
+
+
 class UnknownJobType(TetherError):
     def __init__(self, name: str, known: list[str]) -> None:
         self.name = name

@@ -27,6 +27,7 @@ from .. import events, faults
 from ..errors import LedgerFault
 from ..record import JobRecord, make_tuple
 from ..status import JobStatus
+from . import conflict
 from .schema import TABLE
 from .sql import INSERT_UNKEYED, INSERT_UNKEYED_ROW, unpinned
 
@@ -134,11 +135,27 @@ class Backend:
             if raw is not None:
                 self._give_back(raw, driver)
 
+    # -- retry of a conflict (conflict.py): around write(), not inside it -------------------------
+
+    def transact(self, body: Callable[[_Cursor], _T]) -> _T:
+        """``body(cur)`` in one write transaction of tether's own (``write()``), run again whole,
+        in a new transaction, when the database ends it to break a conflict with another one
+        (a deadlock). ``body`` builds what it returns afresh on each run, so nothing of a run
+        the database ended is kept."""
+        attempt = 1
+        while True:
+            try:
+                with self.write() as cur:
+                    return body(cur)
+            except sa.exc.DBAPIError as e:
+                if not conflict.run_again(e, attempt):
+                    raise
+                attempt += 1
+
     def execute_alone(self, statement: str, values: Mapping[str, Any]) -> int:
         """One statement as its own durable transaction, ``values`` already bound; returns the
         rows it changed."""
-        with self.write() as cur:
-            return cur.execute(statement, values)
+        return self.transact(lambda cur: cur.execute(statement, values))
 
     def _checkout_writer(self) -> tuple[Any, Any]:
         """(pooled connection to return or None, driver connection) for one write transaction."""

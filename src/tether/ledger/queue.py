@@ -31,7 +31,7 @@ from ..limits import DEFAULT_MAX_PAYLOAD_BYTES
 from ..outcome import encode_result
 from ..record import InsertResult, JobRecord, make_tuple
 from ..status import ENDING, FENCED, SWEPT, TRANSITIONS, JobStatus
-from . import sql
+from . import conflict, sql
 from .backend import Backend, LostCommit
 from .build import Builder
 from .engine import ledger_name
@@ -312,21 +312,26 @@ class Queue:
         if len(jobs) == 1 and jobs[0].idempotency_key is None and self.wakeup.in_process_only:
             return [self.enqueue_one(jobs[0])]
         try:
-            with self.backend.write() as cur:
-                results = self.insert_all(cur, jobs)
-                if any(not r.duplicate for r in results):
-                    self.wakeup.notify_in(cur)
+            results = self.backend.transact(lambda cur: self._insert_and_notify(cur, jobs))
         except sa.exc.SQLAlchemyError as e:
             raise self._not_recorded(e, jobs) from e
         self.committed(results)
         return results
 
+    def _insert_and_notify(self, cur: Any, jobs: Sequence[JobRecord]) -> list[InsertResult]:
+        results = self.insert_all(cur, jobs)
+        if any(not r.duplicate for r in results):
+            self.wakeup.notify_in(cur)
+        return results
+
     def _not_recorded(self, e: sa.exc.SQLAlchemyError, jobs: Sequence[JobRecord]) -> Exception:
         """What an enqueue of ``jobs`` whose transaction failed raises: CommitUnknown (the
-        connection was lost during COMMIT: they may have been recorded), a LedgerFault,
-        DatabaseUnavailable (nothing was enqueued, try again), or ``e`` itself."""
+        connection was lost during COMMIT: they may have been recorded), TransactionConflict, a
+        LedgerFault, DatabaseUnavailable (nothing was enqueued, try again), or ``e`` itself."""
         if isinstance(e, LostCommit):
             return CommitUnknown([job.id for job in jobs], faults.describe(e))
+        if conflict.is_conflict(e):  # every run of the transaction met one (Backend.transact)
+            return conflict.unresolved(e)
         fault = faults.ledger_fault(e, self.where)
         if fault is not None:
             return fault
@@ -359,8 +364,7 @@ class Queue:
         most ``max_bytes`` of payload between them, or one larger job (see ``sql.py``: a job larger
         than the batch's share waits for the claim it leads)."""
         now = now or self.clock.now()
-        with self.backend.write() as cur:
-            rows = self._claim_in(cur, worker, now, limit, max_bytes)
+        rows = self.backend.transact(lambda cur: self._claim_in(cur, worker, now, limit, max_bytes))
         return self._claimed(rows, worker)
 
     def _claim_in(self, cur: Any, worker: str, now: datetime, limit: int, max_bytes: int) -> list[JobRecord]:
@@ -495,40 +499,15 @@ class Queue:
         per batch instead of two. Both parts are exactly what ``finish`` and ``claim`` do alone; a
         crash before the commit undoes both."""
         now = self.clock.now()
-        moved: list[Any] = []
-        inserted: list[InsertResult] = []
-        claimed: list[JobRecord] = []
         # The worker's group commits (records=False) complete their jobs in one statement.
         completing = (
             [] if records or self._complete_many_sql is None else [d for d in decisions if d.edge == "complete"]
         )
         if len({d.job.id for d in completing}) != len(completing):
             completing = []  # one job twice (never from a worker): one statement each, in order
-        with self.backend.write() as cur:
-            completed = self.complete_many(cur, worker, completing, now) if len(completing) > 1 else None
-            for d in decisions:
-                if completed is not None and d.edge == "complete":
-                    job: JobRecord | bool | None = True if (d.job.id, d.job.attempts) in completed else None
-                else:
-                    values = dict(d.values)
-                    if d.edge in ("complete", "fail"):
-                        values["now"] = d.finished_at or now
-                    job = self.transition(
-                        cur, d.edge, d.job.id, worker=worker, attempt=d.job.attempts, returning=records, **values
-                    )
-                moved.append(job)
-                if job is not None and d.children:
-                    inserted.extend(self.insert_all(cur, d.children))
-            for d, job in zip(decisions, moved, strict=True):
-                if job is not None and d.edge == "defer":  # after the batch's releases: they wait too
-                    cur.execute(sql.DEFER_TYPE, {"type": d.job.type, "run_at": d.values["run_at"]})
-            self.unblock_next(
-                cur, [d.job for d, job in zip(decisions, moved, strict=True) if job is not None and d.edge in ENDING]
-            )
-            if inserted or any(d.edge in ("retry", "release", "defer") for d in decisions):
-                self.wakeup.notify_in(cur)
-            if claim:
-                claimed = self._claim_in(cur, worker, self.clock.now(), claim, claim_bytes)
+        moved, inserted, claimed = self.backend.transact(
+            lambda cur: self._finish_in(cur, worker, decisions, completing, now, records, claim, claim_bytes)
+        )
         requeued = False
         log = events.enabled()
         for d, job in zip(decisions, moved, strict=True):
@@ -542,6 +521,45 @@ class Queue:
         if requeued:
             self.wakeup.wake_local()
         return moved, self._claimed(claimed, worker)
+
+    def _finish_in(
+        self,
+        cur: Any,
+        worker: str,
+        decisions: Sequence[Decision],
+        completing: list[Decision],
+        now: datetime,
+        records: bool,
+        claim: int,
+        claim_bytes: int,
+    ) -> tuple[list[Any], list[InsertResult], list[JobRecord]]:
+        """The transaction of ``finish_and_claim``: (moved, follow-up jobs inserted, claimed)."""
+        moved: list[Any] = []
+        inserted: list[InsertResult] = []
+        completed = self.complete_many(cur, worker, completing, now) if len(completing) > 1 else None
+        for d in decisions:
+            if completed is not None and d.edge == "complete":
+                job: JobRecord | bool | None = True if (d.job.id, d.job.attempts) in completed else None
+            else:
+                values = dict(d.values)
+                if d.edge in ("complete", "fail"):
+                    values["now"] = d.finished_at or now
+                job = self.transition(
+                    cur, d.edge, d.job.id, worker=worker, attempt=d.job.attempts, returning=records, **values
+                )
+            moved.append(job)
+            if job is not None and d.children:
+                inserted.extend(self.insert_all(cur, d.children))
+        for d, job in zip(decisions, moved, strict=True):
+            if job is not None and d.edge == "defer":  # after the batch's releases: they wait too
+                cur.execute(sql.DEFER_TYPE, {"type": d.job.type, "run_at": d.values["run_at"]})
+        self.unblock_next(
+            cur, [d.job for d, job in zip(decisions, moved, strict=True) if job is not None and d.edge in ENDING]
+        )
+        if inserted or any(d.edge in ("retry", "release", "defer") for d in decisions):
+            self.wakeup.notify_in(cur)
+        claimed = self._claim_in(cur, worker, self.clock.now(), claim, claim_bytes) if claim else []
+        return moved, inserted, claimed
 
     def unblock_next(self, cur: Any, ended: Iterable[JobRecord]) -> None:
         """After ``ended`` left the active set (in their transaction): on each of their targets,
@@ -566,16 +584,19 @@ class Queue:
         """Renew the locks of running ``jobs``; returns the ids this worker no longer holds."""
         if not jobs:
             return []
-        lost = []
-        with self.backend.write() as cur:
-            now = now or self.sync_clock(cur)
+
+        def renew(cur: Any) -> list[str]:
+            at = now or self.sync_clock(cur)
+            lost = []
             for job in jobs:
                 if (
-                    cur.execute(sql.HEARTBEAT, {"id": job.id, "worker": worker, "attempt": job.attempts, "now": now})
+                    cur.execute(sql.HEARTBEAT, {"id": job.id, "worker": worker, "attempt": job.attempts, "now": at})
                     == 0
                 ):
                     lost.append(job.id)
-        return lost
+            return lost
+
+        return self.backend.transact(renew)
 
     def sync_clock(self, cur: Any) -> datetime:
         """Now, as lock ages are measured. With the database's clock (``clock.DatabaseClock``)
@@ -587,9 +608,8 @@ class Queue:
 
     def record_progress(self, job: JobRecord, worker: str, progress: str) -> bool:
         """Keep a running job's progress (JSON text); False if ``worker`` no longer holds it."""
-        with self.backend.write() as cur:
-            params = {"id": job.id, "worker": worker, "attempt": job.attempts, "progress": progress}
-            return cur.execute(sql.PROGRESS, params) == 1
+        params = {"id": job.id, "worker": worker, "attempt": job.attempts, "progress": progress}
+        return self.backend.transact(lambda cur: cur.execute(sql.PROGRESS, params)) == 1
 
     def holds(self, job: JobRecord, worker: str) -> bool:
         """Whether ``worker`` still holds ``job``'s current attempt (a read: no commit)."""
@@ -599,35 +619,40 @@ class Queue:
     def reclaim_stale(self, lock_timeout: float, *, now: datetime | None = None) -> list[JobRecord]:
         """Return claimed jobs whose lock is older than ``lock_timeout`` seconds to pending, or to
         failed if that was their last attempt; reclaim.py decides whose attempt counts."""
-        moved: list[tuple[str, JobRecord]] = []
-        with self.backend.write() as cur:
-            now = now or self.sync_clock(cur)
-            cutoff = now - timedelta(seconds=lock_timeout)
-            for v in verdicts(cur.records(sql.STALE, {"cutoff": cutoff})):
-                values: dict[str, Any] = {
-                    "attempts": v.attempts,
-                    "quarantine": v.quarantine,
-                    "error": v.error,
-                    "cutoff": cutoff,
-                }
-                if v.edge == "reclaim_exhausted":
-                    values["now"] = now
-                job = self.transition(cur, v.edge, v.job.id, worker=v.job.locked_by, attempt=v.job.attempts, **values)
-                if job is None:  # renewed since it was read (PostgreSQL: a heartbeat got in first)
-                    continue
-                assert isinstance(job, JobRecord)
-                moved.append((v.edge, job))
-                if v.acquit is not None:
-                    cur.execute(sql.ACQUIT, {"quarantine": v.acquit, "acquitted": SUSPECT})
-            self.unblock_next(cur, [job for edge, job in moved if edge in ENDING])
-            if any(edge == "reclaim" for edge, _ in moved):
-                self.wakeup.notify_in(cur)
+        moved = self.backend.transact(lambda cur: self._reclaim_in(cur, lock_timeout, now))
         for edge, job in moved:
             self._event(edge, job, None)
         if any(edge == "reclaim" for edge, _ in moved):
             self.wakeup.wake_local()
         self._unblock_lost_heads()
         return [job for edge, job in moved if edge == "reclaim"] + [job for edge, job in moved if edge != "reclaim"]
+
+    def _reclaim_in(self, cur: Any, lock_timeout: float, now: datetime | None) -> list[tuple[str, JobRecord]]:
+        """The transaction of ``reclaim_stale``: (edge, job) for each job it moved. Lock ages are
+        measured by the time read in this transaction (``sync_clock``)."""
+        now = now or self.sync_clock(cur)
+        cutoff = now - timedelta(seconds=lock_timeout)
+        moved: list[tuple[str, JobRecord]] = []
+        for v in verdicts(cur.records(sql.STALE, {"cutoff": cutoff})):
+            values: dict[str, Any] = {
+                "attempts": v.attempts,
+                "quarantine": v.quarantine,
+                "error": v.error,
+                "cutoff": cutoff,
+            }
+            if v.edge == "reclaim_exhausted":
+                values["now"] = now
+            job = self.transition(cur, v.edge, v.job.id, worker=v.job.locked_by, attempt=v.job.attempts, **values)
+            if job is None:  # renewed since it was read (PostgreSQL: a heartbeat got in first)
+                continue
+            assert isinstance(job, JobRecord)
+            moved.append((v.edge, job))
+            if v.acquit is not None:
+                cur.execute(sql.ACQUIT, {"quarantine": v.acquit, "acquitted": SUSPECT})
+        self.unblock_next(cur, [job for edge, job in moved if edge in ENDING])
+        if any(edge == "reclaim" for edge, _ in moved):
+            self.wakeup.notify_in(cur)
+        return moved
 
     def _unblock_lost_heads(self) -> None:
         """The sweep's safety net: unblock each target's oldest active job left blocked (see
@@ -638,38 +663,44 @@ class Queue:
             lost = [job_id for (job_id,) in cur.rows(sql.LOST_HEADS)]
         if not lost:
             return
-        with self.backend.write() as cur:
-            unblocked = sum(cur.execute(sql.UNBLOCK_HEAD, {"id": job_id}) for job_id in lost)
-            if unblocked:
-                self.wakeup.notify_in(cur)
+        unblocked = self.backend.transact(lambda cur: self._unblock_heads_in(cur, lost))
         if unblocked:
             events.emit("unblocked", jobs=unblocked)
             self.wakeup.wake_local()
+
+    def _unblock_heads_in(self, cur: Any, heads: list[str]) -> int:
+        unblocked: int = sum(cur.execute(sql.UNBLOCK_HEAD, {"id": job_id}) for job_id in heads)
+        if unblocked:
+            self.wakeup.notify_in(cur)
+        return unblocked
 
     def manual_retry(self, job_id: str) -> JobRecord:
         """Operator action: a failed job goes back to pending with its attempts reset."""
         now = self.clock.now()
         try:
-            with self.backend.write() as cur:
-                # Read once: the write lock (BEGIN IMMEDIATE / the row's guard) keeps it current.
-                failed = self.get(job_id, cur=cur)
-                if failed.status is not JobStatus.FAILED:
-                    raise InvalidTransition(job_id, failed.status.value, JobStatus.PENDING.value)
-                if failed.ordering_key is not None:
-                    newer = cur.scalar(sql.NEWER_ON_TARGET, {"ordering_key": failed.ordering_key, "id": job_id})
-                    if newer is not None:
-                        raise Superseded(job_id, newer, display(failed.ordering_key))
-                moved = self.transition(cur, "manual_retry", job_id, now=now)
-                if moved is None:  # PostgreSQL: changed by another transaction since the read
-                    raise InvalidTransition(job_id, self.get(job_id, cur=cur).status.value, JobStatus.PENDING.value)
-                assert isinstance(moved, JobRecord)  # returning=True: the changed row, read back
-                self.wakeup.notify_in(cur)
+            moved = self.backend.transact(lambda cur: self._manual_retry_in(cur, job_id, now))
         except sa.exc.IntegrityError as e:
             job = self.get(job_id)
             other = self._active_with_key(job)
             raise DuplicateActiveJob(job_id, other.id if other else "?", job.idempotency_key or "") from e
         self._event("manual_retry", moved, None)
         self.wakeup.wake_local()
+        return moved
+
+    def _manual_retry_in(self, cur: Any, job_id: str, now: datetime) -> JobRecord:
+        # Read once: the write lock (BEGIN IMMEDIATE / the row's guard) keeps it current.
+        failed = self.get(job_id, cur=cur)
+        if failed.status is not JobStatus.FAILED:
+            raise InvalidTransition(job_id, failed.status.value, JobStatus.PENDING.value)
+        if failed.ordering_key is not None:
+            newer = cur.scalar(sql.NEWER_ON_TARGET, {"ordering_key": failed.ordering_key, "id": job_id})
+            if newer is not None:
+                raise Superseded(job_id, newer, display(failed.ordering_key))
+        moved = self.transition(cur, "manual_retry", job_id, now=now)
+        if moved is None:  # PostgreSQL: changed by another transaction since the read
+            raise InvalidTransition(job_id, self.get(job_id, cur=cur).status.value, JobStatus.PENDING.value)
+        assert isinstance(moved, JobRecord)  # returning=True: the changed row, read back
+        self.wakeup.notify_in(cur)
         return moved
 
     def _active_with_key(self, job: JobRecord) -> JobRecord | None:

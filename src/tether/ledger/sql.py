@@ -54,12 +54,20 @@ def _on_target(alias: str, key: str) -> str:
 
 # PostgreSQL: the older job found is share-locked (the newest one: not the target's head, which a
 # claim may be taking), so the transaction that ends it waits for this one to commit and then
-# sees the job it blocks; or this one waits for that one, and finds the job no longer active.
+# sees the job it blocks. A job that another transaction is changing at this moment (ending,
+# claiming, unblocking or renewing it) is passed over (SKIP LOCKED), never waited for, so an
+# insert never waits here and cannot be one side of a deadlock with those transactions. Waiting,
+# it was: an insert of many jobs took these locks target after target in its rows' order while a
+# group commit changed jobs, and unblocked the next ones, of several targets in another order.
+# Passing over keeps the order exactly: the next older active job is asked instead (locked, it
+# ends only after this transaction commits, and its ending sees the new job); with none left, the
+# new job is not blocked, and the claim, which asks the rule itself (_ready), holds it back while
+# the job passed over is still active. A flag missing costs the claim a probe, never order.
 def _blocked(job_id: str, key: str, dialect: str) -> str:
     """Whether an older job than ``job_id`` on target ``key`` (SQL expressions) is active."""
     lock = ""
     if dialect == "postgresql":
-        lock = "\n      ORDER BY b.ordering_key DESC, b.id DESC LIMIT 1 FOR SHARE"
+        lock = "\n      ORDER BY b.ordering_key DESC, b.id DESC LIMIT 1 FOR SHARE SKIP LOCKED"
         # A parameter also bound to a column is typed by it; compared, it would be text.
         job_id, key = (f"CAST({e} AS varchar)" if e.startswith(":") else e for e in (job_id, key))
     return f"""EXISTS (SELECT 1 FROM {TABLE} AS b
