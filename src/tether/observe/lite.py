@@ -21,7 +21,7 @@ from ..clock import SystemClock
 from ..errors import DatabaseUnavailable, NoLedger
 from ._lite_sql import STATEMENTS, TABLE
 from .backlog import stats_of
-from .ledgerfile import ledger_file
+from ..ledger.ledgerfile import ledger_file
 from .verdict import Health, Thresholds, activity_of, assess
 
 _PLAIN = "sqlite:///"

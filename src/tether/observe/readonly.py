@@ -19,9 +19,9 @@ from ..clock import SystemClock
 from ..errors import DatabaseUnavailable
 from ..errors import NoLedger as NoLedger  # `X as X`: defined in errors, this module's API too
 from ..ledger.engine import READ_ONLY, create_engine, ledger_name, mask_url
+from ..ledger.ledgerfile import ledger_file
 from ..ledger.schema import FINISHED_SQL, RECORD_COLUMNS, TABLE, jobs
 from ..record import JobRecord
-from .ledgerfile import ledger_file
 
 if TYPE_CHECKING:
     from ..coordinator import Coordinator

@@ -1,6 +1,6 @@
 """A SQLite ledger's file as a reader must find it: a regular file that is not empty. Checked
 before any connection opens it, since SQLite would take a missing or empty file for a new
-database; ``readonly.open_ledger`` and ``lite`` (no SQLAlchemy) share these checks and messages.
+database; ``observe.readonly`` and ``observe.lite`` (no SQLAlchemy) share these checks and messages.
 """
 
 from __future__ import annotations
