@@ -6,6 +6,7 @@ import hashlib
 import os
 import re
 import secrets
+import stat
 import weakref
 from pathlib import Path
 from typing import Any, Literal
@@ -15,6 +16,7 @@ import sqlalchemy as sa
 from .. import config, faults
 from ..errors import ConfigError, DatabaseUnavailable, LedgerFault
 from . import sql
+from .ledgerfile import not_a_file
 from .schema import RETIRED_INDEXES, TABLE, metadata
 from .url import mask_url, parse_url
 
@@ -92,11 +94,14 @@ def _sqlite_engine(url: sa.URL, durability: Durability, busy_timeout: float) -> 
             "to share the ledger between machines"
         )
     try:
-        size: int | None = path.stat().st_size
+        st: os.stat_result | None = path.stat()
     except FileNotFoundError:
-        size = None
+        st = None
     except OSError as e:
         raise DatabaseUnavailable(f"cannot open the ledger file {path}: {e.strerror}") from e
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise not_a_file(path, st.st_mode)  # SQLite's first read of a FIFO would block
+    size = None if st is None else st.st_size
     if size == 0:
         # SQLite would take an empty file for a new database and tether would fill it with an
         # empty ledger: the jobs that were in it would be gone without a word.
