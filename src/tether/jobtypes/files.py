@@ -187,8 +187,8 @@ def file_error(e: OSError, rel: str, doing: str = "") -> Exception:
         tail = f"; {doing}" if doing and where == rel and e.errno != errno.ELOOP else ""
         return PermanentError(f"{where} {cause}{on_the_way}{tail}")
     reason = e.strerror or type(e).__name__
-    if e.errno in errno.errorcode:  # the symbolic name too (ENOSPC): what an operator searches logs for
-        reason = f"{reason} ({errno.errorcode[e.errno]})"
+    if (symbol := errno.errorcode.get(e.errno or 0)) is not None:  # ENOSPC: what an operator greps logs for
+        reason = f"{reason} ({symbol})"
     if e.errno in _OPERATOR:
         return RetryableError(f"{where}: {reason}{on_the_way}; retried: fix the permissions or mount of the data root")
     if e.errno in _TRANSIENT:
