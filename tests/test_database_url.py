@@ -31,6 +31,8 @@ MALFORMED = [
     ("postgresql+nodriver://app:s3cret@127.0.0.1/app", "unsupported driver 'nodriver'"),
     ("sqlite+pysqlcipher:///ledger.db", "unsupported driver 'pysqlcipher'"),
     ("mysql://app:s3cret@127.0.0.1/app", "unsupported database 'mysql'"),
+    ("postgresql://app:s3c@s3cret@127.0.0.1/app", "an '@' in the user name or password must be written %40"),
+    ("postgresql://app:s3cret@127.0.0.1/app?sslmode=require&sslmode=disable", "option sslmode is given 2 times"),
     ("sqlite:///ledger.db?mode=ro", "takes none"),
 ]
 

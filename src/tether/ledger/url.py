@@ -68,6 +68,8 @@ def parse_url(url: str) -> sa.URL:
             f"unsupported driver {parsed.get_driver_name()!r} in {shown!r}: tether uses "
             f"{_DRIVERS[backend][1].partition('+')[2]}: write {_PLAIN[backend]}"
         )
+    if "@" in (parsed.host or ""):  # the host is not shown: it holds what follows the password's '@'
+        raise ConfigError(f"{shown!r}: an '@' in the user name or password must be written %40")
     if parsed.port is not None and not 1 <= parsed.port <= 65535:
         raise ConfigError(f"the port {parsed.port} in {shown!r} is out of range: ports are 1 to 65535")
     if backend == "sqlite":
@@ -106,6 +108,8 @@ def _check_postgresql(url: sa.URL, shown: str) -> None:
             "connection parameters, e.g. sslmode, connect_timeout, application_name)"
         )
     for name, values in url.query.items():
+        if not isinstance(values, str) and name not in ("host", "port", "hostaddr"):  # one per host
+            raise ConfigError(f"{shown!r}: option {name} is given {len(values)} times; give it once")
         for value in (values,) if isinstance(values, str) else values:
             if name in _WHOLE_NUMBERS and not all(part.strip().isdigit() for part in value.split(",")):
                 raise ConfigError(f"{shown!r}: option {name} must be a whole number, not {value!r}")
