@@ -15,7 +15,7 @@ from jobkit import Note, NoteType, registry_with
 from tether import SystemClock
 from tether.cli import main
 from tether.errors import PermanentError
-from tether.ledger.engine import mask_url
+from tether.ledger.url import mask_url
 from tether.outcome import error_text
 
 

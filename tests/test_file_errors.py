@@ -175,7 +175,7 @@ def test_a_transient_error_is_retried_with_the_path_and_cause_on_the_first_line(
     job_id = run_one(coordinator, root, monkeypatch, kind, code)
     job = coordinator.get(job_id)
     assert job.status is JobStatus.PENDING and job.attempts == 1
-    assert first_line(job.last_error) == f"RetryableError: d/a.json: {os.strerror(code)}"
+    assert first_line(job.last_error) == f"RetryableError: d/a.json: {os.strerror(code)} ({errno.errorcode[code]})"
     clock.advance(3600)
     coordinator.run_until_idle()
     assert coordinator.get(job_id).status is JobStatus.COMPLETED
@@ -188,7 +188,8 @@ def test_a_permission_error_is_retried_saying_an_operator_can_fix_it(coordinator
     job = coordinator.get(job_id)
     assert job.status is JobStatus.PENDING and job.attempts == 1
     assert first_line(job.last_error) == (
-        f"RetryableError: d/a.json: {os.strerror(code)}; retried: fix the permissions or mount of the data root"
+        f"RetryableError: d/a.json: {os.strerror(code)} ({errno.errorcode[code]}); "
+        "retried: fix the permissions or mount of the data root"
     )
 
 
@@ -199,7 +200,7 @@ def test_an_error_opening_a_directory_on_the_way_names_that_directory(coordinato
     inject(monkeypatch, "mkdir", errno.EROFS)
     coordinator.run_until_idle()
     assert first_line(coordinator.get(job_id).last_error).startswith(
-        f"RetryableError: d/e: {os.strerror(errno.EROFS)} (on the way to d/e/a.json)"
+        f"RetryableError: d/e: {os.strerror(errno.EROFS)} (EROFS) (on the way to d/e/a.json)"
     )
 
 

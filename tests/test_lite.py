@@ -21,8 +21,8 @@ from test_observe import Work, WorkType, build_ledger
 from tether import Coordinator, FakeClock
 from tether.cli import main
 from tether.jobtypes import default_registry
-from tether.ledger import schema
-from tether.observe import compile_lite, health, ledgerfile, lite
+from tether.ledger import ledgerfile, schema
+from tether.observe import compile_lite, health, lite
 from tether.observe.readonly import open_ledger
 from tether.observe.verdict import Thresholds
 

@@ -62,7 +62,7 @@ def main() -> None:
     except Exception as e:
         if not _is_database_error(e):
             raise
-        from ..ledger.engine import mask_url
+        from ..ledger.url import mask_url
 
         fault = ledger_fault(e, mask_url(config.db_url(settings.db)))
         if fault is not None:

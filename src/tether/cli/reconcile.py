@@ -45,10 +45,16 @@ def reconcile(
         False,
         "--untracked",
         help="Also report files under the root that no job ever named, and AWS resources that carry this "
-        "ledger's ownership tag but that no job names.",
+        "ledger's ownership tag but that no job names (looked for when the ledger holds a sync_aws job, "
+        "or with --aws).",
     ),
-    aws: bool = typer.Option(
-        True, "--aws/--no-aws", help="Check sync_aws resources against AWS (--no-aws: report them not_checked)."
+    aws: bool | None = typer.Option(
+        None,
+        "--aws/--no-aws",
+        help="Check sync_aws resources against AWS (the default when there are any); --aws also looks for "
+        "untracked AWS resources on a ledger without sync_aws jobs; --no-aws: report them not_checked and "
+        "look for none.",
+        show_default=False,
     ),
     startup: bool = typer.Option(
         False,

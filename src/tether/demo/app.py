@@ -39,7 +39,7 @@ from ..jobtypes.base import IN_SYNC, SYNCED, Check, Probe
 from ..jobtypes.context import JobContext
 from ..jobtypes.files import check_file, checked_path, files_exist, write_locked
 from ..jobtypes.target import Target, display
-from ..ledger.engine import mask_url
+from ..ledger.url import mask_url
 from ..observe import queries as observe
 from ..store import JsonStore
 from ..worker.retry import RetryPolicy

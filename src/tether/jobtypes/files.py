@@ -177,6 +177,8 @@ def file_error(e: OSError, rel: str, doing: str = "") -> Exception:
     - ENOSPC, EDQUOT, EIO, EAGAIN, EBUSY: RetryableError (retried with backoff);
     - EACCES, EPERM, EROFS: RetryableError whose message says an operator can fix it;
     - anything else: ``e`` itself (retried).
+
+    The RetryableErrors name the error by its text and its symbol: ``No space left on device (ENOSPC)``.
     """
     where = e.filename if isinstance(e.filename, str) and e.filename else rel
     on_the_way = f" (on the way to {rel})" if where != rel else ""
@@ -185,6 +187,8 @@ def file_error(e: OSError, rel: str, doing: str = "") -> Exception:
         tail = f"; {doing}" if doing and where == rel and e.errno != errno.ELOOP else ""
         return PermanentError(f"{where} {cause}{on_the_way}{tail}")
     reason = e.strerror or type(e).__name__
+    if (symbol := errno.errorcode.get(e.errno or 0)) is not None:  # ENOSPC: what an operator greps logs for
+        reason = f"{reason} ({symbol})"
     if e.errno in _OPERATOR:
         return RetryableError(f"{where}: {reason}{on_the_way}; retried: fix the permissions or mount of the data root")
     if e.errno in _TRANSIENT:

@@ -6,17 +6,19 @@ import hashlib
 import os
 import re
 import secrets
+import stat
 import weakref
 from pathlib import Path
 from typing import Any, Literal
 
 import sqlalchemy as sa
-from sqlalchemy.engine import make_url
 
 from .. import config, faults
 from ..errors import ConfigError, DatabaseUnavailable, LedgerFault
 from . import sql
+from .ledgerfile import not_a_file
 from .schema import RETIRED_INDEXES, TABLE, metadata
+from .url import mask_url, parse_url
 
 Durability = Literal["full", "normal"]
 
@@ -37,26 +39,6 @@ def schema_of(engine: sa.Engine) -> str | None:
     return _schemas.get(engine)
 
 
-def mask_url(url: str | sa.URL) -> str:
-    """A database URL as it may be printed: its password, and any ``password=`` query value,
-    replaced by ``***``. Done on the text, so a mistyped URL that does not parse is masked too:
-    everything from the first ``user:`` to the last ``@`` of the authority."""
-    text = url.render_as_string(hide_password=False) if isinstance(url, sa.URL) else str(url)
-    first_at = text.find("@")
-    if first_at >= 0:
-        slashes = text.find("//")
-        start = slashes + 2 if 0 <= slashes < first_at else 0
-        ends = [i for i in (text.find("/", first_at), text.find("?", first_at)) if i >= 0]
-        at = text.rfind("@", 0, min(ends, default=len(text)))
-        colon = text.find(":", start, at)
-        if colon >= 0:
-            text = f"{text[: colon + 1]}***{text[at:]}"
-    return _PASSWORD_PARAMETER.sub(r"\1***", text)
-
-
-_PASSWORD_PARAMETER = re.compile(r"(?i)([?&]password=)[^&]*")
-
-
 def ledger_name(engine: sa.Engine) -> str:
     """The ledger as messages name it: a SQLite file's path, or the URL with its password masked."""
     return (engine.url.database or "") if engine.dialect.name == "sqlite" else mask_url(engine.url)
@@ -74,30 +56,22 @@ def create_engine(
     ``schema`` (PostgreSQL) keeps the ledger in its own schema of a shared database."""
     if durability not in ("full", "normal"):
         raise ConfigError(f"durability must be 'full' or 'normal', not {durability!r}")
-    try:
-        parsed = make_url(url)
-    except sa.exc.ArgumentError:
-        raise ConfigError(f"not a database URL: {mask_url(url)!r} (expected e.g. sqlite:///tether.db)") from None
+    parsed = parse_url(url)
     if parsed.get_backend_name() == "sqlite":
         if schema is not None:
             raise ConfigError("schema applies to PostgreSQL only: a SQLite ledger is its own file, use another file")
         return _sqlite_engine(parsed, durability, busy_timeout)
-    if parsed.get_backend_name() == "postgresql":
-        if parsed.drivername == "postgresql":
-            parsed = parsed.set(drivername="postgresql+psycopg")
-        connect_args = {}
-        if schema is not None:
-            if not _IDENTIFIER.match(schema):
-                raise ConfigError(
-                    f"schema {schema!r} is not a plain identifier (lowercase letters, digits, _; at most 63)"
-                )
-            # Only this schema on the search path: with public on it too, the table check could
-            # find another application's public.tether_jobs and use it.
-            connect_args["options"] = f"-csearch_path={schema}"
-        engine = sa.create_engine(parsed, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args=connect_args)
-        _schemas[engine] = schema
-        return engine
-    raise ConfigError(f"unsupported database {parsed.get_backend_name()!r}: use sqlite:/// or postgresql://")
+    parsed = parsed.set(drivername="postgresql+psycopg")
+    connect_args = {}
+    if schema is not None:
+        if not _IDENTIFIER.match(schema):
+            raise ConfigError(f"schema {schema!r} is not a plain identifier (lowercase letters, digits, _; at most 63)")
+        # Only this schema on the search path: with public on it too, the table check could
+        # find another application's public.tether_jobs and use it.
+        connect_args["options"] = f"-csearch_path={schema}"
+    engine = sa.create_engine(parsed, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args=connect_args)
+    _schemas[engine] = schema
+    return engine
 
 
 def _sqlite_engine(url: sa.URL, durability: Durability, busy_timeout: float) -> sa.Engine:
@@ -120,11 +94,14 @@ def _sqlite_engine(url: sa.URL, durability: Durability, busy_timeout: float) -> 
             "to share the ledger between machines"
         )
     try:
-        size: int | None = path.stat().st_size
+        st: os.stat_result | None = path.stat()
     except FileNotFoundError:
-        size = None
+        st = None
     except OSError as e:
         raise DatabaseUnavailable(f"cannot open the ledger file {path}: {e.strerror}") from e
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise not_a_file(path, st.st_mode)  # SQLite's first read of a FIFO would block
+    size = None if st is None else st.st_size
     if size == 0:
         # SQLite would take an empty file for a new database and tether would fill it with an
         # empty ledger: the jobs that were in it would be gone without a word.

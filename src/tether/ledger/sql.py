@@ -541,3 +541,6 @@ GROUP BY ordering_key
 ACTIVE_ON_TARGET = f"SELECT 1 FROM {TABLE} WHERE ordering_key = :key AND {_ACTIVE} LIMIT 1"
 KNOWN_TARGETS = f"SELECT DISTINCT ordering_key FROM {TABLE} WHERE ordering_key IN :keys"
 COUNT_TARGETED = f"SELECT count(*) FROM {TABLE} WHERE ordering_key IS NOT NULL"
+# Whether a job type has ever had a job on a target (reconcile's search for untracked remote
+# resources); an index-only read of ix_tether_jobs_targeted, which holds the type.
+TYPE_TARGETED = f"SELECT 1 FROM {TABLE} WHERE ordering_key IS NOT NULL AND type = :type LIMIT 1"

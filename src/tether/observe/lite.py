@@ -19,9 +19,9 @@ from urllib.parse import quote
 from .. import config, faults
 from ..clock import SystemClock
 from ..errors import DatabaseUnavailable, NoLedger
+from ..ledger.ledgerfile import ledger_file
 from ._lite_sql import STATEMENTS, TABLE
 from .backlog import stats_of
-from .ledgerfile import ledger_file
 from .verdict import Health, Thresholds, activity_of, assess
 
 _PLAIN = "sqlite:///"

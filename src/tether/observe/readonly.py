@@ -12,17 +12,17 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Union
 
 import sqlalchemy as sa
-from sqlalchemy.engine import make_url
 
 from .. import config, faults
 from ..clock import Clock, SystemClock
 from ..errors import DatabaseUnavailable
 from ..errors import NoLedger as NoLedger  # `X as X`: defined in errors, this module's API too
-from ..ledger.engine import READ_ONLY, create_engine, ledger_name, mask_url
+from ..ledger.engine import READ_ONLY, create_engine, ledger_name
+from ..ledger.ledgerfile import ledger_file
 from ..ledger.schema import FINISHED_SQL, RECORD_COLUMNS, TABLE, jobs
 from ..ledger.sql import DATABASE_TIME
+from ..ledger.url import mask_url, parse_url
 from ..record import JobRecord
-from .ledgerfile import ledger_file
 
 if TYPE_CHECKING:
     from ..coordinator import Coordinator
@@ -41,11 +41,8 @@ def open_ledger(db_url: str | None = None, *, schema: str | None = None) -> sa.E
     """An engine on an existing ledger, for reading: unlike ``Coordinator.open`` it never creates
     a database file or the table, so a mistyped path is an error instead of a new empty ledger."""
     db_url = config.db_url(db_url)
-    try:
-        url = make_url(db_url)
-    except sa.exc.ArgumentError:
-        url = None
-    if url is not None and url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+    url = parse_url(db_url)
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
         ledger_file(url.database)
     engine = create_engine(db_url, schema=config.schema(schema), busy_timeout=config.BUSY_TIMEOUT)
     try:

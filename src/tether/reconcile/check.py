@@ -57,6 +57,7 @@ RECHECK = sa.text(sql.RECONCILE_RECHECK).bindparams(sa.bindparam("keys", expandi
 ACTIVE_ON = sa.text(sql.ACTIVE_ON_TARGET)
 KNOWN_TARGETS = sa.text(sql.KNOWN_TARGETS).bindparams(sa.bindparam("keys", expanding=True))
 COUNT_TARGETED = sa.text(sql.COUNT_TARGETED)
+TYPE_TARGETED = sa.text(sql.TYPE_TARGETED)
 
 # ``.<name>.<8 hex>.tether-tmp``: fs.atomic_write's temp file for ``<name>`` in the same directory.
 _TEMP_NAME = re.compile(r"^\.(?P<target>.+)\.[0-9a-f]{8}" + re.escape(fs.TEMP_SUFFIX) + "$")
@@ -69,19 +70,21 @@ def reconcile(
     untracked: bool = False,
     batch_size: int = BATCH,
     progress: Callable[[int], None] | None = None,
-    aws: bool = True,
+    aws: bool | None = None,
 ) -> Report:
     """Compare the ledger with the data root; change nothing (the one write is the check's
     verdict, kept in ``tether_reconcile_runs`` for metrics and pages).
 
     ``content`` false checks existence only (no file is read). ``untracked`` also reports files
-    under the root that no job ever named (and, with ``aws``, AWS resources carrying this
-    ledger's ownership tag that no job names). ``aws`` false leaves AWS alone: its targets are
-    ``not_checked``. ``progress`` is called with the number of jobs read after each batch."""
+    under the root that no job ever named, and AWS resources carrying this ledger's ownership tag
+    that no job names: looked for when the ledger holds a ``sync_aws`` job, or on any ledger with
+    ``aws`` true. ``aws`` false leaves AWS alone: its targets are ``not_checked``, nothing is
+    listed. ``progress`` is called with the number of jobs read after each batch."""
     reconciler = _Reconciler(
         coordinator.engine, coordinator.root, coordinator.registry, content, untracked, batch_size, progress
     )
-    reconciler.remote_allowed = {"aws"} if aws else set()
+    reconciler.remote_allowed = set() if aws is False else {"aws"}
+    reconciler.remote_asked = {"aws"} if aws else set()
     reconciler.ledger_id = coordinator.queue.ledger_id
     report = reconciler.run(coordinator.clock.now())
     report.finished_at = coordinator.clock.now()
@@ -121,6 +124,9 @@ class _Reconciler:
         # targets they were asked about feed the search for untracked remote resources.
         self.remote_allowed: set[str] = set()
         self.remote_seen: dict[str, set[str]] = {}
+        # Searched for untracked resources on any ledger (asked by name); the others only on a
+        # ledger holding their types' jobs: one of files needs no AWS library or credentials.
+        self.remote_asked: set[str] = set()
         self.ledger_id = ""
         self.collecting = True  # whether the collector ran before this check (see run)
 
@@ -371,6 +377,10 @@ class _Reconciler:
             find = getattr(probe, "untracked", None)
             remote = getattr(probe, "remote", None)
             if find is None or remote not in self.remote_allowed:
+                continue
+            if remote not in self.remote_asked and not (
+                self.remote_seen.get(job_type) or self._read(TYPE_TARGETED, {"type": job_type})
+            ):
                 continue
             try:
                 found: dict[str, str] = find(self.ledger_id, self.remote_seen.get(job_type, set()))
