@@ -11,19 +11,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ...errors import PermanentError, RetryableError
-from .common import (
-    OWNER_TAG,
-    Aws,
-    Current,
-    ResourceConfig,
-    ResourceType,
-    is_not_found,
-    register,
-    remove_keys,
-    tags_from_list,
-    tags_to_list,
-    user_tags,
-)
+from .clients import Aws
+from .resource import Current, IdRule, Listing, ResourceConfig, ResourceType, Wanted, register
+from .tags import tags_from_list, tags_to_list, with_owner
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{3,255}$")
 
@@ -59,37 +49,23 @@ class DynamoDbTableConfig(ResourceConfig):
         return self
 
 
-class DynamoDbTable(ResourceType):
+class DynamoDbTable(ResourceType[DynamoDbTableConfig]):
     name = "dynamodb_table"
-    service = "dynamodb"
-    config_model = DynamoDbTableConfig
+    id_rule = IdRule(_NAME, "a DynamoDB table name is 3-255 characters: letters, digits, '_', '-' and '.'")
+    listing = Listing("dynamodb:table", re.compile(r"table/([^/:]+)"))
 
-    def check_id(self, resource_id: str) -> str | None:
-        if not _NAME.match(resource_id):
-            return "a DynamoDB table name is 3-255 characters: letters, digits, '_', '-' and '.'"
-        return None
-
-    def desired(self, config: Mapping[str, Any], root: Path | None = None) -> dict[str, Any]:
-        model = DynamoDbTableConfig.model_validate(config)
-        dumped = model.model_dump(mode="json")
-        out = {k: dumped[k] for k in sorted(model.model_fields_set) if k != "state"}
+    def declared(self, model: DynamoDbTableConfig, root: Path | None) -> dict[str, Any]:
+        out = super().declared(model, root)
         if "hash_key" in out and "range_key" not in out:
             out["range_key"] = None  # declaring the key schema declares it whole
-        if "tags" in out:
-            out["tags"] = dict(sorted((out["tags"] or {}).items()))
         return out
 
-    def read(self, aws: Aws, resource_id: str, *, full: bool = True) -> Current | None:
+    def fetch(self, aws: Aws, resource_id: str, *, full: bool) -> Current:
         ddb = aws.client("dynamodb")
-        try:
-            table = ddb.describe_table(TableName=resource_id)["Table"]
-            arn = table["TableArn"]
-            tags = tags_from_list(ddb.list_tags_of_resource(ResourceArn=arn).get("Tags"))
-        except Exception as e:
-            if is_not_found(e):
-                return None
-            raise
-        facts: dict[str, Any] = {"tags": user_tags(tags)}
+        table = ddb.describe_table(TableName=resource_id)["Table"]
+        arn = table["TableArn"]
+        tags = tags_from_list(ddb.list_tags_of_resource(ResourceArn=arn).get("Tags"))
+        facts: dict[str, Any] = {}
         if full:
             types = {a["AttributeName"]: a["AttributeType"] for a in table.get("AttributeDefinitions", [])}
             keys = {k["KeyType"]: k["AttributeName"] for k in table.get("KeySchema", [])}
@@ -108,17 +84,17 @@ class DynamoDbTable(ResourceType):
                 if ttl.get("AttributeName")
                 else None
             )
-        return Current(facts, tags.get(OWNER_TAG), {"arn": arn, "status": table.get("TableStatus")})
+        return Current.tagged(tags, facts, {"arn": arn, "status": table.get("TableStatus")})
 
-    def create(self, aws: Aws, resource_id: str, desired: dict[str, Any], config: Mapping[str, Any]) -> None:
-        ddb = aws.client("dynamodb")
+    def create(self, aws: Aws, wanted: Wanted) -> None:
+        ddb, resource_id, desired = aws.client("dynamodb"), wanted.resource_id, wanted.desired
         keys = [("HASH", desired["hash_key"])] + ([("RANGE", desired["range_key"])] if desired.get("range_key") else [])
         args: dict[str, Any] = {
             "TableName": resource_id,
             "KeySchema": [{"AttributeName": k["name"], "KeyType": kind} for kind, k in keys],
             "AttributeDefinitions": [{"AttributeName": k["name"], "AttributeType": k["type"]} for _, k in keys],
             "BillingMode": desired.get("billing_mode") or "PAY_PER_REQUEST",
-            "Tags": tags_to_list({**(desired.get("tags") or {}), OWNER_TAG: aws.owner}),
+            "Tags": tags_to_list(with_owner(desired.get("tags"), aws.owner)),
         }
         if args["BillingMode"] == "PROVISIONED":
             args["ProvisionedThroughput"] = {
@@ -145,16 +121,8 @@ class DynamoDbTable(ResourceType):
             TimeToLiveSpecification={"AttributeName": ttl["attribute"], "Enabled": ttl["enabled"]},
         )
 
-    def update(
-        self,
-        aws: Aws,
-        resource_id: str,
-        desired: dict[str, Any],
-        current: Current,
-        fields: set[str],
-        config: Mapping[str, Any],
-    ) -> None:
-        ddb = aws.client("dynamodb")
+    def change(self, aws: Aws, wanted: Wanted, current: Current, fields: set[str]) -> None:
+        ddb, resource_id, desired = aws.client("dynamodb"), wanted.resource_id, wanted.desired
         if fields & {"hash_key", "range_key"}:
             raise PermanentError(
                 f"table {resource_id}: a key schema cannot change in place; sync it absent, then present again"
@@ -170,27 +138,15 @@ class DynamoDbTable(ResourceType):
             ddb.update_table(**args)
         if "ttl" in fields and desired.get("ttl") is not None:
             self._ttl(ddb, resource_id, desired["ttl"])
-        if "tags" in fields:
-            arn = current.identity["arn"]
-            want, have = desired.get("tags") or {}, current.facts.get("tags") or {}
-            stale = remove_keys(have, want)
-            if stale:
-                ddb.untag_resource(ResourceArn=arn, TagKeys=stale)
-            changed = {k: v for k, v in want.items() if have.get(k) != v}
-            if changed:
-                ddb.tag_resource(ResourceArn=arn, Tags=tags_to_list(changed))
+
+    def tag(self, aws: Aws, resource_id: str, current: Current, tags: dict[str, str]) -> None:
+        aws.client("dynamodb").tag_resource(ResourceArn=current.identity["arn"], Tags=tags_to_list(tags))
+
+    def untag(self, aws: Aws, resource_id: str, current: Current, keys: list[str]) -> None:
+        aws.client("dynamodb").untag_resource(ResourceArn=current.identity["arn"], TagKeys=keys)
 
     def delete(self, aws: Aws, resource_id: str, current: Current) -> None:
         aws.client("dynamodb").delete_table(TableName=resource_id)
-
-    def untracked_id(self, arn: str) -> str | None:
-        parts = arn.split(":")
-        if len(parts) == 6 and parts[2] == "dynamodb" and parts[5].startswith("table/") and parts[5].count("/") == 1:
-            return parts[5][len("table/") :]
-        return None
-
-    def tagging_filter(self) -> str:
-        return "dynamodb:table"
 
 
 register(DynamoDbTable())

@@ -4,27 +4,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from .common import (
-    OWNER_TAG,
-    Aws,
-    Current,
-    NotOurs,
-    ResourceConfig,
-    ResourceType,
-    error_code,
-    is_not_found,
-    register,
-    tags_from_list,
-    tags_to_list,
-    user_tags,
-)
+from .clients import Aws
+from .errors import NotOurs, error_code
+from .resource import Current, IdRule, Listing, ResourceConfig, ResourceType, Wanted, register
+from .tags import OWNER_TAG, tags_from_list, tags_to_list, with_owner
 
-_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_NAME = re.compile(r"^(?!.*\.\.)[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
 class LifecycleRule(BaseModel):
@@ -60,40 +49,27 @@ _PAB = {
 }
 
 
-class S3Bucket(ResourceType):
+def _by_id(rules: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    return None if rules is None else sorted(rules, key=lambda r: r["id"])
+
+
+class S3Bucket(ResourceType[S3BucketConfig]):
     name = "s3_bucket"
-    service = "s3"
-    config_model = S3BucketConfig
+    id_rule = IdRule(_NAME, "an S3 bucket name is 3-63 characters: lowercase letters, digits, '.' and '-'")
+    canonical = {"lifecycle_rules": _by_id}
+    listing = Listing("s3:bucket", re.compile(r"([^/]+)"))
 
-    def check_id(self, resource_id: str) -> str | None:
-        if not _NAME.match(resource_id) or ".." in resource_id:
-            return "an S3 bucket name is 3-63 characters: lowercase letters, digits, '.' and '-'"
-        return None
-
-    def desired(self, config: Mapping[str, Any], root: Path | None = None) -> dict[str, Any]:
-        model = S3BucketConfig.model_validate(config)
-        dumped = model.model_dump(mode="json")
-        out = {k: dumped[k] for k in sorted(model.model_fields_set) if k != "state"}
-        if out.get("lifecycle_rules") is not None:
-            out["lifecycle_rules"] = sorted(out["lifecycle_rules"], key=lambda r: r["id"])
-        return out
-
-    def read(self, aws: Aws, resource_id: str, *, full: bool = True) -> Current | None:
+    def fetch(self, aws: Aws, resource_id: str, *, full: bool) -> Current:
         s3 = aws.client("s3")
-        try:
-            s3.head_bucket(Bucket=resource_id)
-        except Exception as e:
-            if is_not_found(e):
-                return None
-            raise
+        s3.head_bucket(Bucket=resource_id)
         tags = self._tags(s3, resource_id)
-        facts: dict[str, Any] = {"tags": user_tags(tags)}
+        facts: dict[str, Any] = {}
         if full:
             status = s3.get_bucket_versioning(Bucket=resource_id).get("Status")
             facts["versioning"] = status == "Enabled"
             facts["lifecycle_rules"] = self._rules(s3, resource_id)
             facts["public_access_block"] = self._pab(s3, resource_id)
-        current = Current(facts, tags.get(OWNER_TAG), {"arn": f"arn:aws:s3:::{resource_id}"})
+        current = Current.tagged(tags, facts, {"arn": f"arn:aws:s3:::{resource_id}"})
         if OWNER_TAG not in tags:
             current.created_at = self._created(s3, resource_id)
         return current
@@ -148,8 +124,9 @@ class S3Bucket(ResourceType):
         # bucket created after this job was enqueued.
         return attempt > 1 and current.created_at is not None and current.created_at >= enqueued_at - 1.0
 
-    def create(self, aws: Aws, resource_id: str, desired: dict[str, Any], config: Mapping[str, Any]) -> None:
+    def create(self, aws: Aws, wanted: Wanted) -> None:
         s3 = aws.client("s3")
+        resource_id = wanted.resource_id
         args: dict[str, Any] = {"Bucket": resource_id}
         if aws.region != "us-east-1":
             args["CreateBucketConfiguration"] = {"LocationConstraint": aws.region}
@@ -159,24 +136,15 @@ class S3Bucket(ResourceType):
             if error_code(e) == "BucketAlreadyExists":  # another account's: names are global
                 raise NotOurs(self.describe(aws, resource_id), None) from None
             raise
-        self._put_tags(s3, resource_id, desired.get("tags") or {}, aws.owner)
-        self.update(aws, resource_id, desired, Current({}, aws.owner), set(desired) - {"tags"}, config)
+        self.retag(aws, resource_id, Current({}, aws.owner), wanted.desired.get("tags") or {})
+        self.change(aws, wanted, Current({}, aws.owner), set(wanted.desired))
 
-    def _put_tags(self, s3: Any, bucket: str, tags: Mapping[str, str], owner: str) -> None:
-        s3.put_bucket_tagging(Bucket=bucket, Tagging={"TagSet": tags_to_list({**tags, OWNER_TAG: owner})})
+    def retag(self, aws: Aws, resource_id: str, current: Current, wanted: Mapping[str, str]) -> None:
+        tags = tags_to_list(with_owner(wanted, aws.owner))
+        aws.client("s3").put_bucket_tagging(Bucket=resource_id, Tagging={"TagSet": tags})
 
-    def update(
-        self,
-        aws: Aws,
-        resource_id: str,
-        desired: dict[str, Any],
-        current: Current,
-        fields: set[str],
-        config: Mapping[str, Any],
-    ) -> None:
-        s3 = aws.client("s3")
-        if "tags" in fields:
-            self._put_tags(s3, resource_id, desired.get("tags") or {}, current.owner or aws.owner)
+    def change(self, aws: Aws, wanted: Wanted, current: Current, fields: set[str]) -> None:
+        s3, resource_id, desired = aws.client("s3"), wanted.resource_id, wanted.desired
         if "versioning" in fields and desired.get("versioning") is not None:
             status = "Enabled" if desired["versioning"] else "Suspended"
             if desired["versioning"] or current.facts.get("versioning"):
@@ -201,13 +169,6 @@ class S3Bucket(ResourceType):
 
     def delete(self, aws: Aws, resource_id: str, current: Current) -> None:
         aws.client("s3").delete_bucket(Bucket=resource_id)
-
-    def untracked_id(self, arn: str) -> str | None:
-        prefix = "arn:aws:s3:::"
-        return arn[len(prefix) :] if arn.startswith(prefix) and "/" not in arn[len(prefix) :] else None
-
-    def tagging_filter(self) -> str:
-        return "s3:bucket"
 
 
 def _rule(r: Mapping[str, Any]) -> dict[str, Any]:

@@ -5,6 +5,7 @@ PUT), never shown."""
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,19 +16,11 @@ from pydantic import JsonValue, model_validator
 
 from ... import fs
 from ...errors import RetryableError
-from .common import (
-    OWNER_TAG,
-    Aws,
-    Current,
-    ResourceConfig,
-    ResourceType,
-    error_code,
-    is_not_found,
-    register,
-    tags_from_list,
-    tags_to_list,
-    user_tags,
-)
+from .clients import Aws
+from .resource import Current, IdRule, ResourceConfig, ResourceType, Wanted, register
+from .tags import tags_from_list, tags_to_list, with_owner
+
+_NAME = re.compile(r"[^/]+/.", re.DOTALL)
 
 
 class S3ObjectConfig(ResourceConfig):
@@ -46,15 +39,15 @@ class S3ObjectConfig(ResourceConfig):
         return self
 
 
-def _body(config: Mapping[str, Any], root: Path | None) -> bytes:
-    if config.get("file") is not None:
+def _body(file: str | None, content: JsonValue, root: Path | None) -> bytes:
+    if file is not None:
         if root is None:
             raise RetryableError("no data root to read the body from")
         try:
-            return fs.resolve(root, config["file"]).read_bytes()
+            return fs.resolve(root, file).read_bytes()
         except FileNotFoundError:
-            raise RetryableError(f"body file {config['file']} does not exist (yet)") from None
-    return orjson.dumps(config.get("content"), option=orjson.OPT_INDENT_2) + b"\n"
+            raise RetryableError(f"body file {file} does not exist (yet)") from None
+    return orjson.dumps(content, option=orjson.OPT_INDENT_2) + b"\n"
 
 
 def _split(resource_id: str) -> tuple[str, str]:
@@ -62,19 +55,16 @@ def _split(resource_id: str) -> tuple[str, str]:
     return bucket, key
 
 
-class S3Object(ResourceType):
+_PUT = frozenset({"md5", "content_type", "metadata"})
+"""What only a new PUT of the object changes."""
+
+
+class S3Object(ResourceType[S3ObjectConfig]):
     name = "s3_object"
-    service = "s3"
-    config_model = S3ObjectConfig
+    id_rule = IdRule(_NAME, "an S3 object is named '<bucket>/<key>'")
+    tagged_by_change = _PUT
 
-    def check_id(self, resource_id: str) -> str | None:
-        bucket, key = _split(resource_id)
-        if not bucket or not key:
-            return "an S3 object is named '<bucket>/<key>'"
-        return None
-
-    def check_config(self, config: ResourceConfig, root: Path) -> list[str]:
-        assert isinstance(config, S3ObjectConfig)
+    def check_config(self, config: S3ObjectConfig, root: Path) -> list[str]:
         if config.file is None:
             return []
         try:
@@ -83,69 +73,52 @@ class S3Object(ResourceType):
             return [f"config.file: {config.file!r} {e}; paths must be relative to the data root and stay inside it"]
         return []
 
-    def desired(self, config: Mapping[str, Any], root: Path | None = None) -> dict[str, Any]:
-        model = S3ObjectConfig.model_validate(config)
+    def declared(self, model: S3ObjectConfig, root: Path | None) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if model.state == "present":
-            out["md5"] = hashlib.md5(_body(config, root), usedforsecurity=False).hexdigest()
+            out["md5"] = hashlib.md5(_body(model.file, model.content, root), usedforsecurity=False).hexdigest()
             out["content_type"] = model.content_type or (
                 "application/json" if model.file is None else "binary/octet-stream"
             )
         if "metadata" in model.model_fields_set:
             out["metadata"] = dict(sorted((model.metadata or {}).items()))
-        if "tags" in model.model_fields_set:
-            out["tags"] = dict(sorted((model.tags or {}).items()))
         return out
 
-    def read(self, aws: Aws, resource_id: str, *, full: bool = True) -> Current | None:
+    def fetch(self, aws: Aws, resource_id: str, *, full: bool) -> Current:
         s3 = aws.client("s3")
         bucket, key = _split(resource_id)
-        try:
-            head = s3.head_object(Bucket=bucket, Key=key)
-            tags = tags_from_list(s3.get_object_tagging(Bucket=bucket, Key=key).get("TagSet"))
-        except Exception as e:
-            if is_not_found(e) or error_code(e) == "NoSuchKey":
-                return None
-            raise
+        head = s3.head_object(Bucket=bucket, Key=key)
+        tags = tags_from_list(s3.get_object_tagging(Bucket=bucket, Key=key).get("TagSet"))
         etag = str(head.get("ETag", "")).strip('"')
         facts: dict[str, Any] = {
-            "tags": user_tags(tags),
             "md5": etag if "-" not in etag else None,
             "content_type": head.get("ContentType"),
             "metadata": dict(sorted(head.get("Metadata", {}).items())),
         }
-        identity = {"etag": etag, "version_id": head.get("VersionId")}
-        return Current(facts, tags.get(OWNER_TAG), identity)
+        return Current.tagged(tags, facts, {"etag": etag, "version_id": head.get("VersionId")})
 
-    def _put(self, aws: Aws, resource_id: str, desired: dict[str, Any], config: Mapping[str, Any]) -> None:
-        bucket, key = _split(resource_id)
+    def _put(self, aws: Aws, wanted: Wanted) -> None:
+        bucket, key = _split(wanted.resource_id)
         aws.client("s3").put_object(
             Bucket=bucket,
             Key=key,
-            Body=_body(config, aws.root),
-            ContentType=desired["content_type"],
-            Metadata=desired.get("metadata") or {},
-            Tagging=urlencode({**(desired.get("tags") or {}), OWNER_TAG: aws.owner}),
+            Body=_body(wanted.config.get("file"), wanted.config.get("content"), aws.root),
+            ContentType=wanted.desired["content_type"],
+            Metadata=wanted.desired.get("metadata") or {},
+            Tagging=urlencode(with_owner(wanted.desired.get("tags"), aws.owner)),
         )
 
-    def create(self, aws: Aws, resource_id: str, desired: dict[str, Any], config: Mapping[str, Any]) -> None:
-        self._put(aws, resource_id, desired, config)
+    def create(self, aws: Aws, wanted: Wanted) -> None:
+        self._put(aws, wanted)
 
-    def update(
-        self,
-        aws: Aws,
-        resource_id: str,
-        desired: dict[str, Any],
-        current: Current,
-        fields: set[str],
-        config: Mapping[str, Any],
-    ) -> None:
-        if fields & {"md5", "content_type", "metadata"}:
-            self._put(aws, resource_id, desired, config)  # a body, type or metadata change is a new PUT
-        elif "tags" in fields:
-            bucket, key = _split(resource_id)
-            tags = {**(desired.get("tags") or {}), OWNER_TAG: aws.owner}
-            aws.client("s3").put_object_tagging(Bucket=bucket, Key=key, Tagging={"TagSet": tags_to_list(tags)})
+    def change(self, aws: Aws, wanted: Wanted, current: Current, fields: set[str]) -> None:
+        if fields & _PUT:
+            self._put(aws, wanted)  # a new PUT: the tags go with it
+
+    def retag(self, aws: Aws, resource_id: str, current: Current, wanted: Mapping[str, str]) -> None:
+        bucket, key = _split(resource_id)
+        tags = tags_to_list(with_owner(wanted, aws.owner))
+        aws.client("s3").put_object_tagging(Bucket=bucket, Key=key, Tagging={"TagSet": tags})
 
     def delete(self, aws: Aws, resource_id: str, current: Current) -> None:
         bucket, key = _split(resource_id)

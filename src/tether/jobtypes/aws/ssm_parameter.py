@@ -11,21 +11,12 @@ from typing import Any, Literal
 
 from pydantic import model_validator
 
-from .common import (
-    OWNER_TAG,
-    Aws,
-    Current,
-    ResourceConfig,
-    ResourceType,
-    is_not_found,
-    register,
-    remove_keys,
-    tags_from_list,
-    tags_to_list,
-    user_tags,
-)
+from .clients import Aws
+from .resource import Current, IdRule, Listing, ResourceConfig, ResourceType, Wanted, register
+from .tags import tags_from_list, tags_to_list, with_owner
 
-_NAME = re.compile(r"^/?[A-Za-z0-9_.\-/]{1,1011}$")
+# AWS reserves names starting with aws or ssm, in any case, with or without the leading slash.
+_NAME = re.compile(r"^(?!/?(?i:aws|ssm))/?[A-Za-z0-9_.\-/]{1,1011}$")
 
 
 class SsmParameterConfig(ResourceConfig):
@@ -45,45 +36,32 @@ def digest(value: str) -> str:
     return "sha256:" + hashlib.sha256(value.encode()).hexdigest()[:16]
 
 
-class SsmParameter(ResourceType):
+class SsmParameter(ResourceType[SsmParameterConfig]):
     name = "ssm_parameter"
-    service = "ssm"
-    config_model = SsmParameterConfig
+    id_rule = IdRule(
+        _NAME, "an SSM parameter name is letters, digits, '_', '.', '-' and '/', not starting with aws or ssm"
+    )
+    # A name in a hierarchy keeps its leading slash; a plain name has none (the ARN adds one).
+    listing = Listing("ssm:parameter", re.compile(r"parameter(?:/([^/]+)|(/.+))"))
 
-    def check_id(self, resource_id: str) -> str | None:
-        if not _NAME.match(resource_id) or resource_id.lower().startswith(("aws", "ssm", "/aws", "/ssm")):
-            return "an SSM parameter name is letters, digits, '_', '.', '-' and '/', not starting with aws or ssm"
-        return None
-
-    def desired(self, config: Mapping[str, Any], root: Path | None = None) -> dict[str, Any]:
-        model = SsmParameterConfig.model_validate(config)
-        out: dict[str, Any] = {}
+    def declared(self, model: SsmParameterConfig, root: Path | None) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": model.type or "String"}
         if model.value is not None:
             out["value"] = digest(model.value)
-        out["type"] = model.type or "String"
         if "description" in model.model_fields_set:
             out["description"] = model.description
-        if "tags" in model.model_fields_set:
-            out["tags"] = dict(sorted((model.tags or {}).items()))
         return out
 
-    def read(self, aws: Aws, resource_id: str, *, full: bool = True) -> Current | None:
+    def fetch(self, aws: Aws, resource_id: str, *, full: bool) -> Current:
         ssm = aws.client("ssm")
-        try:
-            param = ssm.get_parameter(Name=resource_id, WithDecryption=True)["Parameter"]
-            tags = tags_from_list(
-                ssm.list_tags_for_resource(ResourceType="Parameter", ResourceId=resource_id).get("TagList")
-            )
-        except Exception as e:
-            if is_not_found(e):
-                return None
-            raise
-        facts: dict[str, Any] = {"tags": user_tags(tags), "value": digest(param["Value"]), "type": param["Type"]}
+        param = ssm.get_parameter(Name=resource_id, WithDecryption=True)["Parameter"]
+        listed = ssm.list_tags_for_resource(ResourceType="Parameter", ResourceId=resource_id).get("TagList")
+        facts: dict[str, Any] = {"value": digest(param["Value"]), "type": param["Type"]}
         if full:
             found = ssm.describe_parameters(ParameterFilters=[{"Key": "Name", "Values": [resource_id]}])["Parameters"]
             facts["description"] = found[0].get("Description") if found else None
         identity = {"arn": param.get("ARN"), "version": param.get("Version")}
-        return Current(facts, tags.get(OWNER_TAG), identity)
+        return Current.tagged(tags_from_list(listed), facts, identity)
 
     def _put(self, aws: Aws, resource_id: str, config: Mapping[str, Any], **args: Any) -> None:
         ssm_args: dict[str, Any] = {
@@ -95,43 +73,24 @@ class SsmParameter(ResourceType):
             ssm_args["Description"] = config["description"]
         aws.client("ssm").put_parameter(**ssm_args, **args)
 
-    def create(self, aws: Aws, resource_id: str, desired: dict[str, Any], config: Mapping[str, Any]) -> None:
-        tags = tags_to_list({**(desired.get("tags") or {}), OWNER_TAG: aws.owner})
-        self._put(aws, resource_id, config, Tags=tags)
+    def create(self, aws: Aws, wanted: Wanted) -> None:
+        tags = tags_to_list(with_owner(wanted.desired.get("tags"), aws.owner))
+        self._put(aws, wanted.resource_id, wanted.config, Tags=tags)
 
-    def update(
-        self,
-        aws: Aws,
-        resource_id: str,
-        desired: dict[str, Any],
-        current: Current,
-        fields: set[str],
-        config: Mapping[str, Any],
-    ) -> None:
-        ssm = aws.client("ssm")
+    def change(self, aws: Aws, wanted: Wanted, current: Current, fields: set[str]) -> None:
         if fields & {"value", "type", "description"}:
-            self._put(aws, resource_id, config, Overwrite=True)
-        if "tags" in fields:
-            want, have = desired.get("tags") or {}, current.facts.get("tags") or {}
-            stale = remove_keys(have, want)
-            if stale:
-                ssm.remove_tags_from_resource(ResourceType="Parameter", ResourceId=resource_id, TagKeys=stale)
-            changed = {k: v for k, v in want.items() if have.get(k) != v}
-            if changed:
-                ssm.add_tags_to_resource(ResourceType="Parameter", ResourceId=resource_id, Tags=tags_to_list(changed))
+            self._put(aws, wanted.resource_id, wanted.config, Overwrite=True)
+
+    def tag(self, aws: Aws, resource_id: str, current: Current, tags: dict[str, str]) -> None:
+        aws.client("ssm").add_tags_to_resource(
+            ResourceType="Parameter", ResourceId=resource_id, Tags=tags_to_list(tags)
+        )
+
+    def untag(self, aws: Aws, resource_id: str, current: Current, keys: list[str]) -> None:
+        aws.client("ssm").remove_tags_from_resource(ResourceType="Parameter", ResourceId=resource_id, TagKeys=keys)
 
     def delete(self, aws: Aws, resource_id: str, current: Current) -> None:
         aws.client("ssm").delete_parameter(Name=resource_id)
-
-    def untracked_id(self, arn: str) -> str | None:
-        parts = arn.split(":", 5)
-        if len(parts) == 6 and parts[2] == "ssm" and parts[5].startswith("parameter/"):
-            rest = parts[5][len("parameter") :]
-            return rest if rest.count("/") > 1 else rest[1:]
-        return None
-
-    def tagging_filter(self) -> str:
-        return "ssm:parameter"
 
 
 register(SsmParameter())

@@ -15,24 +15,10 @@ from ...errors import InvalidPayload, RetryableError
 from ..base import IN_SYNC, MISSING, MODIFIED, UNEXPECTED, UNKNOWN, Check, JobType, Payload, Probe
 from ..registry import describe as describe_validation
 from ..target import AWS, Target
-from .common import (
-    OWNER_TAG,
-    RESOURCES,
-    Aws,
-    Clients,
-    Current,
-    NotOurs,
-    ResourceConfig,
-    ResourceType,
-    as_job_error,
-    changed_fields,
-    default_region,
-    describe,
-    is_not_found,
-    is_transient,
-    require_boto3,
-    shared_clients,
-)
+from .clients import Aws, Clients, default_region, require_boto3, shared_clients
+from .errors import NotOurs, as_job_error, describe, is_not_found, is_transient, with_not_found_retry
+from .resource import RESOURCES, Current, ResourceConfig, ResourceType, Wanted, changed_fields
+from .tags import OWNER_TAG
 
 if TYPE_CHECKING:
     from ..context import JobContext
@@ -50,7 +36,7 @@ class SyncAws(Payload):
     region: str | None = Field(default=None, pattern=r"^[a-z]{2}(-[a-z]+)+-\d+$")
 
 
-def resource_type_of(name: str) -> ResourceType:
+def resource_type_of(name: str) -> ResourceType[Any]:
     try:
         return RESOURCES[name]
     except KeyError:
@@ -113,10 +99,10 @@ class SyncAwsType(JobType[SyncAws]):
         except Exception as e:
             raise as_job_error(e, what) from e
 
-    def _apply(self, kind: ResourceType, aws: Aws, payload: SyncAws, ctx: JobContext, what: str) -> dict[str, Any]:
+    def _apply(self, kind: ResourceType[Any], aws: Aws, payload: SyncAws, ctx: JobContext, what: str) -> dict[str, Any]:
         rid = payload.resource_id
         absent = payload.config.get("state") == "absent"
-        desired = kind.desired(payload.config, ctx.root)
+        wanted = Wanted(rid, kind.desired(payload.config, ctx.root), payload.config)
         current = kind.read(aws, rid, full=not absent)
         if current is not None and current.owner != aws.owner:
             enqueued = ctx.job.created_at.timestamp()
@@ -131,22 +117,21 @@ class SyncAwsType(JobType[SyncAws]):
             return {"state": "absent", "changed": True, **current.identity}
         if current is None:
             ctx.confirm_lease()
-            kind.create(aws, rid, desired, payload.config)
+            kind.create(aws, wanted)
             created = _read_back(kind, aws, rid)
             return {"state": "present", "changed": True, "created": True, **created.identity}
-        fields = changed_fields(kind.diff(desired, current))
+        fields = changed_fields(kind.diff(wanted.desired, current))
         if current.owner is None:
             fields.add("tags")  # adopting our own untagged resource: tag it
         if not fields:
             return {"state": "present", "changed": False, **current.identity}
         ctx.confirm_lease()
-        kind.update(aws, rid, desired, current, fields, payload.config)
+        kind.update(aws, wanted, current, fields)
         return {"state": "present", "changed": True, "fields": sorted(fields), **current.identity}
 
 
-def _read_back(kind: ResourceType, aws: Aws, rid: str) -> Current:
+def _read_back(kind: ResourceType[Any], aws: Aws, rid: str) -> Current:
     """Read right after a create: NotFound for a moment is AWS's eventual consistency."""
-    from .common import with_not_found_retry
 
     def read() -> Current:
         current = kind.read(aws, rid, full=False)
@@ -226,7 +211,7 @@ class SyncAwsProbe(Probe):
         regions = {Target.parse(key).identity.split(":")[1] for key in seen}
         if (region := default_region()) is not None:
             regions.add(region)
-        filters = sorted({f for kind in RESOURCES.values() if (f := kind.tagging_filter()) is not None})
+        filters = sorted({kind.listing.filter for kind in RESOURCES.values() if kind.listing is not None})
         found: dict[str, str] = {}
         for region in sorted(regions):
             tagging = (self.clients or shared_clients()).get("resourcegroupstaggingapi", region)
