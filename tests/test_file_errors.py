@@ -122,7 +122,8 @@ PERMANENT = {
     errno.ENAMETOOLONG: "has a name too long for the file system",
     errno.ELOOP: "is a symbolic link, which tether does not follow inside the data root",
 }
-RETRYABLE = [errno.ENOSPC, errno.EIO, errno.EAGAIN, errno.EBUSY]
+RETRYABLE = [errno.EIO, errno.EAGAIN, errno.EBUSY]
+FULL = [errno.ENOSPC, errno.EDQUOT]
 OPERATOR = [errno.EACCES, errno.EPERM, errno.EROFS]
 
 
@@ -179,6 +180,22 @@ def test_a_transient_error_is_retried_with_the_path_and_cause_on_the_first_line(
     clock.advance(3600)
     coordinator.run_until_idle()
     assert coordinator.get(job_id).status is JobStatus.COMPLETED
+
+
+@pytest.mark.parametrize("kind", ["create_file", "delete_file"])
+@pytest.mark.parametrize("code", FULL, ids=errno.errorcode.get)
+def test_a_full_data_root_gives_the_attempt_back_and_the_job_waits_for_space(
+    coordinator, root, clock, monkeypatch, kind, code
+):
+    job_id = run_one(coordinator, root, monkeypatch, kind, code)
+    job = coordinator.get(job_id)
+    assert job.status is JobStatus.PENDING and job.attempts == 0 and job.run_at > clock.now()
+    assert first_line(job.last_error) == (
+        f"StorageFull: d/a.json: {os.strerror(code)} ({errno.errorcode[code]}); waiting for space on the data root"
+    )
+    clock.advance(60)  # the longest wait for space
+    coordinator.run_until_idle()
+    assert coordinator.get(job_id).status is JobStatus.COMPLETED and coordinator.get(job_id).attempts == 1
 
 
 @pytest.mark.parametrize("kind", ["create_file", "delete_file"])

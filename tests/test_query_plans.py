@@ -57,6 +57,7 @@ HOT = {
     "retry": (sql.RETRY, "sqlite_autoindex_tether_jobs_1"),
     "fail": (sql.FAIL, "sqlite_autoindex_tether_jobs_1"),
     "release": (sql.RELEASE, "sqlite_autoindex_tether_jobs_1"),
+    "defer": (sql.DEFER, "sqlite_autoindex_tether_jobs_1"),
     "heartbeat": (sql.HEARTBEAT, "sqlite_autoindex_tether_jobs_1"),
     "manual_retry": (sql.MANUAL_RETRY, ("sqlite_autoindex_tether_jobs_1", TARGET)),
     "newer_on_target": (sql.NEWER_ON_TARGET, "ix_tether_jobs_targeted"),

@@ -155,10 +155,10 @@ def test_wait_raises_not_applied_when_the_job_fails(store, root):
 
 
 def test_wait_gives_up_after_its_timeout_and_the_job_stays_queued(coordinator, clock, root, monkeypatch):
-    def disk_full(*args, **kwargs):
-        raise OSError(errno.ENOSPC, "No space left on device")
+    def io_error(*args, **kwargs):
+        raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(os, "replace", disk_full)  # a retryable failure
+    monkeypatch.setattr(os, "replace", io_error)  # a retryable failure
     store = JsonStore(coordinator, wait_timeout=0.1)  # the retry's backoff outlasts the wait
     with pytest.raises(NotApplied, match="did not finish in time") as e:
         store.save("people/ada.json", {"handle": "ada"}, wait=True)

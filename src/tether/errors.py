@@ -145,6 +145,13 @@ class RetryableError(JobError):
     """The attempt failed but may succeed later: retried with backoff until attempts run out."""
 
 
+class StorageFull(RetryableError):
+    """The data root has no room for the write (ENOSPC, EDQUOT): a condition of the storage, not
+    of the job. The attempt is given back and the job waits a while (the ``snooze`` edge), so a
+    full disk never spends a job's attempts; it runs once space returns. Its message names the
+    path and the error; free space on the data root's file system."""
+
+
 class PermanentError(JobError):
     """The job can never succeed as given: it fails at once, without retry."""
 

@@ -28,11 +28,12 @@ TRANSITIONS: dict[str, tuple[JobStatus, JobStatus]] = {
     "reclaim_exhausted": (JobStatus.CLAIMED, JobStatus.FAILED),
     "release": (JobStatus.CLAIMED, JobStatus.PENDING),
     "defer": (JobStatus.CLAIMED, JobStatus.PENDING),
+    "snooze": (JobStatus.CLAIMED, JobStatus.PENDING),
     "manual_retry": (JobStatus.FAILED, JobStatus.PENDING),
 }
 
 # Edges that leave ``claimed`` on behalf of the worker holding the job: fenced by owner and attempt.
-FENCED = frozenset({"complete", "retry", "fail", "release", "defer"})
+FENCED = frozenset({"complete", "retry", "fail", "release", "defer", "snooze"})
 # Edges the stale-lock sweep takes for a dead worker: fenced on its owner and attempt as above,
 # and on the lock still being stale.
 SWEPT = frozenset({"reclaim", "reclaim_exhausted"})

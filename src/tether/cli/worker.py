@@ -50,7 +50,13 @@ def worker(
         err.print(f"worker {w.id}: {summary(w.outcomes)}", markup=False)
 
 
-_OUTCOMES = (("complete", "completed"), ("retry", "to retry"), ("fail", "failed"), ("release", "given back"))
+_OUTCOMES = (
+    ("complete", "completed"),
+    ("retry", "to retry"),
+    ("fail", "failed"),
+    ("release", "given back"),
+    ("snooze", "waiting for space"),
+)
 
 
 def summary(outcomes: Mapping[str, int]) -> str:

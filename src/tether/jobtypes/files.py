@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from .. import beneath, fs
-from ..errors import InvalidPayload, PermanentError, RetryableError, UnsafePath
+from ..errors import InvalidPayload, PermanentError, RetryableError, StorageFull, UnsafePath
 from .base import IN_SYNC, MISSING, MODIFIED, SYNCED, UNEXPECTED, UNKNOWN, Check, differences_of, file_facts
 from .target import FILE, Target, file_key
 
@@ -165,8 +165,10 @@ _PERMANENT = {
 }
 # May succeed once an operator fixes permissions or a mount: retried, the cause in the message.
 _OPERATOR = frozenset((errno.EACCES, errno.EPERM, errno.EROFS))
-# Transient (a full disk, an I/O error, a busy file): retried with backoff.
-_TRANSIENT = frozenset((errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EAGAIN, errno.EBUSY))
+# The storage is full: the job waits without spending an attempt (StorageFull).
+_FULL = frozenset((errno.ENOSPC, errno.EDQUOT))
+# Transient (an I/O error, a busy file): retried with backoff.
+_TRANSIENT = frozenset((errno.EIO, errno.EAGAIN, errno.EBUSY))
 
 
 def file_error(e: OSError, rel: str, doing: str = "") -> Exception:
@@ -174,7 +176,8 @@ def file_error(e: OSError, rel: str, doing: str = "") -> Exception:
 
     - ENOTDIR, EISDIR, ENAMETOOLONG, ELOOP (a symlink where none may be), and an existing
       file that is not a regular file: PermanentError naming the path and the cause;
-    - ENOSPC, EDQUOT, EIO, EAGAIN, EBUSY: RetryableError (retried with backoff);
+    - ENOSPC, EDQUOT: StorageFull (the job waits for space without spending an attempt);
+    - EIO, EAGAIN, EBUSY: RetryableError (retried with backoff);
     - EACCES, EPERM, EROFS: RetryableError whose message says an operator can fix it;
     - anything else: ``e`` itself (retried).
 
@@ -191,6 +194,8 @@ def file_error(e: OSError, rel: str, doing: str = "") -> Exception:
         reason = f"{reason} ({symbol})"
     if e.errno in _OPERATOR:
         return RetryableError(f"{where}: {reason}{on_the_way}; retried: fix the permissions or mount of the data root")
+    if e.errno in _FULL:
+        return StorageFull(f"{where}: {reason}{on_the_way}; waiting for space on the data root")
     if e.errno in _TRANSIENT:
         return RetryableError(f"{where}: {reason}{on_the_way}")
     return e

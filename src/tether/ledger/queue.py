@@ -44,6 +44,7 @@ _EDGE_SQL = {
     "fail": sql.FAIL,
     "release": sql.RELEASE,
     "defer": sql.DEFER,
+    "snooze": sql.DEFER,  # the same row change, without holding back the type's other jobs
     "manual_retry": sql.MANUAL_RETRY,
     "reclaim": sql.RECLAIM,
     "reclaim_exhausted": sql.RECLAIM_EXHAUSTED,
@@ -55,6 +56,7 @@ _EDGE_EVENT = {
     "fail": "failed",
     "release": "released",
     "defer": "deferred",
+    "snooze": "snoozed",
     "reclaim": "reclaimed",
     "reclaim_exhausted": "failed",
     "manual_retry": "requeued",
@@ -79,7 +81,7 @@ class Decision(NamedTuple):
 
     def after(self) -> JobRecord:
         """The job as this decision leaves it (for its event, when the row was not read back)."""
-        attempts = self.job.attempts - 1 if self.edge in ("release", "defer") else self.job.attempts
+        attempts = self.job.attempts - 1 if self.edge in ("release", "defer", "snooze") else self.job.attempts
         return self.job._replace(
             attempts=attempts,
             run_at=self.values.get("run_at", self.job.run_at),
@@ -117,6 +119,12 @@ class Decision(NamedTuple):
         """Given back until ``run_at`` (a rate limit's reset), with every pending job of its type:
         the attempt is not counted."""
         return cls(job, "defer", {"error": error, "run_at": run_at}, duration=duration)
+
+    @classmethod
+    def snooze(cls, job: JobRecord, error: str, run_at: datetime, duration: float | None = None) -> Decision:
+        """Given back until ``run_at`` for a cause outside the job (its data root is full): the
+        attempt is not counted, and the type's other jobs are not held back."""
+        return cls(job, "snooze", {"error": error, "run_at": run_at}, duration=duration)
 
 
 # What varies between jobs enqueued together, and what they share (one JSON insert per share).
@@ -556,7 +564,7 @@ class Queue:
         self.unblock_next(
             cur, [d.job for d, job in zip(decisions, moved, strict=True) if job is not None and d.edge in ENDING]
         )
-        if inserted or any(d.edge in ("retry", "release", "defer") for d in decisions):
+        if inserted or any(d.edge in ("retry", "release", "defer", "snooze") for d in decisions):
             self.wakeup.notify_in(cur)
         claimed = self._claim_in(cur, worker, self.clock.now(), claim, claim_bytes) if claim else []
         return moved, inserted, claimed

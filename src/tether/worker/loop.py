@@ -12,13 +12,13 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
 
 from .. import config, events, faults
-from ..errors import Cancelled, Deferred, InvalidPayload, JobTimedOut, LedgerFault, PermanentError
+from ..errors import Cancelled, Deferred, InvalidPayload, JobTimedOut, LedgerFault, PermanentError, StorageFull
 from ..jobtypes.context import LEASE_LOST, SHUTDOWN, TIMEOUT, JobContext
 from ..jobtypes.dirsync import DirSyncs
 from ..jobtypes.files import file_error
@@ -34,6 +34,10 @@ if TYPE_CHECKING:
     from ..jobtypes import JobType, Payload
     from ..ledger.queue import Queue
     from ..schedule import Scheduler
+
+
+# The longest a job waits for space on a full data root before it tries again.
+STORAGE_WAIT = timedelta(seconds=60)
 
 
 @dataclass
@@ -110,6 +114,7 @@ class Worker:
         self.outcomes: Counter[str] = Counter()  # handlers run, by edge: complete, retry, fail, release
         self.empty_polls = 0  # claims that found nothing ready
         self._slow = False
+        self._full_streak = 0  # jobs in a row that met a full data root (see _storage_wait)
         self._limit = self.config.batch  # jobs the next claim takes while jobs are fast (see _adapt)
         self._batch_took = float("inf")  # seconds the last batch took to run (none yet: unknown)
         self._last_beat = time.monotonic()
@@ -251,16 +256,27 @@ class Worker:
         """The one place a handler's outcome becomes a transition."""
         now = self.queue.clock.now()
         if isinstance(outcome, Returned):
+            self._full_streak = 0
             return Decision(job, "complete", {"result": outcome.result}, outcome.children, duration, now)
         if isinstance(outcome, Cancelled):
             return Decision.release(job, duration)
         if isinstance(outcome, Deferred):
             return Decision.defer(job, error_text(outcome), outcome.until, duration)
+        if isinstance(outcome, StorageFull):
+            return Decision.snooze(job, error_text(outcome), now + self._storage_wait(), duration)
         error = error_text(outcome)
         if isinstance(outcome, (PermanentError, InvalidPayload)) or job.attempts >= job.max_attempts:
             return Decision.fail(job, error, duration, now)
         run_at = now + self.config.retry.delay(job.attempts)
         return Decision.retry(job, error, run_at, duration)
+
+    def _storage_wait(self) -> timedelta:
+        """How long a job that met a full data root waits: the retry policy's backoff over this
+        worker's run of such jobs since one last completed, at most ``STORAGE_WAIT``, so that
+        space which returns is used soon. Threads share the count; a lost increment only
+        shortens one wait."""
+        self._full_streak += 1
+        return min(self.config.retry.delay(self._full_streak), STORAGE_WAIT)
 
     def _decide_safely(self, job: JobRecord, outcome: Returned | Exception, duration: float) -> Decision:
         try:
