@@ -146,6 +146,13 @@ def wait_for(condition: Callable[[], object], what: str, procs: Sequence[Proc] =
         time.sleep(0.05)
 
 
+def wait_up(proc: Proc) -> None:
+    """Wait until ``proc`` runs its loops (its sweeps start then). A loaded machine can take
+    seconds to start a worker: a window of "no live job reclaimed" means nothing until every
+    worker in it sweeps."""
+    wait_for(lambda: proc.events("worker_started"), f"the worker {proc.shift:+.0f} s off to start", [proc])
+
+
 def runs(log: Path) -> list[str]:
     """The pids that started a slow job (one line per run)."""
     return [line.split()[1] for line in log.read_text().splitlines()] if log.exists() else []
@@ -200,8 +207,11 @@ def test_a_worker_ten_minutes_fast_never_reclaims_a_live_job_of_another(
         runner = start_worker(0)
         wait_for(lambda: runs(started), "the live job to start", [runner])
         fast = start_worker(SKEW)
+        wait_up(fast)
+        fast_up = db_now()
         reclaimed = watch_reclaims(c, db_now, {ghost: claimed_by_ghost})
-        hold_live_jobs(c, db_now, {live: runner}, reclaimed[ghost] + timedelta(seconds=2 * SWEEP))
+        # Long enough for two sweeps of every worker once all were up and the ghost's lock stale.
+        hold_live_jobs(c, db_now, {live: runner}, max(reclaimed[ghost], fast_up) + timedelta(seconds=2 * SWEEP))
         release.touch()
         wait_for(lambda: c.get(live).status is JobStatus.COMPLETED, "the live job to complete", [runner, fast])
         wait_for(lambda: c.get(ghost).status is JobStatus.COMPLETED, "the dead worker's job to complete")
@@ -245,8 +255,10 @@ def test_workers_ten_minutes_fast_or_slow_keep_their_jobs_and_reclaim_only_dead_
             wait_for(lambda: runs(started), f"the job of the worker {shift:+.0f} s off to start")  # noqa: B023  # waited for at once
         spare = start_worker(0)
         procs = [*(runner for runner, _ in live.values()), spare]
+        wait_up(spare)  # the runners are up: each claimed its job
+        spare_up = db_now()
         reclaimed = watch_reclaims(c, db_now, ghosts)
-        until = max(reclaimed.values()) + timedelta(seconds=2 * SWEEP)
+        until = max(*reclaimed.values(), spare_up) + timedelta(seconds=2 * SWEEP)
         hold_live_jobs(c, db_now, {job_id: runner for job_id, (runner, _) in live.items()}, until)
         release.touch()
         wait_for(lambda: all(c.get(j).status is JobStatus.COMPLETED for j in [*live, *ghosts]), "every job", procs)
@@ -274,21 +286,21 @@ def test_each_schedule_slot_is_enqueued_once_when_due_whichever_machine_fires_it
     engine = sa.create_engine(ledger)
     enqueued = sa.text("SELECT clock_timestamp(), max(run_at), count(*) FROM tether_jobs WHERE type = 'tick'")
     procs = [start_worker(shift, ("tests.proc_schedules",)) for shift in (SKEW, -SKEW)]
-    slots_wanted = 5
+    slots_wanted = 4  # once both machines fire them
 
-    def enough() -> bool:
-        try:
-            with engine.connect() as conn:
-                now, latest, count = conn.execute(enqueued).one()
-        except sa.exc.ProgrammingError:  # no table yet: the workers are still starting
-            return False
+    def count() -> int:
+        with engine.connect() as conn:
+            now, latest, n = conn.execute(enqueued).one()
         if latest is not None:
             early = (latest - now).total_seconds()
             assert early < 0.5, f"slot {latest} enqueued {early:.1f} s before it is due"
-        return bool(count >= slots_wanted)
+        return int(n)
 
     try:
-        wait_for(enough, f"{slots_wanted} slots", procs)
+        for p in procs:
+            wait_up(p)
+        first = count()
+        wait_for(lambda: count() >= first + slots_wanted, f"{slots_wanted} more slots", procs)
     finally:
         stop(procs)
         keys = Counter(str(j.idempotency_key) for j in schedule.runs(engine, "every-second", limit=None))
