@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tether import Coordinator
+from tether import Coordinator, CreateFile
 from tether.cli import main
 from tether.cli.app import err
 from tether.cli.reconcile import check_main
@@ -183,6 +183,33 @@ def test_show_takes_any_case_and_any_unique_prefix_or_suffix(tether: Callable[..
 def test_status_on_an_unreadable_ledger_prints_unknown_on_stdout(tether: Callable[..., Run], tmp_path: Path) -> None:
     r = tether("status", prefix=("--db", f"sqlite:///{tmp_path / 'nope.db'}"))
     assert r.code == 3 and r.out.startswith("UNKNOWN  no ledger at")
+
+
+def test_a_read_command_on_a_ledger_damaged_past_its_header_names_the_ledger_of_its_db_and_exits_74(
+    tether: Callable[..., Run], site: dict[str, str]
+) -> None:
+    """The ledger opens (its header page is whole), then a read meets the damage: the fault is
+    named by the command line, which alone knows the --db it was given."""
+    with Coordinator.open(site["db"], root=site["root"]) as c:
+        c.enqueue_many([CreateFile(path=f"f{i}.json", content={"pad": "x" * 200}) for i in range(100)])
+    path = Path(site["db"].removeprefix("sqlite:///"))
+    with open(path, "r+b") as f:
+        f.seek(4096)
+        f.write(b"\xde\xad\xbe\xef" * ((path.stat().st_size - 4096) // 4))
+    r = tether("jobs")
+    assert r.code == 74, r.err
+    assert r.err.startswith(f"tether: ledger fault: the ledger at {site['db']} is corrupt ("), r.err
+
+
+def test_reconcile_checks_the_ledger_and_root_named_after_it_not_the_global_ones(
+    tether: Callable[..., Run], site: dict[str, str], tmp_path: Path
+) -> None:
+    with Coordinator.open(site["db"], root=site["root"]) as c:
+        c.enqueue(CreateFile(path="a.json", content=1))
+        c.run_until_idle()
+    elsewhere = ("--db", f"sqlite:///{tmp_path / 'none.db'}", "--root", str(tmp_path / "none"))
+    r = tether("reconcile", "--db", site["db"], "--root", site["root"], "--quiet", prefix=elsewhere)
+    assert r.code == 0 and "checked 1 path(s)" in r.out and "1 in_sync" in r.out, r.err
 
 
 def test_help_pages_show_no_bool_metavars_or_doubled_brackets(tether: Callable[..., Run]) -> None:
