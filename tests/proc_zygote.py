@@ -14,6 +14,7 @@ Run as ``python tests/proc_zygote.py`` with the repository on PYTHONPATH; it exi
 
 from __future__ import annotations
 
+import importlib
 import os
 import shlex
 import sys
@@ -48,7 +49,9 @@ def main() -> None:
     # What a worker imports, imported once here; the children inherit it.
     import psycopg  # noqa: F401
     import sqlalchemy.dialects.postgresql.psycopg  # noqa: F401
-    import tests.proc_pause  # noqa: F401
+
+    # By name, as the workers' --import names it: mypy checks tests/proc_pause.py as one module.
+    importlib.import_module("tests.proc_pause")
 
     import tether.cli.app
     import tether.cli.worker

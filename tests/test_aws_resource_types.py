@@ -51,6 +51,15 @@ def test_each_type_accepts_only_names_aws_allows_and_says_its_rule(kind, resourc
         assert problem is not None and problem.startswith(("a ", "an "))
 
 
+# An S3 key may hold any character, a newline too; every other name rule ends at a letter or digit.
+NAMED_WITH_A_NEWLINE = [(k, r + "\n") for k, r, accepted in NAMES if accepted and k != "s3_object"]
+
+
+@pytest.mark.parametrize("kind, resource_id", NAMED_WITH_A_NEWLINE, ids=[k for k, _ in NAMED_WITH_A_NEWLINE])
+def test_a_name_ending_in_a_newline_is_refused(kind, resource_id):
+    assert RESOURCES[kind].check_id(resource_id) == RESOURCES[kind].id_rule.words
+
+
 ARNS = [
     ("arn:aws:sns:us-east-1:123456789012:events", "sns_topic", "events"),
     ("arn:aws:sns:us-east-1:123456789012:events:6b0e71bd-7e97-4d97-80ce-4a0994e55286", None, None),

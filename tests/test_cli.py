@@ -21,6 +21,7 @@ from typer.core import TyperGroup, TyperOption
 from test_observe import Ledger, Work, WorkType, build_ledger
 from tether import Coordinator, FakeClock, SystemClock
 from tether.cli import app, main
+from tether.cli.app import JSON_OPTION
 
 # The fake time the ledger builder spends: 3600 s backoff, 19 s of work, 400 s stuck.
 _BUILD_SECONDS = 3600 + 19 + 400
@@ -98,6 +99,24 @@ def test_every_command_has_help_with_an_example() -> None:
         for param in command.params:
             if param.param_type_name == "option":
                 assert isinstance(param, TyperOption) and param.help, f"tether {name} {param.opts[0]} has no help"
+
+
+def test_every_command_that_prints_json_takes_the_one_shared_json_option() -> None:
+    group = typer.main.get_command(app)
+    assert isinstance(group, TyperGroup)
+    commands = dict(group.commands)
+    schedules = group.commands["schedules"]
+    assert isinstance(schedules, TyperGroup)
+    commands |= {f"schedules {name}": command for name, command in schedules.commands.items()}
+    with_json = {}
+    for name, command in commands.items():
+        for param in command.params:
+            if "--json" in param.opts:
+                assert isinstance(param, TyperOption)
+                with_json[name] = (param.opts, param.help, param.default)
+    assert {"status", "enqueue", "reconcile", "retry", "show", "purge", "schedules", "jobs"} <= set(with_json)
+    shared = (["--json"], JSON_OPTION.help, False)
+    assert {name: declared for name, declared in with_json.items() if declared != shared} == {}
 
 
 # -- status --------------------------------------------------------------------------------------
@@ -357,6 +376,7 @@ def test_every_json_field_printed_is_documented(ledger: Ledger, tether) -> None:
         "jobs": tether("jobs", "--json").json(),
         "show": tether("show", ledger.ids["nightly1"], "--json").json(),
         "purge": tether("purge", "--completed", "--older-than", "1d", "--dry-run", "--json").json(),
+        "enqueue": tether("enqueue", "create_file", "--payload", '{"path": "e.json", "content": 1}', "--json").json(),
     }
     for command, data in outputs.items():
         assert f"## `tether {command}" in doc

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tether import Coordinator
+from tether import Coordinator, CreateFile
 from tether.cli import main
 from tether.cli.app import err
 from tether.cli.reconcile import check_main
@@ -185,6 +185,33 @@ def test_status_on_an_unreadable_ledger_prints_unknown_on_stdout(tether: Callabl
     assert r.code == 3 and r.out.startswith("UNKNOWN  no ledger at")
 
 
+def test_a_read_command_on_a_ledger_damaged_past_its_header_names_the_ledger_of_its_db_and_exits_74(
+    tether: Callable[..., Run], site: dict[str, str]
+) -> None:
+    """The ledger opens (its header page is whole), then a read meets the damage: the fault is
+    named by the command line, which alone knows the --db it was given."""
+    with Coordinator.open(site["db"], root=site["root"]) as c:
+        c.enqueue_many([CreateFile(path=f"f{i}.json", content={"pad": "x" * 200}) for i in range(100)])
+    path = Path(site["db"].removeprefix("sqlite:///"))
+    with open(path, "r+b") as f:
+        f.seek(4096)
+        f.write(b"\xde\xad\xbe\xef" * ((path.stat().st_size - 4096) // 4))
+    r = tether("jobs")
+    assert r.code == 74, r.err
+    assert r.err.startswith(f"tether: ledger fault: the ledger at {site['db']} is corrupt ("), r.err
+
+
+def test_reconcile_checks_the_ledger_and_root_named_after_it_not_the_global_ones(
+    tether: Callable[..., Run], site: dict[str, str], tmp_path: Path
+) -> None:
+    with Coordinator.open(site["db"], root=site["root"]) as c:
+        c.enqueue(CreateFile(path="a.json", content=1))
+        c.run_until_idle()
+    elsewhere = ("--db", f"sqlite:///{tmp_path / 'none.db'}", "--root", str(tmp_path / "none"))
+    r = tether("reconcile", "--db", site["db"], "--root", site["root"], "--quiet", prefix=elsewhere)
+    assert r.code == 0 and "checked 1 path(s)" in r.out and "1 in_sync" in r.out, r.err
+
+
 def test_help_pages_show_no_bool_metavars_or_doubled_brackets(tether: Callable[..., Run]) -> None:
     retry = tether("retry", "--help", prefix=())
     assert retry.code == 0 and "Usage: tether retry [OPTIONS] [ID]..." in retry.out
@@ -195,7 +222,7 @@ def test_help_pages_show_no_bool_metavars_or_doubled_brackets(tether: Callable[.
 def test_reconcile_check_has_its_own_usage_and_takes_import(tether: Callable[..., Run]) -> None:
     page = tether("--help", entry=check_main, prefix=())
     assert page.out.startswith("Usage: reconcile/check [OPTIONS]") and "--import" in page.out
-    r = tether("--import", "tether.demo", "--quiet", entry=check_main, prefix=())
+    r = tether("--import", "tether.demo.app", "--quiet", entry=check_main, prefix=())
     assert r.code == 1 and "no ledger at" in r.err  # the option is taken; the ledger is what is missing
 
 

@@ -1,7 +1,10 @@
 """tether: every side effect recorded as a job, performed with retries, and proven on disk.
 
-Names are imported when first used (PEP 562): the command line imports this package, and
-``tether --help`` should not pay for the ledger's table model and SQLAlchemy.
+The package is lazy (PEP 562, ``lazy.py``): a name below is imported from its module when first
+used. The command line imports this package, and ``tether --help`` and ``tether status`` should not
+pay for the coordinator, the ledger's table model and SQLAlchemy. The ``if TYPE_CHECKING:`` imports
+are the one list of what the package offers: type checkers read them, and ``lazy.exports`` reads
+the same statements to know where each name lives (``X as X`` marks an explicit re-export).
 """
 
 from __future__ import annotations
@@ -11,139 +14,50 @@ from typing import TYPE_CHECKING
 from . import lazy
 
 if TYPE_CHECKING:
-    from .clock import Clock, FakeClock, SystemClock
-    from .coordinator import Coordinator
-    from .errors import (
-        Cancelled,
-        CommitUnknown,
-        ConfigError,
-        DatabaseUnavailable,
-        DuplicateActiveJob,
-        InvalidPayload,
-        InvalidTransition,
-        JobNotFound,
-        JobTimedOut,
-        LedgerFault,
-        LostLease,
-        PermanentError,
-        RetryableError,
-        Superseded,
-        TetherError,
-        TransactionConflict,
-        UnknownJobType,
-        UnsafePath,
-    )
-    from .jobtypes import CreateFile, DeleteFile, JobType, Payload, Registry
-    from .jobtypes.base import Check, Difference, Probe
-    from .jobtypes.context import JobContext
-    from .jobtypes.files import checked_path, delete_locked, write_locked
-    from .jobtypes.target import Target
-    from .record import InsertResult, JobRecord
-    from .status import JobStatus
-    from .store import InvalidModel, JsonStore, ModelNotFound, NotApplied
-    from .worker.loop import Worker, WorkerConfig
-    from .worker.retry import RetryPolicy
+    from .clock import Clock as Clock
+    from .clock import FakeClock as FakeClock
+    from .clock import SystemClock as SystemClock
+    from .coordinator import Coordinator as Coordinator
+    from .errors import Cancelled as Cancelled
+    from .errors import CommitUnknown as CommitUnknown
+    from .errors import ConfigError as ConfigError
+    from .errors import DatabaseUnavailable as DatabaseUnavailable
+    from .errors import DuplicateActiveJob as DuplicateActiveJob
+    from .errors import InvalidPayload as InvalidPayload
+    from .errors import InvalidTransition as InvalidTransition
+    from .errors import JobNotFound as JobNotFound
+    from .errors import JobTimedOut as JobTimedOut
+    from .errors import LedgerFault as LedgerFault
+    from .errors import LostLease as LostLease
+    from .errors import PermanentError as PermanentError
+    from .errors import RetryableError as RetryableError
+    from .errors import Superseded as Superseded
+    from .errors import TetherError as TetherError
+    from .errors import TransactionConflict as TransactionConflict
+    from .errors import UnknownJobType as UnknownJobType
+    from .errors import UnsafePath as UnsafePath
+    from .jobtypes import CreateFile as CreateFile
+    from .jobtypes import DeleteFile as DeleteFile
+    from .jobtypes import JobType as JobType
+    from .jobtypes import Payload as Payload
+    from .jobtypes import Registry as Registry
+    from .jobtypes.base import Check as Check
+    from .jobtypes.base import Difference as Difference
+    from .jobtypes.base import Probe as Probe
+    from .jobtypes.context import JobContext as JobContext
+    from .jobtypes.files import checked_path as checked_path
+    from .jobtypes.files import delete_locked as delete_locked
+    from .jobtypes.files import write_locked as write_locked
+    from .jobtypes.target import Target as Target
+    from .record import InsertResult as InsertResult
+    from .record import JobRecord as JobRecord
+    from .status import JobStatus as JobStatus
+    from .store import InvalidModel as InvalidModel
+    from .store import JsonStore as JsonStore
+    from .store import ModelNotFound as ModelNotFound
+    from .store import NotApplied as NotApplied
+    from .worker.loop import Worker as Worker
+    from .worker.loop import WorkerConfig as WorkerConfig
+    from .worker.retry import RetryPolicy as RetryPolicy
 
-_WHERE = {
-    "Clock": ".clock",
-    "FakeClock": ".clock",
-    "SystemClock": ".clock",
-    "JobContext": ".jobtypes.context",
-    "Coordinator": ".coordinator",
-    "Cancelled": ".errors",
-    "CommitUnknown": ".errors",
-    "ConfigError": ".errors",
-    "DatabaseUnavailable": ".errors",
-    "DuplicateActiveJob": ".errors",
-    "InvalidPayload": ".errors",
-    "InvalidTransition": ".errors",
-    "JobNotFound": ".errors",
-    "JobTimedOut": ".errors",
-    "LedgerFault": ".errors",
-    "LostLease": ".errors",
-    "PermanentError": ".errors",
-    "RetryableError": ".errors",
-    "Superseded": ".errors",
-    "TetherError": ".errors",
-    "TransactionConflict": ".errors",
-    "UnknownJobType": ".errors",
-    "UnsafePath": ".errors",
-    "CreateFile": ".jobtypes",
-    "DeleteFile": ".jobtypes",
-    "JobType": ".jobtypes",
-    "Payload": ".jobtypes",
-    "Registry": ".jobtypes",
-    "Check": ".jobtypes.base",
-    "Difference": ".jobtypes.base",
-    "Probe": ".jobtypes.base",
-    "checked_path": ".jobtypes.files",
-    "delete_locked": ".jobtypes.files",
-    "write_locked": ".jobtypes.files",
-    "Target": ".jobtypes.target",
-    "InsertResult": ".record",
-    "JobRecord": ".record",
-    "RetryPolicy": ".worker.retry",
-    "JobStatus": ".status",
-    "InvalidModel": ".store",
-    "JsonStore": ".store",
-    "ModelNotFound": ".store",
-    "NotApplied": ".store",
-    "Worker": ".worker.loop",
-    "WorkerConfig": ".worker.loop",
-}
-
-
-__getattr__ = lazy.exports(__name__, _WHERE)
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_WHERE])
-
-
-__all__ = [
-    "Cancelled",
-    "Check",
-    "Clock",
-    "CommitUnknown",
-    "ConfigError",
-    "Coordinator",
-    "CreateFile",
-    "DatabaseUnavailable",
-    "DeleteFile",
-    "Difference",
-    "DuplicateActiveJob",
-    "FakeClock",
-    "InsertResult",
-    "InvalidModel",
-    "InvalidPayload",
-    "InvalidTransition",
-    "JobContext",
-    "JobNotFound",
-    "JobRecord",
-    "JobStatus",
-    "JobTimedOut",
-    "JobType",
-    "JsonStore",
-    "LedgerFault",
-    "LostLease",
-    "ModelNotFound",
-    "NotApplied",
-    "Payload",
-    "PermanentError",
-    "Probe",
-    "Registry",
-    "RetryPolicy",
-    "RetryableError",
-    "Superseded",
-    "SystemClock",
-    "Target",
-    "TetherError",
-    "TransactionConflict",
-    "UnknownJobType",
-    "UnsafePath",
-    "Worker",
-    "WorkerConfig",
-    "checked_path",
-    "delete_locked",
-    "write_locked",
-]
+__getattr__, __dir__ = lazy.exports(__name__)

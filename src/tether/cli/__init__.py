@@ -10,9 +10,8 @@ import sys
 
 import typer
 
-from .. import config
 from ..errors import LedgerFault, TetherError
-from ..faults import EXIT_LEDGER_FAULT, describe, ledger_fault
+from ..faults import EXIT_LEDGER_FAULT, describe
 
 # Importing a command module registers its command.
 from . import (  # noqa: F401  (imported for the commands they register)
@@ -33,7 +32,7 @@ from . import (  # noqa: F401  (imported for the commands they register)
     ui,
     worker,
 )
-from .app import app, err, settings
+from .app import app, err, is_database_error
 from .pipe import quiet_closed_stdout
 
 
@@ -60,22 +59,11 @@ def main() -> None:
         display()
         sys.exit(getattr(e, "exit_code", 2))
     except Exception as e:
-        if not _is_database_error(e):
+        if not is_database_error(e):  # a ledger fault was raised as LedgerFault by the app
             raise
-        from ..ledger.url import mask_url
-
-        fault = ledger_fault(e, mask_url(config.db_url(settings.db)))
-        if fault is not None:
-            _fail(f"tether: ledger fault: {fault}", EXIT_LEDGER_FAULT)
         _fail(f"tether: error: {describe(e)}", 1)  # never the statement and its parameters
     if isinstance(code, int) and code:
         sys.exit(code)
-
-
-def _is_database_error(error: BaseException) -> bool:
-    """A SQLAlchemy error (without importing SQLAlchemy when no command loaded it)."""
-    sa_exc = sys.modules.get("sqlalchemy.exc")
-    return sa_exc is not None and isinstance(error, sa_exc.SQLAlchemyError)
 
 
 def _fail(line: str, code: int) -> None:

@@ -11,15 +11,60 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
 from .. import config
-from ..errors import ConfigError, TetherError
+from ..errors import ConfigError, LedgerFault, TetherError
+from ..faults import ledger_fault
 from ..outcome import error_text
 
 if TYPE_CHECKING:
     from ..coordinator import Coordinator
 
+
+@dataclass(frozen=True)
+class Settings:
+    """The global options of one invocation. The app's callback puts them on the click context
+    (``ctx.obj``), and each command passes them on to what opens the ledger."""
+
+    db: str | None = None
+    root: str | None = None
+    imports: tuple[str, ...] = ()
+    durability: str | None = None
+    schema: str | None = None
+    moved: bool = False
+
+
+class _Commands(TyperGroup):
+    """tether's command group. A database error that escapes a command becomes, when it is a
+    ledger fault (corrupt, full, read-only, gone), the LedgerFault naming this invocation's ledger:
+    only the group knows which ledger that is."""
+
+    def invoke(self, ctx: Any) -> Any:  # click's Context: the click package's or typer's own, by version
+        try:
+            return super().invoke(ctx)
+        except Exception as e:
+            settings = ctx.find_object(Settings)
+            fault = None if settings is None or not is_database_error(e) else _ledger_fault(e, settings)
+            if fault is None:
+                raise
+            raise fault from e
+
+
+def is_database_error(error: BaseException) -> bool:
+    """A SQLAlchemy error (without importing SQLAlchemy when no command loaded it)."""
+    sa_exc = sys.modules.get("sqlalchemy.exc")
+    return sa_exc is not None and isinstance(error, sa_exc.SQLAlchemyError)
+
+
+def _ledger_fault(error: BaseException, settings: Settings) -> LedgerFault | None:
+    from ..ledger.url import mask_url
+
+    return ledger_fault(error, mask_url(config.db_url(settings.db)))
+
+
 app = typer.Typer(
+    cls=_Commands,
     name="tether",
     help="Durable jobs for JSON-file data stores: enqueue, run, reconcile, inspect.\n\n"
     "Example: tether --db sqlite:///tether.db --root ./data worker --until-idle",
@@ -36,21 +81,9 @@ out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 200)
 
 
-@dataclass
-class Settings:
-    db: str | None = None
-    root: str | None = None
-    imports: tuple[str, ...] = ()
-    durability: str | None = None
-    schema: str | None = None
-    moved: bool = False
-
-
-settings = Settings()
-
-
 @app.callback()
 def _global(
+    ctx: typer.Context,
     db: str | None = typer.Option(
         None,
         "--db",
@@ -90,13 +123,10 @@ def _global(
         "or 'normal' (may lose the last commits on power loss).",
     ),
 ) -> None:
-    settings.db, settings.root, settings.imports = db, root, tuple(imports)
-    settings.durability = durability
-    settings.schema = schema
-    settings.moved = moved
+    ctx.obj = Settings(db, root, tuple(imports), durability, schema, moved)
 
 
-def open_coordinator(**kwargs: Any) -> Coordinator:
+def open_coordinator(settings: Settings, **kwargs: Any) -> Coordinator:
     """The ledger named by --db/--root, with the job types of every --import module."""
     from ..coordinator import Coordinator
     from ..jobtypes import default_registry
@@ -153,6 +183,10 @@ def register_module(module: str, registry: Any) -> Any:
 
 def _one_line(error: BaseException) -> str:
     return error_text(error).split("\n", 1)[0]
+
+
+# Every command that prints a result takes this one option (as sqlite-utils' output_options).
+JSON_OPTION = typer.Option(False, "--json", help="Print JSON (schema: docs/cli-json.md) instead of text.")
 
 
 def print_json(data: Any) -> None:

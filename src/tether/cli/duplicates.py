@@ -6,12 +6,13 @@ from collections import Counter
 
 import typer
 
-from .app import app, print_json
-from .output import JSON_OPTION, ledger, limit_value, table
+from .app import JSON_OPTION, app, print_json
+from .output import ledger, limit_value, table
 
 
 @app.command()
 def duplicates(
+    ctx: typer.Context,
     job_type: str | None = typer.Option(None, "--type", "-t", help="Only keys of this type."),
     limit: int = typer.Option(50, "--limit", "-n", help="Show at most this many keys (0 for all)."),
     as_json: bool = JSON_OPTION,
@@ -25,7 +26,7 @@ def duplicates(
     from ..observe import queries as observe
 
     n = limit_value(limit)
-    with ledger() as engine:
+    with ledger(ctx.obj) as engine:
         groups = observe.duplicates(engine, job_type=job_type, limit=n)
     if as_json:
         print_json({"keys": [g.to_dict() for g in groups]})

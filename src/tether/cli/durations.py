@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import typer
 
-from .app import app, print_json
-from .output import JSON_OPTION, ledger, parse_duration, seconds, table
+from .app import JSON_OPTION, app, print_json
+from .output import ledger, parse_duration, seconds, table
 
 
 @app.command()
 def durations(
+    ctx: typer.Context,
     since: str = typer.Option("24h", "--since", help="Window of completion times, back from now, e.g. 1h, 7d."),
     job_type: str | None = typer.Option(None, "--type", "-t", help="Only jobs of this type."),
     as_json: bool = JSON_OPTION,
@@ -24,7 +25,7 @@ def durations(
     from ..observe import queries as observe
 
     window = parse_duration(since, "--since")
-    with ledger() as engine:
+    with ledger(ctx.obj) as engine:
         rows = observe.durations(engine, since=window, job_type=job_type)
     if as_json:
         print_json({"window_seconds": window.total_seconds(), "types": [d.to_dict() for d in rows]})

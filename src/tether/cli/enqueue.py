@@ -15,7 +15,7 @@ from ..clock import SystemClock
 from ..errors import ConfigError, InvalidPayload
 from ..record import JobRecord
 from ..status import JobStatus
-from .app import app, err, open_coordinator, out, print_json
+from .app import JSON_OPTION, app, err, open_coordinator, out, print_json
 from .output import first_line
 
 
@@ -65,6 +65,7 @@ def _read_lines(job_type: str, jsonl: str) -> list[tuple[int, bytes]]:
 
 @app.command()
 def enqueue(
+    ctx: typer.Context,
     job_type: str = typer.Argument(..., metavar="TYPE", help="Job type, e.g. create_file or delete_file."),
     payload: str | None = typer.Option(
         None, "--payload", "-p", help="Payload as JSON, or @file to read it from a file."
@@ -88,7 +89,7 @@ def enqueue(
     ),
     timeout: float | None = typer.Option(None, "--timeout", help="With --wait: give up after this many seconds."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the queued event (a JSON line on stderr)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the whole job record(s) as JSON."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Record a job; prints its id (or the id of the active duplicate it matched) on stdout,
     and its `queued` event and any note on stderr.
@@ -118,7 +119,7 @@ def enqueue(
         assert jsonl is not None  # exactly one of the two, checked above
         source = "stdin" if jsonl == "-" else f"--jsonl {jsonl}"
         items = [(n, _parse_object(job_type, f"{source} line {n}", line)) for n, line in _read_lines(job_type, jsonl)]
-    with events.to_stderr(not quiet), open_coordinator() as coordinator:
+    with events.to_stderr(not quiet), open_coordinator(ctx.obj) as coordinator:
         registry, queue = coordinator.registry, coordinator.queue
         jobs = []
         for n, data in items:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import typer
 
 from ..clock import SystemClock
-from .app import app, print_json
-from .output import JSON_OPTION, LIMIT_HELP, first_line, job_dicts, ledger, limit_value, parse_duration, table, when
+from .app import JSON_OPTION, app, print_json
+from .output import LIMIT_HELP, first_line, job_dicts, ledger, limit_value, parse_duration, table, when
 
 
 @app.command()
 def failed(
+    ctx: typer.Context,
     job_type: str | None = typer.Option(None, "--type", "-t", help="Only jobs of this type."),
     since: str | None = typer.Option(None, "--since", help="Only jobs that failed within this window, e.g. 1h, 7d."),
     limit: int = typer.Option(50, "--limit", "-n", help=LIMIT_HELP),
@@ -27,7 +28,7 @@ def failed(
 
     window = parse_duration(since, "--since") if since else None
     n = limit_value(limit)
-    with ledger() as engine:
+    with ledger(ctx.obj) as engine:
         start = SystemClock().now() - window if window else None
         jobs = observe.failed(engine, job_type=job_type, since=start, limit=n)
     if as_json:

@@ -8,9 +8,8 @@ from ..clock import SystemClock
 from ..errors import ConfigError
 from ..record import JobRecord
 from ..status import JobStatus
-from .app import app, print_json
+from .app import JSON_OPTION, app, print_json
 from .output import (
-    JSON_OPTION,
     LIMIT_HELP,
     first_line,
     job_dicts,
@@ -25,6 +24,7 @@ from .output import (
 
 @app.command()
 def jobs(
+    ctx: typer.Context,
     status: str | None = typer.Option(None, "--status", "-s", help="pending, claimed, completed or failed."),
     job_type: str | None = typer.Option(None, "--type", "-t", help="Only jobs of this type."),
     since: str | None = typer.Option(None, "--since", help="Only jobs enqueued within this window, e.g. 30m, 2d."),
@@ -50,7 +50,7 @@ def jobs(
         raise ConfigError(f"--status: {status!r} is not a status; use one of {', '.join(s.value for s in JobStatus)}")
     window = parse_duration(since, "--since") if since else None
     n = limit_value(limit)
-    with ledger() as engine:
+    with ledger(ctx.obj) as engine:
         start = SystemClock().now() - window if window else None
         if schedule_name is not None:
             from .. import schedule  # cron and the job types: only for this filter

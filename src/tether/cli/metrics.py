@@ -14,6 +14,7 @@ from .output import ledger, parse_duration
 
 @app.command()
 def metrics(
+    ctx: typer.Context,
     lock_timeout: float = typer.Option(
         DEFAULT_LOCK_TIMEOUT, "--lock-timeout", help="Seconds after which a claimed job counts as stuck."
     ),
@@ -51,12 +52,12 @@ def metrics(
     thresholds = Thresholds(backlog_limit=backlog_limit)
     if not serve:
         span = parse_duration(window, "--window")
-        with ledger() as engine:
+        with ledger(ctx.obj) as engine:
             text = m.exposition(engine, lock_timeout=lock_timeout, window=span, thresholds=thresholds)
         sys.stdout.write(text.decode())
         sys.stdout.flush()
         return
-    with ledger() as engine:
+    with ledger(ctx.obj) as engine:
         server, thread = m.serve(
             engine, host, port, allow_remote=allow_remote, lock_timeout=lock_timeout, thresholds=thresholds
         )

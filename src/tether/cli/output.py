@@ -1,4 +1,4 @@
-"""What every read command shares: opening the ledger read-only, --json, tables, durations."""
+"""What every read command shares: opening the ledger read-only, tables, durations."""
 
 from __future__ import annotations
 
@@ -9,17 +9,15 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import orjson
-import typer
 
 from ..errors import ConfigError
-from .app import out, settings
+from .app import Settings, out
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
     from ..record import JobRecord
 
-JSON_OPTION = typer.Option(False, "--json", help="Print JSON (schema: docs/cli-json.md) instead of a table.")
 LIMIT_HELP = "Show at most this many jobs (0 for all)."
 
 
@@ -48,7 +46,7 @@ def limit_value(limit: int) -> int | None:
 
 
 @contextmanager
-def ledger() -> Iterator[sa.Engine]:
+def ledger(settings: Settings) -> Iterator[sa.Engine]:
     """The ledger named by --db / TETHER_DB, opened for reading; never creates one."""
     from ..observe.readonly import open_ledger
 

@@ -6,12 +6,13 @@ import typer
 
 from ..errors import ConfigError
 from ..status import JobStatus
-from .app import app, out, print_json
+from .app import JSON_OPTION, app, out, print_json
 from .output import ledger, parse_duration, table, when
 
 
 @app.command()
 def purge(
+    ctx: typer.Context,
     older_than: str = typer.Option(
         ..., "--older-than", help="Delete jobs that finished longer ago than this, e.g. 7d, 12h."
     ),
@@ -20,7 +21,7 @@ def purge(
     ),
     failed: bool = typer.Option(False, "--failed", help="Delete failed jobs."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only print what would be deleted."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (schema: docs/cli-json.md)."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Delete completed (and/or failed) jobs that finished before a cutoff.
 
@@ -35,7 +36,7 @@ def purge(
     if not statuses:
         raise ConfigError("say what to purge: --completed and/or --failed")
     window = parse_duration(older_than, "--older-than")
-    with ledger() as engine:
+    with ledger(ctx.obj) as engine:
         result = purge_jobs(engine, older_than=window, statuses=statuses, dry_run=dry_run)
     if as_json:
         print_json(result.to_dict())

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from .app import app, out, print_json
+from .app import JSON_OPTION, app, out, print_json
 from .output import (
-    JSON_OPTION,
     LIMIT_HELP,
     first_line,
     job_dicts,
@@ -21,6 +20,7 @@ from .output import (
 
 @app.command()
 def recent(
+    ctx: typer.Context,
     since: str = typer.Option("1h", "--since", help="Window back from now, e.g. 15m, 1h, 2d."),
     job_type: str | None = typer.Option(None, "--type", "-t", help="Only jobs of this type."),
     limit: int = typer.Option(100, "--limit", "-n", help=LIMIT_HELP),
@@ -34,7 +34,7 @@ def recent(
 
     window = parse_duration(since, "--since")
     n = limit_value(limit)
-    with ledger() as engine:
+    with ledger(ctx.obj) as engine:
         r = observe.recent(engine, since=window, job_type=job_type, limit=n)
     if as_json:
         print_json(

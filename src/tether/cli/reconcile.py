@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,7 @@ import typer
 from .. import config, events
 from ..errors import ConfigError
 from ..faults import describe
-from .app import app, err, open_coordinator, out, print_json, settings
+from .app import JSON_OPTION, Settings, app, err, is_database_error, open_coordinator, out, print_json
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -27,15 +28,15 @@ if TYPE_CHECKING:
 
 def _reason(error: BaseException) -> str:
     """One line for a failed check: a database error's driver message, else the exception."""
-    sa_exc = sys.modules.get("sqlalchemy.exc")
-    if sa_exc is not None and isinstance(error, sa_exc.SQLAlchemyError):
+    if is_database_error(error):
         return describe(error)
     return f"{type(error).__name__}: {error}"
 
 
 @app.command()
 def reconcile(
-    as_json: bool = typer.Option(False, "--json", help="Print the whole report as JSON."),
+    ctx: typer.Context,
+    as_json: bool = JSON_OPTION,
     exists_only: bool = typer.Option(
         False,
         "--exists-only",
@@ -83,14 +84,12 @@ def reconcile(
     try:
         from ..reconcile.check import reconcile as run_reconcile
 
-        if db is not None:
-            settings.db = db
-        if root is not None:
-            settings.root = root
-        _require_existing(settings.db, settings.root)
+        # Its own --db and --root (as reconcile/check takes them) stand for the global ones.
+        settings = replace(ctx.obj, db=ctx.obj.db if db is None else db, root=ctx.obj.root if root is None else root)
+        _require_existing(settings)
         # Events are for a log (stderr redirected, the journal); a person at a terminal reads the
         # report, which lists every finding already.
-        with events.to_stderr(not quiet and not err.is_terminal), open_coordinator() as coordinator:
+        with events.to_stderr(not quiet and not err.is_terminal), open_coordinator(settings) as coordinator:
             options: dict[str, Any] = {"content": not exists_only, "untracked": untracked, "aws": aws}
             with _progress(coordinator, enabled=not as_json and err.is_terminal) as progress:
                 options["progress"] = progress
@@ -110,13 +109,13 @@ def reconcile(
     sys.exit(report.exit_code)
 
 
-def _require_existing(db: str | None, root: str | None) -> None:
+def _require_existing(settings: Settings) -> None:
     """A check never creates what it checks: a mistyped --db would otherwise be a new, empty
     ledger reading "in sync", and a mistyped --root an empty directory reading "missing"."""
     from ..observe.readonly import open_ledger
 
-    open_ledger(db, schema=settings.schema).dispose()
-    named = config.named_root(root)
+    open_ledger(settings.db, schema=settings.schema).dispose()
+    named = config.named_root(settings.root)
     if named is None:
         return  # the ledger's recorded root: opening the ledger checks it exists
     path = Path(named)

@@ -5,17 +5,18 @@ from __future__ import annotations
 import typer
 
 from ..errors import ConfigError, TetherError
-from .app import app, err, open_coordinator, out, print_json
+from .app import JSON_OPTION, app, err, open_coordinator, out, print_json
 from .output import ledger, table
 
 
 @app.command()
 def retry(
+    ctx: typer.Context,
     # typer < 0.28 (pinned: pyproject.toml) prints a metavar as given: "..." says several may be given.
     job_ids: list[str] | None = typer.Argument(None, metavar="[ID]...", help="Ids of failed jobs to retry."),
     all_failed: bool = typer.Option(False, "--failed", help="Retry every failed job (with --type: of that type)."),
     job_type: str | None = typer.Option(None, "--type", "-t", help="With --failed: only jobs of this type."),
-    as_json: bool = typer.Option(False, "--json", help="Print what was retried as JSON (schema: docs/cli-json.md)."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Put failed jobs back to pending, attempts reset (by id, or all with --failed).
 
@@ -30,10 +31,10 @@ def retry(
         raise ConfigError("give job ids or --failed (not both, not neither)")
     if job_type and not all_failed:
         raise ConfigError("--type only applies with --failed")
-    with ledger() as engine:  # a missing ledger is an error here, never created
+    with ledger(ctx.obj) as engine:  # a missing ledger is an error here, never created
         ids = job_ids or [j.id for j in observe.failed(engine, job_type=job_type, limit=None)]
     retried, errors = [], []
-    with open_coordinator() as coordinator:
+    with open_coordinator(ctx.obj) as coordinator:
         for job_id in ids:
             try:
                 retried.append(coordinator.retry(job_id))

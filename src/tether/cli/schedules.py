@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from .app import app, out, print_json
-from .output import JSON_OPTION, ledger, table, when
+from .app import JSON_OPTION, app, out, print_json
+from .output import ledger, table, when
 
 schedules_app = typer.Typer(
     help="Periodic jobs (declared in code): list them, pause or resume one.\n\nExample: tether schedules --json",
@@ -28,7 +28,7 @@ def schedules(ctx: typer.Context, as_json: bool = JSON_OPTION) -> None:
         return
     from .. import schedule  # SQLAlchemy and cron: loaded when the command runs, not for --help
 
-    with ledger() as engine:
+    with ledger(ctx.obj) as engine:
         rows = schedule.listing(engine)
     if as_json:
         print_json({"schedules": rows})
@@ -54,20 +54,20 @@ def schedules(ctx: typer.Context, as_json: bool = JSON_OPTION) -> None:
 
 
 @schedules_app.command()
-def pause(name: str = typer.Argument(..., help="The schedule's name.")) -> None:
+def pause(ctx: typer.Context, name: str = typer.Argument(..., help="The schedule's name.")) -> None:
     """Stop a schedule from enqueueing until it is resumed (its row and history stay).
 
     Example: tether schedules pause nightly-sync
     """
     from .. import schedule
 
-    with ledger() as engine:
+    with ledger(ctx.obj) as engine:
         schedule.set_paused(engine, name, True)
     out.print(f"paused {name}")
 
 
 @schedules_app.command()
-def resume(name: str = typer.Argument(..., help="The schedule's name.")) -> None:
+def resume(ctx: typer.Context, name: str = typer.Argument(..., help="The schedule's name.")) -> None:
     """Let a paused schedule enqueue again, from its next slot after now (slots that fell while it
     was paused are skipped).
 
@@ -75,7 +75,7 @@ def resume(name: str = typer.Argument(..., help="The schedule's name.")) -> None
     """
     from .. import schedule
 
-    with ledger() as engine:
+    with ledger(ctx.obj) as engine:
         result = schedule.set_paused(engine, name, False)
     nxt = result["next_run"]
     out.print(f"resumed {name}; next run {when(nxt) if nxt else 'none (finished)'}")

@@ -5,12 +5,13 @@ from __future__ import annotations
 import orjson
 import typer
 
-from .app import app, out, print_json
+from .app import JSON_OPTION, app, out, print_json
 from .output import ledger, progress_text, when
 
 
 @app.command()
 def show(
+    ctx: typer.Context,
     job_id: str = typer.Argument(
         ...,
         metavar="ID",
@@ -19,7 +20,7 @@ def show(
     payload: bool = typer.Option(
         False, "--payload", help="Also print the payload (it may hold file contents or prompts)."
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print the job record as JSON (schema: docs/cli-json.md)."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Everything about one job: every column, the whole last error, result, children.
 
@@ -29,7 +30,7 @@ def show(
 
     from ..observe import queries as observe
 
-    with ledger() as engine:
+    with ledger(ctx.obj) as engine:
         job_id = observe.resolve_id(engine, job_id)
         job = observe.show(engine, job_id)
         kids = observe.children(engine, job_id)

@@ -11,8 +11,8 @@ from .. import config
 from ..config import DEFAULT_BACKLOG_LIMIT, DEFAULT_LOCK_TIMEOUT, ENV_BACKLOG_LIMIT
 from ..errors import TetherError
 from ..faults import describe
-from .app import app, err, out, print_json, settings
-from .output import JSON_OPTION, age, ledger, parse_duration, size, table, when
+from .app import JSON_OPTION, app, err, out, print_json
+from .output import age, ledger, parse_duration, size, table, when
 
 
 def _seconds(value: float | None) -> str:
@@ -48,6 +48,7 @@ _UNKNOWN_EXIT = 3  # Verdict.UNKNOWN.exit_code, before the verdict could be impo
 
 @app.command()
 def status(
+    ctx: typer.Context,
     backlog_limit: int = typer.Option(
         DEFAULT_BACKLOG_LIMIT,
         "--backlog-limit",
@@ -139,13 +140,13 @@ def status(
             p95_error=_threshold(p95_error, "--p95-error"),
             unclaimed_grace=_off_is_never(_threshold(unclaimed_grace, "--unclaimed-grace")),
         )
-        database_file = lite.sqlite_file(settings.db, settings.schema)
+        database_file = lite.sqlite_file(ctx.obj.db, ctx.obj.schema)
         if database_file is not None:  # the same statements and verdict, without loading SQLAlchemy
             h = lite.health(database_file, thresholds, lock_timeout=lock_timeout)
         else:
             from ..observe.health import health
 
-            with ledger() as engine:
+            with ledger(ctx.obj) as engine:
                 h = health(engine, thresholds, lock_timeout=lock_timeout)
     except Exception as e:
         sa_exc, sqlite3 = sys.modules.get("sqlalchemy.exc"), sys.modules.get("sqlite3")

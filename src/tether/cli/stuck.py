@@ -5,12 +5,13 @@ from __future__ import annotations
 import typer
 
 from ..config import DEFAULT_LOCK_TIMEOUT
-from .app import app, print_json
-from .output import JSON_OPTION, LIMIT_HELP, age, ledger, limit_value, table, when
+from .app import JSON_OPTION, app, print_json
+from .output import LIMIT_HELP, age, ledger, limit_value, table, when
 
 
 @app.command()
 def stuck(
+    ctx: typer.Context,
     lock_timeout: float = typer.Option(
         DEFAULT_LOCK_TIMEOUT, "--lock-timeout", help="Seconds after which a claimed job's lock is stale."
     ),
@@ -27,7 +28,7 @@ def stuck(
     from ..observe import queries as observe
 
     n = limit_value(limit)
-    with ledger() as engine:
+    with ledger(ctx.obj) as engine:
         found = observe.stuck(engine, lock_timeout=lock_timeout, limit=n)
     if as_json:
         print_json(

@@ -6,12 +6,13 @@ import typer
 
 from .. import config
 from ..errors import ConfigError
-from .app import app, err, open_coordinator, settings
+from .app import app, err, open_coordinator
 from .reconcile import _require_existing
 
 
 @app.command()
 def ui(
+    ctx: typer.Context,
     host: str = typer.Option(
         "127.0.0.1", "--host", help="Address to listen on. Not loopback: --token-file is required."
     ),
@@ -49,8 +50,8 @@ def ui(
 
     token = web.read_token(token_file) if token_file else None
     hosts = web.bind_hosts(host, token, allowed_hosts)
-    _require_existing(settings.db, settings.root)  # a page never creates the ledger it shows
-    with open_coordinator() as coordinator:
+    _require_existing(ctx.obj)  # a page never creates the ledger it shows
+    with open_coordinator(ctx.obj) as coordinator:
         page = web.app(
             coordinator,
             allow_actions=allow_actions,

@@ -13,6 +13,7 @@ from .app import app, err, open_coordinator
 
 @app.command()
 def worker(
+    ctx: typer.Context,
     until_idle: bool = typer.Option(False, "--until-idle", help="Sweep stale locks, run every ready job, then exit 0."),
     threads: int = typer.Option(1, "--threads", min=1, help="Threads claiming jobs independently."),
     poll_interval: float = typer.Option(
@@ -43,7 +44,7 @@ def worker(
 
     Example: tether --root ./data worker --threads 4 --shutdown-grace 60
     """
-    with events.to_stdout(not quiet), open_coordinator(lock_timeout=lock_timeout) as coordinator:
+    with events.to_stdout(not quiet), open_coordinator(ctx.obj, lock_timeout=lock_timeout) as coordinator:
         w = coordinator.worker(threads=threads, poll_interval=poll_interval, shutdown_grace=shutdown_grace)
         w.run_until_idle() if until_idle else w.run()
     if not quiet:

@@ -9,7 +9,7 @@ to keep one logical operation one job (spec §7.3):
 - ``archive_project``: a parent job whose handler enqueues one ``save_requirement`` child per
   requirement; the children commit with the parent's completion, so they exist iff it completed.
 
-``tether --import tether.demo worker`` runs these job types outside the demo.
+``tether --import tether.demo.app worker`` runs these job types outside the demo.
 """
 
 from __future__ import annotations
@@ -236,7 +236,7 @@ class PublishReportType(JobType[PublishReport]):
 
 
 def register(registry: Registry, *, flaky: bool = False) -> Registry:
-    """Add the sample application's job types (``tether --import tether.demo``)."""
+    """Add the sample application's job types (``tether --import tether.demo.app``)."""
     registry.register(SaveRequirementType())
     registry.register(ArchiveProjectType())
     registry.register(PublishReportType(fail_first_attempt=flaky))
@@ -299,7 +299,7 @@ class Demo:
         tether = os.path.relpath(exe) if exe.exists() else "tether"
         self.say(
             f"\ndone in {time.monotonic() - started:.1f} s. Explore the ledger, e.g.:\n"
-            f"   {tether} --db sqlite:///{rel}/tether.db --root {rel}/data --import tether.demo jobs"
+            f"   {tether} --db sqlite:///{rel}/tether.db --root {rel}/data --import tether.demo.app jobs"
             "   (or: show ID, recent, reconcile --json)"
         )
         return code
@@ -404,7 +404,7 @@ class Demo:
         self.say("\n4. The operator's view")
         self.cli(base + ["status"])
         # --import: the reconciler checks the sample job types' effects with their own probes.
-        reconcile = base + ["--import", "tether.demo", "reconcile", "--quiet"]
+        reconcile = base + ["--import", "tether.demo.app", "reconcile", "--quiet"]
         self.say("\n5. Does the disk agree with the ledger?")
         first = self.cli(reconcile)
         damaged = self.root / person_path("alan")

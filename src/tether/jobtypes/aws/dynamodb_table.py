@@ -15,7 +15,7 @@ from .clients import Aws
 from .resource import Current, IdRule, Listing, ResourceConfig, ResourceType, Wanted, register
 from .tags import tags_from_list, tags_to_list, with_owner
 
-_NAME = re.compile(r"^[A-Za-z0-9_.-]{3,255}$")
+_NAME = re.compile(r"[A-Za-z0-9_.-]{3,255}")
 
 
 class Key(BaseModel):

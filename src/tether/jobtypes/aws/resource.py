@@ -72,14 +72,15 @@ class Wanted:
 
 @dataclass(frozen=True)
 class IdRule:
-    """AWS's naming rule for a kind's resource ids: a pattern (``re.match``), and the rule in
-    words, for the one line that refuses an id."""
+    """AWS's naming rule for a kind's resource ids: a pattern the whole id must match
+    (``re.fullmatch``: with ``re.match``, a ``$`` also matches before a final newline), and the
+    rule in words, for the one line that refuses an id."""
 
     pattern: re.Pattern[str]
     words: str
 
     def problem(self, resource_id: str) -> str | None:
-        return None if self.pattern.match(resource_id) else self.words
+        return None if self.pattern.fullmatch(resource_id) else self.words
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from .errors import NotOurs, error_code
 from .resource import Current, IdRule, Listing, ResourceConfig, ResourceType, Wanted, register
 from .tags import OWNER_TAG, tags_from_list, tags_to_list, with_owner
 
-_NAME = re.compile(r"^(?!.*\.\.)[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_NAME = re.compile(r"(?!.*\.\.)[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 
 
 class LifecycleRule(BaseModel):

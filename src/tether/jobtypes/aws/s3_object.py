@@ -20,7 +20,7 @@ from .clients import Aws
 from .resource import Current, IdRule, ResourceConfig, ResourceType, Wanted, register
 from .tags import tags_from_list, tags_to_list, with_owner
 
-_NAME = re.compile(r"[^/]+/.", re.DOTALL)
+_NAME = re.compile(r"[^/]+/.+", re.DOTALL)
 
 
 class S3ObjectConfig(ResourceConfig):

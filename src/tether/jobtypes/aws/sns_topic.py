@@ -11,7 +11,7 @@ from .clients import Aws
 from .resource import Current, IdRule, Listing, ResourceType, Wanted, register
 from .tags import tags_from_list, tags_to_list, with_owner
 
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,251}(\.fifo)?$")
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,251}(\.fifo)?")
 
 ATTRIBUTES = AttributeSet(
     "SNS",

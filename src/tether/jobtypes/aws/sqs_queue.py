@@ -16,7 +16,7 @@ from .errors import with_not_found_retry
 from .resource import Current, IdRule, Listing, ResourceType, Wanted, register
 from .tags import with_owner
 
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,75}(\.fifo)?$")
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,75}(\.fifo)?")
 
 ATTRIBUTES = AttributeSet(
     "SQS",

@@ -16,7 +16,7 @@ from .resource import Current, IdRule, Listing, ResourceConfig, ResourceType, Wa
 from .tags import tags_from_list, tags_to_list, with_owner
 
 # AWS reserves names starting with aws or ssm, in any case, with or without the leading slash.
-_NAME = re.compile(r"^(?!/?(?i:aws|ssm))/?[A-Za-z0-9_.\-/]{1,1011}$")
+_NAME = re.compile(r"(?!/?(?i:aws|ssm))/?[A-Za-z0-9_.\-/]{1,1011}")
 
 
 class SsmParameterConfig(ResourceConfig):
