@@ -14,6 +14,7 @@ Run as ``python tests/proc_zygote.py`` with the repository on PYTHONPATH; it exi
 
 from __future__ import annotations
 
+import importlib
 import os
 import shlex
 import sys
@@ -48,12 +49,13 @@ def main() -> None:
     # What a worker imports, imported once here; the children inherit it.
     import psycopg  # noqa: F401
     import sqlalchemy.dialects.postgresql.psycopg  # noqa: F401
-    import tests.proc_pause  # noqa: F401
 
     import tether.cli.app
     import tether.cli.worker
     import tether.coordinator
     import tether.worker.loop  # noqa: F401
+
+    importlib.import_module("tests.proc_pause")  # as the workers' --import names it
 
     for line in sys.stdin:
         command, _, rest = line.strip().partition(" ")
