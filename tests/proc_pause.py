@@ -17,6 +17,11 @@ repository on PYTHONPATH); it registers no job type, only what the environment s
   - ``in_commit``: inside that group commit's transaction, its fenced updates done, before the
     COMMIT (holding SQLite's write lock, or PostgreSQL's row locks).
 
+- ``TETHER_TEST_CLOCK_STOPS=1`` with a stop point: the worker's monotonic clock (the one its
+  lease trust and heartbeats read: ``tether.jobtypes.context``, ``tether.worker.loop``) does not
+  count the pause, as CLOCK_MONOTONIC does not count a machine's suspend, nor a guest's while its
+  hypervisor holds it paused (KVM's clock stops with the guest).
+
 - ``TETHER_TEST_EFFECT_LOG=<file>``: each rename over a data file appends ``<pid> write <path>
   <sha256 of the bytes>`` and each removal of one ``<pid> delete <path>`` (absolute paths), in
   the order they happen (under the path's lock, so the order per path is the effects' order), with
@@ -30,6 +35,7 @@ import hashlib
 import os
 import signal
 import threading
+import time
 from typing import Any
 
 from tether import fs
@@ -38,6 +44,7 @@ from tether.jobtypes import Registry
 STOP_AT_ENV = "TETHER_TEST_STOP_AT"
 STOP_MARKER_ENV = "TETHER_TEST_STOP_MARKER"
 STOP_PATH_ENV = "TETHER_TEST_STOP_PATH"
+CLOCK_STOPS_ENV = "TETHER_TEST_CLOCK_STOPS"
 EFFECT_LOG_ENV = "TETHER_TEST_EFFECT_LOG"
 POINTS = ("handler", "lease_check", "rename", "before_commit", "in_commit")
 
@@ -52,6 +59,7 @@ class _Stop:
         self.fired = False
         self._lock = threading.Lock()
         self.armed = threading.local()  # in_commit: this thread's transaction completes a job
+        self.paused = 0.0  # seconds stopped, for a clock that does not count them
 
     def at(self, point: str, path: str) -> None:
         if point != self.point or not (path == self.path or path.endswith(f"/{self.path}")):
@@ -66,7 +74,9 @@ class _Stop:
         os.rename(part, self.marker)  # the marker appears complete or not at all
         # To this thread: a SIGSTOP sent to the process is taken by whichever thread the kernel
         # picks, and this one could run on a little before the whole process stops.
+        stopped = time.monotonic()
         signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)  # returns once the test sends SIGCONT
+        self.paused = time.monotonic() - stopped
 
     def install(self) -> None:
         from tether.jobtypes.context import JobContext
@@ -152,11 +162,30 @@ def _where(name: Any, dir_fd: int | None) -> str:
     return os.path.join(directory, os.fspath(name))
 
 
+class _StoppedClock:
+    """Stands in for the ``time`` module of a few tether modules: ``monotonic`` leaves out the
+    time the process spent stopped (``_Stop.paused``)."""
+
+    def __init__(self, stop: _Stop) -> None:
+        self._stop = stop
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    def monotonic(self) -> float:
+        return time.monotonic() - self._stop.paused
+
+
 def register(registry: Registry) -> None:
     stop = None
     if point := os.environ.get(STOP_AT_ENV):
         stop = _Stop(point, os.environ[STOP_MARKER_ENV], os.environ[STOP_PATH_ENV])
         stop.install()
+        if os.environ.get(CLOCK_STOPS_ENV):
+            from tether.jobtypes import context
+            from tether.worker import loop
+
+            context.time = loop.time = _StoppedClock(stop)  # type: ignore[attr-defined,assignment]  # a stand-in for time
     log = os.environ.get(EFFECT_LOG_ENV)
     if stop is not None or log:
         fs.os = _Effects(log, stop)  # type: ignore[attr-defined,assignment]  # a stand-in for fs's os module

@@ -50,13 +50,12 @@ def main() -> None:
     import psycopg  # noqa: F401
     import sqlalchemy.dialects.postgresql.psycopg  # noqa: F401
 
-    # By name, as the workers' --import names it: mypy checks tests/proc_pause.py as one module.
-    importlib.import_module("tests.proc_pause")
-
     import tether.cli.app
     import tether.cli.worker
     import tether.coordinator
     import tether.worker.loop  # noqa: F401
+
+    importlib.import_module("tests.proc_pause")  # as the workers' --import names it
 
     for line in sys.stdin:
         command, _, rest = line.strip().partition(" ")

@@ -4,10 +4,12 @@ caller that retries would). Afterwards nothing is lost (every job completed, non
 is torn (every file holds the whole of some job's bytes, no temp file is left), the effects on each
 path happened in enqueue order, and the reconciler finds the root in sync with the ledger.
 
-``make test`` runs a short version (``KILLS`` below); the soak is run by hand, once, with its
-figures in the report:
+A soak, run by hand (``make test`` leaves it out: even 3 kills cost about 10 s here, and
+tests/test_postgres_scale.py already SIGKILLs workers at random on every run):
 
     TETHER_PG_KILL_SOAK=1000 .venv/bin/pytest -q -s tests/test_postgres_kill_soak.py
+
+Figures of the 1,000-kill run are in benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from workerkit import ForkedWorker, Zygote
 
 pytestmark = pytest.mark.slow
 
-KILLS = int(os.environ.get("TETHER_PG_KILL_SOAK", "3"))
+KILLS = int(os.environ.get("TETHER_PG_KILL_SOAK", "0"))
 WORKERS = 3
 LOCK_TIMEOUT = 2.0
 PATHS = [f"d{d}/f{f:02d}.json" for d in range(4) for f in range(10)]
@@ -199,6 +201,7 @@ class Soak:
         assert "Traceback" not in outputs, outputs[-3000:]
 
 
+@pytest.mark.skipif(not KILLS, reason="a soak: TETHER_PG_KILL_SOAK=<kills> (1000 for the reported run)")
 def test_workers_sigkilled_at_random_lose_nothing_tear_nothing_and_keep_each_paths_order(
     ledger: Ledger, tmp_path: Path
 ) -> None:

@@ -18,7 +18,13 @@ REPO = Path(__file__).resolve().parent.parent
 _SCRIPT = Path(sys.executable).with_name("tether")
 TETHER = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from tether.cli import main; main()"]
 DEADLINE = 60.0  # for a worker to reach a point it must reach; generous on a busy machine
-_HOOKS = ("TETHER_TEST_STOP_AT", "TETHER_TEST_STOP_MARKER", "TETHER_TEST_STOP_PATH", "TETHER_TEST_EFFECT_LOG")
+_HOOKS = (
+    "TETHER_TEST_STOP_AT",
+    "TETHER_TEST_STOP_MARKER",
+    "TETHER_TEST_STOP_PATH",
+    "TETHER_TEST_CLOCK_STOPS",
+    "TETHER_TEST_EFFECT_LOG",
+)
 
 
 class WorkerProc:
