@@ -17,10 +17,10 @@ repository on PYTHONPATH); it registers no job type, only what the environment s
   - ``in_commit``: inside that group commit's transaction, its fenced updates done, before the
     COMMIT (holding SQLite's write lock, or PostgreSQL's row locks).
 
-- ``TETHER_TEST_CLOCK_STOPS=1`` with a stop point: the worker's monotonic clock (the one its
-  lease trust and heartbeats read: ``tether.jobtypes.context``, ``tether.worker.loop``) does not
-  count the pause, as CLOCK_MONOTONIC does not count a machine's suspend, nor a guest's while its
-  hypervisor holds it paused (KVM's clock stops with the guest).
+- ``TETHER_TEST_CLOCK_STOPS=1`` with a stop point: the worker's elapsed-time counter (the one its
+  lease trust reads: ``clock.elapsed`` as ``tether.jobtypes.context`` and ``tether.worker.loop``
+  use it) does not count the pause, as a guest's counters do not count the time its hypervisor
+  holds it paused (KVM's clock stops with the guest).
 
 - ``TETHER_TEST_EFFECT_LOG=<file>``: each rename over a data file appends ``<pid> write <path>
   <sha256 of the bytes>`` and each removal of one ``<pid> delete <path>`` (absolute paths), in
@@ -39,6 +39,7 @@ import time
 from typing import Any
 
 from tether import fs
+from tether.clock import elapsed
 from tether.jobtypes import Registry
 
 STOP_AT_ENV = "TETHER_TEST_STOP_AT"
@@ -163,17 +164,14 @@ def _where(name: Any, dir_fd: int | None) -> str:
 
 
 class _StoppedClock:
-    """Stands in for the ``time`` module of a few tether modules: ``monotonic`` leaves out the
-    time the process spent stopped (``_Stop.paused``)."""
+    """Stands in for ``clock.elapsed`` in the tether modules that time a lease: it leaves out the
+    time the process spent stopped (``_Stop.paused``), as a paused VM's counters do."""
 
     def __init__(self, stop: _Stop) -> None:
         self._stop = stop
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(time, name)
-
-    def monotonic(self) -> float:
-        return time.monotonic() - self._stop.paused
+    def __call__(self) -> float:
+        return elapsed() - self._stop.paused
 
 
 def register(registry: Registry) -> None:
@@ -185,7 +183,7 @@ def register(registry: Registry) -> None:
             from tether.jobtypes import context
             from tether.worker import loop
 
-            context.time = loop.time = _StoppedClock(stop)  # type: ignore[attr-defined,assignment]  # a stand-in for time
+            context.elapsed = loop.elapsed = _StoppedClock(stop)  # type: ignore[attr-defined]  # a stand-in for elapsed
     log = os.environ.get(EFFECT_LOG_ENV)
     if stop is not None or log:
         fs.os = _Effects(log, stop)  # type: ignore[attr-defined,assignment]  # a stand-in for fs's os module

@@ -37,7 +37,7 @@ class Counter:
 @pytest.fixture
 def elapsed(monkeypatch: pytest.MonkeyPatch) -> Counter:
     counter = Counter()
-    monkeypatch.setattr(tether.clock, "_elapsed", counter)
+    monkeypatch.setattr(tether.clock, "elapsed", counter)
     return counter
 
 

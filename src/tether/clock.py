@@ -56,7 +56,7 @@ class FakeClock:
 # Seconds elapsed on a counter that no step of the wall clock moves (the machine's own clock being
 # set, by hand or by NTP). Linux's boot-time counter also keeps counting while the machine is
 # suspended, which the monotonic one does not.
-_elapsed: Callable[[], float] = (
+elapsed: Callable[[], float] = (
     partial(time.clock_gettime, time.CLOCK_BOOTTIME) if hasattr(time, "CLOCK_BOOTTIME") else time.monotonic
 )
 
@@ -84,7 +84,7 @@ class DatabaseClock:
         self.machine_ahead = 0.0
         """Seconds the machine's clock was ahead of the database's at the last sync (negative: behind)."""
         self._reported = 0.0
-        self._base: tuple[datetime, float] | None = None  # (the database's time, _elapsed() then)
+        self._base: tuple[datetime, float] | None = None  # (the database's time, elapsed() then)
 
     @property
     def synced(self) -> bool:
@@ -94,13 +94,13 @@ class DatabaseClock:
         base = self._base  # one read: a sync may replace it meanwhile
         if base is None:
             raise RuntimeError("DatabaseClock.now() before its first sync()")
-        return base[0] + timedelta(0, _elapsed() - base[1])  # positional: bound faster than seconds=
+        return base[0] + timedelta(0, elapsed() - base[1])  # positional: bound faster than seconds=
 
     def sync(self, read: Callable[[], datetime]) -> datetime:
         """Read the database's time through ``read`` and go on from it; returns it (UTC)."""
-        before = _elapsed()
+        before = elapsed()
         at = read().astimezone(UTC)
-        after = _elapsed()
+        after = elapsed()
         # Read at some instant of the round trip: its middle is off by at most half of it.
         self._base = (at, (before + after) / 2)
         ahead = (self.machine.now() - self.now()).total_seconds()

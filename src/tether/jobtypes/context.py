@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
-from ..clock import Clock
+from ..clock import Clock, elapsed
 from ..errors import Cancelled
 from ..record import JobRecord
 
@@ -103,7 +103,7 @@ class JobContext:
         self._shutdown = shutdown
         self._reason: str | None = None
         self._event: threading.Event | None = None
-        # Until then (time.monotonic()), the worker knows without asking that it holds the job.
+        # Until then (clock.elapsed()), the worker knows without asking that it holds the job.
         self._trusted_until = trusted_until
         # The worker's directory fsyncs owed before this job is recorded (``dirsync``); None: a
         # file helper fsyncs the directory itself.
@@ -164,10 +164,10 @@ class JobContext:
         """Checkpoint, then ask the ledger whether this worker still holds the job. Handlers
         call it (under the target's lock) right before an effect that must not land late: a
         worker paused or cut off past its lock timeout then stops instead of overwriting the
-        outcome of the job's new owner. Within half the lock timeout of the claim the answer is
-        known without asking."""
+        outcome of the job's new owner. Within half the lock timeout of the claim, on a ledger
+        whose workers share one machine's clocks, the answer is known without asking."""
         self.checkpoint()
-        if self._trusted_until is not None and time.monotonic() < self._trusted_until:
+        if self._trusted_until is not None and elapsed() < self._trusted_until:
             return
         if self.worker and not self._services.holds(self.job, self.worker):
             self.cancel(LEASE_LOST)

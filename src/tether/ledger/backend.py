@@ -43,6 +43,10 @@ class Backend:
     """The driver-level access to one database; ``for_engine`` picks SQLite or PostgreSQL."""
 
     name = "base"
+    one_machine = False
+    """Whether every process on this ledger runs on one machine, sharing its clocks (SQLite: a
+    ledger on local storage). Then a pause that stops one worker's clocks (a suspend, a paused
+    VM) stops every worker, and no other can have taken its jobs meanwhile."""
     reads_json = True  # can read many rows from one JSON value (sql.INSERT_PAYLOADS_*, COMPLETE_MANY_*...)
 
     def __init__(self, engine: sa.Engine) -> None:
@@ -339,6 +343,7 @@ def _busy(error: sqlite3.OperationalError) -> bool:
 
 class SQLiteBackend(Backend):
     name = "sqlite"
+    one_machine = True
     reads_json = _sqlite_reads_json()
 
     def __init__(self, engine: sa.Engine) -> None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import sqlalchemy as sa
 
 from .. import config, events, faults
+from ..clock import elapsed
 from ..errors import Cancelled, Deferred, InvalidPayload, JobTimedOut, LedgerFault, PermanentError, StorageFull
 from ..jobtypes.context import LEASE_LOST, SHUTDOWN, TIMEOUT, JobContext
 from ..jobtypes.dirsync import DirSyncs
@@ -143,7 +144,7 @@ class Worker:
             self.scheduler.tick(now)
 
     def _claim(self, now: datetime | None = None) -> _Claimed:
-        leased_at = time.monotonic()
+        leased_at = elapsed()
         waits = self.queue.backend.lock_waits
         jobs = self.queue.claim(self.id, now=now, limit=self._claim_limit(), max_bytes=self.config.batch_bytes)
         self._adapt(self.queue.backend.lock_waits != waits)
@@ -170,8 +171,11 @@ class Worker:
         if not jobs:
             return 0, _Claimed()
         # No other worker takes these locks before they are lock_timeout old; for the first half
-        # of that the claim is proof enough (the margin heartbeat self-fencing keeps too).
-        trusted_until = batch.leased_at + self.config.lock_timeout / 2
+        # of that the claim is proof enough (the margin heartbeat self-fencing keeps too), as long
+        # as every worker counts time on one machine's clocks. A worker on another machine may
+        # have been paused in a way its own counters do not see (a paused VM), while the others
+        # went on: there the ledger is asked before every effect.
+        trusted_until = batch.leased_at + self.config.lock_timeout / 2 if self.queue.backend.one_machine else None
         syncs = DirSyncs()  # directory fsyncs shared by the jobs of each group commit (dirsync.py)
         contexts = [
             JobContext(job, self.queue, self._cancel, self.id, trusted_until=trusted_until, dir_syncs=syncs)
@@ -217,7 +221,7 @@ class Worker:
             pending = self._synced(pending, syncs.close())
             if pending:
                 ahead = claim_next and finished and not self._stopping.is_set()
-                leased_at = time.monotonic()
+                leased_at = elapsed()
                 following = _Claimed(self._record(pending, claim=self._claim_limit() if ahead else 0), leased_at)
             with self._running_lock:
                 for job in jobs:
