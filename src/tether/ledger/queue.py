@@ -621,8 +621,7 @@ class Queue:
 
     def holds(self, job: JobRecord, worker: str) -> bool:
         """Whether ``worker`` still holds ``job``'s current attempt (a read: no commit)."""
-        with self.backend.read() as cur:
-            return cur.scalar(sql.HOLDS, {"id": job.id, "worker": worker, "attempt": job.attempts}) is not None
+        return self.backend.ask(sql.HOLDS, {"id": job.id, "worker": worker, "attempt": job.attempts}) is not None
 
     def reclaim_stale(self, lock_timeout: float, *, now: datetime | None = None) -> list[JobRecord]:
         """Return claimed jobs whose lock is older than ``lock_timeout`` seconds to pending, or to
