@@ -10,12 +10,10 @@ A dead worker is played by the test: it claims a job through a coordinator whose
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -29,17 +27,10 @@ from tether import Coordinator, schedule
 from tether.clock import SystemClock
 from tether.jobtypes import Registry, default_registry
 from tether.status import JobStatus
+from workerkit import REPO, TETHER, pj
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("proc_jobtypes", Path(__file__).with_name("proc_jobtypes.py"))
-assert _spec is not None and _spec.loader is not None
-pj = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(pj)
-
-_SCRIPT = Path(sys.executable).with_name("tether")
-TETHER = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from tether.cli import main; main()"]
 
 SKEW = 600.0  # seconds: ten minutes
 LOCK = 3.0  # --lock-timeout: heartbeats every 0.75 s

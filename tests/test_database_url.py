@@ -3,12 +3,10 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
+from clikit import run_main
 from tether import Coordinator
-from tether.cli import main
 from tether.errors import ConfigError
 from tether.ledger.url import parse_url
 
@@ -35,20 +33,6 @@ MALFORMED = [
     ("postgresql://app:s3cret@127.0.0.1/app?sslmode=require&sslmode=disable", "option sslmode is given 2 times"),
     ("sqlite:///ledger.db?mode=ro", "takes none"),
 ]
-
-
-def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
-    """``tether ARGS`` through the console entry point: exit code and stdout + stderr."""
-    monkeypatch.setenv("COLUMNS", "250")
-    monkeypatch.setattr(sys, "argv", ["tether", *args])
-    capsys.readouterr()
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 0
-    captured = capsys.readouterr()
-    return code, captured.out + captured.err
 
 
 def test_coordinator_open_calls_a_port_that_is_not_a_number_a_config_error(tmp_path):

@@ -11,27 +11,12 @@ import sys
 import orjson
 import pytest
 
+from clikit import run_main
 from jobkit import Note, NoteType, registry_with
 from tether import SystemClock
-from tether.cli import main
 from tether.errors import PermanentError
 from tether.ledger.url import mask_url
 from tether.outcome import error_text
-
-
-def run_main(monkeypatch, capsys, *args: str) -> tuple[int, str]:
-    """``tether ARGS`` through the console entry point: exit code and stdout + stderr."""
-    monkeypatch.setenv("COLUMNS", "250")
-    monkeypatch.setattr(sys, "argv", ["tether", *args])
-    capsys.readouterr()
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 0
-    captured = capsys.readouterr()
-    return code, captured.out + captured.err
-
 
 # -- item 10: ExceptionType: message first -------------------------------------------------------
 

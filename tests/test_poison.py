@@ -11,11 +11,9 @@ start each round, claiming with SKIP LOCKED side by side.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -28,17 +26,10 @@ import sqlalchemy as sa
 from conftest import BACKENDS
 from tether import Coordinator
 from tether.jobtypes import default_registry
+from workerkit import REPO, TETHER, pj
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("proc_jobtypes", Path(__file__).with_name("proc_jobtypes.py"))
-assert _spec is not None and _spec.loader is not None
-pj = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(pj)
-
-_SCRIPT = Path(sys.executable).with_name("tether")
-TETHER = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from tether.cli import main; main()"]
 
 TOTAL = 61
 # The issue ran with 1 s; every round waits that long for the dead worker's locks to go stale.

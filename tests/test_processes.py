@@ -8,7 +8,6 @@ tests/proc_jobtypes.py, which only the workers that need a hook switch on (by en
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -27,17 +26,10 @@ from tether import Coordinator, JobRecord, config
 from tether.fs import TEMP_SUFFIX
 from tether.jobtypes import CreateFile, Registry, default_registry, render
 from tether.status import JobStatus
+from workerkit import REPO, TETHER, pj
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("proc_jobtypes", Path(__file__).with_name("proc_jobtypes.py"))
-assert _spec is not None and _spec.loader is not None
-pj = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(pj)
-
-_SCRIPT = Path(sys.executable).with_name("tether")
-TETHER = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from tether.cli import main; main()"]
 
 WORKERS = 4
 JOBS_PER_WORKER = 2_000

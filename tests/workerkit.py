@@ -4,6 +4,7 @@ tether: ``Zygote``), read its event lines, see whether it is stopped."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shlex
@@ -17,6 +18,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 _SCRIPT = Path(sys.executable).with_name("tether")
 TETHER = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from tether.cli import main; main()"]
+# The job types real worker processes load (``--import proc_jobtypes``), loaded here by path under
+# the same name, for the tests that enqueue them.
+_spec = importlib.util.spec_from_file_location("proc_jobtypes", Path(__file__).with_name("proc_jobtypes.py"))
+assert _spec is not None and _spec.loader is not None
+pj = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(pj)
 DEADLINE = 60.0  # for a worker to reach a point it must reach; generous on a busy machine
 _HOOKS = (
     "TETHER_TEST_STOP_AT",

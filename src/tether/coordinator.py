@@ -108,11 +108,7 @@ class Coordinator:
         ``$TETHER_ROOT``) that one is used, and a different one is refused (``meta.RootMismatch``)
         unless ``moved`` records it as the new root. Only a new ledger creates its root. ``max_payload_bytes``
         (default ``$TETHER_MAX_PAYLOAD_BYTES`` or 16 MiB): the largest payload (its stored JSON)
-        enqueue accepts.
-
-        ``clock``: on PostgreSQL the machine's clock (``SystemClock``, the default) gives way to
-        the database's (``DatabaseClock``), which workers on every machine read alike; any other
-        clock (a test's ``FakeClock``) is used as given, on either backend."""
+        enqueue accepts. ``clock``: which one a ledger reads is ``_ledger_clock``'s choice."""
         max_payload_bytes = config.max_payload_bytes(max_payload_bytes)
         db_url = config.db_url(db_url)
         engine = create_engine(

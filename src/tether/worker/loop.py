@@ -170,12 +170,7 @@ class Worker:
         jobs = batch.jobs
         if not jobs:
             return 0, _Claimed()
-        # No other worker takes these locks before they are lock_timeout old; for the first half
-        # of that the claim is proof enough (the margin heartbeat self-fencing keeps too), as long
-        # as every worker counts time on one machine's clocks. A worker on another machine may
-        # have been paused in a way its own counters do not see (a paused VM), while the others
-        # went on: there the ledger is asked before every effect.
-        trusted_until = batch.leased_at + self.config.lock_timeout / 2 if self.queue.backend.one_machine else None
+        trusted_until = self._trusted_until(batch)
         syncs = DirSyncs()  # directory fsyncs shared by the jobs of each group commit (dirsync.py)
         contexts = [
             JobContext(job, self.queue, self._cancel, self.id, trusted_until=trusted_until, dir_syncs=syncs)
@@ -273,6 +268,17 @@ class Worker:
             return Decision.fail(job, error, duration, now)
         run_at = now + self.config.retry.delay(job.attempts)
         return Decision.retry(job, error, run_at, duration)
+
+    def _trusted_until(self, batch: _Claimed) -> float | None:
+        """Until when (``clock.elapsed()``) the batch's jobs are known to be this worker's without
+        asking the ledger. No other worker takes these locks before they are lock_timeout old; for
+        the first half of that the claim is proof enough (the margin heartbeat self-fencing keeps
+        too), as long as every worker counts time on one machine's clocks. A worker on another
+        machine may have been paused in a way its own counters do not see (a paused VM) while the
+        others went on: there (None) the ledger is asked before every effect."""
+        if not self.queue.backend.one_machine:
+            return None
+        return batch.leased_at + self.config.lock_timeout / 2
 
     def _storage_wait(self) -> timedelta:
         """How long a job that met a full data root waits: the retry policy's backoff over this
