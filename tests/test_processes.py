@@ -8,7 +8,6 @@ tests/proc_jobtypes.py, which only the workers that need a hook switch on (by en
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -26,7 +25,7 @@ from tether import Coordinator, JobRecord, config
 from tether.fs import TEMP_SUFFIX
 from tether.jobtypes import CreateFile, Registry, default_registry, render
 from tether.status import JobStatus
-from workerkit import REPO, TETHER, pj
+from workerkit import REPO, TETHER, WorkerProc, pj
 
 pytestmark = pytest.mark.slow
 
@@ -43,49 +42,17 @@ def registry() -> Registry:
     return reg
 
 
-class Proc:
-    """One ``tether worker`` subprocess whose output (JSON event lines on stdout, errors on stderr) goes to a file."""
-
-    def __init__(self, popen: subprocess.Popen[bytes], stderr: Path) -> None:
-        self.popen = popen
-        self.stderr = stderr
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def text(self) -> str:
-        return self.stderr.read_text(errors="replace")
-
-    def events(self, name: str | None = None) -> list[dict]:
-        found = []
-        for line in self.text().split("\n")[:-1]:  # complete lines only: it may be mid-write
-            if line.startswith("{"):
-                event = json.loads(line)
-                if name is None or event["event"] == name:
-                    found.append(event)
-        return found
-
-    def wait(self, timeout: float = DEADLINE) -> int:
-        try:
-            return self.popen.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait()
-            pytest.fail(f"worker {self.pid} did not exit within {timeout}s; stderr tail:\n{self.text()[-2000:]}")
-
-
 @pytest.fixture
 def ledger(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'ledger' / 'tether.db'}"
 
 
 @pytest.fixture
-def start_worker(tmp_path: Path, ledger: str, root: Path) -> Iterator[Callable[..., Proc]]:
+def start_worker(tmp_path: Path, ledger: str, root: Path) -> Iterator[Callable[..., WorkerProc]]:
     """Start ``tether worker ARGS`` on the test's ledger and root; killed at teardown if alive."""
-    procs: list[Proc] = []
+    procs: list[WorkerProc] = []
 
-    def start(*args: str, env: dict[str, str] | None = None, import_types: bool = True) -> Proc:
+    def start(*args: str, env: dict[str, str] | None = None, import_types: bool = True) -> WorkerProc:
         full_env = {
             k: v
             for k, v in os.environ.items()
@@ -101,7 +68,7 @@ def start_worker(tmp_path: Path, ledger: str, root: Path) -> Iterator[Callable[.
             popen = subprocess.Popen(
                 [*argv, "worker", *args], cwd=REPO, env=full_env, stdout=err, stderr=subprocess.STDOUT
             )
-        procs.append(Proc(popen, stderr))
+        procs.append(WorkerProc(popen, stderr))
         return procs[-1]
 
     yield start
@@ -119,7 +86,7 @@ def wait_for(condition: Callable[[], object], what: str, timeout: float = DEADLI
         time.sleep(0.01)
 
 
-def assert_clean_exit(proc: Proc, code: int) -> None:
+def assert_clean_exit(proc: WorkerProc, code: int) -> None:
     """Exit code 0, no traceback, no database error (logged or escaping) in the worker's output."""
     text = proc.text()
     assert code == 0, f"worker {proc.pid} exited {code}:\n{text[-2000:]}"
@@ -136,7 +103,7 @@ def open_coordinator(ledger: str, root: Path) -> Coordinator:
 
 
 def test_four_worker_processes_drain_8000_jobs_applying_each_effect_exactly_once(
-    tmp_path: Path, ledger: str, root: Path, start_worker: Callable[..., Proc]
+    tmp_path: Path, ledger: str, root: Path, start_worker: Callable[..., WorkerProc]
 ) -> None:
     log = tmp_path / "effects.log"  # outside the data root
     gate = tmp_path / "go"  # jobs wait for it, so a worker that starts late still finds work
@@ -198,8 +165,8 @@ def reclaim_after_timeout(c: Coordinator, job_id: str) -> None:
 
 
 def rerun_after_reclaim(
-    ledger: str, root: Path, job_id: str, start_worker: Callable[..., Proc]
-) -> tuple[JobRecord, Proc]:
+    ledger: str, root: Path, job_id: str, start_worker: Callable[..., WorkerProc]
+) -> tuple[JobRecord, WorkerProc]:
     """The dead worker's job goes back to pending after the lock timeout; a new worker runs it."""
     with open_coordinator(ledger, root) as c:
         reclaim_after_timeout(c, job_id)
@@ -209,7 +176,7 @@ def rerun_after_reclaim(
 
 
 def test_worker_killed_mid_atomic_write_leaves_job_for_another_worker_and_no_temp_file(
-    tmp_path: Path, ledger: str, root: Path, start_worker: Callable[..., Proc]
+    tmp_path: Path, ledger: str, root: Path, start_worker: Callable[..., WorkerProc]
 ) -> None:
     payload = CreateFile(path="notes/a.json", content={"title": "crash mid-write", "n": [1, 2, 3]})
     with open_coordinator(ledger, root) as c:
@@ -234,7 +201,7 @@ def test_worker_killed_mid_atomic_write_leaves_job_for_another_worker_and_no_tem
 
 
 def test_worker_killed_between_rename_and_completion_commit_rerun_finds_bytes_in_place(
-    tmp_path: Path, ledger: str, root: Path, start_worker: Callable[..., Proc]
+    tmp_path: Path, ledger: str, root: Path, start_worker: Callable[..., WorkerProc]
 ) -> None:
     payload = CreateFile(path="notes/b.json", content={"title": "crash after rename"})
     with open_coordinator(ledger, root) as c:
@@ -257,7 +224,7 @@ def test_worker_killed_between_rename_and_completion_commit_rerun_finds_bytes_in
 
 
 def test_a_batching_worker_killed_mid_drain_loses_nothing_and_reruns_only_uncommitted_completions(
-    tmp_path: Path, ledger: str, root: Path, start_worker: Callable[..., Proc]
+    tmp_path: Path, ledger: str, root: Path, start_worker: Callable[..., WorkerProc]
 ) -> None:
     log = tmp_path / "effects.log"
     total, kill_at, batch = 600, 250, 100  # the default batch: claims 100, records in group commits
@@ -315,7 +282,7 @@ def _sync_order(log: Path) -> tuple[dict[str, int], dict[int, list[int]], dict[s
 
 
 def test_a_worker_killed_before_a_shared_directory_fsync_left_no_completed_job_without_a_durable_entry(
-    tmp_path: Path, ledger: str, root: Path, start_worker: Callable[..., Proc]
+    tmp_path: Path, ledger: str, root: Path, start_worker: Callable[..., WorkerProc]
 ) -> None:
     """Directory fsyncs are shared by the jobs of a group commit (jobtypes/dirsync.py). Killed
     just before one of them, the worker has renamed files whose entries are not durable: none of
@@ -368,7 +335,7 @@ def test_a_worker_killed_before_a_shared_directory_fsync_left_no_completed_job_w
     ],
 )
 def test_first_signal_lets_the_running_job_finish_claims_nothing_more_and_exits_zero(
-    tmp_path: Path, ledger: str, root: Path, start_worker: Callable[..., Proc], mode: str, signum: signal.Signals
+    tmp_path: Path, ledger: str, root: Path, start_worker: Callable[..., WorkerProc], mode: str, signum: signal.Signals
 ) -> None:
     started, release = tmp_path / "started", tmp_path / "release"
     log = tmp_path / "effects.log"
@@ -398,7 +365,7 @@ def test_first_signal_lets_the_running_job_finish_claims_nothing_more_and_exits_
 
 
 def test_second_signal_cancels_the_job_at_its_checkpoint_and_gives_the_attempt_back(
-    tmp_path: Path, ledger: str, root: Path, start_worker: Callable[..., Proc]
+    tmp_path: Path, ledger: str, root: Path, start_worker: Callable[..., WorkerProc]
 ) -> None:
     started, release = tmp_path / "started", tmp_path / "never-released"
     with open_coordinator(ledger, root) as c:
@@ -425,7 +392,7 @@ def test_second_signal_cancels_the_job_at_its_checkpoint_and_gives_the_attempt_b
 
 
 def test_a_job_still_running_when_the_shutdown_grace_ends_is_cancelled_and_given_back(
-    tmp_path: Path, ledger: str, root: Path, start_worker: Callable[..., Proc]
+    tmp_path: Path, ledger: str, root: Path, start_worker: Callable[..., WorkerProc]
 ) -> None:
     started, release = tmp_path / "started", tmp_path / "never-released"
     with open_coordinator(ledger, root) as c:
