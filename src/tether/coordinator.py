@@ -26,7 +26,7 @@ from .record import InsertResult, JobRecord
 
 if TYPE_CHECKING:
     # Imported where used: an application opens a coordinator to enqueue, often at start-up (a
-    # CLI ``tether enqueue`` every time), and these cost it 100-150 ms of imports (issue 19).
+    # CLI ``tether enqueue`` every time), and these are slow to import (benchmarks/README.md).
     from sqlalchemy.orm import Session
 
     from . import schedule as schedules
@@ -166,7 +166,7 @@ class Coordinator:
         with ``duplicate=True``. ``timeout`` (seconds) overrides the job type's for this job.
         Raises InvalidPayload (nothing stored) for bad input."""
         if session is None and all_default(priority, max_attempts, delay, run_at, key, timeout):
-            # most enqueues: no options to check, one job, no lists (issue 19)
+            # most enqueues: no options to check, one job, no lists
             return self.queue.enqueue_one(self.queue.builder.build_one(payload))
         jobs = self.queue.builder.build_many(
             [payload],

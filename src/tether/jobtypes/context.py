@@ -62,7 +62,7 @@ class JobContext:
 
     # Slots, and the follow-up list made on the first ``enqueue``: a worker keeps a batch's
     # contexts alive until the batch's group commit, and each object the garbage collector
-    # tracks there counts towards its next collection (benchmarks/README.md, issue 19).
+    # tracks there counts towards its next collection (benchmarks/README.md).
     __slots__ = (
         "job",
         "worker",

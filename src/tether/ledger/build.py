@@ -93,7 +93,7 @@ class Builder:
         name = (kinds.get(type(payloads[0])) or self._kind(payloads[0], kinds, plain)).name
         now = now or self.clock.now()
         # The defaults need no checking: most enqueues pass none, and right after a commit's
-        # fsync every function called costs several times its warm price (issue 19).
+        # fsync every function called costs several times its warm price.
         if all_default(priority, max_attempts, delay, run_at, key, timeout):
             run_at = now
         else:
@@ -149,7 +149,7 @@ class Builder:
     def build_one(self, payload: Payload) -> JobRecord:
         """``build_many([payload])[0]`` with every option at its default, for a payload whose type
         has no hooks: the common single enqueue as straight-line code. Right after a commit's
-        fsync each call, loop and list here costs several times its warm price (issue 19)."""
+        fsync each call, loop and list here costs several times its warm price."""
         registry, generation, kinds, plain = self._kinds
         hooks = plain.get(type(payload))
         if hooks is None or registry is not self.registry or generation != registry.generation:

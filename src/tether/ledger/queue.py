@@ -395,7 +395,7 @@ class Queue:
             self._last_claim_at[worker] = now
         return now
 
-    # -- per-type concurrency limits (issue 17): only when a registered type has max_running ----
+    # -- per-type concurrency limits: only when a registered type has max_running ------------
 
     def _limited(self) -> dict[str, int]:
         """Registered types with a ``max_running`` limit (by name, sorted: every worker locks

@@ -46,7 +46,7 @@ def unpinned(statement: str) -> str:
 # ``ordering_key = k``: with the key fixed by an equality, PostgreSQL may walk any index in id
 # order instead (the primary key) and, on statistics that lag a drain (they still call the
 # target's jobs active), read every finished job older than the one it looks for; asked as
-# NOT EXISTS, it read the whole table per claim (benchmarks/README.md, issue 23).
+# NOT EXISTS, it read the whole table per claim (benchmarks/README.md, hot_target.py).
 def _on_target(alias: str, key: str) -> str:
     """``alias`` is an active job on target ``key`` or after it (ordering_key order)."""
     return f"{alias}.ordering_key >= {key} AND {alias}.ordering_key IS NOT NULL AND {alias}.{_ACTIVE}"
@@ -85,8 +85,8 @@ VALUES (:id, :type, :payload, 'pending', :priority, 0, :max_attempts,
         :created_at, :run_at, :idempotency_key, :ordering_key, :parent_id, :timeout, :payload_bytes)
 """
 # SQLite: INSERT_UNKEYED with positional parameters, for the single enqueue (a job without a
-# target or key): binding fourteen values by name looks each name up in a dict, about a tenth of
-# the CPU of a durable enqueue (benchmarks/README.md, issue 19).
+# target or key): binding fourteen values by name looks each name up in a dict, a noticeable part
+# of the CPU of a durable enqueue (benchmarks/README.md, limits.py).
 INSERT_UNKEYED_ROW = re.sub(
     r":\w+", "?", INSERT_UNKEYED.replace(":idempotency_key", "NULL").replace(":ordering_key", "NULL")
 )
@@ -200,13 +200,13 @@ def _ready(j: str, o: str) -> str:
 _ORDER = "ORDER BY {j}.priority DESC, {j}.created_at, {j}.id"
 
 
-# Claimed alone (issue 22): a job a worker died holding (quarantined), so a job that kills its
+# Claimed alone: a job a worker died holding (quarantined), so a job that kills its
 # worker takes no batch-mate down with it; and a job on its last attempt, so that a crash while it
 # runs is pinned on it at once: in a batch nobody knows which job was running, and a poison job
 # with one attempt left would otherwise be charged only at its next crash. The first ready job in
 # claim order decides: claimed alone, the claim takes it alone; otherwise plain jobs.
 #
-# Bytes (issue 24): a batch holds at most :max_bytes of payload, or one job, so a worker's memory
+# Bytes: a batch holds at most :max_bytes of payload, or one job, so a worker's memory
 # follows bytes, not how many large jobs are queued. The first ready job decides this too: every
 # job of the batch holds at most ``fits`` bytes, the first job's or the batch's even share
 # (:max_bytes / :limit) if that is more, and the batch takes as many as fit (at least one, at most

@@ -134,7 +134,7 @@ class _Reconciler:
         """The check, with Python's cyclic garbage collector paused (and restored as it was: an
         application that turned it off keeps it off). A check of local files makes a few objects
         per job read (rows, paths, answers), none in a cycle, and the collector's passes over
-        them found nothing and were a good part of its time (benchmarks/README.md, issue 19). It
+        them found nothing and were a good part of its time (benchmarks/README.md, reconcile.py). It
         runs again while a remote probe works: an AWS client leaves cycles behind each call."""
         self.collecting = gc.isenabled()
         gc.disable()
