@@ -34,6 +34,7 @@ from tether.jobtypes import render
 from tether.ledger import conflict
 from tether.ledger.backend import _Cursor
 from tether.ledger.queue import Decision
+from workerkit import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 TETHER = Path(sys.executable).with_name("tether")
@@ -69,14 +70,6 @@ def active(c: Coordinator) -> int:
         return int(
             conn.exec_driver_sql("SELECT count(*) FROM tether_jobs WHERE status IN ('pending', 'claimed')").scalar_one()
         )
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = DEADLINE) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.005)
 
 
 @pytest.mark.slow

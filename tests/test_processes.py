@@ -25,7 +25,7 @@ from tether import Coordinator, JobRecord, config
 from tether.fs import TEMP_SUFFIX
 from tether.jobtypes import CreateFile, Registry, default_registry, render
 from tether.status import JobStatus
-from workerkit import REPO, TETHER, WorkerProc, pj
+from workerkit import REPO, TETHER, WorkerProc, pj, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -76,14 +76,6 @@ def start_worker(tmp_path: Path, ledger: str, root: Path) -> Iterator[Callable[.
         if p.popen.poll() is None:
             p.popen.kill()
             p.popen.wait()
-
-
-def wait_for(condition: Callable[[], object], what: str, timeout: float = DEADLINE) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.01)
 
 
 def assert_clean_exit(proc: WorkerProc, code: int) -> None:
