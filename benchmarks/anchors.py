@@ -52,7 +52,7 @@ from core import (
     profile,
     tether_source,
 )
-from tether.ids import new_id
+from tether.ledger.ids import new_id
 
 FULL = 2  # PRAGMA synchronous value
 

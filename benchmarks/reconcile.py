@@ -37,9 +37,9 @@ import time
 from pathlib import Path
 
 from tether import Coordinator, CreateFile, DeleteFile
-from tether.ids import new_id
 from tether.jobtypes import render
 from tether.jobtypes.files import file_target
+from tether.ledger.ids import new_id
 from tether.reconcile.check import reconcile
 
 BATCH = 20_000

@@ -26,12 +26,12 @@ from tether import (
     Payload,
     UnknownJobType,
     UnsafePath,
-    limits,
 )
 from tether.errors import ConfigError
 from tether.jobtypes import default_registry
-from tether.limits import DEFAULT_MAX_PAYLOAD_BYTES, MAX_DEPTH
-from tether.record import JobRecord
+from tether.ledger import limits
+from tether.ledger.limits import DEFAULT_MAX_PAYLOAD_BYTES, MAX_DEPTH
+from tether.ledger.record import JobRecord
 
 
 def count_jobs(c: Coordinator) -> int:

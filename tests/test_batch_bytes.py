@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 from jobkit import Note, NoteType, registry_with
 from tether import CreateFile, JobContext, JobType, Payload
 from tether.ledger import sql
-from tether.record import JobRecord
+from tether.ledger.record import JobRecord
 
 
 class Blob(Payload):

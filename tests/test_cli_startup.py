@@ -33,7 +33,7 @@ HEAVY = (
     "tether.ledger.orm",
     "tether.jobtypes",
     "tether.coordinator",
-    "tether.limits",
+    "tether.ledger.limits",
     "pydantic",
 )
 

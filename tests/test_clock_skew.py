@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from tether import Coordinator, schedule
 from tether.clock import SystemClock
 from tether.jobtypes import Registry, default_registry
-from tether.status import JobStatus
+from tether.ledger.status import JobStatus
 from workerkit import REPO, TETHER, pj
 
 pytestmark = pytest.mark.slow

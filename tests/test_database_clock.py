@@ -18,7 +18,7 @@ import tether.clock
 from jobkit import Note, NoteType, registry_with
 from tether import Coordinator, FakeClock, schedule
 from tether.clock import DatabaseClock, SystemClock
-from tether.status import JobStatus
+from tether.ledger.status import JobStatus
 
 SKEW = timedelta(minutes=10)
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -11,7 +11,7 @@ import pytest
 from tether import fs
 from tether.jobtypes import CreateFile, DeleteFile
 from tether.ledger.queue import Queue
-from tether.status import JobStatus
+from tether.ledger.status import JobStatus
 
 # A batch that never turns slow and is recorded in one group commit, however loaded the machine.
 ONE_COMMIT = {"slow_job": 60.0, "flush_after": 60.0}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tether.status import TRANSITIONS, JobStatus
+from tether.ledger.status import TRANSITIONS, JobStatus
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "lifecycle.md"
 

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from tether import ids
-from tether.ids import new_id
+from tether.ledger import ids
+from tether.ledger.ids import new_id
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, 123_456, tzinfo=UTC)
 

@@ -15,7 +15,19 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "tether"
 LAYERS: list[tuple[str, ...]] = [
     # what everything uses: settings, time, errors (and which database errors are faults), statuses,
     # ids, plain records, the limits a job must keep
-    ("config", "clock", "errors", "status", "ids", "events", "record", "outcome", "faults", "limits", "lazy"),
+    (
+        "config",
+        "clock",
+        "errors",
+        "events",
+        "outcome",
+        "lazy",
+        "ledger.status",
+        "ledger.ids",
+        "ledger.record",
+        "ledger.faults",
+        "ledger.limits",
+    ),
     # what a job is and what its handler may touch: the data root, targets, the handler context
     ("beneath", "fs", "jobtypes"),
     # the table, its engine and statements, enqueue/claim/transition, wake-ups

@@ -21,8 +21,8 @@ from conftest import scratch_pg_database
 from jobkit import Note, NoteType, registry_with
 from tether import Coordinator, CreateFile
 from tether.errors import LedgerFault
-from tether.faults import EXIT_LEDGER_FAULT
-from tether.status import JobStatus
+from tether.ledger.faults import EXIT_LEDGER_FAULT
+from tether.ledger.status import JobStatus
 from tether.worker.loop import Worker
 
 

@@ -559,8 +559,8 @@ def test_job_ids_are_ulids_in_enqueue_order_even_within_one_millisecond(monkeypa
 
     from ulid import ULID
 
-    from tether import ids
-    from tether.ids import new_id
+    from tether.ledger import ids
+    from tether.ledger.ids import new_id
 
     monkeypatch.setattr(ids, "_last", (-1, ""))  # and restored: later tests keep real-time ids
 
@@ -575,7 +575,7 @@ def test_job_ids_encode_like_the_ulid_reference_for_any_128_bit_value():
 
     from ulid import ULID
 
-    from tether.ids import _encode
+    from tether.ledger.ids import _encode
 
     rng = random.Random(7)
     values = [0, 1, 2**80 - 1, 2**80, 2**128 - 1] + [rng.getrandbits(128) for _ in range(5000)]
@@ -600,8 +600,8 @@ def test_the_id_floor_of_a_moment_sorts_before_every_id_made_at_or_after_it(monk
 
     from ulid import ULID
 
-    from tether import ids
-    from tether.ids import floor_id, new_id
+    from tether.ledger import ids
+    from tether.ledger.ids import floor_id, new_id
 
     monkeypatch.setattr(ids, "_last", (-1, ""))  # ids made earlier in this process are later than `when`
 

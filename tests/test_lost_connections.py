@@ -21,7 +21,7 @@ from conftest import scratch_pg_database
 from jobkit import Note, NoteType, registry_with
 from tether import Cancelled, CommitUnknown, Coordinator, CreateFile, DatabaseUnavailable, JobContext, JobType
 from tether.ledger.backend import PostgresBackend
-from tether.status import JobStatus
+from tether.ledger.status import JobStatus
 
 ENQUEUER = Path(__file__).with_name("proc_enqueuer.py")
 # Every client connection to the test's database but the killer's own.

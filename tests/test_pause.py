@@ -26,8 +26,8 @@ import sqlalchemy as sa
 
 from tether import Coordinator
 from tether.jobtypes import CreateFile, default_registry, render
+from tether.ledger.status import JobStatus
 from tether.reconcile.check import reconcile
-from tether.status import JobStatus
 from workerkit import WorkerProc, start_worker, wait_for
 
 pytestmark = pytest.mark.slow

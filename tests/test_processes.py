@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from tether import Coordinator, JobRecord, config
 from tether.fs import TEMP_SUFFIX
 from tether.jobtypes import CreateFile, Registry, default_registry, render
-from tether.status import JobStatus
+from tether.ledger.status import JobStatus
 from workerkit import REPO, TETHER, WorkerProc, pj, wait_for
 
 pytestmark = pytest.mark.slow

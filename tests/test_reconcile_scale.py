@@ -19,10 +19,10 @@ import sqlalchemy as sa
 
 from tether import Coordinator, CreateFile, DeleteFile, SystemClock
 from tether.cli.reconcile import check_main
-from tether.ids import new_id
 from tether.jobtypes import create_file, files, render
 from tether.jobtypes.files import file_target
 from tether.ledger import backend, sql
+from tether.ledger.ids import new_id
 from tether.ledger.schema import jobs as jobs_table
 from tether.reconcile import check
 from tether.reconcile.check import (

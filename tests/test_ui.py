@@ -13,8 +13,8 @@ from jobkit import Note, NoteType, registry_with
 from tether import Coordinator, FakeClock, ui
 from tether.errors import ConfigError
 from tether.jobtypes import CreateFile, DeleteFile
+from tether.ledger.status import JobStatus
 from tether.observe.health import Thresholds, health
-from tether.status import JobStatus
 from tether.ui import web as web_module
 
 BASE = "http://127.0.0.1:8787"

@@ -21,9 +21,9 @@ import uvicorn
 from jobkit import Note, NoteType, registry_with
 from tether import Coordinator, ui
 from tether.jobtypes import CreateFile
+from tether.ledger.status import JobStatus
 from tether.observe import queries as observe
 from tether.observe.health import health
-from tether.status import JobStatus
 
 CHROMIUM = "/usr/bin/chromium"
 

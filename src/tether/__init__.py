@@ -49,9 +49,9 @@ if TYPE_CHECKING:
     from .jobtypes.files import delete_locked as delete_locked
     from .jobtypes.files import write_locked as write_locked
     from .jobtypes.target import Target as Target
-    from .record import InsertResult as InsertResult
-    from .record import JobRecord as JobRecord
-    from .status import JobStatus as JobStatus
+    from .ledger.record import InsertResult as InsertResult
+    from .ledger.record import JobRecord as JobRecord
+    from .ledger.status import JobStatus as JobStatus
     from .store import InvalidModel as InvalidModel
     from .store import JsonStore as JsonStore
     from .store import ModelNotFound as ModelNotFound

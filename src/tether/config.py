@@ -71,7 +71,7 @@ DEFAULT_AWS_CONCURRENCY = 8
 ENV_MAX_PAYLOAD_BYTES = "TETHER_MAX_PAYLOAD_BYTES"
 
 DEFAULT_MAX_PAYLOAD_BYTES = 16 * 1024 * 1024
-"""The largest payload enqueue accepts, as its stored JSON in bytes (``tether.limits`` checks it)."""
+"""The largest payload enqueue accepts, as its stored JSON in bytes (``tether.ledger.limits`` checks it)."""
 
 DEFAULT_BATCH_BYTES = 8 * 1024 * 1024
 """The most payload (stored JSON, in bytes) a worker claims in one batch, unless the batch is a

@@ -20,9 +20,9 @@ from .ledger import conflict, meta
 from .ledger.build import all_default
 from .ledger.engine import Durability, create_engine, ensure_schema, layout, opening_error, schema_of
 from .ledger.queue import Queue
+from .ledger.record import InsertResult, JobRecord
 from .ledger.sql import DATABASE_TIME
 from .ledger.wakeup import wakeup_for
-from .record import InsertResult, JobRecord
 
 if TYPE_CHECKING:
     # Imported where used: an application opens a coordinator to enqueue, often at start-up (a

@@ -41,7 +41,7 @@ class NoLedger(DatabaseUnavailable):
 
 class LedgerFault(DatabaseUnavailable):
     """The ledger itself is corrupt, full, read-only, unreadable or gone: retrying cannot mend
-    it, so a worker stops (see ``tether.faults``). The message says what to do."""
+    it, so a worker stops (see ``tether.ledger.faults``). The message says what to do."""
 
     def __init__(self, kind: str, message: str) -> None:
         self.kind = kind

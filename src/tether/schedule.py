@@ -52,10 +52,10 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from . import events
 from .errors import ConfigError, TetherError
+from .ledger.record import InsertResult, JobRecord
 from .ledger.schema import DUE_SQL, schedules
 from .observe.readonly import ledger_now, records, select_jobs
 from .observe.readonly import t as jobs_table
-from .record import InsertResult, JobRecord
 
 if TYPE_CHECKING:
     from .jobtypes import Payload

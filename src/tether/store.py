@@ -27,8 +27,8 @@ from .errors import InvalidPayload, TetherError, UnsafePath
 from .jobtypes import ClaudeExtraction, CreateFile, DeleteFile, SyncAws
 from .jobtypes.claude_extraction import REQUIREMENT_TEMPLATE, render_prompt
 from .jobtypes.registry import describe
-from .record import InsertResult, JobRecord
-from .status import JobStatus
+from .ledger.record import InsertResult, JobRecord
+from .ledger.status import JobStatus
 
 M = TypeVar("M", bound=BaseModel)
 

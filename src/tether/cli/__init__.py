@@ -11,7 +11,7 @@ import sys
 import typer
 
 from ..errors import LedgerFault, TetherError
-from ..faults import EXIT_LEDGER_FAULT, describe
+from ..ledger.faults import EXIT_LEDGER_FAULT, describe
 
 # Importing a command module registers its command.
 from . import (  # noqa: F401  (imported for the commands they register)

@@ -15,7 +15,7 @@ from typer.core import TyperGroup
 
 from .. import config
 from ..errors import ConfigError, LedgerFault, TetherError
-from ..faults import ledger_fault
+from ..ledger.faults import ledger_fault
 from ..outcome import error_text
 
 if TYPE_CHECKING:

@@ -13,8 +13,8 @@ import typer
 from .. import events
 from ..clock import SystemClock
 from ..errors import ConfigError, InvalidPayload
-from ..record import JobRecord
-from ..status import JobStatus
+from ..ledger.record import JobRecord
+from ..ledger.status import JobStatus
 from .app import JSON_OPTION, app, err, open_coordinator, out, print_json
 from .output import first_line
 
@@ -105,7 +105,7 @@ def enqueue(
     if (payload is None) == (jsonl is None):
         raise typer.BadParameter("give exactly one of --payload or --jsonl")
     options = dict(priority=priority, key=key, max_attempts=max_attempts, delay=delay)
-    from ..limits import option_problem
+    from ..ledger.limits import option_problem
 
     # Check options, read and parse before the ledger is opened: bad input creates nothing.
     problem = option_problem(priority, max_attempts, delay, SystemClock().now())

@@ -6,8 +6,8 @@ import typer
 
 from ..clock import SystemClock
 from ..errors import ConfigError
-from ..record import JobRecord
-from ..status import JobStatus
+from ..ledger.record import JobRecord
+from ..ledger.status import JobStatus
 from .app import JSON_OPTION, app, print_json
 from .output import (
     LIMIT_HELP,

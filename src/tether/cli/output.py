@@ -16,7 +16,7 @@ from .app import Settings, out
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
-    from ..record import JobRecord
+    from ..ledger.record import JobRecord
 
 LIMIT_HELP = "Show at most this many jobs (0 for all)."
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from ..errors import ConfigError
-from ..status import JobStatus
+from ..ledger.status import JobStatus
 from .app import JSON_OPTION, app, out, print_json
 from .output import ledger, parse_duration, table, when
 

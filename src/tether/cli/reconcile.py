@@ -17,7 +17,7 @@ import typer
 
 from .. import config, events
 from ..errors import ConfigError
-from ..faults import describe
+from ..ledger.faults import describe
 from .app import JSON_OPTION, Settings, app, err, is_database_error, open_coordinator, out, print_json
 
 if TYPE_CHECKING:

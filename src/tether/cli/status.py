@@ -10,7 +10,7 @@ import typer
 from .. import config
 from ..config import DEFAULT_BACKLOG_LIMIT, DEFAULT_LOCK_TIMEOUT, ENV_BACKLOG_LIMIT
 from ..errors import TetherError
-from ..faults import describe
+from ..ledger.faults import describe
 from .app import JSON_OPTION, app, err, out, print_json
 from .output import age, ledger, parse_duration, size, table, when
 

@@ -14,7 +14,7 @@ import orjson
 
 from ..clock import Clock, elapsed
 from ..errors import Cancelled
-from ..record import JobRecord
+from ..ledger.record import JobRecord
 
 if TYPE_CHECKING:
     from . import Payload

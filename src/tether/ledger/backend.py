@@ -23,13 +23,13 @@ from typing import Any, Protocol, TypeVar
 
 import sqlalchemy as sa
 
-from .. import events, faults
+from .. import events
 from ..errors import LedgerFault
-from ..record import JobRecord, make_tuple
-from ..status import JobStatus
-from . import conflict
+from . import conflict, faults
+from .record import JobRecord, make_tuple
 from .schema import TABLE
 from .sql import INSERT_UNKEYED, INSERT_UNKEYED_ROW, unpinned
+from .status import JobStatus
 
 _T = TypeVar("_T")
 _NAMED = re.compile(r"(?<![:\w]):(\w+)")

@@ -13,14 +13,14 @@ from typing import Any, NamedTuple
 
 from pydantic_core import PydanticSerializationError
 
-from .. import limits
 from ..clock import Clock
 from ..errors import InvalidPayload
-from ..ids import new_id, new_ids
 from ..jobtypes import JobType, Payload, Registry
 from ..jobtypes.base import encoder
-from ..record import JobRecord, make_tuple
-from ..status import JobStatus
+from . import limits
+from .ids import new_id, new_ids
+from .record import JobRecord, make_tuple
+from .status import JobStatus
 
 _PENDING = JobStatus.PENDING
 _Encode = Callable[[Payload], bytes]
@@ -193,7 +193,7 @@ class Builder:
         )
 
     def _encode(self, kind: _TypeHooks, payload: Payload) -> bytes:
-        """The stored JSON of ``payload``, within the limits (``tether.limits``)."""
+        """The stored JSON of ``payload``, within the limits (``tether.ledger.limits``)."""
         try:
             encoded = kind.encode(payload)
         except PydanticSerializationError as e:

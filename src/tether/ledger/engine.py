@@ -13,9 +13,9 @@ from typing import Any, Literal
 
 import sqlalchemy as sa
 
-from .. import config, faults
+from .. import config
 from ..errors import ConfigError, DatabaseUnavailable, LedgerFault
-from . import sql
+from . import faults, sql
 from .ledgerfile import not_a_file
 from .schema import RETIRED_INDEXES, TABLE, metadata
 from .url import mask_url, parse_url

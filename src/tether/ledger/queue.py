@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import orjson
 import sqlalchemy as sa
 
-from .. import events, faults
+from .. import events
 from ..clock import Clock, DatabaseClock
 from ..config import DEFAULT_BATCH_BYTES
 from ..errors import (
@@ -27,15 +27,15 @@ from ..errors import (
 )
 from ..jobtypes import Payload, Registry
 from ..jobtypes.target import display
-from ..limits import DEFAULT_MAX_PAYLOAD_BYTES
 from ..outcome import encode_result
-from ..record import InsertResult, JobRecord, make_tuple
-from ..status import ENDING, FENCED, SWEPT, TRANSITIONS, JobStatus
-from . import conflict, sql
+from . import conflict, faults, sql
 from .backend import Backend, LostCommit
 from .build import Builder
 from .engine import ledger_name
+from .limits import DEFAULT_MAX_PAYLOAD_BYTES
 from .reclaim import SUSPECT, verdicts
+from .record import InsertResult, JobRecord, make_tuple
+from .status import ENDING, FENCED, SWEPT, TRANSITIONS, JobStatus
 from .wakeup import Wakeup
 
 _EDGE_SQL = {

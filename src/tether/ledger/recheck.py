@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .. import events
-from ..record import InsertResult, make_tuple
-from ..status import ENDING, TRANSITIONS
 from . import sql
+from .record import InsertResult, make_tuple
+from .status import ENDING, TRANSITIONS
 
 if TYPE_CHECKING:
     from .queue import Decision, Queue

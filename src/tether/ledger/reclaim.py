@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from ..record import JobRecord
+from .record import JobRecord
 
 CRASHED = "crashed"  # a worker died while running it alone
 SUSPECT = "suspect"  # it was in a crashed batch whose crash another job has been charged for

@@ -17,7 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ..status import JobStatus
+from .status import JobStatus
 
 TABLE = "tether_jobs"
 RECONCILE_TABLE = "tether_reconcile_runs"

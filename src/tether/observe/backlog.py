@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ..status import JobStatus
+from ..ledger.status import JobStatus
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 
 from ..ledger.schema import ACTIVE_KEYED_SQL
-from ..status import JobStatus
+from ..ledger.status import JobStatus
 from . import billing
 from .queries import error_summary
 from .readonly import Source, finished, now_of, reading, t

@@ -16,9 +16,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
-from .. import config, faults
+from .. import config
 from ..clock import SystemClock
 from ..errors import DatabaseUnavailable, NoLedger
+from ..ledger import faults
 from ..ledger.ledgerfile import ledger_file
 from ._lite_sql import STATEMENTS, TABLE
 from .backlog import stats_of

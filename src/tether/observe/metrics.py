@@ -39,11 +39,12 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from sqlalchemy.dialects.postgresql import ARRAY, array
 
-from .. import events, faults
+from .. import events
 from ..errors import ConfigError, DatabaseUnavailable
+from ..ledger import faults
 from ..ledger.engine import ledger_name
+from ..ledger.status import JobStatus
 from ..reconcile import runs as reconcile_runs
-from ..status import JobStatus
 from . import billing
 from . import queries as observe
 from .health import Thresholds, assess

@@ -13,11 +13,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .. import ids
 from ..errors import AmbiguousJobId, ConfigError, JobNotFound
+from ..ledger import ids
+from ..ledger.record import JobRecord
 from ..ledger.schema import ACTIVE_TARGETED_SQL, CLAIMED_SQL, PENDING_SQL, QUARANTINED_SQL
-from ..record import JobRecord
-from ..status import JobStatus
+from ..ledger.status import JobStatus
 from . import billing
 from .backlog import Stats as Stats
 from .backlog import TargetBacklog as TargetBacklog  # `X as X`: defined in backlog, this API too

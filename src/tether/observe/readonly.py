@@ -13,16 +13,17 @@ from typing import TYPE_CHECKING, Any, Union
 
 import sqlalchemy as sa
 
-from .. import config, faults
+from .. import config
 from ..clock import Clock, SystemClock
 from ..errors import DatabaseUnavailable
 from ..errors import NoLedger as NoLedger  # `X as X`: defined in errors, this module's API too
+from ..ledger import faults
 from ..ledger.engine import READ_ONLY, create_engine, ledger_name
 from ..ledger.ledgerfile import ledger_file
+from ..ledger.record import JobRecord
 from ..ledger.schema import FINISHED_SQL, RECORD_COLUMNS, TABLE, jobs
 from ..ledger.sql import DATABASE_TIME
 from ..ledger.url import mask_url, parse_url
-from ..record import JobRecord
 
 if TYPE_CHECKING:
     from ..coordinator import Coordinator

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from ..errors import ConfigError
 from ..jobtypes.target import AWS, Target
-from ..record import JobRecord
+from ..ledger.record import JobRecord
 from .readonly import Source, reading, records, select_jobs, t
 
 _LOW = f"{AWS}:"  # every aws: key sorts at or after this and before _HIGH (';' follows ':')

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from .. import events
 from ..errors import ConfigError, DatabaseUnavailable
 from ..ledger.schema import jobs
-from ..status import JobStatus
+from ..ledger.status import JobStatus
 from .readonly import Source, engine_of, now_of, reading
 
 t = jobs

@@ -11,7 +11,8 @@ from datetime import datetime
 import orjson
 import sqlalchemy as sa
 
-from .. import events, ids
+from .. import events
+from ..ledger import ids
 from ..ledger.schema import reconcile_runs as runs
 from .drift import Report
 

@@ -17,14 +17,14 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from ..cli.output import age, first_line, parse_duration, progress_text, seconds, when
 from ..errors import ConfigError, JobNotFound, TetherError
 from ..jobtypes.target import display
+from ..ledger.record import JobRecord
+from ..ledger.status import JobStatus
 from ..observe import queries as observe
 from ..observe.extractions import extractions
 from ..observe.health import Thresholds, health
 from ..observe.readonly import engine_of, now_of
 from ..observe.resources import aws_resources
 from ..reconcile.drift import DRIFT, UNKNOWN
-from ..record import JobRecord
-from ..status import JobStatus
 from .chart import duration_bars
 from .driftrun import DriftRunner
 from .security import SESSION_COOKIE, csrf_ok, form, session_value

@@ -17,18 +17,19 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
 
-from .. import config, events, faults
+from .. import config, events
 from ..clock import elapsed
 from ..errors import Cancelled, Deferred, InvalidPayload, JobTimedOut, LedgerFault, PermanentError, StorageFull
 from ..jobtypes.context import LEASE_LOST, SHUTDOWN, TIMEOUT, JobContext
 from ..jobtypes.dirsync import DirSyncs
 from ..jobtypes.files import file_error
+from ..ledger import faults
 from ..ledger.backend import LostCommit, LostConnection
 from ..ledger.queue import Decision
 from ..ledger.recheck import unsettled
+from ..ledger.record import JobRecord
 from ..ledger.walwatch import WalWatcher
 from ..outcome import encode_result, error_text
-from ..record import JobRecord
 from .retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -399,7 +400,7 @@ class Worker:
     def run(self, *, install_signals: bool = True) -> int:
         """Run until stopped (SIGINT/SIGTERM when ``install_signals``); returns jobs run. Raises
         LedgerFault, once its threads have stopped, if the ledger is corrupt, full, read-only or
-        gone (``tether.faults``); other database errors are retried with backoff."""
+        gone (``tether.ledger.faults``); other database errors are retried with backoff."""
         with self._signals(install_signals):
             return self._run(until_idle=False)
 
@@ -586,7 +587,7 @@ class Worker:
                 self.queue.wakeup.wait(seen, self.config.poll_interval)
 
     def _fatal(self, error: BaseException | None) -> bool:
-        """Whether ``error`` is a ledger fault (``tether.faults``). The first one stops this
+        """Whether ``error`` is a ledger fault (``tether.ledger.faults``). The first one stops this
         worker: running jobs are cancelled at their next checkpoint, and what it holds is given
         back where the ledger still takes a write; ``run`` then raises it."""
         if error is None:

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 
-from . import config
+from .. import config
 
 DEFAULT_MAX_PAYLOAD_BYTES = config.DEFAULT_MAX_PAYLOAD_BYTES
 """Largest stored payload (its JSON, in bytes) by default: ``TETHER_MAX_PAYLOAD_BYTES`` or

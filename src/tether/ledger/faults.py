@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from .errors import LedgerFault
+from ..errors import LedgerFault
 
 EXIT_LEDGER_FAULT = 74
 """Exit status of a command stopped by a ledger fault (``EX_IOERR`` of sysexits.h). Distinct from
