@@ -21,7 +21,7 @@ LAYERS: list[tuple[str, ...]] = [
         "errors",
         "events",
         "outcome",
-        "lazy",
+        "exports",
         "ledger.status",
         "ledger.ids",
         "ledger.record",

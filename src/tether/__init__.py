@@ -1,9 +1,9 @@
 """tether: every side effect recorded as a job, performed with retries, and proven on disk.
 
-The package is lazy (PEP 562, ``lazy.py``): a name below is imported from its module when first
+The package is lazy (PEP 562, ``exports.py``): a name below is imported from its module when first
 used. The command line imports this package, and ``tether --help`` and ``tether status`` should not
 pay for the coordinator, the ledger's table model and SQLAlchemy. The ``if TYPE_CHECKING:`` imports
-are the one list of what the package offers: type checkers read them, and ``lazy.exports`` reads
+are the one list of what the package offers: type checkers read them, and ``exports.lazy`` reads
 the same statements to know where each name lives (``X as X`` marks an explicit re-export).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import lazy
+from . import exports
 
 if TYPE_CHECKING:
     from .clock import Clock as Clock
@@ -60,4 +60,4 @@ if TYPE_CHECKING:
     from .worker.loop import WorkerConfig as WorkerConfig
     from .worker.retry import RetryPolicy as RetryPolicy
 
-__getattr__, __dir__ = lazy.exports(__name__)
+__getattr__, __dir__ = exports.lazy(__name__)

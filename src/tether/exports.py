@@ -1,9 +1,9 @@
-"""Lazy re-exports for the top-level package (PEP 562): the names it offers are imported from
-their submodules when first used, so ``import tether`` stays cheap (the command line imports the
+"""The top-level package's exports, imported lazily (PEP 562): the names it offers are imported
+from their submodules when first used, so ``import tether`` stays cheap (the command line imports the
 package, and ``tether --help`` loads no ledger and no SQLAlchemy).
 
 The package lists its names once, as the ``from ... import`` statements of its
-``if TYPE_CHECKING:`` block, which type checkers read; ``exports`` reads the same statements from
+``if TYPE_CHECKING:`` block, which type checkers read; ``lazy`` reads the same statements from
 the package's source, so there is no second list to keep in step.
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 
-def exports(package: str) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def lazy(package: str) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """The module ``__getattr__`` and ``__dir__`` of ``package``: each name its
     ``if TYPE_CHECKING:`` block imports is imported from the same module on first use;
     ``__all__`` (``from package import *``) is those names."""
