@@ -2,7 +2,8 @@
 
 The application keeps an ``orders`` table (SQLModel) in the same database as tether's ledger.
 Placing an order adds the row and records the job that writes ``orders/<id>.json`` in one
-session: both commit together, and a crash between them leaves neither (spec §4.2).
+session: both commit together, and a crash between them leaves neither (docs/design.md, "The
+durability promise").
 
 Run it from a clone (``make demo`` has created .venv):
 

@@ -21,7 +21,7 @@ DEFAULT_DURABILITY = "full"
 """SQLite ``synchronous=FULL``: a commit survives power loss."""
 
 DEFAULT_LOCK_TIMEOUT = 300.0
-"""Seconds after which a claimed job without a heartbeat is stale (the spec's 5 minutes)."""
+"""Seconds after which a claimed job without a heartbeat is stale (docs/design.md, "Statuses and edges")."""
 
 BUSY_TIMEOUT = 30.0
 """Seconds a SQLite connection waits for another's lock before it gives up ("database is locked")."""
@@ -34,7 +34,7 @@ to give the cancelled jobs back)."""
 DEFAULT_BACKLOG_LIMIT = 100
 """The soft backlog limit of ``tether status`` (a verdict, never a refusal)."""
 
-# The alerting rules of `tether status` (the async-processing seed's "Alerting Rules"): each has a
+# The alerting rules of `tether status` (docs/design.md, "The operator's questions"): each has a
 # warning and an error threshold; None turns that level off.
 DEFAULT_ALERT_WINDOW = 3600.0
 """Seconds of finished jobs the success rate and the p95 run time are measured over."""

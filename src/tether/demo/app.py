@@ -3,7 +3,7 @@
 The sample application keeps a requirements tracker as JSON files (``sample_data/data``):
 people, projects, and requirements (each a ``requirement.json`` plus a companion ``README.md``).
 Its data-model code goes through ``JsonStore`` and two job types of its own, showing both ways
-to keep one logical operation one job (spec §7.3):
+to keep one logical operation one job (docs/design.md, "The durability promise"):
 
 - ``save_requirement``: one job, one handler, writes the model and its companion file;
 - ``archive_project``: a parent job whose handler enqueues one ``save_requirement`` child per

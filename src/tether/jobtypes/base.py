@@ -163,7 +163,8 @@ UNREADABLE_PAYLOAD = Check(UNKNOWN, detail="the job's stored payload could not b
 
 class Probe(ABC):
     """How the reconciler checks that the effect of a job's latest completed run still holds.
-    It lives with the job type (files now, AWS later); the reconciler iterates over them."""
+    It lives with the job type (the file types', each AWS resource type's); the reconciler iterates
+    over them."""
 
     @abstractmethod
     def check(self, target: str, payload: str, root: Path, *, content: bool) -> Check:

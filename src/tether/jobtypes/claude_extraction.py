@@ -118,7 +118,7 @@ class ClaudeExtraction(Payload):
     @classmethod
     def _schema_is_valid(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         if value is not None:
-            import jsonschema  # type: ignore[import-untyped]  # no stubs; here: 30-40 ms every importer of tether.jobtypes paid
+            import jsonschema  # type: ignore[import-untyped]  # no stubs; imported here, where a schema is checked, so that importing tether.jobtypes does not load it
 
             try:
                 jsonschema.validators.validator_for(value).check_schema(value)

@@ -12,7 +12,7 @@ _lock = threading.Lock()
 # Within one millisecond the next id is this one plus one: monotonic ULIDs, as the
 # ULID spec has them, and cheaper than a random draw (two characters change, nothing is parsed).
 _last: tuple[int, str] = (-1, "")
-# Mersenne Twister seeded from the OS (a SystemRandom draw is a syscall: half an id's cost),
+# Mersenne Twister seeded from the OS (a SystemRandom draw is a syscall, dearer than the rest of an id),
 # reseeded in a forked child so two processes never share a sequence.
 _random = random.Random()
 

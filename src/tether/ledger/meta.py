@@ -44,7 +44,7 @@ class RootMismatch(ConfigError):
 
 
 def read(conn: sa.Connection) -> dict[str, str]:
-    # Plain text: a select built and compiled cold costs an open 1-3 ms.
+    # Plain text: building and compiling a select cold would cost every open more than this read.
     return {key: value for key, value in conn.exec_driver_sql(f"SELECT key, value FROM {_t.name}")}
 
 
