@@ -1,4 +1,5 @@
-"""The lifecycle diagram in docs/ matches the transition table in code."""
+"""The docs hold what the code does: the lifecycle diagram matches the transition table, the README's
+images are committed, and every relative link between the Markdown files resolves."""
 
 from __future__ import annotations
 
@@ -27,3 +28,43 @@ def test_every_image_the_readme_shows_is_committed():
     assert images, "the README shows no screenshot"
     missing = [i for i in images if not (readme.parent / i).is_file()]
     assert not missing, f"README shows images that are not in the repository: {missing}"
+
+
+def _anchor(heading: str) -> str:
+    """A heading's anchor as GitHub makes it: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def broken_links(repo: Path) -> list[str]:
+    """Relative links in the repository's Markdown files whose file, or heading, is not there."""
+    docs = [repo / "README.md", *sorted((repo / "docs").glob("*.md")), *sorted((repo / "benchmarks").glob("*.md"))]
+    broken = []
+    for doc in docs:
+        text = re.sub(r"```.*?```", "", doc.read_text(), flags=re.S)
+        for target, anchor in re.findall(r"\]\(([^)#\s:]*)(?:#([^)\s]+))?\)", text):
+            linked = (doc.parent / target).resolve() if target else doc
+            if not linked.exists():
+                broken.append(f"{doc.relative_to(repo)}: {target} does not exist")
+            elif anchor and linked.suffix == ".md":
+                headings = re.findall(r"^#+ (.*)$", linked.read_text(), re.M)
+                if anchor not in {_anchor(h) for h in headings}:
+                    broken.append(f"{doc.relative_to(repo)}: {target or doc.name}#{anchor} names no heading")
+    return broken
+
+
+def test_every_relative_link_in_the_docs_resolves():
+    assert not broken_links(DOC.parent.parent), "\n".join(broken_links(DOC.parent.parent))
+
+
+def test_a_link_to_a_missing_heading_or_file_is_reported(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "HISTORY.md").write_text("# History\n\n## `limits.py`: cost (row 1)\n")
+    (tmp_path / "README.md").write_text(
+        "[ok](benchmarks/HISTORY.md#limitspy-cost-row-1) [gone](benchmarks/HISTORY.md#limitspy)"
+        " [missing](docs/design.md) [web](https://example.com/x#y)\n"
+    )
+    assert broken_links(tmp_path) == [
+        "README.md: benchmarks/HISTORY.md#limitspy names no heading",
+        "README.md: docs/design.md does not exist",
+    ]
