@@ -97,7 +97,7 @@ class Schedule(TetherModel, table=True):
 
 
 class ReconcileRun(TetherModel, table=True):
-    """The verdict of one reconcile check (``tether_reconcile_runs``, see reconcile_runs.py)."""
+    """The verdict of one reconcile check (``tether_reconcile_runs``, see reconcile/runs.py)."""
 
     __table__ = schema.reconcile_runs
 
