@@ -286,9 +286,15 @@ def test_a_path_lock_is_released_when_its_process_dies(root):
 
 
 def test_a_thread_may_hold_the_locks_of_several_paths_at_once(root):
-    with locks.path_lock(root, "a.json"), locks.path_lock(root, "b.json"):
-        with locks.path_lock(root, "b.json"), locks.path_lock(root, "a.json"):  # re-entrant: no self-deadlock
-            pass
+    def hold_both_twice() -> None:
+        with locks.path_lock(root, "a.json"), locks.path_lock(root, "b.json"):
+            with locks.path_lock(root, "b.json"), locks.path_lock(root, "a.json"):  # re-entrant
+                pass
+
+    holder = threading.Thread(target=hold_both_twice, daemon=True)  # a self-deadlock would hang it
+    holder.start()
+    holder.join(timeout=30)
+    assert not holder.is_alive(), "a thread waited on a lock it already held"
     assert [p.name for p in (root / ".tether/locks").iterdir()] == [locks.LOCK_FILE]
 
 

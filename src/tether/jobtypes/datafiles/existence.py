@@ -153,7 +153,7 @@ _FIRST, _LAST = itemgetter(0), itemgetter(2)
 
 
 def _may_escape(rels: Sequence[str]) -> bool:
-    """False when no path of ``rels`` can escape the root (``_outside``), decided in C for all of
+    """False when no path of ``rels`` can escape the root (``outside``), decided in C for all of
     them at once; True when one may, and each must then be looked at on its own."""
     joined = "\n".join(rels)
     return joined.startswith("/") or "\n/" in joined or "\x00" in joined or ".." in joined
