@@ -38,7 +38,7 @@ from pathlib import Path
 
 from tether import Coordinator, CreateFile, DeleteFile
 from tether.jobtypes import render
-from tether.jobtypes.files import file_target
+from tether.jobtypes.target import file_key
 from tether.ledger.ids import new_id
 from tether.reconcile.check import reconcile
 
@@ -76,7 +76,7 @@ def build_ledger(db: Path, root: Path, jobs: int, *, create_every: int = 1, file
                     stamp,
                     stamp,
                     stamp,
-                    file_target(path),
+                    file_key(path),
                 )
             )
             if len(rows) == BATCH or i == jobs - 1:

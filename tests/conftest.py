@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from tether import Coordinator, FakeClock, beneath
+from tether import Coordinator, FakeClock
 from tether.jobtypes import Registry, default_registry
+from tether.jobtypes.datafiles import nofollow
 
 PG_ADMIN_URL = os.environ.get("TETHER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 BACKENDS = ["sqlite"] + ([] if os.environ.get("TETHER_TEST_PG") == "0" else ["postgres"])
@@ -102,5 +103,5 @@ def lookup(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
     """How paths under the data root are opened: Linux openat2 (where the kernel has it), or the
     portable per-component walk (``pytestmark = pytest.mark.usefixtures("lookup")`` runs a
     module's tests with each)."""
-    monkeypatch.setattr(beneath, "_usable", None if request.param == "openat2" else False)
+    monkeypatch.setattr(nofollow, "_usable", None if request.param == "openat2" else False)
     return request.param

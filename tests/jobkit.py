@@ -8,7 +8,6 @@ from typing import Any, ClassVar
 
 from tether import JobContext, JobType, Payload, PermanentError
 from tether.jobtypes import CreateFile, default_registry
-from tether.jobtypes.files import file_target
 
 
 class Note(Payload):
@@ -95,4 +94,4 @@ def registry_with(*extra: JobType):
     return registry
 
 
-__all__ = ["Block", "BlockType", "Note", "NoteType", "Spawn", "SpawnType", "file_target", "registry_with"]
+__all__ = ["Block", "BlockType", "Note", "NoteType", "Spawn", "SpawnType", "registry_with"]

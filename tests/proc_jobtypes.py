@@ -38,10 +38,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from tether import fs
 from tether.errors import PermanentError
 from tether.jobtypes import JobType, Payload, Registry
 from tether.jobtypes.create_file import CreateFile, CreateFileType
+from tether.jobtypes.datafiles import durable
 
 if TYPE_CHECKING:
     from tether.jobtypes.context import JobContext
@@ -154,7 +154,7 @@ class KillAfterWriteType(CreateFileType):
 
 
 class _HangOnReplace:
-    """Stands in for the ``os`` module inside tether.fs: everything passes through except
+    """Stands in for the ``os`` module inside tether.jobtypes.datafiles.durable: everything passes through except
     ``replace``, which reports the temp path and never returns."""
 
     def __init__(self, marker: str) -> None:
@@ -177,7 +177,7 @@ class _SyncLog:
     def __init__(self, log: str, kill_at: int | None) -> None:
         self.fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.kill_at, self.dir_syncs = kill_at, 0
-        self.real_fsync = fs.fsync_fd
+        self.real_fsync = durable.fsync_fd
 
     def line(self, text: str) -> None:
         os.write(self.fd, f"{text}\n".encode())  # one write(2) each: lines never mix
@@ -195,8 +195,8 @@ class _SyncLog:
     def install(self) -> None:
         from tether.ledger.queue import Queue
 
-        fs.fsync_fd = self.fsync
-        fs.os = _LogReplace(self)  # type: ignore[attr-defined,assignment]  # a stand-in for fs's os module
+        durable.fsync_fd = self.fsync
+        durable.os = _LogReplace(self)  # type: ignore[attr-defined,assignment]  # a stand-in for durable's os module
         finish = Queue.finish_and_claim
 
         def finish_and_claim(queue: Queue, worker: str, decisions: Any, **kw: Any) -> Any:
@@ -207,7 +207,7 @@ class _SyncLog:
 
 
 class _LogReplace:
-    """Stands in for the ``os`` module inside tether.fs: ``replace`` is logged once done."""
+    """Stands in for the ``os`` module inside tether.jobtypes.datafiles.durable: ``replace`` is logged once done."""
 
     def __init__(self, log: _SyncLog) -> None:
         self._log = log
@@ -232,4 +232,4 @@ def register(registry: Registry) -> None:
         kill_at_sync = os.environ.get(KILL_AT_DIR_SYNC_ENV)
         _SyncLog(log, int(kill_at_sync) if kill_at_sync else None).install()
     if marker := os.environ.get(HANG_ENV):
-        fs.os = _HangOnReplace(marker)  # type: ignore[attr-defined,assignment]  # a stand-in for fs's os module
+        durable.os = _HangOnReplace(marker)  # type: ignore[attr-defined,assignment]  # a stand-in for durable's os module

@@ -38,9 +38,9 @@ import threading
 import time
 from typing import Any
 
-from tether import fs
 from tether.clock import elapsed
 from tether.jobtypes import Registry
+from tether.jobtypes.datafiles import durable, paths
 
 STOP_AT_ENV = "TETHER_TEST_STOP_AT"
 STOP_MARKER_ENV = "TETHER_TEST_STOP_MARKER"
@@ -121,7 +121,7 @@ class _Stop:
 
 
 class _Effects:
-    """Stands in for the ``os`` module inside tether.fs: renames over data files and removals of
+    """Stands in for the ``os`` module inside tether.jobtypes.datafiles.durable: renames over data files and removals of
     data files are logged once done; ``rename`` stops there first when that is the stop point."""
 
     def __init__(self, log: str | None, stop: _Stop | None) -> None:
@@ -142,7 +142,7 @@ class _Effects:
         if self._fd is not None:
             fd = os.open(src, os.O_RDONLY, dir_fd=src_dir_fd)
             try:
-                digest = hashlib.sha256(fs._read_all(fd, 1 << 30)).hexdigest()
+                digest = hashlib.sha256(durable._read_all(fd, 1 << 30)).hexdigest()
             finally:
                 os.close(fd)
         os.replace(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
@@ -150,7 +150,7 @@ class _Effects:
 
     def unlink(self, path: Any, *, dir_fd: int | None = None) -> None:
         os.unlink(path, dir_fd=dir_fd)
-        if not os.fspath(path).endswith(fs.TEMP_SUFFIX):
+        if not os.fspath(path).endswith(paths.TEMP_SUFFIX):
             self._line(f"delete {_where(path, dir_fd)}")
 
 
@@ -186,4 +186,4 @@ def register(registry: Registry) -> None:
             context.elapsed = loop.elapsed = _StoppedClock(stop)  # type: ignore[attr-defined]  # a stand-in for elapsed
     log = os.environ.get(EFFECT_LOG_ENV)
     if stop is not None or log:
-        fs.os = _Effects(log, stop)  # type: ignore[attr-defined,assignment]  # a stand-in for fs's os module
+        durable.os = _Effects(log, stop)  # type: ignore[attr-defined,assignment]  # a stand-in for durable's os module

@@ -1,4 +1,4 @@
-"""Directory fsyncs shared by the jobs of one group commit (tether/jobtypes/dirsync.py): each
+"""Directory fsyncs shared by the jobs of one group commit (tether/jobtypes/datafiles/dirsync.py): each
 directory once per commit, always before it, and a failed one keeps its jobs from completing."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from tether import fs
 from tether.jobtypes import CreateFile, DeleteFile
+from tether.jobtypes.datafiles import durable
 from tether.ledger.queue import Queue
 from tether.ledger.status import JobStatus
 
@@ -22,7 +22,7 @@ def order(monkeypatch) -> list[tuple[str, str]]:
     """("fsync", real path) for every directory fsynced and ("commit", job ids completed) for every
     group commit, in the order they happen."""
     events: list[tuple[str, str]] = []
-    real_fsync, real_finish = fs.fsync_fd, Queue.finish_and_claim
+    real_fsync, real_finish = durable.fsync_fd, Queue.finish_and_claim
 
     def fsync(fd):
         real_fsync(fd)
@@ -34,7 +34,7 @@ def order(monkeypatch) -> list[tuple[str, str]]:
         events.append(("commit", " ".join(d.job.id for d in decisions if d.edge == "complete")))
         return real_finish(queue, worker, decisions, **kw)
 
-    monkeypatch.setattr(fs, "fsync_fd", fsync)
+    monkeypatch.setattr(durable, "fsync_fd", fsync)
     monkeypatch.setattr(Queue, "finish_and_claim", finish_and_claim)
     return events
 
@@ -63,14 +63,14 @@ def test_a_failed_shared_directory_fsync_retries_the_jobs_of_that_directory_only
     payloads = [CreateFile(path=f"{'ok' if i % 2 else 'bad'}/f{i}.json", content=i) for i in range(10)]
     ids = [r.job.id for r in coordinator.enqueue_many(payloads)]
     bad = os.path.realpath(root / "bad")
-    real_fsync = fs.fsync_fd
+    real_fsync = durable.fsync_fd
 
     def fsync(fd):
         if os.readlink(f"/proc/self/fd/{fd}") == bad:
             raise OSError(errno.EIO, "injected I/O error")
         real_fsync(fd)
 
-    monkeypatch.setattr(fs, "fsync_fd", fsync)
+    monkeypatch.setattr(durable, "fsync_fd", fsync)
     coordinator.worker(**ONE_COMMIT).run_until_idle()
     for job_id, p in zip(ids, payloads, strict=True):
         job = coordinator.get(job_id)
@@ -80,7 +80,7 @@ def test_a_failed_shared_directory_fsync_retries_the_jobs_of_that_directory_only
             assert job.status is JobStatus.PENDING, p.path
             assert "injected I/O error" in job.last_error and p.path in job.last_error
             assert (root / p.path).exists()
-    monkeypatch.setattr(fs, "fsync_fd", real_fsync)
+    monkeypatch.setattr(durable, "fsync_fd", real_fsync)
     clock.advance(3600)
     coordinator.run_until_idle()
     assert {coordinator.get(i).status for i in ids} == {JobStatus.COMPLETED}

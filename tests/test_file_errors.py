@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tether import CreateFile, DeleteFile, InvalidPayload, JobStatus, fs
+from tether import CreateFile, DeleteFile, InvalidPayload, JobStatus
 from tether.jobtypes import create_file
+from tether.jobtypes.datafiles import durable
 
 # Each test with Linux openat2 (where the kernel has it) and with the portable walk.
 pytestmark = pytest.mark.usefixtures("lookup")
@@ -222,8 +223,10 @@ def test_an_error_opening_a_directory_on_the_way_names_that_directory(coordinato
 
 
 def test_the_mapping_leaves_other_errors_as_they_are():
-    from tether.jobtypes.files import file_error
+    from tether.jobtypes.datafiles.effects import file_error
 
     other = OSError(errno.EEXIST, "File exists")
     assert file_error(other, "a.json") is other
-    assert "a.json is not a regular file" in str(file_error(fs.NotRegularFile(0, "is not a regular file"), "a.json"))
+    assert "a.json is not a regular file" in str(
+        file_error(durable.NotRegularFile(0, "is not a regular file"), "a.json")
+    )

@@ -9,13 +9,14 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tether import CreateFile, DeleteFile, JobStatus, fs
+from tether import CreateFile, DeleteFile, JobStatus
 from tether.jobtypes import render
+from tether.jobtypes.datafiles import durable, locks, paths
 
 
 def write(root: Path, rel: str, data: bytes) -> None:
     """tether's atomic write of one data file (what write_locked does once it holds the lock)."""
-    with fs.data_file(root, rel, create=True) as f:
+    with durable.data_file(root, rel, create=True) as f:
         f.write(data)
 
 
@@ -29,7 +30,7 @@ def test_create_file_writes_exactly_the_rendered_bytes(coordinator, root):
     coordinator.run_until_idle()
     data = (root / "models/a.json").read_bytes()
     assert data == render(payload) == orjson.dumps({"b": [1, 2], "a": "é"}, option=orjson.OPT_INDENT_2) + b"\n"
-    assert coordinator.get(job_id).result_data == {"bytes": len(data), "sha256": fs.sha256(data), "written": True}
+    assert coordinator.get(job_id).result_data == {"bytes": len(data), "sha256": durable.sha256(data), "written": True}
     assert data_files(root) == ["models/a.json"]
 
 
@@ -74,7 +75,7 @@ def test_an_attempt_resolves_no_path_when_nothing_on_the_way_is_a_symlink(coordi
     def resolved(root: Path, rel: str) -> str:
         raise AssertionError(f"resolved {rel} at run time")
 
-    monkeypatch.setattr(fs, "canonical", resolved)
+    monkeypatch.setattr(paths, "canonical", resolved)
     coordinator.run_until_idle()
     assert coordinator.get(job_id).status is JobStatus.COMPLETED
     assert (root / "d/a.json").read_bytes() == b"1\n"
@@ -232,7 +233,7 @@ def test_path_lock_serialises_holders_of_one_path(root):
 
     def hold():
         for _ in range(20):
-            with fs.path_lock(root, "a.json"):
+            with locks.path_lock(root, "a.json"):
                 with lock:
                     inside.append(1)
                     if len(inside) > 1:
@@ -246,7 +247,7 @@ def test_path_lock_serialises_holders_of_one_path(root):
     for t in threads:
         t.join()
     assert overlap == []
-    assert [p.name for p in (root / ".tether/locks").iterdir()] == [fs.LOCK_FILE]
+    assert [p.name for p in (root / ".tether/locks").iterdir()] == [locks.LOCK_FILE]
 
 
 def test_path_locks_of_different_paths_do_not_wait_for_each_other(root):
@@ -254,7 +255,7 @@ def test_path_locks_of_different_paths_do_not_wait_for_each_other(root):
     release = threading.Event()
 
     def hold_a():
-        with fs.path_lock(root, "a.json"):
+        with locks.path_lock(root, "a.json"):
             held.set()
             release.wait(10)
 
@@ -262,7 +263,7 @@ def test_path_locks_of_different_paths_do_not_wait_for_each_other(root):
     t.start()
     assert held.wait(10)
     try:
-        with fs.path_lock(root, "b.json"):  # would block until release if they shared a lock
+        with locks.path_lock(root, "b.json"):  # would block until release if they shared a lock
             assert t.is_alive() and not release.is_set()
     finally:
         release.set()
@@ -274,21 +275,27 @@ def test_a_path_lock_is_released_when_its_process_dies(root):
     import sys
 
     code = (
-        f"import os, sys; from pathlib import Path; from tether import fs\n"
-        f"with fs.path_lock(Path({str(root)!r}), 'a.json'):\n"
+        f"import os, sys; from pathlib import Path; from tether.jobtypes.datafiles import locks\n"
+        f"with locks.path_lock(Path({str(root)!r}), 'a.json'):\n"
         f"    print('held', flush=True); os._exit(0)\n"
     )
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert child.stdout == "held\n", child.stderr
-    with fs.path_lock(root, "a.json"):  # the dead holder's lock went with it
+    with locks.path_lock(root, "a.json"):  # the dead holder's lock went with it
         pass
 
 
 def test_a_thread_may_hold_the_locks_of_several_paths_at_once(root):
-    with fs.path_locks(root, ["a.json", "b.json", "a.json"]):
-        with fs.path_lock(root, "b.json"):  # re-entrant: no self-deadlock
-            pass
-    assert [p.name for p in (root / ".tether/locks").iterdir()] == [fs.LOCK_FILE]
+    def hold_both_twice() -> None:
+        with locks.path_lock(root, "a.json"), locks.path_lock(root, "b.json"):
+            with locks.path_lock(root, "b.json"), locks.path_lock(root, "a.json"):  # re-entrant
+                pass
+
+    holder = threading.Thread(target=hold_both_twice, daemon=True)  # a self-deadlock would hang it
+    holder.start()
+    holder.join(timeout=30)
+    assert not holder.is_alive(), "a thread waited on a lock it already held"
+    assert [p.name for p in (root / ".tether/locks").iterdir()] == [locks.LOCK_FILE]
 
 
 def test_a_path_lock_held_by_another_process_excludes_this_one(root):
@@ -299,21 +306,21 @@ def test_a_path_lock_held_by_another_process_excludes_this_one(root):
     import sys
 
     code = (
-        f"import sys; from pathlib import Path; from tether import fs\n"
-        f"with fs.path_lock(Path({str(root)!r}), 'a.json'):\n"
+        f"import sys; from pathlib import Path; from tether.jobtypes.datafiles import locks\n"
+        f"with locks.path_lock(Path({str(root)!r}), 'a.json'):\n"
         f"    print('held', flush=True); sys.stdin.readline()\n"
     )
     child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert child.stdin is not None and child.stdout is not None
     try:
         assert child.stdout.readline() == "held\n"
-        fd = os.open(root / ".tether/locks" / fs.LOCK_FILE, os.O_RDWR)
+        fd = os.open(root / ".tether/locks" / locks.LOCK_FILE, os.O_RDWR)
         try:
-            probe = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, fs._path_hash("a.json"), 1, 0)
+            probe = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, locks._path_hash("a.json"), 1, 0)
             with pytest.raises(OSError) as busy:  # a non-blocking try of the same lock
                 fcntl.fcntl(fd, fcntl.F_OFD_SETLK, probe)
             assert busy.value.errno in (errno.EAGAIN, errno.EACCES)
-            other = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, fs._path_hash("b.json"), 1, 0)
+            other = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, locks._path_hash("b.json"), 1, 0)
             fcntl.fcntl(fd, fcntl.F_OFD_SETLK, other)  # another path's lock is free
         finally:
             os.close(fd)
@@ -330,7 +337,9 @@ def _try_lock(fd: int, rel: str) -> bool:
     import struct
 
     try:
-        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, fs._path_hash(rel), 1, 0))
+        fcntl.fcntl(
+            fd, fcntl.F_OFD_SETLK, struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, locks._path_hash(rel), 1, 0)
+        )
     except OSError as e:
         assert e.errno in (errno.EAGAIN, errno.EACCES)
         return False
@@ -338,13 +347,13 @@ def _try_lock(fd: int, rel: str) -> bool:
 
 
 def test_a_path_lock_is_free_for_others_once_released(root):
-    with fs.path_lock(root, "a.json"):
-        fd = os.open(root / ".tether/locks" / fs.LOCK_FILE, os.O_RDWR)  # another open: another owner
+    with locks.path_lock(root, "a.json"):
+        fd = os.open(root / ".tether/locks" / locks.LOCK_FILE, os.O_RDWR)  # another open: another owner
         try:
             assert not _try_lock(fd, "a.json")
         finally:
             os.close(fd)
-    fd = os.open(root / ".tether/locks" / fs.LOCK_FILE, os.O_RDWR)
+    fd = os.open(root / ".tether/locks" / locks.LOCK_FILE, os.O_RDWR)
     try:
         assert _try_lock(fd, "a.json")
     finally:
@@ -355,13 +364,13 @@ def test_a_path_lock_is_free_for_others_once_released(root):
 def synced(monkeypatch) -> list[str]:
     """The files and directories fsynced, in order (their real paths)."""
     calls: list[str] = []
-    real = fs.fsync_fd
+    real = durable.fsync_fd
 
     def record(fd):
         calls.append(os.readlink(f"/proc/self/fd/{fd}"))
         real(fd)
 
-    monkeypatch.setattr(fs, "fsync_fd", record)
+    monkeypatch.setattr(durable, "fsync_fd", record)
     return calls
 
 
@@ -391,7 +400,7 @@ def test_a_directory_someone_else_just_made_is_made_durable_by_the_first_write_i
 def test_a_write_whose_directory_could_not_be_made_durable_leaves_the_target_and_tries_again(root, monkeypatch):
     real = os.path.realpath(root)
     calls: list[str] = []
-    original = fs.fsync_fd
+    original = durable.fsync_fd
 
     def fail_on_the_root_once(fd):
         path = os.readlink(f"/proc/self/fd/{fd}")
@@ -400,7 +409,7 @@ def test_a_write_whose_directory_could_not_be_made_durable_leaves_the_target_and
             raise OSError(5, "injected I/O error")
         original(fd)
 
-    monkeypatch.setattr(fs, "fsync_fd", fail_on_the_root_once)
+    monkeypatch.setattr(durable, "fsync_fd", fail_on_the_root_once)
     with pytest.raises(OSError, match="injected"):
         write(root, "new/a.json", b"1")
     assert not (root / "new/a.json").exists() and os.listdir(root / "new") == []  # no file, no temp file
@@ -412,9 +421,9 @@ def test_a_child_forked_inside_a_path_lock_does_not_believe_it_holds_it(root):
     import multiprocessing
 
     def child(out):
-        out.put(dict(fs._held.__dict__.get("locks", {})))
+        out.put(dict(locks._held.__dict__.get("locks", {})))
 
-    with fs.path_lock(root, "a.json"):
+    with locks.path_lock(root, "a.json"):
         ctx = multiprocessing.get_context("fork")
         out = ctx.Queue()
         p = ctx.Process(target=child, args=(out,))

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from tether import Coordinator, FakeClock
-from tether.fs import TEMP_SUFFIX
 from tether.jobtypes.create_file import CreateFile
+from tether.jobtypes.datafiles.paths import TEMP_SUFFIX
 from tether.reconcile.check import reconcile
 
 BODY = 48 * 1024  # bytes of each new version: a few fit in the space left, most do not

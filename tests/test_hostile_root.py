@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from tether import CreateFile, DeleteFile, InvalidPayload, JobStatus, beneath, fs
-from tether.jobtypes import files, render
+from tether import CreateFile, DeleteFile, InvalidPayload, JobStatus
+from tether.jobtypes import render
 from tether.jobtypes.context import JobContext
+from tether.jobtypes.datafiles import existence, nofollow, paths
 from tether.reconcile.check import reconcile
 
 # Each test with Linux openat2 (where the kernel has it) and with the portable walk.
@@ -96,7 +97,7 @@ def test_a_symlinked_directory_met_at_run_time_fails_the_job_and_touches_nothing
     swap_for_symlink(root / "d", outside)
     # the run-time prepare resolves d/f.json through the link (outside: refused); skip it to
     # show that the open itself refuses, whatever a check before it said
-    monkeypatch.setattr(fs, "canonical", lambda root, rel: rel)
+    monkeypatch.setattr(paths, "canonical", lambda root, rel: rel)
     coordinator.run_until_idle()
     job = coordinator.get(job_id)
     assert job.status is JobStatus.FAILED and job.attempts == 1
@@ -287,7 +288,7 @@ def test_a_symlinked_tether_directory_never_puts_the_lock_file_outside_the_root(
 
 
 def test_a_file_name_too_long_for_its_temp_file_is_refused_at_enqueue(coordinator, root):
-    longest = "n" * (fs.NAME_MAX - fs.TEMP_OVERHEAD)
+    longest = "n" * (paths.NAME_MAX - paths.TEMP_OVERHEAD)
     with pytest.raises(InvalidPayload, match=r"path: .* has a file name of 235 bytes; at most 234"):
         coordinator.enqueue(CreateFile(path=longest + "x", content=1))
     job_id = coordinator.enqueue(CreateFile(path=f"d/{longest}", content=1)).id  # the longest that can run
@@ -310,7 +311,7 @@ def test_a_component_over_name_max_and_a_path_over_path_max_are_refused_at_enque
 
 @pytest.mark.parametrize("files_in_docs", [1, 12])  # one: docs/ is walked; twelve: the probe lists it
 def test_a_data_directory_named_like_a_temp_file_is_not_a_leftover_temp(coordinator, root, files_in_docs, monkeypatch):
-    monkeypatch.setattr(files, "_BYTES_PER_WANTED", 10**6)  # list any directory with 8+ of the paths
+    monkeypatch.setattr(existence, "_BYTES_PER_WANTED", 10**6)  # list any directory with 8+ of the paths
     for n in range(files_in_docs):
         coordinator.enqueue(CreateFile(path=f"docs/{n}.json", content=n))
     coordinator.run_until_idle()
@@ -335,9 +336,9 @@ def test_a_component_met_as_a_symlink_is_classified_by_what_it_is_now(tmp_path):
     fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         met = OSError(errno.ENOTDIR, "Not a directory")
-        assert beneath._classified(met, "link", fd, "a/link").errno == errno.ELOOP
-        assert beneath._classified(met, "file", fd, "a/file").errno == errno.ENOTDIR
-        swapped_back = beneath._classified(met, "dir", fd, "a/dir")  # a directory again by now
+        assert nofollow._classified(met, "link", fd, "a/link").errno == errno.ELOOP
+        assert nofollow._classified(met, "file", fd, "a/file").errno == errno.ENOTDIR
+        swapped_back = nofollow._classified(met, "dir", fd, "a/dir")  # a directory again by now
         assert swapped_back.errno == errno.EAGAIN and swapped_back.filename == "a/dir"
     finally:
         os.close(fd)
@@ -356,8 +357,8 @@ def test_a_symlink_swapped_away_while_it_is_resolved_is_resolved_again_then_refu
 
     monkeypatch.setattr(os.path, "realpath", realpath_racing)
     fails_wanted = 2
-    assert fs.canonical(root, "link/a.json") == "real/a.json"
+    assert paths.canonical(root, "link/a.json") == "real/a.json"
     fails.clear()
     fails_wanted = 3
-    with pytest.raises(fs.PathRejected, match="kept changing"):
-        fs.canonical(root, "link/b.json")
+    with pytest.raises(paths.PathRejected, match="kept changing"):
+        paths.canonical(root, "link/b.json")

@@ -28,8 +28,9 @@ LAYERS: list[tuple[str, ...]] = [
         "ledger.faults",
         "ledger.limits",
     ),
-    # what a job is and what its handler may touch: the data root, targets, the handler context
-    ("beneath", "fs", "jobtypes"),
+    # what a job is and what its handler may touch: the data root (jobtypes.datafiles), targets,
+    # the handler context
+    ("jobtypes",),
     # the table, its engine and statements, enqueue/claim/transition, wake-ups
     ("ledger",),
     # running jobs: the loop, retry backoff

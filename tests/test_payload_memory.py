@@ -31,8 +31,8 @@ import pytest
 from pydantic import JsonValue
 
 from conftest import scratch_pg_database
-from tether import fs
 from tether.jobtypes.create_file import render_fields
+from tether.jobtypes.datafiles import durable
 
 MIB = 1 << 20
 SCRIPT = Path(__file__).with_name("proc_big_payloads.py")
@@ -100,7 +100,7 @@ def test_draining_200_jobs_of_5_mib_on_postgresql_grows_a_worker_by_a_few_payloa
 def test_an_existing_large_file_is_compared_a_chunk_at_a_time(tmp_path: Path) -> None:
     data = os.urandom(8 * MIB)
     (tmp_path / "big.bin").write_bytes(data)
-    with fs.data_file(tmp_path, "big.bin") as f:
+    with durable.data_file(tmp_path, "big.bin") as f:
         tracemalloc.start()
         try:
             assert f.holds(data)

@@ -32,8 +32,8 @@ import sqlalchemy as sa
 from conftest import scratch_pg_database
 from tether import Coordinator, InsertResult
 from tether.errors import DatabaseUnavailable
-from tether.fs import TEMP_SUFFIX
 from tether.jobtypes import CreateFile, DeleteFile, default_registry, render
+from tether.jobtypes.datafiles.paths import TEMP_SUFFIX
 from tether.reconcile.check import reconcile
 from workerkit import ForkedWorker, Zygote
 

@@ -59,12 +59,12 @@ def _disk_fails() -> Iterator[None]:
     def fail(*_: Any, **__: Any) -> Any:
         raise OSError(errno.EIO, "Input/output error")
 
-    from tether.jobtypes import files
+    from tether.jobtypes.datafiles import existence
 
     with pytest.MonkeyPatch.context() as mp:
         for name in ("open", "lstat", "stat", "scandir", "listdir"):
             mp.setattr(os, name, fail)
-        mp.setattr(files, "lstat_data_file", fail)  # the probes' own handle on lstat
+        mp.setattr(existence, "lstat_data_file", fail)  # the probes' own handle on lstat
         yield
 
 

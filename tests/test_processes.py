@@ -22,8 +22,8 @@ import pytest
 import sqlalchemy as sa
 
 from tether import Coordinator, JobRecord, config
-from tether.fs import TEMP_SUFFIX
 from tether.jobtypes import CreateFile, Registry, default_registry, render
+from tether.jobtypes.datafiles.paths import TEMP_SUFFIX
 from tether.ledger.status import JobStatus
 from workerkit import REPO, TETHER, WorkerProc, pj, wait_for
 
@@ -276,7 +276,7 @@ def _sync_order(log: Path) -> tuple[dict[str, int], dict[int, list[int]], dict[s
 def test_a_worker_killed_before_a_shared_directory_fsync_left_no_completed_job_without_a_durable_entry(
     tmp_path: Path, ledger: str, root: Path, start_worker: Callable[..., WorkerProc]
 ) -> None:
-    """Directory fsyncs are shared by the jobs of a group commit (jobtypes/dirsync.py). Killed
+    """Directory fsyncs are shared by the jobs of a group commit (jobtypes/datafiles/dirsync.py). Killed
     just before one of them, the worker has renamed files whose entries are not durable: none of
     their jobs may be completed, and every completed job's directory was fsynced after its
     rename and before the commit that recorded it."""

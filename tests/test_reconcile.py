@@ -14,7 +14,9 @@ import pytest
 import sqlalchemy as sa
 
 from tether import Check, Coordinator, CreateFile, DeleteFile, JobContext, JobType, Payload, Probe
-from tether.jobtypes import default_registry, files, render
+from tether.jobtypes import default_registry, render
+from tether.jobtypes.datafiles import content as content_probe
+from tether.jobtypes.datafiles import existence
 from tether.reconcile.check import reconcile
 
 
@@ -52,7 +54,7 @@ def unreadable(monkeypatch: pytest.MonkeyPatch):
     """Make named files fail to open/stat with an error. Tests run as root here, where chmod 000
     does not stop a read, so the failure is injected at the probe's one open/stat function."""
     failing: dict[str, int] = {}
-    real_open, real_lstat = files.open_data_file, files.lstat_data_file
+    real_open, real_lstat = content_probe.open_data_file, existence.lstat_data_file
 
     def fail_if_named(path: str) -> None:
         for name, code in failing.items():
@@ -76,10 +78,10 @@ def unreadable(monkeypatch: pytest.MonkeyPatch):
             return None  # as if the directory could not be listed: every file gets its own lstat
         return real_list(path, wanted, dir_fd)
 
-    real_list = files.list_data_dir
-    monkeypatch.setattr(files, "open_data_file", fake_open)
-    monkeypatch.setattr(files, "lstat_data_file", fake_lstat)
-    monkeypatch.setattr(files, "list_data_dir", fake_list)
+    real_list = existence.list_data_dir
+    monkeypatch.setattr(content_probe, "open_data_file", fake_open)
+    monkeypatch.setattr(existence, "lstat_data_file", fake_lstat)
+    monkeypatch.setattr(existence, "list_data_dir", fake_list)
     return failing
 
 
@@ -184,7 +186,7 @@ def test_existence_only_mode_reads_no_file_and_sees_only_presence(
     def no_reads(dir_fd: int, name: str) -> int:
         raise AssertionError(f"existence-only check opened {name}")
 
-    monkeypatch.setattr(files, "open_data_file", no_reads)
+    monkeypatch.setattr(content_probe, "open_data_file", no_reads)
     report = reconcile(coordinator, content=False)
     assert statuses(report) == {"docs/a.json": "missing", "docs/d.json": "unexpected"}
     assert report.findings[0].expected_size is not None  # the record still says what was expected
@@ -346,14 +348,14 @@ def test_existence_checks_agree_whether_a_directory_is_listed_or_each_file_stat(
     (root / "docs" / "e.json").unlink()
     (root / "docs" / "e.json").mkdir()
     lists: list[str] = []
-    real_list = files.list_data_dir
+    real_list = existence.list_data_dir
     monkeypatch.setattr(
-        files, "list_data_dir", lambda path, wanted, fd: lists.append(path) or real_list(path, wanted, fd)
+        existence, "list_data_dir", lambda path, wanted, fd: lists.append(path) or real_list(path, wanted, fd)
     )
-    monkeypatch.setattr(files, "_BYTES_PER_WANTED", 10**6)  # list any directory with 8+ of the paths
+    monkeypatch.setattr(existence, "_BYTES_PER_WANTED", 10**6)  # list any directory with 8+ of the paths
     listed = reconcile(coordinator, content=False)
     assert lists == [str(root / "docs")]
-    monkeypatch.setattr(files, "_LIST_AT", 10**9)  # never list: one lstat per file
+    monkeypatch.setattr(existence, "_LIST_AT", 10**9)  # never list: one lstat per file
     stat_each = reconcile(coordinator, content=False)
     assert len(lists) == 1
     assert (
@@ -385,7 +387,7 @@ def test_leftover_temp_files_are_found_in_directories_the_probe_listed_and_below
 
     monkeypatch.setattr(os, "scandir", scandir)
     monkeypatch.setattr(os, "listdir", listdir)
-    monkeypatch.setattr(files, "_BYTES_PER_WANTED", 10**6)  # list any directory with 8+ of the paths
+    monkeypatch.setattr(existence, "_BYTES_PER_WANTED", 10**6)  # list any directory with 8+ of the paths
     report = reconcile(coordinator, content=False)
     assert statuses(report) == {
         "docs/.a.json.0123abcd.tether-tmp": "leftover_temp",
@@ -394,7 +396,7 @@ def test_leftover_temp_files_are_found_in_directories_the_probe_listed_and_below
     real = os.path.realpath(root)
     assert scans.count(f"{real}/docs") == 1  # listed once, for the probe; the walk reused it
     assert f"{real}/docs/old" in scans
-    monkeypatch.setattr(files, "_LIST_AT", 10**9)  # no listing by the probe: the walk reads docs/
+    monkeypatch.setattr(existence, "_LIST_AT", 10**9)  # no listing by the probe: the walk reads docs/
     assert statuses(reconcile(coordinator, content=False)) == statuses(report)
 
 

@@ -19,8 +19,9 @@ import sqlalchemy as sa
 
 from tether import Coordinator, CreateFile, DeleteFile, SystemClock
 from tether.cli.reconcile import check_main
-from tether.jobtypes import create_file, files, render
-from tether.jobtypes.files import file_target
+from tether.jobtypes import create_file, render
+from tether.jobtypes.datafiles import existence
+from tether.jobtypes.target import file_key
 from tether.ledger import backend, sql
 from tether.ledger.ids import new_id
 from tether.ledger.schema import jobs as jobs_table
@@ -55,7 +56,7 @@ def completed_rows(coordinator: Coordinator, payloads: list, *, files: bool = Tr
                 "run_at": now,
                 "claimed_at": now,
                 "completed_at": now,
-                "ordering_key": file_target(p.path),
+                "ordering_key": file_key(p.path),
             }
         )
         if not files:
@@ -320,7 +321,7 @@ def test_a_ledger_row_naming_a_path_outside_the_root_is_unknown_among_paths_chec
             payload = orjson.dumps({"path": bad, "content": 0}).decode()
             conn.execute(
                 sa.text("UPDATE tether_jobs SET ordering_key = :bad, payload = :payload WHERE ordering_key = :key"),
-                {"bad": file_target(bad), "payload": payload, "key": file_target(rel)},
+                {"bad": file_key(bad), "payload": payload, "key": file_key(rel)},
             )
     report = reconcile(c, content=content)
     assert {f.path: (f.status, f.detail) for f in report.findings} == {
@@ -338,11 +339,11 @@ def test_a_directory_whose_paths_a_subdirectory_splits_is_still_listed_once(
     paths = [p for i in range(20) for p in (f"d/{i:03d}a.json", f"d/{i:03d}b/x.json")]
     completed_rows(c, [CreateFile(path=p, content=p) for p in paths])
     lists: list[str] = []
-    real_list = files.list_data_dir
+    real_list = existence.list_data_dir
     monkeypatch.setattr(
-        files, "list_data_dir", lambda path, wanted, fd: lists.append(path) or real_list(path, wanted, fd)
+        existence, "list_data_dir", lambda path, wanted, fd: lists.append(path) or real_list(path, wanted, fd)
     )
-    monkeypatch.setattr(files, "_BYTES_PER_WANTED", 10**6)  # list any directory with 8+ of the paths
+    monkeypatch.setattr(existence, "_BYTES_PER_WANTED", 10**6)  # list any directory with 8+ of the paths
     (c.root / "d/007a.json").unlink()
     report = reconcile(c, content=False)
     assert lists == [str(c.root / "d")]
@@ -360,7 +361,7 @@ def test_payloads_changed_by_hand_are_unknown_in_a_content_check_and_the_rest_st
         for rel in ("m/1.json", "m/5.json"):
             conn.execute(
                 sa.text("UPDATE tether_jobs SET payload = '{not json' WHERE ordering_key = :key"),
-                {"key": file_target(rel)},
+                {"key": file_key(rel)},
             )
     report = reconcile(c, content=True)
     assert {f.path: (f.status, f.detail) for f in report.findings} == {

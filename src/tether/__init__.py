@@ -45,9 +45,9 @@ if TYPE_CHECKING:
     from .jobtypes.base import Difference as Difference
     from .jobtypes.base import Probe as Probe
     from .jobtypes.context import JobContext as JobContext
-    from .jobtypes.files import checked_path as checked_path
-    from .jobtypes.files import delete_locked as delete_locked
-    from .jobtypes.files import write_locked as write_locked
+    from .jobtypes.datafiles.effects import delete_locked as delete_locked
+    from .jobtypes.datafiles.effects import write_locked as write_locked
+    from .jobtypes.datafiles.paths import checked_path as checked_path
     from .jobtypes.target import Target as Target
     from .ledger.record import InsertResult as InsertResult
     from .ledger.record import JobRecord as JobRecord

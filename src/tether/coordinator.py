@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from . import config, events, fs
+from . import config, events
 from .clock import Clock, DatabaseClock, SystemClock
 from .errors import ConfigError
 from .jobtypes import JobType, Payload, Registry, default_registry
+from .jobtypes.datafiles.durable import make_root
 from .ledger import conflict, meta
 from .ledger.build import all_default
 from .ledger.engine import Durability, create_engine, ensure_schema, layout, opening_error, schema_of
@@ -357,7 +358,7 @@ def _prepare_root(root: Path, *, create: bool) -> None:
             "its root only when the ledger itself is new)"
         )
     try:
-        fs.make_root(root)
+        make_root(root)
     except OSError as e:
         raise ConfigError(f"cannot create the data root {root}: {e.strerror}") from e
 

@@ -21,11 +21,11 @@ import sqlalchemy as sa
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.orm import Session
 
-from . import fs
 from .coordinator import Coordinator
 from .errors import InvalidPayload, TetherError, UnsafePath
 from .jobtypes import ClaudeExtraction, CreateFile, DeleteFile, SyncAws
 from .jobtypes.claude_extraction import REQUIREMENT_TEMPLATE, render_prompt
+from .jobtypes.datafiles import durable, paths
 from .jobtypes.registry import describe
 from .ledger.record import InsertResult, JobRecord
 from .ledger.status import JobStatus
@@ -285,14 +285,14 @@ class JsonStore:
     def path(self, path: str) -> Path:
         """The absolute file of ``path`` under the data root (UnsafePath if it escapes)."""
         try:
-            return fs.resolve(self.coordinator.root, path)
-        except fs.PathRejected as e:
+            return paths.resolve(self.coordinator.root, path)
+        except paths.PathRejected as e:
             raise UnsafePath("load", "path", path, str(e)) from e
 
     def _canonical(self, path: str) -> str:
         try:
-            return fs.canonical(self.coordinator.root, path)
-        except fs.PathRejected as e:
+            return paths.canonical(self.coordinator.root, path)
+        except paths.PathRejected as e:
             raise UnsafePath("load", "path", path, str(e)) from e
 
     def exists(self, path: str) -> bool:
@@ -303,8 +303,8 @@ class JsonStore:
         InvalidModel if it is not valid JSON or not a valid ``model``."""
         try:
             # Opened from the root, following no symlink, never blocking (a FIFO there is no model).
-            data = fs.read(self.coordinator.root, self._canonical(path))
-        except (FileNotFoundError, NotADirectoryError, fs.NotRegularFile) as e:
+            data = durable.read(self.coordinator.root, self._canonical(path))
+        except (FileNotFoundError, NotADirectoryError, durable.NotRegularFile) as e:
             raise ModelNotFound(path, str(self.coordinator.root)) from e
         try:
             return model.model_validate(orjson.loads(data))
@@ -318,8 +318,8 @@ class JsonStore:
     def load_json(self, path: str) -> Any:
         """Read ``path`` as a plain JSON value (ModelNotFound if missing)."""
         try:
-            return orjson.loads(fs.read(self.coordinator.root, self._canonical(path)))
-        except (FileNotFoundError, NotADirectoryError, fs.NotRegularFile) as e:
+            return orjson.loads(durable.read(self.coordinator.root, self._canonical(path)))
+        except (FileNotFoundError, NotADirectoryError, durable.NotRegularFile) as e:
             raise ModelNotFound(path, str(self.coordinator.root)) from e
         except orjson.JSONDecodeError as e:
             raise InvalidModel(

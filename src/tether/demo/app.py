@@ -30,14 +30,17 @@ from typing import Any, ClassVar, Literal
 import orjson
 from pydantic import BaseModel, Field
 
-from .. import fs
 from .. import schedule as periodic
 from ..coordinator import Coordinator
 from ..errors import RetryableError, TetherError
 from ..jobtypes import ClaudeExtractionType, CreateFile, JobType, Payload, Registry, default_registry, render
 from ..jobtypes.base import IN_SYNC, SYNCED, Check, Probe
 from ..jobtypes.context import JobContext
-from ..jobtypes.files import check_file, checked_path, files_exist, write_locked
+from ..jobtypes.datafiles import durable, paths
+from ..jobtypes.datafiles.content import check_file
+from ..jobtypes.datafiles.effects import write_locked
+from ..jobtypes.datafiles.existence import files_exist
+from ..jobtypes.datafiles.paths import checked_path
 from ..jobtypes.target import Target, display
 from ..ledger.url import mask_url
 from ..observe import queries as observe
@@ -108,7 +111,7 @@ def requirement_files(req: Requirement) -> dict[str, bytes]:
 def write_file(ctx: JobContext, rel: str, data: bytes) -> bool:
     """The one way the sample handlers write: tether's locked write (lock, no symlink followed,
     skip if unchanged, confirm the lease, atomic write), on the path's canonical name."""
-    return write_locked(ctx, fs.canonical(ctx.root, rel), data)
+    return write_locked(ctx, paths.canonical(ctx.root, rel), data)
 
 
 # -- one logical operation, one job ------------------------------------------------------------
@@ -180,7 +183,7 @@ class ArchiveProjectType(JobType[ArchiveProject]):
 
     def run(self, payload: ArchiveProject, ctx: JobContext) -> dict[str, Any]:
         project = Project.model_validate(
-            orjson.loads(fs.read(ctx.root, fs.canonical(ctx.root, project_path(payload.slug))))
+            orjson.loads(durable.read(ctx.root, paths.canonical(ctx.root, project_path(payload.slug))))
         )
         write_file(ctx, project_path(project.slug), json_bytes(project.model_copy(update={"status": "archived"})))
         children = 0
@@ -197,7 +200,7 @@ class ArchiveProjectType(JobType[ArchiveProject]):
 
 def requirements_on_disk(root: Path) -> list[Requirement]:
     return [
-        Requirement.model_validate(orjson.loads(fs.read(root, p.relative_to(root).as_posix())))
+        Requirement.model_validate(orjson.loads(durable.read(root, p.relative_to(root).as_posix())))
         for p in (Path(root) / "requirements").glob("REQ-*/requirement.json")
     ]
 

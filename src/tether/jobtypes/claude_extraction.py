@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import orjson
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from .. import fs
 from ..errors import ConfigError, InvalidPayload
 from .assistant import (
     DEFAULT_STDOUT_CAP,
@@ -51,7 +50,10 @@ from .base import (
     Payload,
     Probe,
 )
-from .files import checked_path, file_paths, files_exist, write_locked
+from .datafiles import durable, locks
+from .datafiles.effects import write_locked
+from .datafiles.existence import file_paths, files_exist
+from .datafiles.paths import checked_path
 from .registry import describe
 from .target import Target
 
@@ -230,7 +232,7 @@ class ExtractionProbe(Probe):
         if record.get("prompt_hash") != wanted:
             diff = Difference("prompt_hash", wanted, record.get("prompt_hash"))
             return Check(MODIFIED, expected, actual, (diff,), "not the answer written for this prompt")
-        digest = fs.sha256(data)
+        digest = durable.sha256(data)
         if digest != record.get("sha256"):
             diff = Difference("sha256", record.get("sha256"), digest)
             return Check(MODIFIED, {**expected, "sha256": record.get("sha256")}, {**actual, "sha256": digest}, (diff,))
@@ -321,7 +323,7 @@ class ClaudeExtractionType(JobType[ClaudeExtraction]):
                 raise
             raise AssistantFailed(f"{e}; paid cost_usd={cost}") from e
         data = answer_bytes(value, as_json=as_json)
-        digest = fs.sha256(data)
+        digest = durable.sha256(data)
         record = {"prompt_hash": payload.prompt_hash, "sha256": digest, "job_id": ctx.job.id}
         write_answer(ctx, payload.target_path, data, orjson.dumps(record) + b"\n")
         return {"bytes": len(data), "sha256": digest, "prompt_hash": payload.prompt_hash, **answer.spend} | {
@@ -341,7 +343,7 @@ def write_answer(ctx: JobContext, rel: str, data: bytes, record: bytes) -> None:
 def _landed(root: Path, payload: ClaudeExtraction) -> dict[str, Any] | None:
     """The answer already on disk for this prompt_hash, if its sidecar says so and the file
     still holds the bytes it recorded; else None."""
-    with fs.path_lock(root, payload.target_path):
+    with locks.path_lock(root, payload.target_path):
         record = _read_record(root, payload.target_path)
         if record is None or record.get("prompt_hash") != payload.prompt_hash:
             return None
@@ -349,7 +351,7 @@ def _landed(root: Path, payload: ClaudeExtraction) -> dict[str, Any] | None:
             data = read_data(root, payload.target_path)
         except OSError:
             return None
-        if fs.sha256(data) != record.get("sha256"):
+        if durable.sha256(data) != record.get("sha256"):
             return None
         return {"bytes": len(data), "sha256": record["sha256"], "prompt_hash": payload.prompt_hash}
 
@@ -357,7 +359,7 @@ def _landed(root: Path, payload: ClaudeExtraction) -> dict[str, Any] | None:
 def read_data(root: Path, rel: str) -> bytes:
     """The bytes of the regular data file ``rel``, opened without following any symlink (OSError
     otherwise: ENOENT missing, ELOOP a symlink, EISDIR/EINVAL not a regular file)."""
-    with fs.data_file(root, rel) as f:
+    with durable.data_file(root, rel) as f:
         fd = os.open(f.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=f.dir_fd)
         with os.fdopen(fd, "rb") as handle:
             if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):

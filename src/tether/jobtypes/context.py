@@ -18,7 +18,7 @@ from ..ledger.record import JobRecord
 
 if TYPE_CHECKING:
     from . import Payload
-    from .dirsync import DirSyncs
+    from .datafiles.dirsync import DirSyncs
 
 TIMEOUT = "timeout"
 SHUTDOWN = "shutdown"

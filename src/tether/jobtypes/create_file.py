@@ -10,18 +10,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import orjson
 from pydantic import JsonValue, model_validator
 
-from .. import fs
 from ..errors import PermanentError, UnsafePath
 from .base import IN_SYNC, SYNCED, UNREADABLE_PAYLOAD, Check, JobType, Payload, Probe
-from .files import (
-    check_files,
-    checked_path,
-    enqueue_collision,
-    file_paths,
-    files_exist,
-    with_expected,
-    write_locked,
-)
+from .datafiles import durable, paths
+from .datafiles.content import check_files, with_expected
+from .datafiles.effects import write_locked
+from .datafiles.existence import file_paths, files_exist
+from .datafiles.paths import checked_path, enqueue_collision
 from .target import Target
 
 if TYPE_CHECKING:
@@ -138,8 +133,8 @@ class CreateFileType(JobType[CreateFile]):
         # on the way, a file where a directory must be) the write meets anyway, following no
         # symlink: ``run`` runs ``prepare`` then. Here only what needs no lookup.
         try:
-            path = fs.normalize(payload.path)
-        except fs.PathRejected as e:
+            path = paths.normalize(payload.path)
+        except paths.PathRejected as e:
             raise UnsafePath(self.name, "path", payload.path, str(e)) from e
         return payload if path == payload.path else self.prepare(payload, root)
 
@@ -157,7 +152,7 @@ class CreateFileType(JobType[CreateFile]):
             if path == payload.path:
                 raise
             written = write_locked(ctx, path, data, overwrite=payload.overwrite)
-        return {"bytes": len(data), "sha256": fs.sha256(data), "written": written}
+        return {"bytes": len(data), "sha256": durable.sha256(data), "written": written}
 
 
 _PREPARE_ANSWERS = frozenset((errno.ELOOP, errno.ENOTDIR))

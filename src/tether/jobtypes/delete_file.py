@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import PermanentError
 from .base import Check, JobType, Payload, Probe
-from .files import checked_path, delete_locked, file_paths, files_exist
+from .datafiles.effects import delete_locked
+from .datafiles.existence import file_paths, files_exist
+from .datafiles.paths import checked_path
 from .target import Target
 
 if TYPE_CHECKING:

@@ -53,8 +53,10 @@ class Target(NamedTuple):
 
 
 def file_key(rel: str) -> str:
-    """``Target.file(rel).key`` in one call: built on every enqueue of a file job."""
-    return f"{FILE}{_SEPARATOR}{rel}"
+    """The ordering key of the data file ``rel`` (``file:notes/a.json``): every job touching one
+    path shares it. The one way to spell a file's key; a bare path given where a target is asked
+    for names a file."""
+    return Target.file(rel).key
 
 
 def display(key: str) -> str:

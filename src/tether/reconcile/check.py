@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from .. import beneath, events, fs
+from .. import events
 from ..jobtypes.base import SYNCED, Check, Probe
 from ..jobtypes.claude_extraction import answer_of
-from ..jobtypes.files import listings
+from ..jobtypes.datafiles import durable, nofollow, paths
+from ..jobtypes.datafiles.existence import listings
 from ..jobtypes.target import display, file_key
 from ..ledger import sql
 from ..ledger.backend import Backend
@@ -60,7 +61,7 @@ COUNT_TARGETED = sa.text(sql.COUNT_TARGETED)
 TYPE_TARGETED = sa.text(sql.TYPE_TARGETED)
 
 # ``.<name>.<8 hex>.tether-tmp``: fs.atomic_write's temp file for ``<name>`` in the same directory.
-_TEMP_NAME = re.compile(r"^\.(?P<target>.+)\.[0-9a-f]{8}" + re.escape(fs.TEMP_SUFFIX) + "$")
+_TEMP_NAME = re.compile(r"^\.(?P<target>.+)\.[0-9a-f]{8}" + re.escape(paths.TEMP_SUFFIX) + "$")
 
 
 def reconcile(
@@ -404,7 +405,7 @@ class _Reconciler:
         for rel, entry in entries:
             if entry is None:
                 self._found(Finding(rel, UNKNOWN, detail="directory could not be listed"))
-            elif rel.endswith(fs.TEMP_SUFFIX):
+            elif rel.endswith(paths.TEMP_SUFFIX):
                 self._temp(rel)
             elif self.untracked:
                 assert not isinstance(entry, bool)  # True only with only_temps, never when untracked
@@ -423,7 +424,7 @@ class _Reconciler:
             if self._read(ACTIVE_ON, {"key": file_key(target)}):
                 return  # a running job's write in progress
         try:  # asked after the ledger: gone means a write finished meanwhile
-            with fs.data_file(self.root, rel) as f:
+            with durable.data_file(self.root, rel) as f:
                 st = f.lstat()
             if st is None:
                 return
@@ -504,9 +505,9 @@ def _entries(
     ``only_temps``), skipping ``.tether/``; (directory, None) for one that could not be listed.
     With ``listed`` (only temp files), the directories in it are taken from it (entry: True).
     Each directory is opened from the root without following a symlink, as the probes read."""
-    suffix = fs.TEMP_SUFFIX
+    suffix = paths.TEMP_SUFFIX
     stack = [""]
-    with fs.opened_root(root) as root_fd:
+    with durable.opened_root(root) as root_fd:
         while stack:
             prefix = stack.pop()
             path = os.path.join(root, prefix) if prefix else root
@@ -515,10 +516,10 @@ def _entries(
                 temps, subdirs = known
                 for name in temps:
                     yield f"{prefix}{name}", True
-                stack.extend(f"{prefix}{name}/" for name in subdirs if prefix or name != fs.INTERNAL_DIR)
+                stack.extend(f"{prefix}{name}/" for name in subdirs if prefix or name != paths.INTERNAL_DIR)
                 continue
             try:
-                dir_fd = beneath.open_dir(root_fd, prefix.rstrip("/"))
+                dir_fd = nofollow.open_dir(root_fd, prefix.rstrip("/"))
             except FileNotFoundError:
                 continue
             except OSError:
@@ -550,7 +551,7 @@ def _entries(
                         except OSError:
                             is_dir = False
                         if is_dir:  # a data directory named ``x.tether-tmp`` is no temp file
-                            if prefix or entry.name != fs.INTERNAL_DIR:
+                            if prefix or entry.name != paths.INTERNAL_DIR:
                                 stack.append(f"{prefix}{entry.name}/")
                         elif not only_temps or entry.name.endswith(suffix):
                             yield f"{prefix}{entry.name}", entry

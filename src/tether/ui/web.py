@@ -16,7 +16,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from ..cli.output import age, first_line, parse_duration, progress_text, seconds, when
 from ..errors import ConfigError, JobNotFound, TetherError
-from ..jobtypes.target import display
+from ..jobtypes.target import display, file_key
 from ..ledger.record import JobRecord
 from ..ledger.status import JobStatus
 from ..observe import queries as observe
@@ -124,7 +124,7 @@ class Pages:
                 since = now_of(self.source, None) - parse_duration(args["window"], "window")
             target = args["target"] or None
             if target is not None and ":" not in target:
-                target = f"file:{target}"  # a bare path names a file target, as the CLI prints it
+                target = file_key(target)  # a bare path names a file target, as the CLI prints it
             where = observe.JobFilter(
                 status=args["status"] or None,
                 job_type=args["type"] or None,

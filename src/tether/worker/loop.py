@@ -21,8 +21,8 @@ from .. import config, events
 from ..clock import elapsed
 from ..errors import Cancelled, Deferred, InvalidPayload, JobTimedOut, LedgerFault, PermanentError, StorageFull
 from ..jobtypes.context import LEASE_LOST, SHUTDOWN, TIMEOUT, JobContext
-from ..jobtypes.dirsync import DirSyncs
-from ..jobtypes.files import file_error
+from ..jobtypes.datafiles.dirsync import DirSyncs
+from ..jobtypes.datafiles.effects import file_error
 from ..ledger import faults
 from ..ledger.backend import LostCommit, LostConnection
 from ..ledger.queue import Decision

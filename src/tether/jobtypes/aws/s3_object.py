@@ -14,8 +14,8 @@ from urllib.parse import urlencode
 import orjson
 from pydantic import JsonValue, model_validator
 
-from ... import fs
 from ...errors import RetryableError
+from ..datafiles import paths
 from .clients import Aws
 from .resource import Current, IdRule, ResourceConfig, ResourceType, Wanted, register
 from .tags import tags_from_list, tags_to_list, with_owner
@@ -44,7 +44,7 @@ def _body(file: str | None, content: JsonValue, root: Path | None) -> bytes:
         if root is None:
             raise RetryableError("no data root to read the body from")
         try:
-            return fs.resolve(root, file).read_bytes()
+            return paths.resolve(root, file).read_bytes()
         except FileNotFoundError:
             raise RetryableError(f"body file {file} does not exist (yet)") from None
     return orjson.dumps(content, option=orjson.OPT_INDENT_2) + b"\n"
@@ -68,8 +68,8 @@ class S3Object(ResourceType[S3ObjectConfig]):
         if config.file is None:
             return []
         try:
-            fs.canonical(root, config.file)
-        except fs.PathRejected as e:
+            paths.canonical(root, config.file)
+        except paths.PathRejected as e:
             return [f"config.file: {config.file!r} {e}; paths must be relative to the data root and stay inside it"]
         return []
 

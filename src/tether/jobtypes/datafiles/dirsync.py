@@ -4,7 +4,7 @@ A file job's effect is durable once its file is fsynced and its directory entry 
 right after it is written, the directory after the rename (or unlink). The directory's fsync need
 not follow each rename at once; it must come before the commit that records the job completed,
 since a completed job promises its effect survives a crash. The worker gives every job of a
-claimed batch one ``DirSyncs``; a handler writing through ``files.write_locked`` leaves the
+claimed batch one ``DirSyncs``; a handler writing through ``effects.write_locked`` leaves the
 directory to it; before each group commit the worker calls ``flush``, which fsyncs each directory
 touched since the last one once, however many of the commit's jobs renamed into it. A job whose
 directory could not be fsynced is not recorded completed (``flush`` names it; the worker retries
@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import threading
 
-from .. import fs
+from . import durable
 
 
 class DirSyncs:
@@ -50,7 +50,7 @@ class DirSyncs:
                 else:
                     held[1][job_id] = rel
                 return
-        fs.fsync_fd(dir_fd)
+        durable.fsync_fd(dir_fd)
 
     def flush(self) -> dict[str, tuple[str, OSError]]:
         """fsync every directory owed, once each; returns the jobs whose directory failed, each
@@ -60,7 +60,7 @@ class DirSyncs:
         failed: dict[str, tuple[str, OSError]] = {}
         for fd, jobs in owed.values():
             try:
-                fs.fsync_fd(fd)
+                durable.fsync_fd(fd)
             except OSError as e:
                 failed.update((job_id, (rel, e)) for job_id, rel in jobs.items())
             finally:

@@ -101,7 +101,7 @@ def open_beneath(root_fd: int, rel: str, flags: int, mode: int = 0o666) -> int:
     try:
         return os.open(name, flags, mode, dir_fd=dir_fd)
     except OSError as e:
-        raise _named(e, rel) from None
+        raise named(e, rel) from None
     finally:
         if dir_fd != root_fd:
             os.close(dir_fd)
@@ -141,7 +141,7 @@ def walk(root_fd: int, rel: str, *, create: bool = False, made: list[str] | None
                 continue
             except FileNotFoundError as e:
                 if not create:
-                    raise _named(e, done) from None
+                    raise named(e, done) from None
             except OSError as e:
                 raise _classified(e, part, parent, done) from None
             try:
@@ -151,7 +151,7 @@ def walk(root_fd: int, rel: str, *, create: bool = False, made: list[str] | None
             except FileExistsError:
                 pass  # made meanwhile by another writer: open it below, still following no symlink
             except OSError as e:
-                raise _named(e, done) from None
+                raise named(e, done) from None
             try:
                 fds.append(os.open(part, DIR_FLAGS, dir_fd=parent))
             except OSError as e:
@@ -163,7 +163,7 @@ def walk(root_fd: int, rel: str, *, create: bool = False, made: list[str] | None
     return fds
 
 
-def _named(e: OSError, rel: str) -> OSError:
+def named(e: OSError, rel: str) -> OSError:
     """``e`` naming ``rel``."""
     return OSError(e.errno, e.strerror, rel)
 
@@ -176,9 +176,9 @@ def _classified(e: OSError, part: str, parent: int, rel: str) -> OSError:
         try:
             mode = os.stat(part, dir_fd=parent, follow_symlinks=False).st_mode
         except OSError:
-            return _named(e, rel)
+            return named(e, rel)
         if stat.S_ISLNK(mode):
             return OSError(errno.ELOOP, "is a symbolic link", rel)
         if stat.S_ISDIR(mode):
             return OSError(errno.EAGAIN, "changed while it was being opened", rel)
-    return _named(e, rel)
+    return named(e, rel)
