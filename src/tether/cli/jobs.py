@@ -44,7 +44,7 @@ def jobs(
 
     Example: tether jobs --status pending --type create_file --limit 20
     """
-    from ..observe import queries as observe
+    from ..observe.jobs import jobs as find_jobs
 
     if status is not None and status not in {s.value for s in JobStatus}:
         raise ConfigError(f"--status: {status!r} is not a status; use one of {', '.join(s.value for s in JobStatus)}")
@@ -63,7 +63,7 @@ def jobs(
                 and (start is None or j.created_at >= start)
             ][:n]
         else:
-            found = observe.jobs(engine, status=status, job_type=job_type, since=start, limit=n)
+            found = find_jobs(engine, status=status, job_type=job_type, since=start, limit=n)
     if as_json:
         print_json({"jobs": job_dicts(found)})
         return

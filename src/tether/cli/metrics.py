@@ -47,7 +47,7 @@ def metrics(
     Example: tether --db sqlite:///ledger/tether.db metrics --serve --port 9464
     """
     from ..observe import metrics as m  # prometheus-client is loaded by this command only
-    from ..observe.health import Thresholds
+    from ..observe.verdict import Thresholds
 
     thresholds = Thresholds(backlog_limit=backlog_limit)
     if not serve:
