@@ -16,6 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from tether import Coordinator, FakeClock, JobContext, JobStatus, PermanentError
+from tether.config import DEFAULT_LOCK_TIMEOUT
 from tether.errors import ConfigError, JobNotFound
 from tether.jobtypes import CreateFile, JobType, Payload, default_registry
 from tether.ledger import schema
@@ -335,6 +336,19 @@ def test_reads_never_create_a_ledger(tmp_path) -> None:
     sa.create_engine(f"sqlite:///{empty}").connect().close()
     with pytest.raises(readonly.NoLedger, match="has no tether_jobs table"):
         readonly.open_ledger(f"sqlite:///{empty}")
+
+
+def test_a_read_judges_by_a_coordinators_clock_and_lock_timeout_and_a_bare_engine_by_the_defaults(
+    make_coordinator: Callable[..., Coordinator], clock: FakeClock
+) -> None:
+    c = make_coordinator(lock_timeout=7.0)
+    clock.advance(86_400)  # a day from the system's time: only the coordinator's clock says so
+    view, bare = readonly.view_of(c), readonly.view_of(c.engine)
+    assert (view.engine, view.clock, view.lock_timeout) == (c.engine, clock, 7.0)
+    assert (bare.engine, bare.clock, bare.lock_timeout) == (c.engine, None, DEFAULT_LOCK_TIMEOUT)
+    s = health.stats(c)
+    assert (s.now, s.lock_timeout) == (clock.now(), 7.0)
+    assert health.stats(c.engine).lock_timeout == DEFAULT_LOCK_TIMEOUT
 
 
 def test_the_coordinator_answers_the_operators_questions_from_python(coordinator, clock):
