@@ -82,7 +82,7 @@ def jobs_page(
         found = records(conn, picked)
     more = len(found) > limit
     found = found[:limit]
-    cursor = _cursor(found[-1], time) if more else None
+    cursor = _cursor(found[-1], where.by_finish, time is None) if more else None
     return JobPage(found, cursor, where.by_finish)
 
 
@@ -113,10 +113,12 @@ def _selected(where: JobFilter) -> sa.Select[Any]:
     return query
 
 
-def _cursor(job: JobRecord, time: Any) -> str:
-    if time is None:
+def _cursor(job: JobRecord, by_finish: bool, by_id: bool) -> str:
+    """The cursor of the page after ``job``: its id alone, or ``time|id`` of its finish or enqueue."""
+    if by_id:
         return job.id
-    at = getattr(job, time.name)
+    at = job.completed_at if by_finish else job.created_at
+    assert at is not None  # listed by finish time: only finished jobs
     return f"{at.isoformat()}|{job.id}"
 
 

@@ -147,8 +147,8 @@ class FinishedTally:
             sa.case((billing.billed(), billing.sqlite_spent()), else_=None),
         ).where(*window)
         counts, by_type, completed = self.counts, self.by_type, JobStatus.COMPLETED.value
-        # julianday() arithmetic is good to ~50 us: against bounds half a millisecond up, a job of
-        # exactly 1 s still lands in the 1 s bucket (as it does on PostgreSQL, rounded to the ms).
+        # julianday() arithmetic is not exact below the millisecond: against bounds half a
+        # millisecond up, a job of exactly 1 s still lands in the 1 s bucket (as on PostgreSQL).
         seconds, tries_at = _SECONDS_ABOVE, _ATTEMPTS_ABOVE
         for part in conn.execute(query.execution_options(yield_per=10_000)).partitions():
             for status, job_type, attempts, took, waited, spent in part:
