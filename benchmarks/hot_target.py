@@ -70,8 +70,9 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     from typing import ClassVar
 
     import tether
-    from tether import Coordinator, JobContext, JobType, Payload, observe
+    from tether import Coordinator, JobContext, JobType, Payload
     from tether.jobtypes import default_registry
+    from tether.observe.health import stats as observe_stats
 
     class HotNoop(Payload):
         job_type: ClassVar[str] = "bench_hot"
@@ -102,7 +103,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
                 times = []
                 for _ in range(5):
                     t0 = time.perf_counter()
-                    observe.stats(c.engine)
+                    observe_stats(c.engine)
                     times.append((time.perf_counter() - t0) * 1000)
                 stats_ms = statistics.median(times)
             worker = c.worker(threads=1, batch=batch)

@@ -6,7 +6,7 @@ default one hour: a ledger just drained, where every completion is inside a one-
 then times, in child processes on the same ledger, one after the other:
 
 - before: today's ``tether metrics`` path (``metrics.exposition``) from the source at ``--before``
-  (extracted with ``git archive``), and its ``observe.durations`` (24 h) and ``observe.recent`` (1 h);
+  (extracted with ``git archive``), and its ``durations.durations`` (24 h) and ``finished.recent`` (1 h);
 - after: a scrape of ``tether metrics --serve`` by a real HTTP client (steady state: what finished
   since the previous scrape is read, here nothing), a scrape that has to read the completions of
   one 15 s scrape interval at the ledger's own completion rate, the one-off ``tether metrics``
@@ -65,10 +65,9 @@ def median_ms(fn: Any, repeat: int) -> float:
 def child(side: str, db: str, repeat: int, rate: float) -> dict[str, float]:
     """Runs in a process whose PYTHONPATH puts one side's ``tether`` first."""
     from tether.clock import SystemClock
-    from tether.observe import metrics
-    from tether.observe import queries as observe
+    from tether.observe import durations, finished, metrics, readonly
 
-    engine = observe.open_ledger(db)
+    engine = readonly.open_ledger(db)
     out: dict[str, float] = {}
     slow = max(3, repeat // 2)
     if side == "before":
@@ -95,8 +94,8 @@ def child(side: str, db: str, repeat: int, rate: float) -> dict[str, float]:
             catch_up, repeat
         )
         out["tether metrics, printed once (window 1h)"] = median_ms(lambda: metrics.exposition(engine), slow)
-    out["durations --since 24h (in process)"] = median_ms(lambda: observe.durations(engine), slow)
-    out["recent --since 1h (in process)"] = median_ms(lambda: observe.recent(engine), slow)
+    out["durations --since 24h (in process)"] = median_ms(lambda: durations.durations(engine), slow)
+    out["recent --since 1h (in process)"] = median_ms(lambda: finished.recent(engine), slow)
     engine.dispose()
     return out
 

@@ -32,8 +32,7 @@ from ulid import ULID
 
 from tether import SystemClock
 from tether.ledger.engine import create_engine, ensure_schema
-from tether.observe import health, metrics, retention
-from tether.observe import queries as observe
+from tether.observe import duplicates, durations, finished, health, jobs, metrics, readonly, retention, stuck
 
 REPO = Path(__file__).resolve().parent.parent
 SCRATCH = REPO / ".bench"
@@ -220,7 +219,7 @@ def main() -> None:
         finally:
             c.close()
 
-    engine = observe.open_ledger(f"sqlite:///{path}")
+    engine = readonly.open_ledger(f"sqlite:///{path}")
     from tether.cli import main as cli_main
 
     def cli_status() -> None:
@@ -236,26 +235,26 @@ def main() -> None:
             sys.stdout = saved
 
     cases: dict[str, Callable[[], Any]] = {
-        "stats (tether status queries)": lambda: observe.stats(engine),
+        "stats (tether status queries)": lambda: health.stats(engine),
         "health (stats + verdict)": lambda: health.health(engine),
         "tether status --json (in-process CLI, opens the ledger)": cli_status,
-        "failed --limit 50": lambda: observe.failed(engine, limit=50),
-        "stuck": lambda: observe.stuck(engine),
-        "recent --since 1h": lambda: observe.recent(engine, since=timedelta(hours=1)),
-        "durations --since 1h": lambda: observe.durations(engine, since=timedelta(hours=1)),
-        "durations --since 24h": lambda: observe.durations(engine, since=timedelta(hours=24)),
-        "jobs --limit 50": lambda: observe.jobs(engine, limit=50),
-        "jobs --status pending --limit 50": lambda: observe.jobs(engine, status="pending", limit=50),
-        "jobs --since 10m --limit 50": lambda: observe.jobs(engine, since=now - timedelta(minutes=10), limit=50),
-        "show ID": lambda: observe.show(engine, ids_one),
-        "duplicates --limit 50": lambda: observe.duplicates(engine, limit=50),
-        "counts by status, type (metrics)": lambda: observe.counts(engine),
+        "failed --limit 50": lambda: finished.failed(engine, limit=50),
+        "stuck": lambda: stuck.stuck(engine),
+        "recent --since 1h": lambda: finished.recent(engine, since=timedelta(hours=1)),
+        "durations --since 1h": lambda: durations.durations(engine, since=timedelta(hours=1)),
+        "durations --since 24h": lambda: durations.durations(engine, since=timedelta(hours=24)),
+        "jobs --limit 50": lambda: jobs.jobs(engine, limit=50),
+        "jobs --status pending --limit 50": lambda: jobs.jobs(engine, status="pending", limit=50),
+        "jobs --since 10m --limit 50": lambda: jobs.jobs(engine, since=now - timedelta(minutes=10), limit=50),
+        "show ID": lambda: jobs.show(engine, ids_one),
+        "duplicates --limit 50": lambda: duplicates.duplicates(engine, limit=50),
+        "counts by status, type (metrics)": lambda: jobs.counts(engine),
         "metrics exposition": lambda: metrics.exposition(engine),
         "purge --completed --older-than 7d --dry-run": lambda: retention.purge(
             engine, older_than=timedelta(days=7), dry_run=True
         ),
     }
-    ids_one = observe.jobs(engine, limit=1)[0].id
+    ids_one = jobs.jobs(engine, limit=1)[0].id
     slow = {
         "duplicates --limit 50",
         "counts by status, type (metrics)",
@@ -294,7 +293,7 @@ def main() -> None:
             print(f"created {name} in {time.perf_counter() - t0:.1f}s")
         c.execute("ANALYZE")
         c.close()
-        engine = observe.open_ledger(f"sqlite:///{path}")
+        engine = readonly.open_ledger(f"sqlite:///{path}")
         result["with_candidate_indexes"] = measure("with candidate indexes " + ", ".join(CANDIDATE_INDEXES))
         for name in (
             "duplicates --limit 50",

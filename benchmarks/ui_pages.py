@@ -29,7 +29,7 @@ from starlette.testclient import TestClient
 from _common import machine
 from status import SCRATCH, build
 from tether import Coordinator, SystemClock, ui
-from tether.observe import queries as observe
+from tether.observe import durations, finished
 from tether.observe.health import health
 from tether.ui.web import DURATIONS_SAMPLE
 
@@ -100,11 +100,11 @@ def main() -> None:
     }
     under = {
         "overview": lambda: health(coordinator),  # stats + the alert window's activity, as tether status
-        "failed (by error)": lambda: observe.failed_by_error(coordinator),
-        "durations (1h, the page's default)": lambda: observe.duration_sample(
+        "failed (by error)": lambda: finished.failed_by_error(coordinator),
+        "durations (1h, the page's default)": lambda: durations.duration_sample(
             coordinator, since=timedelta(hours=1), limit=DURATIONS_SAMPLE
         ),
-        "durations (24h)": lambda: observe.duration_sample(
+        "durations (24h)": lambda: durations.duration_sample(
             coordinator, since=timedelta(hours=24), limit=DURATIONS_SAMPLE
         ),
     }
@@ -118,8 +118,8 @@ def main() -> None:
         if flag:
             over.append(name)
         print(f"{name[:43]:<44}{status:>7}{ms:>11.1f}{base}{flag}")
-    exact_ms = median_ms(lambda: observe.durations(coordinator, since=timedelta(hours=24)), 3)
-    print(f"{'(exact observe.durations 24h: tether durations)':<44}{'':>7}{'':>11}{exact_ms:>12.1f}")
+    exact_ms = median_ms(lambda: durations.durations(coordinator, since=timedelta(hours=24)), 3)
+    print(f"{'(exact durations.durations 24h: tether durations)':<44}{'':>7}{'':>11}{exact_ms:>12.1f}")
     metrics_ms = median_ms(lambda: web.get("/metrics"), 3)
     print(f"{'(/metrics: a scrape of the served collector)':<44}{'':>7}{metrics_ms:>11.1f}")
     print(

@@ -634,19 +634,16 @@ def test_ten_slow_extractions_on_three_worker_processes_never_run_more_than_two_
 def test_durations_and_metrics_show_cost_and_tokens_per_type_and_model(extraction, clock):
     from prometheus_client.parser import text_string_to_metric_families
 
-    from tether.observe import metrics
-    from tether.observe import queries as observe
+    from tether.observe import durations, jobs, metrics
 
     for n in range(2):
         extraction.enqueue(payload(target=f"out/{n}.json", prompt=f"{PROMPT}{n}\n"))
     extraction.enqueue(payload(target="out/s.json", prompt=f"{PROMPT}s\n", model="sonnet"))
     extraction.enqueue(CreateFile(path="plain.json", content={}))
     extraction.run_until_idle()
-    by_type = {d.type: d for d in observe.durations(extraction, now=clock.now())}
+    by_type = {d.type: d for d in durations.durations(extraction, now=clock.now())}
     spent = by_type["claude_extraction"].spend
-    results = [
-        json.loads(j.result or "{}") for j in observe.jobs(extraction, limit=None) if j.type == "claude_extraction"
-    ]
+    results = [json.loads(j.result or "{}") for j in jobs.jobs(extraction, limit=None) if j.type == "claude_extraction"]
     assert spent is not None and spent.jobs == 3
     assert spent.cost_usd == pytest.approx(sum(r["cost_usd"] for r in results))
     assert spent.input_tokens == sum(r["input_tokens"] for r in results) and spent.output_tokens == 120

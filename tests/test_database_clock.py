@@ -227,7 +227,7 @@ def test_resuming_a_schedule_from_a_fast_machine_keeps_the_next_slot_by_the_data
 def test_stuck_on_a_fast_operator_machine_judges_lock_ages_by_the_database_clock(
     pg_coordinator: Coordinator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tether.observe import queries as observe
+    from tether.observe import stuck
     from tether.observe.readonly import open_ledger
 
     c = pg_coordinator
@@ -237,7 +237,7 @@ def test_stuck_on_a_fast_operator_machine_judges_lock_ages_by_the_database_clock
     monkeypatch.setattr(SystemClock, "now", staticmethod(lambda: real() + SKEW))  # this machine's clock
     engine = open_ledger(c.engine.url.render_as_string(hide_password=False))  # as `tether stuck` reads it
     try:
-        found = observe.stuck(engine, lock_timeout=30)
+        found = stuck.stuck(engine, lock_timeout=30)
     finally:
         engine.dispose()
     assert found.jobs == []

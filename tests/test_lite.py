@@ -1,6 +1,6 @@
 """``tether status`` on a SQLite file without SQLAlchemy (``observe/lite.py``): the same verdict
 and figures as the SQLAlchemy path on varied ledgers, the same UNKNOWN line when the ledger
-cannot be read, and statements that stay those of ``queries`` (``_lite_sql.py`` is current).
+cannot be read, and statements that stay those of ``health`` (``_lite_sql.py`` is current).
 What the command loads, and its ``--json`` from a fresh interpreter: tests/test_cli_startup.py.
 """
 
@@ -45,12 +45,12 @@ def both(db_url: str, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     return through_sqlalchemy, lite.health(database, **kwargs).to_dict()
 
 
-# -- the statements are those of queries ---------------------------------------------------------
+# -- the statements are those of health ----------------------------------------------------------
 
 
 def test_the_compiled_statements_are_current() -> None:
     assert compile_lite.TARGET.read_text() == compile_lite.render(), (
-        f"src/tether/observe/_lite_sql.py differs from the statements in queries: run `{compile_lite.COMMAND}`"
+        f"src/tether/observe/_lite_sql.py differs from the statements in health: run `{compile_lite.COMMAND}`"
     )
     assert ledgerfile.TABLE == schema.TABLE
 

@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tether import Coordinator, CreateFile, FakeClock, JobContext, JobType, Payload
 from tether.errors import ConfigError
 from tether.jobtypes import default_registry
-from tether.observe import metrics, retention
+from tether.observe import metrics, retention, tally
 from tether.reconcile import runs as reconcile_runs
 from tether.reconcile.check import reconcile
 
@@ -126,7 +126,7 @@ def test_a_scrape_whose_reading_fails_midway_counts_nothing_twice(
         c.enqueue(Paid(cost=0.25, tokens=10 + n, model=f"m{n}"))  # a group each on PostgreSQL too
     c.run_until_idle(batch=1)
     clock.advance(1)
-    real, calls = metrics._Finished._spent, []
+    real, calls = tally.FinishedTally._spent, []
 
     def fails_at_the_second_job(self: Any, job_type: str, model: Any) -> Any:
         calls.append(job_type)
@@ -134,10 +134,10 @@ def test_a_scrape_whose_reading_fails_midway_counts_nothing_twice(
             raise sa.exc.OperationalError("SELECT ...", {}, Exception("disk I/O error"))
         return real(self, job_type, model)
 
-    monkeypatch.setattr(metrics._Finished, "_spent", fails_at_the_second_job)
+    monkeypatch.setattr(tally.FinishedTally, "_spent", fails_at_the_second_job)
     down = scrape(collector)
     assert down[("tether_ledger_up", ())] == 0 and len(calls) == 2
-    monkeypatch.setattr(metrics._Finished, "_spent", real)
+    monkeypatch.setattr(tally.FinishedTally, "_spent", real)
     again = scrape(collector)
     assert again[("tether_ledger_up", ())] == 1
     assert finished(again, "completed", "paid") == 3
@@ -189,7 +189,7 @@ def test_spend_is_added_up_from_the_finished_jobs_a_scrape_reads_once_by_type_an
     first = scrape(collector)
     assert spent(first, "paid", "sonnet") == (2, 0.75, 110, 220)
     assert spent(first, "paid", "opus") == (1, 0.125, 1, 2)
-    assert spent(first, "paid", metrics.UNKNOWN_MODEL) == (1, 0, 3, 6)
+    assert spent(first, "paid", tally.UNKNOWN_MODEL) == (1, 0, 3, 6)
     assert not [
         k for k in first if k[0].startswith(("tether_job_cost", "tether_jobs_billed")) and ("type", "nap") in k[1]
     ]
@@ -220,15 +220,15 @@ def test_the_one_off_exposition_shows_the_spend_of_its_window(c: Coordinator, cl
 
 
 def test_durations_sum_spend_per_type_and_skip_a_cost_that_is_not_a_number(c: Coordinator, clock: FakeClock) -> None:
-    from tether.observe import queries as observe
+    from tether.observe import billing, durations
 
     c.enqueue(Paid(cost=0.25, tokens=3, model="sonnet"))
     c.enqueue(Paid(cost=0.5, tokens=1, model="opus"))
     c.enqueue(Paid(cost="free", tokens=2))  # would fail a cast on PostgreSQL
     c.enqueue(Nap(seconds=1))
     c.run_until_idle()
-    by_type = {d.type: d for d in observe.durations(c, now=clock.now())}
-    assert by_type["paid"].spend == observe.Spend(3, 0.75, 6, 12)
+    by_type = {d.type: d for d in durations.durations(c, now=clock.now())}
+    assert by_type["paid"].spend == billing.Spend(3, 0.75, 6, 12)
     assert by_type["nap"].spend is None
 
 

@@ -16,11 +16,11 @@ import pytest
 import sqlalchemy as sa
 
 from tether import Coordinator, FakeClock, JobContext, JobStatus, PermanentError
+from tether.config import DEFAULT_LOCK_TIMEOUT
 from tether.errors import ConfigError, JobNotFound
 from tether.jobtypes import CreateFile, JobType, Payload, default_registry
 from tether.ledger import schema
-from tether.observe import health, metrics, retention
-from tether.observe import queries as observe
+from tether.observe import duplicates, durations, finished, health, jobs, metrics, readonly, retention, stuck, verdict
 
 LOCK_TIMEOUT = 300.0
 
@@ -112,12 +112,12 @@ def ledger(make_coordinator: Callable[..., Coordinator], clock: FakeClock) -> Le
 
 
 def test_stats_counts_outstanding_by_type_failed_stuck_and_oldest_pending(ledger: Ledger) -> None:
-    s = observe.stats(ledger.coordinator)
+    s = health.stats(ledger.coordinator)
     assert [(b.type, b.pending, b.claimed) for b in s.by_type] == [("work", 3, 1)]
     assert (s.pending, s.claimed, s.outstanding, s.failed, s.stuck) == (3, 1, 4, 2, 1)
     assert s.oldest_pending_age == 0.0  # the later jobs were enqueued at the final instant
     ledger.clock.advance(90)
-    assert observe.stats(ledger.coordinator).oldest_pending_age == 90.0
+    assert health.stats(ledger.coordinator).oldest_pending_age == 90.0
 
 
 def test_stats_report_the_largest_pending_payload_of_each_type(make_coordinator: Callable[..., Coordinator]) -> None:
@@ -129,44 +129,44 @@ def test_stats_report_the_largest_pending_payload_of_each_type(make_coordinator:
     files = [c.enqueue(CreateFile(path=f"{n}.txt", text="é" * n)).job for n in (10, 3000, 200)]
     work = c.enqueue(Work(name="w" * 500)).job
 
-    s = observe.stats(c)
+    s = health.stats(c)
 
     largest = {b.type: b.largest_payload for b in s.by_type}
     assert largest == {"create_file": files[1].payload_bytes, "work": work.payload_bytes}
     assert s.largest_pending_payload == files[1].payload_bytes == len(files[1].payload.encode())
     assert s.to_dict()["largest_pending_payload"] == files[1].payload_bytes
     c.run_until_idle()
-    assert observe.stats(c).largest_pending_payload is None
+    assert health.stats(c).largest_pending_payload is None
 
 
 def test_a_job_is_stuck_only_once_its_lock_is_older_than_the_timeout(ledger: Ledger) -> None:
-    assert observe.stats(ledger.coordinator, lock_timeout=401).stuck == 0
-    found = observe.stuck(ledger.coordinator)
+    assert health.stats(ledger.coordinator, lock_timeout=401).stuck == 0
+    found = stuck.stuck(ledger.coordinator)
     assert [j.id for j in found.jobs] == [ledger.ids["hang"]]
     assert found.jobs[0].locked_by == "w-dead"
     assert found.held_for(found.jobs[0]) == 400.0
 
 
 def test_failed_lists_permanent_and_exhausted_failures_with_their_errors(ledger: Ledger) -> None:
-    jobs = observe.failed(ledger.coordinator)
+    jobs = finished.failed(ledger.coordinator)
     assert [j.id for j in jobs] == [ledger.ids["bad"], ledger.ids["flaky"]]  # latest failure first
     bad, flaky = jobs
     assert bad.last_error == "PermanentError: bad can never work\nsecond line of detail"
     assert (flaky.attempts, flaky.max_attempts) == (2, 2)
     assert flaky.last_error is not None and "flaky broke on run 2" in flaky.last_error
-    assert observe.failed(ledger.coordinator, job_type="create_file") == []
-    assert observe.failed(ledger.coordinator, since=ledger.clock.now() - timedelta(seconds=1)) == []
+    assert finished.failed(ledger.coordinator, job_type="create_file") == []
+    assert finished.failed(ledger.coordinator, since=ledger.clock.now() - timedelta(seconds=1)) == []
 
 
 def test_durations_are_percentiles_of_claim_to_completion_per_type(ledger: Ledger) -> None:
-    by_type = {d.type: d for d in observe.durations(ledger.coordinator, since=timedelta(hours=1))}
+    by_type = {d.type: d for d in durations.durations(ledger.coordinator, since=timedelta(hours=1))}
     assert set(by_type) == {"create_file", "work"}
     work = by_type["work"]
     # w1..w5 took 1..5 s, nightly 2+2 s, comeback 0 s (its second, successful attempt).
     assert work.count == 8
     assert (work.p50, work.p95, work.p99, work.max) == (2.0, 5.0, 5.0, 5.0)
     assert by_type["create_file"].count == 3 and by_type["create_file"].max == 0.0
-    assert observe.durations(ledger.coordinator, since=timedelta(seconds=10)) == []
+    assert durations.durations(ledger.coordinator, since=timedelta(seconds=10)) == []
 
 
 def test_duration_sample_measures_one_in_k_of_a_busy_window_and_says_so(coordinator: Coordinator) -> None:
@@ -192,71 +192,71 @@ def test_duration_sample_measures_one_in_k_of_a_busy_window_and_says_so(coordina
         )
     with coordinator.engine.begin() as conn:
         conn.execute(sa.insert(schema.jobs), rows)
-    whole = observe.duration_sample(coordinator, since=timedelta(hours=1), limit=100)
+    whole = durations.duration_sample(coordinator, since=timedelta(hours=1), limit=100)
     assert (whole.total, whole.every, whole.measured) == (100, 1, 100)
     assert [(d.type, d.count, d.p50, d.max) for d in whole.types] == [("work", 100, 1.0, 7.0)]
-    sampled = observe.duration_sample(coordinator, since=timedelta(hours=1), limit=10)
+    sampled = durations.duration_sample(coordinator, since=timedelta(hours=1), limit=10)
     assert (sampled.total, sampled.every, sampled.measured) == (100, 10, 10)
     [work] = sampled.types
     assert (work.count, work.p50, work.p99, work.spend) == (10, 7.0, 7.0, None)
     with pytest.raises(ConfigError, match="at least one job"):
-        observe.duration_sample(coordinator, limit=0)
+        durations.duration_sample(coordinator, limit=0)
 
 
 def test_percentile_is_nearest_rank() -> None:
     values = [float(v) for v in range(1, 101)]
-    assert [observe.percentile(values, q) for q in (50, 95, 99, 100)] == [50.0, 95.0, 99.0, 100.0]
-    assert observe.percentile([7.0], 99) == 7.0
+    assert [verdict.percentile(values, q) for q in (50, 95, 99, 100)] == [50.0, 95.0, 99.0, 100.0]
+    assert verdict.percentile([7.0], 99) == 7.0
 
 
 def test_duplicates_groups_jobs_sharing_type_and_key(ledger: Ledger) -> None:
-    [group] = observe.duplicates(ledger.coordinator)
+    [group] = duplicates.duplicates(ledger.coordinator)
     assert (group.type, group.idempotency_key) == ("work", "nightly")
     assert [j.id for j in group.jobs] == [ledger.ids["nightly1"], ledger.ids["nightly2"]]
     assert group.to_dict()["count"] == 2
-    assert observe.duplicates(ledger.coordinator, job_type="create_file") == []
+    assert duplicates.duplicates(ledger.coordinator, job_type="create_file") == []
 
 
 def test_recent_counts_and_lists_what_finished_in_the_window(ledger: Ledger) -> None:
-    r = observe.recent(ledger.coordinator, since=timedelta(hours=1))
+    r = finished.recent(ledger.coordinator, since=timedelta(hours=1))
     assert (r.completed, r.failed) == (11, 2)
     assert len(r.jobs) == 13 and r.jobs[0].id == ledger.ids["comeback"]
-    assert observe.recent(ledger.coordinator, since=timedelta(minutes=1)).jobs == []
-    assert len(observe.recent(ledger.coordinator, since=timedelta(hours=1), limit=2).jobs) == 2
+    assert finished.recent(ledger.coordinator, since=timedelta(minutes=1)).jobs == []
+    assert len(finished.recent(ledger.coordinator, since=timedelta(hours=1), limit=2).jobs) == 2
 
 
 def test_jobs_filters_by_status_type_and_enqueue_time(ledger: Ledger) -> None:
     c = ledger.coordinator
-    assert [j.id for j in observe.jobs(c, status="pending")] == [ledger.ids[f"later{i}"] for i in (2, 1, 0)]
-    assert {j.id for j in observe.jobs(c, status=JobStatus.CLAIMED)} == {ledger.ids["hang"]}
-    assert len(observe.jobs(c, job_type="create_file")) == 3
-    assert len(observe.jobs(c, limit=None)) == 17
-    recent = observe.jobs(c, since=ledger.clock.now() - timedelta(seconds=1))
+    assert [j.id for j in jobs.jobs(c, status="pending")] == [ledger.ids[f"later{i}"] for i in (2, 1, 0)]
+    assert {j.id for j in jobs.jobs(c, status=JobStatus.CLAIMED)} == {ledger.ids["hang"]}
+    assert len(jobs.jobs(c, job_type="create_file")) == 3
+    assert len(jobs.jobs(c, limit=None)) == 17
+    recent = jobs.jobs(c, since=ledger.clock.now() - timedelta(seconds=1))
     assert {j.id for j in recent} == {ledger.ids[f"later{i}"] for i in range(3)}
 
 
 def test_show_reads_one_job_and_names_a_missing_id(ledger: Ledger) -> None:
-    job = observe.show(ledger.coordinator, ledger.ids["file_a"])
+    job = jobs.show(ledger.coordinator, ledger.ids["file_a"])
     assert job.status is JobStatus.COMPLETED and job.result_data["written"] is True
     with pytest.raises(JobNotFound, match="no job with id 'nope'"):
-        observe.show(ledger.coordinator, "nope")
+        jobs.show(ledger.coordinator, "nope")
 
 
 def test_health_verdict_follows_stuck_failed_and_backlog_thresholds(ledger: Ledger) -> None:
     h = health.health(ledger.coordinator)
-    assert h.verdict is health.Verdict.ERROR and h.verdict.exit_code == 2
+    assert h.verdict is verdict.Verdict.ERROR and h.verdict.exit_code == 2
     assert [c.verdict.label for c in h.checks[:3]] == ["ok", "error", "warning"]
     assert [c.name for c in h.checks[:3]] == ["backlog", "stuck", "failed"]
-    ok_backlog = health.Thresholds(backlog_limit=100)
-    s = observe.stats(ledger.coordinator, lock_timeout=10_000)  # nothing stuck
-    assert health.assess(s, ok_backlog).verdict is health.Verdict.WARNING  # 2 failed
-    assert health.assess(s, health.Thresholds(backlog_limit=5)).verdict is health.Verdict.WARNING  # 4 >= 80% of 5
-    assert health.assess(s, health.Thresholds(backlog_limit=4)).verdict is health.Verdict.ERROR  # 4 >= 4
+    ok_backlog = verdict.Thresholds(backlog_limit=100)
+    s = health.stats(ledger.coordinator, lock_timeout=10_000)  # nothing stuck
+    assert verdict.assess(s, ok_backlog).verdict is verdict.Verdict.WARNING  # 2 failed
+    assert verdict.assess(s, verdict.Thresholds(backlog_limit=5)).verdict is verdict.Verdict.WARNING  # 4 >= 80% of 5
+    assert verdict.assess(s, verdict.Thresholds(backlog_limit=4)).verdict is verdict.Verdict.ERROR  # 4 >= 4
 
 
 def test_empty_ledger_is_ok_and_thresholds_are_validated(coordinator: Coordinator) -> None:
     h = health.health(coordinator)
-    assert h.verdict is health.Verdict.OK and h.reasons == []
+    assert h.verdict is verdict.Verdict.OK and h.reasons == []
     assert h.to_dict()["thresholds"] == {
         "backlog_limit": 100,
         "backlog_warn": 80,
@@ -272,7 +272,7 @@ def test_empty_ledger_is_ok_and_thresholds_are_validated(coordinator: Coordinato
         "unclaimed_grace": 300.0,
     }
     with pytest.raises(ConfigError, match="backlog limit must be at least 1"):
-        health.Thresholds(backlog_limit=0)
+        verdict.Thresholds(backlog_limit=0)
 
 
 def test_metrics_expose_jobs_by_status_and_type_and_histograms_of_the_window(ledger: Ledger) -> None:
@@ -316,10 +316,10 @@ def test_purge_deletes_old_finished_jobs_but_keeps_the_latest_per_target(
     run(c)
     plan = retention.purge(c, older_than=timedelta(days=7), dry_run=True)
     assert plan.by_status_type == {("completed", "create_file"): 2, ("completed", "work"): 1}
-    assert {j.id for j in observe.jobs(c, limit=None)} >= set(old)  # a dry run deletes nothing
+    assert {j.id for j in jobs.jobs(c, limit=None)} >= set(old)  # a dry run deletes nothing
     done = retention.purge(c, older_than=timedelta(days=7), batch_size=1)
     assert done.total == 3
-    left = {j.id for j in observe.jobs(c, limit=None)}
+    left = {j.id for j in jobs.jobs(c, limit=None)}
     assert left == {old[-1], failed, fresh}  # latest write of a.json kept; failed needs --failed
     assert untargeted not in left
     assert retention.purge(c, older_than=timedelta(days=7), statuses=["failed"]).total == 1
@@ -329,20 +329,33 @@ def test_purge_deletes_old_finished_jobs_but_keeps_the_latest_per_target(
 
 def test_reads_never_create_a_ledger(tmp_path) -> None:
     missing = tmp_path / "nowhere" / "tether.db"
-    with pytest.raises(observe.NoLedger, match=f"no ledger at {missing}"):
-        observe.open_ledger(f"sqlite:///{missing}")
+    with pytest.raises(readonly.NoLedger, match=f"no ledger at {missing}"):
+        readonly.open_ledger(f"sqlite:///{missing}")
     assert not missing.exists()
     empty = tmp_path / "empty.db"
     sa.create_engine(f"sqlite:///{empty}").connect().close()
-    with pytest.raises(observe.NoLedger, match="has no tether_jobs table"):
-        observe.open_ledger(f"sqlite:///{empty}")
+    with pytest.raises(readonly.NoLedger, match="has no tether_jobs table"):
+        readonly.open_ledger(f"sqlite:///{empty}")
+
+
+def test_a_read_judges_by_a_coordinators_clock_and_lock_timeout_and_a_bare_engine_by_the_defaults(
+    make_coordinator: Callable[..., Coordinator], clock: FakeClock
+) -> None:
+    c = make_coordinator(lock_timeout=7.0)
+    clock.advance(86_400)  # a day from the system's time: only the coordinator's clock says so
+    view, bare = readonly.view_of(c), readonly.view_of(c.engine)
+    assert (view.engine, view.clock, view.lock_timeout) == (c.engine, clock, 7.0)
+    assert (bare.engine, bare.clock, bare.lock_timeout) == (c.engine, None, DEFAULT_LOCK_TIMEOUT)
+    s = health.stats(c)
+    assert (s.now, s.lock_timeout) == (clock.now(), 7.0)
+    assert health.stats(c.engine).lock_timeout == DEFAULT_LOCK_TIMEOUT
 
 
 def test_the_coordinator_answers_the_operators_questions_from_python(coordinator, clock):
     from datetime import timedelta
 
     from tether import CreateFile
-    from tether.observe.health import Verdict
+    from tether.observe.verdict import Verdict
 
     coordinator.enqueue(CreateFile(path="a.json", content=1))
     coordinator.enqueue(CreateFile(path="a.json", content=2, overwrite=True))
@@ -362,7 +375,7 @@ def test_the_alerting_rules_judge_pending_age_success_rate_and_p95_per_type(make
 
     c = make_coordinator()
     c.register(WorkType())
-    th = health.Thresholds()
+    th = verdict.Thresholds()
 
     def verdicts() -> dict[str, str]:
         h = health.health(c, th)
@@ -382,9 +395,9 @@ def test_the_alerting_rules_judge_pending_age_success_rate_and_p95_per_type(make
     clock.advance(hours=2)
     v = verdicts()
     assert v["oldest_pending_age"] == "warning" and v["success_rate"] == "ok"  # the failures left the window
-    th = health.Thresholds(pending_age_error=timedelta(hours=1).total_seconds())
+    th = verdict.Thresholds(pending_age_error=timedelta(hours=1).total_seconds())
     assert verdicts()["oldest_pending_age"] == "error"
-    th = health.Thresholds(pending_age_warn=None)
+    th = verdict.Thresholds(pending_age_warn=None)
     assert verdicts()["oldest_pending_age"] == "ok"
     c.run_until_idle()  # "waits" runs at once: the window now holds one completed job, of 0 s
     job = c.enqueue(Work(name="slow")).id
@@ -394,8 +407,8 @@ def test_the_alerting_rules_judge_pending_age_success_rate_and_p95_per_type(make
 
     c.queue.finish_one("w", Decision.complete(claimed, None))
     assert c.get(job).status.value == "completed"
-    checks = {ch.name: ch for ch in health.health(c, health.Thresholds()).checks}
+    checks = {ch.name: ch for ch in health.health(c, verdict.Thresholds()).checks}
     assert checks["p95_duration:work"].verdict.label == "warning" and checks["p95_duration:work"].value == 11.0
-    assert health.health(c, health.Thresholds(p95_warn=None, p95_error=10)).verdict is health.Verdict.ERROR
+    assert health.health(c, verdict.Thresholds(p95_warn=None, p95_error=10)).verdict is verdict.Verdict.ERROR
     with pytest.raises(ConfigError, match="success-rate-error must be a fraction"):
-        health.Thresholds(success_rate_error=95)
+        verdict.Thresholds(success_rate_error=95)

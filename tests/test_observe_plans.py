@@ -18,8 +18,7 @@ import sqlalchemy as sa
 
 from tether import Coordinator
 from tether.jobtypes import default_registry
-from tether.observe import metrics, retention
-from tether.observe import queries as observe
+from tether.observe import durations, finished, health, jobs, metrics, pages, retention, stuck
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 STATUSES = ["pending", "claimed", "completed", "completed", "completed", "failed"]
@@ -35,11 +34,11 @@ BACKLOG_WALKS = (
 NEWEST_FINISHED = ("failed", "failed since", "recent", "jobs completed", "jobs failed")
 
 
-def _two_pages(c: Coordinator, where: observe.JobFilter) -> None:
+def _two_pages(c: Coordinator, where: pages.JobFilter) -> None:
     for oldest_first in (False, True):
-        first = observe.jobs_page(c, where, limit=5, oldest_first=oldest_first)
+        first = pages.jobs_page(c, where, limit=5, oldest_first=oldest_first)
         if first.after is not None:
-            observe.jobs_page(c, where, after=first.after, limit=5, oldest_first=oldest_first)
+            pages.jobs_page(c, where, after=first.after, limit=5, oldest_first=oldest_first)
 
 
 # The newest (or oldest) jobs of the whole ledger: the primary key walked in its own order and
@@ -47,14 +46,14 @@ def _two_pages(c: Coordinator, where: observe.JobFilter) -> None:
 ORDERED_WALKS = {"jobs page all": "SCAN tether_jobs USING INDEX sqlite_autoindex_tether_jobs_1"}
 
 QUESTIONS: dict[str, Callable[[Coordinator], Any]] = {
-    "stats": lambda c: observe.stats(c, now=NOW),
-    "failed": lambda c: observe.failed(c),
-    "failed since": lambda c: observe.failed(c, since=NOW - timedelta(seconds=100)),
-    "stuck": lambda c: observe.stuck(c, now=NOW),
-    "durations": lambda c: observe.durations(c, now=NOW),
-    "recent": lambda c: observe.recent(c, now=NOW),
-    **{f"jobs {s}": partial(observe.jobs, status=s) for s in ("pending", "claimed", "completed", "failed")},
-    "jobs completed since": lambda c: observe.jobs(c, status="completed", since=NOW - timedelta(seconds=100)),
+    "stats": lambda c: health.stats(c, now=NOW),
+    "failed": lambda c: finished.failed(c),
+    "failed since": lambda c: finished.failed(c, since=NOW - timedelta(seconds=100)),
+    "stuck": lambda c: stuck.stuck(c, now=NOW),
+    "durations": lambda c: durations.durations(c, now=NOW),
+    "recent": lambda c: finished.recent(c, now=NOW),
+    **{f"jobs {s}": partial(jobs.jobs, status=s) for s in ("pending", "claimed", "completed", "failed")},
+    "jobs completed since": lambda c: jobs.jobs(c, status="completed", since=NOW - timedelta(seconds=100)),
     "metrics scrape": lambda c: list(
         metrics.LedgerCollector(c, since=NOW - timedelta(seconds=100), settle=timedelta(0)).collect()
     ),
@@ -62,19 +61,19 @@ QUESTIONS: dict[str, Callable[[Coordinator], Any]] = {
     **{
         f"jobs page {name}": partial(_two_pages, where=where)
         for name, where in {
-            "all": observe.JobFilter(),
-            "pending": observe.JobFilter(status="pending"),
-            "claimed": observe.JobFilter(status="claimed"),
-            "completed": observe.JobFilter(status="completed"),
-            "failed of a type": observe.JobFilter(status="failed", job_type="create_file"),
-            "target": observe.JobFilter(target="file:7"),
-            "key": observe.JobFilter(job_type="create_file", key="k7"),
-            "window": observe.JobFilter(since=NOW - timedelta(seconds=100)),
-            "completed window": observe.JobFilter(status="completed", since=NOW - timedelta(seconds=100)),
+            "all": pages.JobFilter(),
+            "pending": pages.JobFilter(status="pending"),
+            "claimed": pages.JobFilter(status="claimed"),
+            "completed": pages.JobFilter(status="completed"),
+            "failed of a type": pages.JobFilter(status="failed", job_type="create_file"),
+            "target": pages.JobFilter(target="file:7"),
+            "key": pages.JobFilter(job_type="create_file", key="k7"),
+            "window": pages.JobFilter(since=NOW - timedelta(seconds=100)),
+            "completed window": pages.JobFilter(status="completed", since=NOW - timedelta(seconds=100)),
         }.items()
     },
-    "failed by error": lambda c: observe.failed_by_error(c),
-    "on target": lambda c: observe.on_target(c, "file:7"),
+    "failed by error": lambda c: finished.failed_by_error(c),
+    "on target": lambda c: jobs.on_target(c, "file:7"),
     "purge dry run": lambda c: retention.purge(c, older_than=timedelta(seconds=1000), dry_run=True, now=NOW),
     "purge": lambda c: retention.purge(
         c, older_than=timedelta(seconds=1000), statuses=("completed", "failed"), batch_size=100, now=NOW

@@ -14,7 +14,8 @@ from tether import Coordinator, FakeClock, ui
 from tether.errors import ConfigError
 from tether.jobtypes import CreateFile, DeleteFile
 from tether.ledger.status import JobStatus
-from tether.observe.health import Thresholds, health
+from tether.observe.health import health
+from tether.observe.verdict import Thresholds
 from tether.ui import web as web_module
 
 BASE = "http://127.0.0.1:8787"
@@ -403,12 +404,12 @@ def test_mounted_inside_an_application_the_links_keep_its_prefix(ledger, clock):
 
 
 def test_a_traceback_is_grouped_by_its_exception_line():
-    from tether.observe import queries as observe
+    from tether.observe import finished
 
     trace = 'Traceback (most recent call last):\n  File "h.py", line 3, in run\nValueError: bad row\n'
-    assert observe.error_summary(trace) == "ValueError: bad row"
-    assert observe.error_summary("PermanentError: no\nmore detail") == "PermanentError: no"
-    assert observe.error_summary(None) == "(no error recorded)"
+    assert finished.error_summary(trace) == "ValueError: bad row"
+    assert finished.error_summary("PermanentError: no\nmore detail") == "PermanentError: no"
+    assert finished.error_summary(None) == "(no error recorded)"
 
 
 def test_one_job_shows_its_progress(ledger, clock):

@@ -22,7 +22,7 @@ from jobkit import Note, NoteType, registry_with
 from tether import Coordinator, ui
 from tether.jobtypes import CreateFile
 from tether.ledger.status import JobStatus
-from tether.observe import queries as observe
+from tether.observe import finished
 from tether.observe.health import health
 
 CHROMIUM = "/usr/bin/chromium"
@@ -67,7 +67,7 @@ def ledger(tmp_path) -> Iterator[tuple[Coordinator, str]]:
     (c.root / "notes" / "03.json").write_text('{"n": 3, "title": "edited by hand"}\n')
     for i in range(12):
         c.enqueue(CreateFile(path=f"later/{i}.json", content={"n": i}), delay=600)
-    failed = [j for j in observe.failed(c) if j.type == "note" and "invoice-7" in (j.last_error or "")]
+    failed = [j for j in finished.failed(c) if j.type == "note" and "invoice-7" in (j.last_error or "")]
     yield c, failed[0].id
     c.close()
 

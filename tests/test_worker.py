@@ -174,7 +174,7 @@ def test_an_idle_worker_wakes_when_another_process_commits(tmp_path, monkeypatch
 
 
 def test_a_worker_claims_only_the_types_it_has_and_status_names_the_one_nobody_takes(make_coordinator, clock):
-    from tether.observe import health
+    from tether.observe import health, verdict
 
     notes = NoteType()
     full = make_coordinator(registry_with(notes))
@@ -184,7 +184,7 @@ def test_a_worker_claims_only_the_types_it_has_and_status_names_the_one_nobody_t
     assert full.get(job).status is JobStatus.PENDING and full.get(job).attempts == 0  # untouched
     clock.advance(301)
     checks = {c.name: c for c in health.health(bare).checks}
-    assert checks["unclaimed:note"].verdict is health.Verdict.WARNING
+    assert checks["unclaimed:note"].verdict is verdict.Verdict.WARNING
     assert "is a worker with this type registered" in checks["unclaimed:note"].rule
     assert full.worker().run_until_idle() == 1 and full.get(job).status is JobStatus.COMPLETED
     assert not [c for c in health.health(full).checks if c.name.startswith("unclaimed:")]

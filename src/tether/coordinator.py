@@ -31,9 +31,9 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from . import schedule as schedules
-    from .observe import queries as observe
-    from .observe.health import Health, Thresholds
+    from .observe.backlog import Stats
     from .observe.retention import PurgeResult
+    from .observe.verdict import Health, Thresholds
     from .reconcile.check import Report
     from .worker.loop import Worker
 
@@ -296,11 +296,11 @@ class Coordinator:
         events.emit("startup_check", reclaimed=len(reclaimed), **report.summary())
         return report
 
-    def stats(self, **options: Any) -> observe.Stats:
-        """Outstanding, failed, stuck and oldest pending, by type (see ``tether.observe.queries.stats``)."""
-        from .observe import queries as observe
+    def stats(self, **options: Any) -> Stats:
+        """Outstanding, failed, stuck and oldest pending, by type (see ``tether.observe.health.stats``)."""
+        from .observe.health import stats
 
-        return observe.stats(self, **options)
+        return stats(self, **options)
 
     def health(self, thresholds: Thresholds | None = None) -> Health:
         """The ok / warning / error verdict of ``tether status`` (see ``tether.observe.health``)."""

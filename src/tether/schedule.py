@@ -54,8 +54,8 @@ from . import events
 from .errors import ConfigError, TetherError
 from .ledger.record import InsertResult, JobRecord
 from .ledger.schema import DUE_SQL, schedules
+from .ledger.schema import jobs as jobs_table
 from .observe.readonly import ledger_now, records, select_jobs
-from .observe.readonly import t as jobs_table
 
 if TYPE_CHECKING:
     from .jobtypes import Payload

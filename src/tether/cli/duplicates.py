@@ -23,11 +23,11 @@ def duplicates(
 
     Example: tether duplicates --type create_file --json
     """
-    from ..observe import queries as observe
+    from ..observe.duplicates import duplicates
 
     n = limit_value(limit)
     with ledger(ctx.obj) as engine:
-        groups = observe.duplicates(engine, job_type=job_type, limit=n)
+        groups = duplicates(engine, job_type=job_type, limit=n)
     if as_json:
         print_json({"keys": [g.to_dict() for g in groups]})
         return

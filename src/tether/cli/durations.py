@@ -22,11 +22,11 @@ def durations(
 
     Example: tether durations --since 1h --type create_file
     """
-    from ..observe import queries as observe
+    from ..observe.durations import durations
 
     window = parse_duration(since, "--since")
     with ledger(ctx.obj) as engine:
-        rows = observe.durations(engine, since=window, job_type=job_type)
+        rows = durations(engine, since=window, job_type=job_type)
     if as_json:
         print_json({"window_seconds": window.total_seconds(), "types": [d.to_dict() for d in rows]})
         return

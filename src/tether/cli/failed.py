@@ -24,13 +24,13 @@ def failed(
 
     Example: tether failed --type create_file --since 24h
     """
-    from ..observe import queries as observe
+    from ..observe.finished import failed
 
     window = parse_duration(since, "--since") if since else None
     n = limit_value(limit)
     with ledger(ctx.obj) as engine:
         start = SystemClock().now() - window if window else None
-        jobs = observe.failed(engine, job_type=job_type, since=start, limit=n)
+        jobs = failed(engine, job_type=job_type, since=start, limit=n)
     if as_json:
         print_json({"jobs": job_dicts(jobs)})
         return

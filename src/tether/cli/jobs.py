@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import TYPE_CHECKING
+
 import typer
 
 from ..clock import SystemClock
@@ -20,6 +23,9 @@ from .output import (
     table,
     when,
 )
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 
 @app.command()
@@ -44,7 +50,7 @@ def jobs(
 
     Example: tether jobs --status pending --type create_file --limit 20
     """
-    from ..observe import queries as observe
+    from ..observe.jobs import jobs as find_jobs
 
     if status is not None and status not in {s.value for s in JobStatus}:
         raise ConfigError(f"--status: {status!r} is not a status; use one of {', '.join(s.value for s in JobStatus)}")
@@ -53,20 +59,31 @@ def jobs(
     with ledger(ctx.obj) as engine:
         start = SystemClock().now() - window if window else None
         if schedule_name is not None:
-            from .. import schedule  # cron and the job types: only for this filter
-
-            found = [
-                j
-                for j in schedule.runs(engine, schedule_name, limit=None)
-                if (status is None or j.status.value == status)
-                and (job_type is None or j.type == job_type)
-                and (start is None or j.created_at >= start)
-            ][:n]
+            found = _schedule_runs(engine, schedule_name, status, job_type, start)[:n]
         else:
-            found = observe.jobs(engine, status=status, job_type=job_type, since=start, limit=n)
+            found = find_jobs(engine, status=status, job_type=job_type, since=start, limit=n)
     if as_json:
         print_json({"jobs": job_dicts(found)})
         return
+    _print_jobs(found)
+
+
+def _schedule_runs(
+    engine: sa.Engine, schedule_name: str, status: str | None, job_type: str | None, start: datetime | None
+) -> list[JobRecord]:
+    """The runs of one schedule, newest slot first, that the other filters let through."""
+    from .. import schedule  # cron and the job types: only for this filter
+
+    return [
+        j
+        for j in schedule.runs(engine, schedule_name, limit=None)
+        if (status is None or j.status.value == status)
+        and (job_type is None or j.type == job_type)
+        and (start is None or j.created_at >= start)
+    ]
+
+
+def _print_jobs(found: list[JobRecord]) -> None:
     table(
         None,
         ["id", "type", "status", "attempts", "created (UTC)", "when (UTC)", "worker", "last error"],

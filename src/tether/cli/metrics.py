@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 import typer
 
 from ..config import DEFAULT_BACKLOG_LIMIT, DEFAULT_LOCK_TIMEOUT, ENV_BACKLOG_LIMIT
-from .app import app, err
+from .app import Settings, app, err
 from .output import ledger, parse_duration
+
+if TYPE_CHECKING:
+    from ..observe.verdict import Thresholds
 
 
 @app.command()
@@ -47,7 +51,7 @@ def metrics(
     Example: tether --db sqlite:///ledger/tether.db metrics --serve --port 9464
     """
     from ..observe import metrics as m  # prometheus-client is loaded by this command only
-    from ..observe.health import Thresholds
+    from ..observe.verdict import Thresholds
 
     thresholds = Thresholds(backlog_limit=backlog_limit)
     if not serve:
@@ -57,7 +61,16 @@ def metrics(
         sys.stdout.write(text.decode())
         sys.stdout.flush()
         return
-    with ledger(ctx.obj) as engine:
+    _serve(ctx.obj, host, port, allow_remote=allow_remote, lock_timeout=lock_timeout, thresholds=thresholds)
+
+
+def _serve(
+    settings: Settings, host: str, port: int, *, allow_remote: bool, lock_timeout: float, thresholds: Thresholds
+) -> None:
+    """Answer scrapes until Ctrl-C or SIGTERM."""
+    from ..observe import metrics as m
+
+    with ledger(settings) as engine:
         server, thread = m.serve(
             engine, host, port, allow_remote=allow_remote, lock_timeout=lock_timeout, thresholds=thresholds
         )

@@ -30,12 +30,12 @@ def recent(
 
     Example: tether recent --since 1h
     """
-    from ..observe import queries as observe
+    from ..observe.finished import recent
 
     window = parse_duration(since, "--since")
     n = limit_value(limit)
     with ledger(ctx.obj) as engine:
-        r = observe.recent(engine, since=window, job_type=job_type, limit=n)
+        r = recent(engine, since=window, job_type=job_type, limit=n)
     if as_json:
         print_json(
             {

@@ -25,14 +25,14 @@ def retry(
 
     Example: tether retry --failed --type create_file
     """
-    from ..observe import queries as observe
+    from ..observe.finished import failed
 
     if bool(job_ids) == all_failed:
         raise ConfigError("give job ids or --failed (not both, not neither)")
     if job_type and not all_failed:
         raise ConfigError("--type only applies with --failed")
     with ledger(ctx.obj) as engine:  # a missing ledger is an error here, never created
-        ids = job_ids or [j.id for j in observe.failed(engine, job_type=job_type, limit=None)]
+        ids = job_ids or [j.id for j in failed(engine, job_type=job_type, limit=None)]
     retried, errors = [], []
     with open_coordinator(ctx.obj) as coordinator:
         for job_id in ids:

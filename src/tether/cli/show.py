@@ -28,12 +28,12 @@ def show(
     """
     from rich.table import Table
 
-    from ..observe import queries as observe
+    from ..observe.jobs import children, resolve_id, show
 
     with ledger(ctx.obj) as engine:
-        job_id = observe.resolve_id(engine, job_id)
-        job = observe.show(engine, job_id)
-        kids = observe.children(engine, job_id)
+        job_id = resolve_id(engine, job_id)
+        job = show(engine, job_id)
+        kids = children(engine, job_id)
     if as_json:
         print_json({**job.to_dict(include_payload=payload), "children": [k.id for k in kids]})
         return

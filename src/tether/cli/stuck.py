@@ -25,11 +25,11 @@ def stuck(
 
     Example: tether stuck --lock-timeout 120
     """
-    from ..observe import queries as observe
+    from ..observe.stuck import stuck
 
     n = limit_value(limit)
     with ledger(ctx.obj) as engine:
-        found = observe.stuck(engine, lock_timeout=lock_timeout, limit=n)
+        found = stuck(engine, lock_timeout=lock_timeout, limit=n)
     if as_json:
         print_json(
             {

@@ -46,7 +46,7 @@ def ui(
         from .. import ui as web
     except ImportError as e:
         raise ConfigError(f"tether ui needs its extra: pip install 'tether[ui]' ({e.name} is missing)") from e
-    from ..observe.health import Thresholds
+    from ..observe.verdict import Thresholds
 
     token = web.read_token(token_file) if token_file else None
     hosts = web.bind_hosts(host, token, allowed_hosts)

@@ -43,7 +43,8 @@ from ..jobtypes.datafiles.existence import files_exist
 from ..jobtypes.datafiles.paths import checked_path
 from ..jobtypes.target import Target, display
 from ..ledger.url import mask_url
-from ..observe import queries as observe
+from ..observe.health import stats
+from ..observe.jobs import jobs as find_jobs
 from ..store import JsonStore
 from ..worker.retry import RetryPolicy
 
@@ -362,7 +363,7 @@ class Demo:
         )
 
     def show_jobs(self, c: Coordinator) -> None:
-        rows = observe.jobs(c, limit=None)[::-1]  # oldest first
+        rows = find_jobs(c, limit=None)[::-1]  # oldest first
         self.say(f"   {'job':<8}{'type':<18}{'target':<42}{'status':<11}attempts")
         for row in rows:
             target = display(row.ordering_key) if row.ordering_key else ""
@@ -393,7 +394,7 @@ class Demo:
         )
         self.say(f"   reports/billing.md         {store.exists('reports/billing.md')}")
         answer = store.load_json(EXTRACTION_PATH)
-        [job] = [j for j in observe.jobs(store.coordinator, limit=None) if j.type == "claude_extraction"]
+        [job] = [j for j in find_jobs(store.coordinator, limit=None) if j.type == "claude_extraction"]
         spent = orjson.loads(store.coordinator.get(job.id).result or "{}")
         self.say(
             f"   {EXTRACTION_PATH}  {answer}; cost ${spent.get('cost_usd')}, "
@@ -476,7 +477,7 @@ def short(job_id: str | None) -> str:
 
 
 def active_jobs(c: Coordinator) -> int:
-    return observe.stats(c).outstanding
+    return stats(c).outstanding
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,7 @@
 """The ledger's backlog at one instant (``Stats``): outstanding work by type, failures, stuck
 locks, the deepest target; and how the rows of its queries become one.
 
-No SQLAlchemy here: ``tether status`` builds these from the SQLAlchemy statements in ``queries``
+No SQLAlchemy here: ``tether status`` builds these from the SQLAlchemy statements in ``health``
 or, on a SQLite file, from the same statements compiled ahead (``lite``), and both read the
 rows through ``stats_of``.
 """

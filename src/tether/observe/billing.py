@@ -1,5 +1,5 @@
 """What jobs paid, as their results record it: which results are billed and how their numbers are
-read, in one place for ``tether durations`` (``queries.spend``), the extractions view
+read, in one place for ``tether durations`` (``spend``), the extractions view
 (``extractions``) and the metrics' spend families.
 
 A billed result is a JSON object recording ``cost_usd`` (an AI extraction's ``total_cost_usd``),
@@ -11,13 +11,16 @@ after a LIKE that is cheap on every other row; a value that is not a JSON number
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import orjson
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSON
 
-from .readonly import t
+from ..ledger.schema import jobs as jobs_table
+from ..ledger.status import JobStatus
+from .readonly import Source, reading
 
 SPENT_KEYS = ("cost_usd", "input_tokens", "output_tokens")
 """The numbers a billed result records, in the order every reading returns them."""
@@ -26,13 +29,13 @@ _PATHS = tuple(f"$.{key}" for key in (*SPENT_KEYS, "model"))
 
 def billed() -> Any:
     """Jobs whose result is an object recording ``cost_usd``."""
-    return t.c.result.like('{%"cost_usd"%')
+    return jobs_table.c.result.like('{%"cost_usd"%')
 
 
 def sqlite_spent() -> Any:
     """SQLite: ``[cost, tokens in, tokens out, model]`` of a result as one JSON array (one parse
     of the result; ``spent_of`` reads it)."""
-    return sa.func.json_extract(t.c.result, *_PATHS)
+    return sa.func.json_extract(jobs_table.c.result, *_PATHS)
 
 
 def spent_of(values: list[Any]) -> tuple[float | None, float | None, float | None, Any]:
@@ -50,7 +53,7 @@ def pg_record() -> Any:
     """PostgreSQL: a result parsed once (``json_to_record``), as a FROM item ``spent`` with the
     SPENT_KEYS as json values (read them with ``pg_number``) and ``model`` as text."""
     return (
-        sa.func.json_to_record(sa.cast(t.c.result, JSON))
+        sa.func.json_to_record(sa.cast(jobs_table.c.result, JSON))
         .table_valued(*(sa.column(key, JSON) for key in SPENT_KEYS), sa.column("model", sa.Text))
         .render_derived("spent", with_types=True)
     )
@@ -78,13 +81,15 @@ def bills(conn: sa.Connection, *where: Any) -> dict[tuple[str, str | None], Bill
     if conn.dialect.name == "postgresql":
         record = pg_record()
         sums = (sa.func.coalesce(sa.func.sum(pg_number(record.c[k])), 0) for k in SPENT_KEYS)
-        query = sa.select(t.c.type, record.c.model, sa.func.count(), *sums).select_from(t.join(record, sa.true()))
+        query = sa.select(jobs_table.c.type, record.c.model, sa.func.count(), *sums).select_from(
+            jobs_table.join(record, sa.true())
+        )
         for name, model, n, cost, tokens_in, tokens_out in conn.execute(
-            query.where(*where, billed()).group_by(t.c.type, record.c.model)
+            query.where(*where, billed()).group_by(jobs_table.c.type, record.c.model)
         ):
             out[(name, model)] = Bill(n, float(cost), int(tokens_in), int(tokens_out))
         return out
-    for name, spent in conn.execute(sa.select(t.c.type, sqlite_spent()).where(*where, billed())):
+    for name, spent in conn.execute(sa.select(jobs_table.c.type, sqlite_spent()).where(*where, billed())):
         cost, tokens_in, tokens_out, model = spent_of(orjson.loads(spent))
         bill = out.setdefault((name, None if model is None else str(model)), Bill())
         bill.jobs += 1
@@ -92,3 +97,32 @@ def bills(conn: sa.Connection, *where: Any) -> dict[tuple[str, str | None], Bill
         bill.input_tokens += int(tokens_in or 0)
         bill.output_tokens += int(tokens_out or 0)
     return out
+
+
+@dataclass(frozen=True)
+class Spend:
+    """Summed over a type's completed jobs whose result records ``cost_usd`` (an AI assistant's
+    envelope): US dollars and tokens."""
+
+    jobs: int
+    cost_usd: float
+    input_tokens: int
+    output_tokens: int
+
+
+def spend(source: Source, *, since: datetime, job_type: str | None = None) -> dict[str, Spend]:
+    """Per type, the cost and tokens of jobs completed since ``since`` (see Spend; ``bills``
+    says which results count and how they are read)."""
+    window = [jobs_table.c.status == JobStatus.COMPLETED.value, jobs_table.c.completed_at >= since]
+    if job_type is not None:
+        window.append(jobs_table.c.type == job_type)
+    with reading(source) as conn:
+        by_model = bills(conn, *window)
+    totals: dict[str, Bill] = {}
+    for (name, _), bill in by_model.items():
+        total = totals.setdefault(name, Bill())
+        total.jobs += bill.jobs
+        total.cost_usd += bill.cost_usd
+        total.input_tokens += bill.input_tokens
+        total.output_tokens += bill.output_tokens
+    return {name: Spend(b.jobs, round(b.cost_usd, 6), b.input_tokens, b.output_tokens) for name, b in totals.items()}

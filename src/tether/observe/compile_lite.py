@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy.dialects import sqlite
 
 from ..ledger.schema import TABLE
-from .queries import finished_statement, run_times_statement, stats_statements
+from .health import finished_statement, run_times_statement, stats_statements
 
 TARGET = Path(__file__).with_name("_lite_sql.py")
 COMMAND = "python -m tether.observe.compile_lite"

@@ -16,10 +16,11 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 
 from ..ledger.schema import ACTIVE_KEYED_SQL
+from ..ledger.schema import jobs as jobs_table
 from ..ledger.status import JobStatus
 from . import billing
-from .queries import error_summary
-from .readonly import Source, finished, now_of, reading, t
+from .finished import error_summary
+from .readonly import Source, done, now_of, reading
 
 TYPES = ("claude_extraction",)
 _VERDICT = re.compile(r"^verdict=([A-Za-z_]+)")
@@ -85,12 +86,19 @@ def extractions(
         since = now_of(source, now) - since
     names = tuple(types)
     with reading(source) as conn:
-        window = (t.c.status == JobStatus.COMPLETED.value, t.c.completed_at >= since, t.c.type.in_(names))
+        window = (
+            jobs_table.c.status == JobStatus.COMPLETED.value,
+            jobs_table.c.completed_at >= since,
+            jobs_table.c.type.in_(names),
+        )
         bills = billing.bills(conn, *window)
         completed = conn.execute(sa.select(sa.func.count()).where(*window)).scalar_one()
         failed = conn.execute(
-            sa.select(t.c.last_error).where(
-                t.c.status == JobStatus.FAILED.value, finished(), t.c.completed_at >= since, t.c.type.in_(names)
+            sa.select(jobs_table.c.last_error).where(
+                jobs_table.c.status == JobStatus.FAILED.value,
+                done(),
+                jobs_table.c.completed_at >= since,
+                jobs_table.c.type.in_(names),
             )
         ).scalars()
         by_verdict: dict[str, dict[str, int]] = {}
@@ -99,7 +107,9 @@ def extractions(
             counts["failed"] += 1
         # Extractions are keyed: their active jobs are the active-key index's range for their types.
         waiting = conn.execute(
-            sa.select(t.c.last_error).where(t.c.type.in_(names), sa.text(ACTIVE_KEYED_SQL), t.c.last_error.is_not(None))
+            sa.select(jobs_table.c.last_error).where(
+                jobs_table.c.type.in_(names), sa.text(ACTIVE_KEYED_SQL), jobs_table.c.last_error.is_not(None)
+            )
         ).scalars()
         for error in waiting:
             counts = by_verdict.setdefault(verdict_of(error), {"failed": 0, "waiting": 0})

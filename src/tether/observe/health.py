@@ -1,21 +1,119 @@
-"""The health verdict of a ledger read through SQLAlchemy (any backend): ``health`` is the
-Python form of ``tether status``. The verdict itself (``Thresholds``, ``assess``) is in
-``verdict``; on a SQLite file the command reads through ``lite`` instead.
+"""The health verdict of a ledger read through SQLAlchemy (any backend): the statements
+``tether status`` runs, and ``health``, the Python form of the command.
+
+The verdict has three homes: ``backlog`` (the ledger at one instant, ``Stats``), ``verdict``
+(the rules that judge it, ``assess``) and this module (reading both from the ledger). The first
+two load no SQLAlchemy, so ``lite`` judges a SQLite file with them too, running this module's
+statements as compiled ahead.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
-from .queries import Source, finished_statement, run_times_statement, stats
-from .readonly import now_of, reading
-from .verdict import Activity as Activity  # `X as X`: defined in verdict, this API too
-from .verdict import Health as Health
-from .verdict import HealthCheck as HealthCheck
-from .verdict import Thresholds as Thresholds
-from .verdict import Verdict as Verdict
-from .verdict import activity_of
-from .verdict import assess as assess
+import sqlalchemy as sa
+
+from ..ledger.schema import ACTIVE_TARGETED_SQL, CLAIMED_SQL, PENDING_SQL, QUARANTINED_SQL
+from ..ledger.schema import jobs as jobs_table
+from ..ledger.status import JobStatus
+from .backlog import Stats, stats_of
+from .readonly import Source, done, lock_timeout_of, now_of, reading, seconds_between
+from .verdict import Activity, Health, Thresholds, activity_of, assess
+
+
+def stats_statements(now: datetime, cutoff: datetime) -> dict[str, sa.Select[Any] | sa.CompoundSelect[Any]]:
+    """The statements ``stats`` runs, by name (``backlog``, ``failed``, ``stuck``, ``quarantined``,
+    ``deepest``): ``now``, and ``cutoff``, the lock time before which a claimed job is stuck.
+    ``lite`` runs the same, compiled for SQLite ahead of time (``compile_lite``)."""
+    # Each status through its own partial index, so only the backlog is read: the condition
+    # is written as the index's own literal, which both databases match when they plan.
+    # The oldest pending job comes from the same walk: a query of its own walked the pending
+    # jobs a second time, reading each row to check its status.
+    # The largest payload from its size kept at enqueue: no payload is read.
+    ready = sa.func.min(sa.case((jobs_table.c.run_at <= now, jobs_table.c.run_at)))
+    largest = sa.func.max(jobs_table.c.payload_bytes)
+    per_status = [
+        sa.select(
+            jobs_table.c.type,
+            jobs_table.c.status,
+            sa.func.count(),
+            ready,
+            sa.func.min(jobs_table.c.created_at),
+            largest,
+        )
+        .where(sa.text(cond))
+        .group_by(jobs_table.c.type, jobs_table.c.status)
+        for cond in (PENDING_SQL, CLAIMED_SQL)
+    ]
+    # The target with the most outstanding jobs (ties: the first by key), from the index of
+    # active jobs with a target, never a row: the backlog, however many finished jobs there are.
+    n = sa.func.count().label("n")
+    claimed = jobs_table.c.status == JobStatus.CLAIMED.value
+    return {
+        "backlog": sa.union_all(*per_status),
+        "failed": sa.select(sa.func.count()).where(jobs_table.c.status == JobStatus.FAILED.value, done()),
+        "stuck": sa.select(sa.func.count()).where(claimed, jobs_table.c.locked_at < cutoff),
+        # Through the partial index of exactly these rows (empty while no worker dies).
+        "quarantined": sa.select(sa.func.count()).select_from(jobs_table).where(sa.text(QUARANTINED_SQL)),
+        "deepest": sa.select(jobs_table.c.ordering_key, n)
+        .where(sa.text(ACTIVE_TARGETED_SQL))
+        .group_by(jobs_table.c.ordering_key)
+        .order_by(n.desc(), jobs_table.c.ordering_key)
+        .limit(1),
+    }
+
+
+def finished_statement(since: datetime, until: datetime, job_type: str | None = None) -> sa.Select[Any]:
+    """(status, count) of the jobs completed and failed in ``[since, until]``."""
+    query = (
+        sa.select(jobs_table.c.status, sa.func.count())
+        .where(
+            jobs_table.c.status.in_((JobStatus.COMPLETED.value, JobStatus.FAILED.value)),
+            jobs_table.c.completed_at >= since,
+            jobs_table.c.completed_at <= until,
+        )
+        .group_by(jobs_table.c.status)
+    )
+    return query if job_type is None else query.where(jobs_table.c.type == job_type)
+
+
+def run_times_statement(
+    dialect: str, since: datetime, job_type: str | None = None, *, every: int = 1
+) -> sa.Select[Any]:
+    """(type, seconds) of each job completed since ``since``; one in ``every`` (see
+    ``durations.duration_sample`` for which one)."""
+    seconds = seconds_between(dialect, jobs_table.c.claimed_at, jobs_table.c.completed_at)
+    query = sa.select(jobs_table.c.type, seconds).where(
+        jobs_table.c.status == JobStatus.COMPLETED.value,
+        jobs_table.c.completed_at >= since,
+        jobs_table.c.claimed_at.is_not(None),
+    )
+    if job_type is not None:
+        query = query.where(jobs_table.c.type == job_type)
+    if every > 1:
+        query = query.where(_microsecond(dialect, jobs_table.c.completed_at) % every == 0)
+    return query
+
+
+def _microsecond(dialect: str, column: Any) -> Any:
+    # SQLite keeps times as fixed-width text ('YYYY-MM-DD HH:MM:SS.ffffff'): the microseconds are
+    # characters 21-26. PostgreSQL's "microseconds" field counts the seconds too (0-59,999,999).
+    if dialect == "sqlite":
+        return sa.cast(sa.func.substr(column, 21, 6), sa.Integer)
+    return sa.cast(sa.extract("microseconds", column), sa.Integer)
+
+
+def stats(source: Source, *, lock_timeout: float | None = None, now: datetime | None = None) -> Stats:
+    """Outstanding (pending, claimed) jobs by type, failed and stuck counts, oldest pending job."""
+    now = now_of(source, now)
+    lock_timeout = lock_timeout_of(source, lock_timeout)
+    query = stats_statements(now, now - timedelta(seconds=lock_timeout))
+    with reading(source) as conn:
+        per_status = conn.execute(query["backlog"]).all()
+        failed, stuck, quarantined = (conn.execute(query[k]).scalar_one() for k in ("failed", "stuck", "quarantined"))
+        deepest = conn.execute(query["deepest"]).first()
+    return stats_of(now, lock_timeout, per_status, failed, stuck, quarantined, deepest)
 
 
 def activity(source: Source, window: float, *, now: datetime | None = None) -> Activity:

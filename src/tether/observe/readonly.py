@@ -1,13 +1,14 @@
 """Read-only access to an existing ledger: open it without creating it, read in one transaction.
 
 Used by ``observe`` (the operator's questions) and ``retention``; ``source`` is a
-``Coordinator`` or a bare ``Engine``.
+``Coordinator`` or a bare ``Engine``, and ``view_of`` is the one place that tells them apart.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Union
 
@@ -21,7 +22,8 @@ from ..ledger import faults
 from ..ledger.engine import READ_ONLY, create_engine, ledger_name
 from ..ledger.ledgerfile import ledger_file
 from ..ledger.record import JobRecord
-from ..ledger.schema import FINISHED_SQL, RECORD_COLUMNS, TABLE, jobs
+from ..ledger.schema import FINISHED_SQL, RECORD_COLUMNS, TABLE
+from ..ledger.schema import jobs as jobs_table
 from ..ledger.sql import DATABASE_TIME
 from ..ledger.url import mask_url, parse_url
 
@@ -29,10 +31,27 @@ if TYPE_CHECKING:
     from ..coordinator import Coordinator
 
 Source = Union["Coordinator", sa.Engine]
+"""What a reader reads: an application's ``Coordinator``, or a bare ``Engine`` (the CLI's)."""
+
+COLUMNS = [jobs_table.c[name] for name in RECORD_COLUMNS]
 
 
-t = jobs
-COLUMNS = [t.c[name] for name in RECORD_COLUMNS]
+@dataclass(frozen=True)
+class SourceView:
+    """What a reader needs of its ``Source``: the engine, the clock that says now (a bare engine
+    has none: the ledger's own time is read), and the lock age past which a claimed job is stuck."""
+
+    engine: sa.Engine
+    clock: Clock | None
+    lock_timeout: float
+
+
+def view_of(source: Source) -> SourceView:
+    """``source`` as a reader sees it: a coordinator's own engine, clock and lock timeout; for a
+    bare engine, no clock and the default lock timeout."""
+    if isinstance(source, sa.Engine):
+        return SourceView(source, None, config.DEFAULT_LOCK_TIMEOUT)
+    return SourceView(source.engine, source.clock, source.lock_timeout)
 
 
 # -- opening -------------------------------------------------------------------------------------
@@ -65,7 +84,7 @@ def open_ledger(db_url: str | None = None, *, schema: str | None = None) -> sa.E
 
 
 def engine_of(source: Source) -> sa.Engine:
-    return source if isinstance(source, sa.Engine) else source.engine
+    return view_of(source).engine
 
 
 def now_of(source: Source, now: datetime | None) -> datetime:
@@ -73,10 +92,10 @@ def now_of(source: Source, now: datetime | None) -> datetime:
     workers read it (``ledger_now``), so a lock's age is the one their sweeps see."""
     if now is not None:
         return now
-    clock: Clock | None = getattr(source, "clock", None)
-    if clock is not None:
-        return clock.now()
-    if engine_of(source).dialect.name != "postgresql":
+    view = view_of(source)
+    if view.clock is not None:
+        return view.clock.now()
+    if view.engine.dialect.name != "postgresql":
         return SystemClock().now()
     with reading(source) as conn:
         return ledger_now(conn)
@@ -94,7 +113,7 @@ def ledger_now(conn: sa.Connection) -> datetime:
 def lock_timeout_of(source: Source, lock_timeout: float | None) -> float:
     if lock_timeout is not None:
         return lock_timeout
-    return getattr(source, "lock_timeout", config.DEFAULT_LOCK_TIMEOUT)
+    return view_of(source).lock_timeout
 
 
 @contextmanager
@@ -115,7 +134,16 @@ def select_jobs() -> sa.Select[Any]:
     return sa.select(*COLUMNS)
 
 
-def finished() -> sa.TextClause:
+def seconds_between(dialect: str, start: Any, end: Any) -> Any:
+    """``end - start`` in seconds, computed in SQL so a million rows are not parsed into datetimes
+    in Python: SQLite keeps times as text, PostgreSQL as timestamptz."""
+    if dialect == "sqlite":
+        return (sa.func.julianday(end) - sa.func.julianday(start)) * 86400.0
+    # EXTRACT gives numeric (Decimal in Python) since PostgreSQL 14; a float is what callers want.
+    return sa.cast(sa.extract("epoch", end - start), sa.Float)
+
+
+def done() -> sa.TextClause:
     """Matches finished jobs only, in the very condition ``ix_tether_jobs_done`` is partial to
     (SQLite uses a partial index only when the query implies its condition term by term)."""
     return sa.text(FINISHED_SQL)

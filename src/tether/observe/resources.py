@@ -15,7 +15,8 @@ import sqlalchemy as sa
 from ..errors import ConfigError
 from ..jobtypes.target import AWS, Target
 from ..ledger.record import JobRecord
-from .readonly import Source, reading, records, select_jobs, t
+from ..ledger.schema import jobs as jobs_table
+from .readonly import Source, reading, records, select_jobs
 
 _LOW = f"{AWS}:"  # every aws: key sorts at or after this and before _HIGH (';' follows ':')
 _HIGH = f"{AWS};"
@@ -76,16 +77,16 @@ def aws_resources(source: Source, *, after: str | None = None, limit: int = 100)
     own order); only the page's jobs are read from the table."""
     if limit < 1:
         raise ConfigError(f"a page holds at least one resource, not {limit}")
-    low = t.c.ordering_key > after if after is not None else t.c.ordering_key >= _LOW
+    low = jobs_table.c.ordering_key > after if after is not None else jobs_table.c.ordering_key >= _LOW
     newest = (
-        sa.select(sa.func.max(t.c.id))
-        .where(t.c.ordering_key.is_not(None), low, t.c.ordering_key < _HIGH)
-        .group_by(t.c.ordering_key)
-        .order_by(t.c.ordering_key)
+        sa.select(sa.func.max(jobs_table.c.id))
+        .where(jobs_table.c.ordering_key.is_not(None), low, jobs_table.c.ordering_key < _HIGH)
+        .group_by(jobs_table.c.ordering_key)
+        .order_by(jobs_table.c.ordering_key)
         .limit(limit + 1)
     )
     with reading(source) as conn:
-        jobs = records(conn, select_jobs().where(t.c.id.in_(newest)).order_by(t.c.ordering_key))
+        jobs = records(conn, select_jobs().where(jobs_table.c.id.in_(newest)).order_by(jobs_table.c.ordering_key))
     more = len(jobs) > limit
     jobs = jobs[:limit]
     return ResourcePage([Resource.of(j) for j in jobs], jobs[-1].ordering_key if more else None)

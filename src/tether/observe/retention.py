@@ -16,11 +16,10 @@ import sqlalchemy as sa
 
 from .. import events
 from ..errors import ConfigError, DatabaseUnavailable
-from ..ledger.schema import jobs
+from ..ledger.schema import jobs as jobs_table
 from ..ledger.status import JobStatus
 from .readonly import Source, engine_of, now_of, reading
 
-t = jobs
 FINISHED = (JobStatus.COMPLETED, JobStatus.FAILED)
 
 
@@ -48,15 +47,15 @@ class PurgeResult:
 
 
 def _purgeable(status: JobStatus, cutoff: datetime) -> sa.ColumnElement[bool]:
-    cond = sa.and_(t.c.status == status.value, t.c.completed_at < cutoff)
+    cond = sa.and_(jobs_table.c.status == status.value, jobs_table.c.completed_at < cutoff)
     if status is JobStatus.COMPLETED:
-        newer = t.alias("newer")
+        newer = jobs_table.alias("newer")
         superseded = sa.exists().where(
-            newer.c.ordering_key == t.c.ordering_key,
+            newer.c.ordering_key == jobs_table.c.ordering_key,
             newer.c.status == JobStatus.COMPLETED.value,
-            newer.c.id > t.c.id,
+            newer.c.id > jobs_table.c.id,
         )
-        cond = sa.and_(cond, sa.or_(t.c.ordering_key.is_(None), superseded))
+        cond = sa.and_(cond, sa.or_(jobs_table.c.ordering_key.is_(None), superseded))
     return cond
 
 
@@ -86,9 +85,9 @@ def purge(
         with reading(source) as conn:
             for status in chosen:
                 rows = conn.execute(
-                    sa.select(t.c.status, t.c.type, sa.func.count())
+                    sa.select(jobs_table.c.status, jobs_table.c.type, sa.func.count())
                     .where(_purgeable(status, cutoff))
-                    .group_by(t.c.status, t.c.type)
+                    .group_by(jobs_table.c.status, jobs_table.c.type)
                 )
                 planned.update({(st, ty): n for st, ty, n in rows})
         return PurgeResult(cutoff, chosen, True, planned)
@@ -109,15 +108,17 @@ def _delete_batches(
     # rows (latest per target) are passed once, not re-read by every batch.
     after: datetime | None = None
     while True:
-        query = sa.select(t.c.id, t.c.completed_at).where(where)
+        query = sa.select(jobs_table.c.id, jobs_table.c.completed_at).where(where)
         if after is not None:
-            query = query.where(t.c.completed_at >= after)
+            query = query.where(jobs_table.c.completed_at >= after)
         with engine.begin() as conn:
-            rows = conn.execute(query.order_by(t.c.completed_at).limit(batch_size)).all()
+            rows = conn.execute(query.order_by(jobs_table.c.completed_at).limit(batch_size)).all()
             if not rows:
                 return
             gone = conn.execute(
-                sa.delete(t).where(t.c.id.in_([r.id for r in rows])).returning(t.c.status, t.c.type)
+                sa.delete(jobs_table)
+                .where(jobs_table.c.id.in_([r.id for r in rows]))
+                .returning(jobs_table.c.status, jobs_table.c.type)
             ).all()
         for st, ty in gone:
             deleted[(st, ty)] = deleted.get((st, ty), 0) + 1

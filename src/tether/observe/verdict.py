@@ -5,7 +5,8 @@ any health check: 0 ok, 1 warning, 2 error, 3 could not tell. The backlog limit 
 are never refused because of it, it only changes the verdict.
 
 No SQLAlchemy here: ``health`` (SQLAlchemy) and ``lite`` (a SQLite file, stdlib ``sqlite3``)
-read the ledger, and both judge it with ``assess``.
+read the ledger, and both judge it with ``assess``. The run times the p95 rule reads are
+summarised here too (``run_times_of``, ``percentile``), as ``durations`` summarises them.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from typing import Any
 from .. import config
 from ..errors import ConfigError
 from .backlog import Stats
-from .runtimes import percentile, run_times_of
 
 
 class Verdict(Enum):
@@ -87,6 +87,24 @@ class Thresholds:
             "p95_error": self.p95_error,
             "unclaimed_grace": self.unclaimed_grace,
         }
+
+
+def run_times_of(rows: Iterable[Any]) -> dict[str, list[float]]:
+    """``(type, seconds)`` rows (claimed_at -> completed_at of completed jobs) as each type's run
+    times, to the millisecond."""
+    by_type: dict[str, list[float]] = {}
+    for name, value in rows:
+        # Millisecond resolution: julianday() arithmetic is not exact below it.
+        by_type.setdefault(name, []).append(max(0.0, round(float(value), 3)))
+    return by_type
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    """Nearest-rank percentile of an ascending list (q in 0..100)."""
+    if not ordered:
+        raise ValueError("percentile of no values")
+    rank = max(1, -(-len(ordered) * q // 100))  # ceil(n * q / 100), at least 1
+    return ordered[int(rank) - 1]
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..observe import metrics
-from ..observe.health import Thresholds
+from ..observe.verdict import Thresholds
 from .actions import Actions
 from .security import LOOPBACK_HOSTS, Guard, bind_hosts, is_loopback, read_token
 from .web import HERE, Pages

@@ -13,7 +13,8 @@ from starlette.responses import Response
 from .. import events
 from ..cli.output import parse_duration
 from ..errors import JobNotFound, TetherError
-from ..observe import queries as observe
+from ..observe.finished import failed
+from ..observe.jobs import show
 from ..observe.retention import purge
 from .security import csrf_ok, form
 from .web import Pages
@@ -53,7 +54,7 @@ class Actions:
     # -- retry one ---------------------------------------------------------------------------------
 
     async def retry(self, request: Request, fields: dict[str, str]) -> Response:
-        job = observe.show(self.pages.source, fields.get("job", ""))
+        job = show(self.pages.source, fields.get("job", ""))
         if request.method == "GET":
             return self.pages.render(request, "confirm_retry.html", job=job)
         assert self.pages.coordinator is not None  # guarded
@@ -64,12 +65,12 @@ class Actions:
 
     async def retry_failed(self, request: Request, fields: dict[str, str]) -> Response:
         job_type = fields.get("type") or None
-        failed = observe.failed(self.pages.source, job_type=job_type, limit=None)
+        to_retry = failed(self.pages.source, job_type=job_type, limit=None)
         if request.method == "GET":
-            return self.pages.render(request, "confirm_retry_failed.html", job_type=job_type, count=len(failed))
+            return self.pages.render(request, "confirm_retry_failed.html", job_type=job_type, count=len(to_retry))
         assert self.pages.coordinator is not None  # guarded
         retried, refused = [], []
-        for job in failed:
+        for job in to_retry:
             try:
                 retried.append(self.pages.coordinator.retry(job.id).id)
             except TetherError as e:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..observe.queries import Durations
+from ..observe.durations import Durations
 
 WIDTH = 560  # the bars' area in SVG units, right of the type names
 ROW = 22

@@ -19,11 +19,16 @@ from ..errors import ConfigError, JobNotFound, TetherError
 from ..jobtypes.target import display, file_key
 from ..ledger.record import JobRecord
 from ..ledger.status import JobStatus
-from ..observe import queries as observe
+from ..observe.durations import duration_sample
 from ..observe.extractions import extractions
-from ..observe.health import Thresholds, health
+from ..observe.finished import failed_by_error, recent
+from ..observe.health import health
+from ..observe.jobs import children, on_target, show
+from ..observe.pages import JobFilter, jobs_page
 from ..observe.readonly import engine_of, now_of
 from ..observe.resources import aws_resources
+from ..observe.stuck import stuck
+from ..observe.verdict import Thresholds
 from ..reconcile.drift import DRIFT, UNKNOWN
 from .chart import duration_bars
 from .driftrun import DriftRunner
@@ -101,8 +106,8 @@ class Pages:
         return {
             "health": verdict,
             "stats": s,
-            "recent": observe.recent(self.source, since=timedelta(hours=1), limit=10, now=s.now),
-            "stuck": observe.stuck(self.source, now=s.now, limit=10),
+            "recent": recent(self.source, since=timedelta(hours=1), limit=10, now=s.now),
+            "stuck": stuck(self.source, now=s.now, limit=10),
         }
 
     async def overview(self, request: Request) -> Response:
@@ -125,14 +130,14 @@ class Pages:
             target = args["target"] or None
             if target is not None and ":" not in target:
                 target = file_key(target)  # a bare path names a file target, as the CLI prints it
-            where = observe.JobFilter(
+            where = JobFilter(
                 status=args["status"] or None,
                 job_type=args["type"] or None,
                 target=target,
                 key=args["key"] or None,
                 since=since,
             )
-            page = observe.jobs_page(
+            page = jobs_page(
                 self.source, where, after=args["after"] or None, oldest_first=args["order"] == "oldest", limit=PAGE_SIZE
             )
         except TetherError as e:
@@ -146,17 +151,17 @@ class Pages:
     async def job(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
         try:
-            job = observe.show(self.source, job_id)
+            job = show(self.source, job_id)
         except JobNotFound as e:
             return self.problem(request, str(e), 404)
-        kids = observe.children(self.source, job.id)
+        kids = children(self.source, job.id)
         parent = None
         if job.parent_id:
             try:
-                parent = observe.show(self.source, job.parent_id)
+                parent = show(self.source, job.parent_id)
             except JobNotFound:
                 parent = None
-        neighbours = observe.on_target(self.source, job.ordering_key) if job.ordering_key else []
+        neighbours = on_target(self.source, job.ordering_key) if job.ordering_key else []
         return self.render(
             request,
             "job.html",
@@ -175,7 +180,7 @@ class Pages:
 
     async def failed(self, request: Request) -> Response:
         job_type = request.query_params.get("type") or None
-        groups = observe.failed_by_error(self.source, job_type=job_type)
+        groups = failed_by_error(self.source, job_type=job_type)
         total = sum(g.count for g in groups)
         return self.render(request, "failed.html", page="failed", groups=groups, total=total, job_type=job_type)
 
@@ -185,7 +190,7 @@ class Pages:
             window = parse_duration(window_text, "window")
         except TetherError as e:
             return self.problem(request, str(e))
-        found = observe.duration_sample(self.source, since=window, limit=DURATIONS_SAMPLE)
+        found = duration_sample(self.source, since=window, limit=DURATIONS_SAMPLE)
         return self.render(
             request,
             "durations.html",
