@@ -13,7 +13,7 @@ import orjson
 import pytest
 import sqlalchemy as sa
 
-from jobkit import Block, BlockType, Note, NoteType, Spawn, SpawnType, registry_with
+from jobkit import Block, BlockType, Note, NoteType, Spawn, SpawnType, completed, registry_with
 from tether import (
     Coordinator,
     CreateFile,
@@ -24,8 +24,8 @@ from tether import (
     LostLease,
 )
 from tether.errors import Cancelled
-from tether.ledger.queue import Decision
-from tether.worker.loop import Returned
+from tether.ledger.lifecycle import Decision
+from tether.worker.executor import Returned
 
 
 @pytest.fixture
@@ -197,13 +197,13 @@ def test_a_late_worker_cannot_complete_a_reclaimed_job(c, clock, caplog):
     [second] = c.queue.claim("w2")
     assert second.attempts == 2
     with pytest.raises(LostLease, match="no longer held by worker w1"):
-        c.queue.finish_one("w1", Decision.complete(first, {"late": True}))
+        c.queue.finish_one("w1", completed(first, {"late": True}))
     with pytest.raises(LostLease):
         c.queue.finish_one("w1", Decision.fail(first, "late"))
     current = c.get(job_id)
     assert (current.status, current.locked_by, current.result) == (JobStatus.CLAIMED, "w2", None)
     assert events_named(caplog, "lost_lease")[0]["worker"] == "w1"
-    c.queue.finish_one("w2", Decision.complete(second, {"late": False}))
+    c.queue.finish_one("w2", completed(second, {"late": False}))
     assert c.get(job_id).result_data == {"late": False}
 
 
@@ -214,8 +214,8 @@ def test_same_worker_cannot_report_an_older_attempt(c, clock):
     c.reclaim_stale()
     [again] = c.queue.claim("w1")
     with pytest.raises(LostLease):
-        c.queue.finish_one("w1", Decision.complete(first, None))
-    c.queue.finish_one("w1", Decision.complete(again, None))
+        c.queue.finish_one("w1", completed(first, None))
+    c.queue.finish_one("w1", completed(again, None))
 
 
 def test_stale_reclaim_does_not_count_an_attempt(c, clock):
@@ -282,7 +282,7 @@ def test_decide_maps_each_outcome_to_its_transition(c):
     for outcome, status, attempts in outcomes:
         c.enqueue(Note(name=str(status)))
         [job] = c.queue.claim(w.id)
-        c.queue.finish_one(w.id, w.decide(job, outcome, 0.0))
+        c.queue.finish_one(w.id, w.completer.decide(job, outcome, 0.0))
         after = c.get(job.id)
         assert (after.status, after.attempts) == (status, attempts)
         if status is JobStatus.PENDING:
@@ -424,7 +424,7 @@ def test_every_transition_writes_one_event(c, clock, caplog):
     clock.advance(3600)
     w.run_once()
     names = [orjson.loads(r.getMessage())["event"] for r in caplog.records if r.name == "tether.events"]
-    assert names == ["queued", "claimed", "retrying", "claimed", "completed"]
+    assert names == ["queued", "claimed", "retried", "claimed", "completed"]
     completed = events_named(caplog, "completed")[0]
     assert completed["job_id"] == job_id and completed["attempt"] == 2 and completed["worker"] == w.id
     assert "duration_ms" in completed and "payload" not in completed

@@ -53,11 +53,11 @@ def jobs(
     with ledger(ctx.obj) as engine:
         start = SystemClock().now() - window if window else None
         if schedule_name is not None:
-            from .. import schedule  # cron and the job types: only for this filter
+            from ..observe import schedules  # only for this filter
 
             found = [
                 j
-                for j in schedule.runs(engine, schedule_name, limit=None)
+                for j in schedules.runs(engine, schedule_name, limit=None)
                 if (status is None or j.status.value == status)
                 and (job_type is None or j.type == job_type)
                 and (start is None or j.created_at >= start)

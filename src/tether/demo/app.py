@@ -31,7 +31,6 @@ import orjson
 from pydantic import BaseModel, Field
 
 from .. import fs
-from .. import schedule as periodic
 from ..coordinator import Coordinator
 from ..errors import RetryableError, TetherError
 from ..jobtypes import ClaudeExtractionType, CreateFile, JobType, Payload, Registry, default_registry, render
@@ -41,6 +40,7 @@ from ..jobtypes.files import check_file, checked_path, files_exist, write_locked
 from ..jobtypes.target import Target, display
 from ..ledger.url import mask_url
 from ..observe import queries as observe
+from ..observe import schedules as periodic
 from ..store import JsonStore
 from ..worker.retry import RetryPolicy
 
