@@ -23,8 +23,9 @@ from tether import (
     JobStatus,
     LostLease,
 )
-from tether.errors import Cancelled
+from tether.errors import Cancelled, PermanentError
 from tether.ledger.lifecycle import Decision
+from tether.worker.completer import NOT_RUN, Unrecordable
 from tether.worker.executor import Returned
 
 
@@ -274,18 +275,23 @@ def test_cancel_at_checkpoint_releases_the_job_and_gives_the_attempt_back(make_c
 
 def test_decide_maps_each_outcome_to_its_transition(c):
     w = c.worker()
+    refused = sa.exc.DataError("INSERT", {}, ValueError("a value it cannot store"))
     outcomes = [
-        (Returned('{"ok": 1}', []), JobStatus.COMPLETED, 1),
-        (Cancelled("stop"), JobStatus.PENDING, 0),
-        (RuntimeError("boom"), JobStatus.PENDING, 1),
+        (Returned('{"ok": 1}', []), JobStatus.COMPLETED, 1, None),
+        (Cancelled("stop"), JobStatus.PENDING, 0, None),
+        (NOT_RUN, JobStatus.PENDING, 0, None),
+        (RuntimeError("boom"), JobStatus.PENDING, 1, "RuntimeError: boom"),
+        (PermanentError("no"), JobStatus.FAILED, 1, "PermanentError: no"),
+        (Unrecordable("complete", refused), JobStatus.FAILED, 1, "could not record this job's outcome (complete)"),
     ]
-    for outcome, status, attempts in outcomes:
-        c.enqueue(Note(name=str(status)))
+    for n, (outcome, status, attempts, error) in enumerate(outcomes):
+        c.enqueue(Note(name=str(n)))
         [job] = c.queue.claim(w.id)
         c.queue.finish_one(w.id, w.completer.decide(job, outcome, 0.0))
         after = c.get(job.id)
-        assert (after.status, after.attempts) == (status, attempts)
-        if status is JobStatus.PENDING:
+        assert (after.status, after.attempts) == (status, attempts), outcome
+        assert error is None or error in (after.last_error or ""), (outcome, after.last_error)
+        if status is not JobStatus.COMPLETED:
             with c.engine.begin() as conn:
                 conn.execute(sa.text("DELETE FROM tether_jobs WHERE id = :id"), {"id": job.id})
 
