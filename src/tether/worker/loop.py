@@ -40,7 +40,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class WorkerConfig:
-    """How a worker runs. Defaults follow the spec: 1 s poll, 5 min lock timeout."""
+    """How a worker runs. The defaults poll every second and hold a lock for five minutes without
+    a heartbeat."""
 
     threads: int = 1
     poll_interval: float = 1.0
@@ -57,9 +58,9 @@ class WorkerConfig:
     (benchmarks/README.md, ``procs.py``)."""
     batch_bytes: int = config.DEFAULT_BATCH_BYTES  # payload claimed per transaction (or one larger job)
     flush_after: float = 0.1
-    """Longest a finished job waits for its group commit (s). Wide enough that a batch of file
-    jobs (about 0.5 ms each on an SSD) ends inside it: a batch that overran it by a few jobs paid
-    a second commit, and its directories' fsyncs, for those few (benchmarks/README.md)."""
+    """Longest a finished job waits for its group commit (s). Wide enough that a whole batch of
+    file jobs on a local disk ends inside it: a batch that overran it by a few jobs paid a second
+    commit, and its directories' fsyncs, for those few (benchmarks/README.md)."""
     slow_job: float = 0.01  # a job slower than this (s) gives its batch back; claims go one at a time
     shutdown_grace: float | None = config.DEFAULT_SHUTDOWN_GRACE
     """Seconds running jobs get to finish after the first shutdown signal (or ``stop()``); then
