@@ -40,8 +40,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class WorkerConfig:
-    """How a worker runs. The defaults poll every second and hold a lock for five minutes without
-    a heartbeat."""
+    """How a worker runs. By default it polls every second, and a lock goes stale after five
+    minutes without a heartbeat."""
 
     threads: int = 1
     poll_interval: float = 1.0
