@@ -39,7 +39,7 @@ def _profile(out: Path) -> None:
     from contextlib import contextmanager
 
     from tether.ledger import backend
-    from tether.worker import loop
+    from tether.worker import executor
 
     spent = {"lock_wait": 0.0, "in_write": 0.0, "commit": 0.0, "handlers": 0.0, "writes": 0, "waits": 0}
     commit = backend.SQLiteBackend._commit
@@ -53,7 +53,7 @@ def _profile(out: Path) -> None:
 
     when_unlocked = backend.SQLiteBackend._when_unlocked
     write = backend.Backend.write
-    run_handler = loop.Worker._run_handler
+    run_handler = executor.Executor.run
 
     def timed_unlocked(self: Any, statement: Any) -> Any:
         start = time.perf_counter()
@@ -81,7 +81,7 @@ def _profile(out: Path) -> None:
     backend.SQLiteBackend._when_unlocked = timed_unlocked  # type: ignore[method-assign]
     backend.SQLiteBackend._commit = timed_commit  # type: ignore[method-assign]
     backend.Backend.write = timed_write  # type: ignore[method-assign,assignment]
-    loop.Worker._run_handler = timed_handler  # type: ignore[method-assign]
+    executor.Executor.run = timed_handler  # type: ignore[method-assign]
     atexit.register(lambda: out.write_text(json.dumps(spent)))
 
 

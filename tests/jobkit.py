@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
+from datetime import datetime
 from typing import Any, ClassVar
 
 from tether import JobContext, JobType, Payload, PermanentError
 from tether.jobtypes import CreateFile, default_registry
+from tether.ledger.lifecycle import Decision, encode_result
+from tether.ledger.record import JobRecord
 
 
 class Note(Payload):
@@ -94,4 +97,10 @@ def registry_with(*extra: JobType):
     return registry
 
 
-__all__ = ["Block", "BlockType", "Note", "NoteType", "Spawn", "SpawnType", "registry_with"]
+__all__ = ["Block", "BlockType", "Note", "NoteType", "Spawn", "SpawnType", "completed", "registry_with"]
+
+
+def completed(job: JobRecord, result: Any = None, *, finished_at: datetime | None = None) -> Decision:
+    """The decision a worker records for ``job`` when its handler returned ``result`` (the
+    completer's ``decide`` given ``Returned``), for tests that drive the queue by hand."""
+    return Decision(job, "complete", {"result": encode_result(job.type, result)}, finished_at=finished_at)

@@ -18,7 +18,7 @@ repository on PYTHONPATH); it registers no job type, only what the environment s
     COMMIT (holding SQLite's write lock, or PostgreSQL's row locks).
 
 - ``TETHER_TEST_CLOCK_STOPS=1`` with a stop point: the worker's elapsed-time counter (the one its
-  lease trust reads: ``clock.elapsed`` as ``tether.jobtypes.context`` and ``tether.worker.loop``
+  lease trust reads: ``clock.elapsed`` as ``tether.jobtypes.context`` and ``tether.worker.producer``
   use it) does not count the pause, as a guest's counters do not count the time its hypervisor
   holds it paused (KVM's clock stops with the guest).
 
@@ -181,9 +181,9 @@ def register(registry: Registry) -> None:
         stop.install()
         if os.environ.get(CLOCK_STOPS_ENV):
             from tether.jobtypes import context
-            from tether.worker import loop
+            from tether.worker import producer
 
-            context.elapsed = loop.elapsed = _StoppedClock(stop)  # type: ignore[attr-defined]  # a stand-in for elapsed
+            context.elapsed = producer.elapsed = _StoppedClock(stop)  # type: ignore[attr-defined]  # a stand-in for elapsed
     log = os.environ.get(EFFECT_LOG_ENV)
     if stop is not None or log:
         durable.os = _Effects(log, stop)  # type: ignore[attr-defined,assignment]  # a stand-in for durable's os module

@@ -6,9 +6,9 @@ import time
 
 import sqlalchemy as sa
 
-from jobkit import Note, NoteType, registry_with
+from jobkit import Note, NoteType, completed, registry_with
 from tether import Coordinator, JobStatus
-from tether.ledger.queue import Decision
+from tether.ledger.lifecycle import Decision
 
 
 def write_transactions(c: Coordinator) -> list[str]:
@@ -150,10 +150,10 @@ def test_a_lost_lease_in_a_group_commit_spares_the_other_jobs(make_coordinator, 
     # A dead worker's batch-mates come back quarantined: claimed one at a time.
     [a2], [b2] = c.queue.claim("w2", limit=2), c.queue.claim("w2", limit=2)
     # w1 still holds nothing; w2 reports both, but a was stolen back by nobody: simulate w1's late batch
-    moved = c.queue.finish("w1", [Decision.complete(a, None), Decision.complete(b, None)])
+    moved = c.queue.finish("w1", [completed(a, None), completed(b, None)])
     assert moved == [None, None]
-    assert c.queue.finish("w1", [Decision.complete(a, None)], records=False) == [None]  # the worker's path
-    moved = c.queue.finish("w2", [Decision.complete(a2, {"ok": 1}), Decision(b2, "fail", {"error": "x"})])
+    assert c.queue.finish("w1", [completed(a, None)], records=False) == [None]  # the worker's path
+    moved = c.queue.finish("w2", [completed(a2, {"ok": 1}), Decision(b2, "fail", {"error": "x"})])
     assert [m.status for m in moved] == [JobStatus.COMPLETED, JobStatus.FAILED]
 
 
@@ -169,7 +169,7 @@ def test_a_group_commit_completes_many_in_one_statement_fenced_job_by_job(make_c
     mine = first + c.queue.claim("w1", limit=4)
     start = clock.now()
     decisions = [
-        Decision.complete(job, {"n": i, "text": 'quote " and \\'}, finished_at=start + timedelta(seconds=i))
+        completed(job, {"n": i, "text": 'quote " and \\'}, finished_at=start + timedelta(seconds=i))
         for i, job in enumerate(mine)
     ]
     statements = write_transactions(c) if c.engine.dialect.name == "sqlite" else None
@@ -197,7 +197,7 @@ def test_a_stale_attempt_beside_the_current_one_in_a_group_commit_is_refused(mak
     current = next(j for j in again if j.id == old.id)
     other = next(j for j in again if j.id != old.id)
     assert current.attempts == old.attempts + 1
-    decisions = [Decision.complete(j, None) for j in (current, old, other)]
+    decisions = [completed(j, None) for j in (current, old, other)]
     assert c.queue.finish("w1", decisions, records=False) == [True, None, True]
     assert c.get(old.id).status is JobStatus.COMPLETED and c.get(other.id).status is JobStatus.COMPLETED
 

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from jobkit import completed
 from tether import CreateFile, JobStatus
 from tether.errors import InvalidPayload
 from tether.jobtypes import ClaudeExtraction, ClaudeExtractionType, assistant, default_registry
 from tether.jobtypes.claude_extraction import prompt_hash, sidecar
-from tether.ledger.queue import Decision
 
 REPO = Path(__file__).resolve().parent.parent
 STAND_IN = REPO / "sample_data" / "stand_in_claude.py"
@@ -586,7 +586,7 @@ def test_max_running_is_enforced_by_the_claim_across_workers(make_coordinator):
     assert sorted(j.type for j in first) == ["claude_extraction", "claude_extraction", "create_file"]
     assert c.queue.claim("worker-b", limit=10) == []  # the type is at its limit, whoever asks
     done = next(j for j in first if j.type == "claude_extraction")
-    c.queue.finish("worker-a", [Decision.complete(done, {})])
+    c.queue.finish("worker-a", [completed(done, {})])
     [taken] = c.queue.claim("worker-b", limit=10)
     assert taken.id in ids and taken.id != done.id
 

@@ -89,7 +89,7 @@ def test_reconcile_on_a_terminal_prints_its_report_without_event_lines(
     tether("worker", "--until-idle", "-q")
     Path(site["root"], "a.json").unlink()
     logged = tether("reconcile")
-    assert logged.code == 2 and {e["event"] for e in logged.events("stderr")} >= {"drift.detected"}
+    assert logged.code == 2 and {e["event"] for e in logged.events("stderr")} >= {"drift_detected"}
     monkeypatch.setattr(type(err), "is_terminal", property(lambda self: True))
     shown = tether("reconcile")
     assert shown.code == 2 and "missing" in shown.out

@@ -84,13 +84,12 @@ NOT_FOR_ENQUEUE = (
     "tether.worker",
     "tether.reconcile",
     "tether.observe",
-    "tether.schedule",
     "sqlalchemy.orm",
     "jsonschema",
 )
 
 
-def test_an_enqueue_loads_no_worker_reconcile_observe_schedule_orm_or_jsonschema(
+def test_an_enqueue_loads_no_worker_reconcile_observe_orm_or_jsonschema(
     ledger_env: dict[str, str], tmp_path: Path
 ) -> None:
     db = f"sqlite:///{tmp_path / 'tether.db'}"  # its own: the other tests count the shared one's jobs

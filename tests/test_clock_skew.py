@@ -23,10 +23,11 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from tether import Coordinator, schedule
+from tether import Coordinator
 from tether.clock import SystemClock
 from tether.jobtypes import Registry, default_registry
 from tether.ledger.status import JobStatus
+from tether.observe import schedules
 from workerkit import REPO, TETHER, pj
 
 pytestmark = pytest.mark.slow
@@ -294,9 +295,9 @@ def test_each_schedule_slot_is_enqueued_once_when_due_whichever_machine_fires_it
         wait_for(lambda: count() >= first + slots_wanted, f"{slots_wanted} more slots", procs)
     finally:
         stop(procs)
-        keys = Counter(str(j.idempotency_key) for j in schedule.runs(engine, "every-second", limit=None))
+        keys = Counter(str(j.idempotency_key) for j in schedules.runs(engine, "every-second", limit=None))
         engine.dispose()
-    slots = sorted(datetime.fromisoformat(schedule.slot_of(k)[1]) for k in keys)  # type: ignore[index]
+    slots = sorted(datetime.fromisoformat(k.rpartition("@")[2]) for k in keys)  # keys read schedule:NAME@SLOT
     assert set(keys.values()) == {1}, [k for k, n in keys.items() if n > 1]
     assert slots == [slots[0] + timedelta(seconds=i) for i in range(len(slots))]  # none skipped
     fired = [e for p in procs for e in p.events("schedule_fired")]

@@ -16,9 +16,10 @@ import sqlalchemy as sa
 
 import tether.clock
 from jobkit import Note, NoteType, registry_with
-from tether import Coordinator, FakeClock, schedule
+from tether import Coordinator, FakeClock
 from tether.clock import DatabaseClock, SystemClock
 from tether.ledger.status import JobStatus
+from tether.observe import schedules
 
 SKEW = timedelta(minutes=10)
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -214,10 +215,10 @@ def test_resuming_a_schedule_from_a_fast_machine_keeps_the_next_slot_by_the_data
 ) -> None:
     with Coordinator.open(pg_ledger, root=root, registry=registry_with(NoteType())) as c:
         c.schedule("every-minute", "* * * * *", Note(name="tick"))
-        schedule.set_paused(c.engine, "every-minute", True)
+        schedules.set_paused(c.engine, "every-minute", True)
         real = SystemClock.now
         monkeypatch.setattr(SystemClock, "now", staticmethod(lambda: real() + SKEW))  # this machine's clock
-        result = schedule.set_paused(c.engine, "every-minute", False)
+        result = schedules.set_paused(c.engine, "every-minute", False)
         assert 0 < (result["next_run"] - db_now(c)).total_seconds() <= 60
 
 

@@ -1,20 +1,35 @@
-"""The docs hold what the code does: the lifecycle diagram matches the transition table, the README's
-images are committed, and every relative link between the Markdown files resolves."""
+"""The docs hold what the code does: the lifecycle diagram, its table of edges and events, and the
+README's list of events match the edge table in code; the README's images are committed; every
+relative link between the Markdown files resolves."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from tether.ledger.status import TRANSITIONS, JobStatus
+from tether.ledger.lifecycle import EDGES
+from tether.ledger.status import JobStatus
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "lifecycle.md"
 
 
 def test_lifecycle_diagram_lists_exactly_the_transitions_in_code():
     edges = set(re.findall(r"^\s+(\w+) --> (\w+) : (\w+)$", DOC.read_text(), re.M))
-    in_code = {(a.value, b.value, name) for name, (a, b) in TRANSITIONS.items()}
+    in_code = {(edge.source.value, edge.target.value, name) for name, edge in EDGES.items()}
     assert edges == in_code
+
+
+def test_the_lifecycle_table_names_each_edges_event_as_the_code_does():
+    rows = dict(re.findall(r"^\| (\w+) \| `(\w+)` \|", DOC.read_text(), re.M))
+    assert rows == {name: edge.event for name, edge in EDGES.items()}
+
+
+def test_the_readme_lists_every_edges_event():
+    readme = (DOC.parent.parent / "README.md").read_text()
+    listed = re.search(r"\*\*Lifecycle events\*\*(.*?)\n\n", readme, re.S)
+    assert listed is not None
+    missing = [edge.event for edge in EDGES.values() if f"`{edge.event}`" not in listed.group(1)]
+    assert not missing, f"the README's list of lifecycle events lacks {missing}"
 
 
 def test_every_status_is_documented():

@@ -15,8 +15,8 @@ from clikit import run_main
 from jobkit import Note, NoteType, registry_with
 from tether import SystemClock
 from tether.errors import PermanentError
+from tether.ledger.lifecycle import error_text
 from tether.ledger.url import mask_url
-from tether.outcome import error_text
 
 # -- item 10: ExceptionType: message first -------------------------------------------------------
 

@@ -15,10 +15,10 @@ import orjson
 import pytest
 import sqlalchemy as sa
 
-from jobkit import Note, NoteType, registry_with
+from jobkit import Note, NoteType, completed, registry_with
 from tether import Coordinator, FakeClock, JobStatus
 from tether.ledger import sql
-from tether.ledger.queue import Decision
+from tether.ledger.lifecycle import Decision
 
 WAITING = 10_000
 
@@ -55,7 +55,7 @@ def test_a_targets_head_is_claimed_in_order_while_10000_of_its_jobs_wait(c: Coor
     assert (head.id, head.attempts) == (hot[0], 2)
     # Each completion lets exactly the next job on the target be claimed, in the commit that records it.
     for i in range(1, 6):
-        _, claimed = c.queue.finish_and_claim("w", [Decision.complete(head, None)], records=False, claim=100)
+        _, claimed = c.queue.finish_and_claim("w", [completed(head, None)], records=False, claim=100)
         assert [j.id for j in claimed] == [hot[i]]
         head = claimed[0]
     # A failed job no longer holds back the ones after it.
@@ -139,7 +139,7 @@ def test_an_operator_retry_behind_an_active_job_on_its_target_waits_for_it(c: Co
     assert blocked(c, [older, newer]) == [False, True]
     [job] = c.queue.claim("w", limit=10)
     assert job.id == older
-    _, claimed = c.queue.finish_and_claim("w", [Decision.complete(job, None)], records=False, claim=10)
+    _, claimed = c.queue.finish_and_claim("w", [completed(job, None)], records=False, claim=10)
     assert [j.id for j in claimed] == [newer]
 
 
@@ -241,7 +241,7 @@ def test_postgres_an_enqueue_passes_over_the_job_ahead_being_retried_and_still_r
     assert blocked(pg, behind) == [False]
     [again] = pg.queue.claim("w", limit=10)
     assert again.id == ahead
-    pg.queue.finish("w", [Decision.complete(again, None)])
+    pg.queue.finish("w", [completed(again, None)])
     assert [j.id for j in pg.queue.claim("w", limit=10)] == behind
 
 

@@ -20,9 +20,9 @@ LAYERS: list[tuple[str, ...]] = [
         "clock",
         "errors",
         "events",
-        "outcome",
         "exports",
         "ledger.status",
+        "ledger.lifecycle",
         "ledger.ids",
         "ledger.record",
         "ledger.faults",
@@ -33,10 +33,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("jobtypes",),
     # the table, its engine and statements, enqueue/claim/transition, wake-ups
     ("ledger",),
-    # running jobs: the loop, retry backoff
+    # running jobs: claiming, running, recording outcomes, supervision, periodic jobs, retry backoff
     ("worker",),
-    # reading the ledger and the world: reconcile, the operator's questions, periodic jobs
-    ("reconcile", "observe", "schedule"),
+    # reading the ledger and the world: reconcile, the operator's questions
+    ("reconcile", "observe"),
     # what applications hold
     ("coordinator",),
     ("store",),

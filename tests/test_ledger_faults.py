@@ -319,7 +319,7 @@ def test_recording_retries_what_passes_and_stops_at_once_on_a_ledger_fault(make_
     with pytest.raises(LedgerFault, match=str(error().orig).split()[0]) as raised:
         w.run_once()
     assert len(calls) == 1  # never retried
-    assert w.fault is raised.value and w._stopping.is_set()
+    assert w.fault is raised.value and w.producer.stopping.is_set()
     assert c.get(job_id).status is JobStatus.CLAIMED  # unrecorded: its lock goes stale, it runs again
 
 

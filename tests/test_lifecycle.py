@@ -13,7 +13,7 @@ import orjson
 import pytest
 import sqlalchemy as sa
 
-from jobkit import Block, BlockType, Note, NoteType, Spawn, SpawnType, registry_with
+from jobkit import Block, BlockType, Note, NoteType, Spawn, SpawnType, completed, registry_with
 from tether import (
     Coordinator,
     CreateFile,
@@ -23,9 +23,10 @@ from tether import (
     JobStatus,
     LostLease,
 )
-from tether.errors import Cancelled
-from tether.ledger.queue import Decision
-from tether.worker.loop import Returned
+from tether.errors import Cancelled, PermanentError
+from tether.ledger.lifecycle import Decision
+from tether.worker.completer import NOT_RUN, Unrecordable
+from tether.worker.executor import Returned
 
 
 @pytest.fixture
@@ -197,13 +198,13 @@ def test_a_late_worker_cannot_complete_a_reclaimed_job(c, clock, caplog):
     [second] = c.queue.claim("w2")
     assert second.attempts == 2
     with pytest.raises(LostLease, match="no longer held by worker w1"):
-        c.queue.finish_one("w1", Decision.complete(first, {"late": True}))
+        c.queue.finish_one("w1", completed(first, {"late": True}))
     with pytest.raises(LostLease):
         c.queue.finish_one("w1", Decision.fail(first, "late"))
     current = c.get(job_id)
     assert (current.status, current.locked_by, current.result) == (JobStatus.CLAIMED, "w2", None)
     assert events_named(caplog, "lost_lease")[0]["worker"] == "w1"
-    c.queue.finish_one("w2", Decision.complete(second, {"late": False}))
+    c.queue.finish_one("w2", completed(second, {"late": False}))
     assert c.get(job_id).result_data == {"late": False}
 
 
@@ -214,8 +215,8 @@ def test_same_worker_cannot_report_an_older_attempt(c, clock):
     c.reclaim_stale()
     [again] = c.queue.claim("w1")
     with pytest.raises(LostLease):
-        c.queue.finish_one("w1", Decision.complete(first, None))
-    c.queue.finish_one("w1", Decision.complete(again, None))
+        c.queue.finish_one("w1", completed(first, None))
+    c.queue.finish_one("w1", completed(again, None))
 
 
 def test_stale_reclaim_does_not_count_an_attempt(c, clock):
@@ -274,18 +275,23 @@ def test_cancel_at_checkpoint_releases_the_job_and_gives_the_attempt_back(make_c
 
 def test_decide_maps_each_outcome_to_its_transition(c):
     w = c.worker()
+    refused = sa.exc.DataError("INSERT", {}, ValueError("a value it cannot store"))
     outcomes = [
-        (Returned('{"ok": 1}', []), JobStatus.COMPLETED, 1),
-        (Cancelled("stop"), JobStatus.PENDING, 0),
-        (RuntimeError("boom"), JobStatus.PENDING, 1),
+        (Returned('{"ok": 1}', []), JobStatus.COMPLETED, 1, None),
+        (Cancelled("stop"), JobStatus.PENDING, 0, None),
+        (NOT_RUN, JobStatus.PENDING, 0, None),
+        (RuntimeError("boom"), JobStatus.PENDING, 1, "RuntimeError: boom"),
+        (PermanentError("no"), JobStatus.FAILED, 1, "PermanentError: no"),
+        (Unrecordable("complete", refused), JobStatus.FAILED, 1, "could not record this job's outcome (complete)"),
     ]
-    for outcome, status, attempts in outcomes:
-        c.enqueue(Note(name=str(status)))
+    for n, (outcome, status, attempts, error) in enumerate(outcomes):
+        c.enqueue(Note(name=str(n)))
         [job] = c.queue.claim(w.id)
-        c.queue.finish_one(w.id, w.decide(job, outcome, 0.0))
+        c.queue.finish_one(w.id, w.completer.decide(job, outcome, 0.0))
         after = c.get(job.id)
-        assert (after.status, after.attempts) == (status, attempts)
-        if status is JobStatus.PENDING:
+        assert (after.status, after.attempts) == (status, attempts), outcome
+        assert error is None or error in (after.last_error or ""), (outcome, after.last_error)
+        if status is not JobStatus.COMPLETED:
             with c.engine.begin() as conn:
                 conn.execute(sa.text("DELETE FROM tether_jobs WHERE id = :id"), {"id": job.id})
 
@@ -424,7 +430,7 @@ def test_every_transition_writes_one_event(c, clock, caplog):
     clock.advance(3600)
     w.run_once()
     names = [orjson.loads(r.getMessage())["event"] for r in caplog.records if r.name == "tether.events"]
-    assert names == ["queued", "claimed", "retrying", "claimed", "completed"]
+    assert names == ["queued", "claimed", "retried", "claimed", "completed"]
     completed = events_named(caplog, "completed")[0]
     assert completed["job_id"] == job_id and completed["attempt"] == 2 and completed["worker"] == w.id
     assert "duration_ms" in completed and "payload" not in completed

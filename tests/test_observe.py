@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import pytest
 import sqlalchemy as sa
 
+from jobkit import completed
 from tether import Coordinator, FakeClock, JobContext, JobStatus, PermanentError
 from tether.config import DEFAULT_LOCK_TIMEOUT
 from tether.errors import ConfigError, JobNotFound
@@ -403,9 +404,8 @@ def test_the_alerting_rules_judge_pending_age_success_rate_and_p95_per_type(make
     job = c.enqueue(Work(name="slow")).id
     [claimed] = c.queue.claim("w")
     clock.advance(11)  # a run of 11 s: claimed_at to completed_at
-    from tether.ledger.queue import Decision
 
-    c.queue.finish_one("w", Decision.complete(claimed, None))
+    c.queue.finish_one("w", completed(claimed, None))
     assert c.get(job).status.value == "completed"
     checks = {ch.name: ch for ch in health.health(c, verdict.Thresholds()).checks}
     assert checks["p95_duration:work"].verdict.label == "warning" and checks["p95_duration:work"].value == 11.0

@@ -29,11 +29,11 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from conftest import scratch_pg_database
+from jobkit import completed
 from tether import Coordinator, CreateFile, TetherError, TransactionConflict
 from tether.jobtypes import render
 from tether.ledger import conflict
 from tether.ledger.backend import _Cursor
-from tether.ledger.queue import Decision
 from workerkit import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
@@ -226,9 +226,7 @@ def test_postgres_a_group_commit_that_meets_a_deadlock_midway_is_run_again_whole
     assert sorted(j.id for j in claimed) == first
     # Ended after its completions ran: they are undone with it, and run again.
     conflicts.arm("SET blocked = FALSE")
-    moved, following = pg.queue.finish_and_claim(
-        "w", [Decision.complete(j, None) for j in claimed], records=False, claim=10
-    )
+    moved, following = pg.queue.finish_and_claim("w", [completed(j, None) for j in claimed], records=False, claim=10)
     assert conflicts.raised == 1
     assert moved == [True, True]
     assert sorted(j.id for j in following) == second

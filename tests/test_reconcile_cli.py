@@ -59,7 +59,7 @@ def test_check_exits_2_on_drift_and_names_the_path(site: dict[str, str]) -> None
         ("old.json", "unexpected"),
     }
     events = [orjson.loads(line) for line in done.stderr.splitlines()]
-    drift = [e for e in events if e["event"] == "drift.detected"]
+    drift = [e for e in events if e["event"] == "drift_detected"]
     assert {e["path"] for e in drift} == {"people/ada.json", "old.json"}
     assert all("content" not in e and "Ada" not in str(e) for e in drift), "never file contents"
 

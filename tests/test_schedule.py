@@ -1,4 +1,4 @@
-"""Periodic jobs (tether.schedule): each slot enqueued exactly once, across DST, with start, end,
+"""Periodic jobs (tether.worker.schedule): each slot enqueued exactly once, across DST, with start, end,
 limit and every catch-up mode, on both backends (a fake clock drives every step)."""
 
 from __future__ import annotations
@@ -12,10 +12,13 @@ import pytest
 import sqlalchemy as sa
 
 from jobkit import Note, NoteType
-from tether import Coordinator, schedule
+from tether import Coordinator
 from tether.clock import FakeClock
 from tether.errors import InvalidPayload
 from tether.jobtypes import CreateFile, default_registry
+from tether.observe import schedules
+from tether.worker import schedule
+from tether.worker.cron import CATCH_UP_BOUND, ON_TIME, InvalidSchedule, first_slot, slot_after
 
 BERLIN = ZoneInfo("Europe/Berlin")
 
@@ -36,11 +39,11 @@ def open_two(make_coordinator: Callable[..., Coordinator]) -> Callable[[], tuple
 
 
 def slots_of(c: Coordinator, name: str) -> Counter[str]:
-    return Counter(str(j.idempotency_key) for j in schedule.runs(c.engine, name, limit=None))
+    return Counter(str(j.idempotency_key) for j in schedules.runs(c.engine, name, limit=None))
 
 
 def row(c: Coordinator, name: str) -> dict:
-    return next(r for r in schedule.listing(c.engine) if r["name"] == name)
+    return next(r for r in schedules.listing(c.engine) if r["name"] == name)
 
 
 @pytest.mark.parametrize(
@@ -119,8 +122,8 @@ def test_catch_up_all_is_bounded(open_two, clock: FakeClock) -> None:
     clock.advance(hours=1)
     a.scheduler.tick(clock.now())
     r = row(a, "s")
-    on_time = int(schedule.ON_TIME.total_seconds()) + 1
-    assert r["runs"] == schedule.CATCH_UP_BOUND + on_time
+    on_time = int(ON_TIME.total_seconds()) + 1
+    assert r["runs"] == CATCH_UP_BOUND + on_time
     assert r["missed"] == 3601 - r["runs"]
 
 
@@ -143,14 +146,14 @@ def test_pause_and_resume(open_two, clock: FakeClock) -> None:
     clock.set(base)
     a, _ = open_two()
     a.schedule("q", "*/15 * * * *", Note(name="q"))
-    schedule.set_paused(a.engine, "q", True, clock.now())
+    schedules.set_paused(a.engine, "q", True, clock.now())
     clock.advance(hours=1)
     a.scheduler.tick(clock.now())
     assert slots_of(a, "q") == Counter()
-    resumed = schedule.set_paused(a.engine, "q", False, base + timedelta(hours=1, minutes=1))
+    resumed = schedules.set_paused(a.engine, "q", False, base + timedelta(hours=1, minutes=1))
     assert resumed["next_run"] == base + timedelta(hours=1, minutes=15)  # slots while paused are skipped
-    with pytest.raises(schedule.UnknownSchedule, match="no schedule named 'nope'; known: q"):
-        schedule.set_paused(a.engine, "nope", True, clock.now())
+    with pytest.raises(schedules.UnknownSchedule, match="no schedule named 'nope'; known: q"):
+        schedules.set_paused(a.engine, "nope", True, clock.now())
 
 
 def test_a_changed_cron_reschedules_from_now(open_two, clock: FakeClock) -> None:
@@ -176,15 +179,15 @@ def test_a_changed_cron_reschedules_from_now(open_two, clock: FakeClock) -> None
 )
 def test_bad_schedules_are_refused_and_nothing_is_recorded(coordinator: Coordinator, args, message) -> None:
     name, cron, *rest = args
-    with pytest.raises(schedule.InvalidSchedule, match=message):
+    with pytest.raises(InvalidSchedule, match=message):
         coordinator.schedule(name, cron, Note(name="q"), **(rest[0] if rest else {}))
-    assert schedule.listing(coordinator.engine) == []
+    assert schedules.listing(coordinator.engine) == []
 
 
 def test_a_bad_payload_is_refused_when_declared(coordinator: Coordinator) -> None:
     with pytest.raises(InvalidPayload):
         coordinator.schedule("q", "* * * * *", CreateFile(path="../escape.json", content={}))
-    assert schedule.listing(coordinator.engine) == []
+    assert schedules.listing(coordinator.engine) == []
 
 
 def test_the_due_check_reads_the_due_index(coordinator: Coordinator) -> None:
@@ -249,21 +252,21 @@ def test_operators_list_pause_resume_and_see_a_schedules_runs(
 def test_a_named_hour_follows_the_timezone_through_the_dst_gap_and_repeat() -> None:
     # 02:30 does not exist in Berlin on 29 March: it fires once, at 03:00 CEST (01:00 UTC);
     # on 25 October 02:30 happens twice: it fires once, at the first (00:30 UTC).
-    spring = schedule.first_slot("30 2 * * *", "Europe/Berlin", datetime(2026, 3, 28, 12, tzinfo=UTC))
-    after_spring = schedule.slot_after("30 2 * * *", "Europe/Berlin", spring)  # type: ignore[arg-type]
+    spring = first_slot("30 2 * * *", "Europe/Berlin", datetime(2026, 3, 28, 12, tzinfo=UTC))
+    after_spring = slot_after("30 2 * * *", "Europe/Berlin", spring)  # type: ignore[arg-type]
     assert (spring, after_spring) == (datetime(2026, 3, 29, 1, tzinfo=UTC), datetime(2026, 3, 30, 0, 30, tzinfo=UTC))
-    fall = schedule.first_slot("30 2 * * *", "Europe/Berlin", datetime(2026, 10, 24, 12, tzinfo=UTC))
-    after_fall = schedule.slot_after("30 2 * * *", "Europe/Berlin", fall)  # type: ignore[arg-type]
+    fall = first_slot("30 2 * * *", "Europe/Berlin", datetime(2026, 10, 24, 12, tzinfo=UTC))
+    after_fall = slot_after("30 2 * * *", "Europe/Berlin", fall)  # type: ignore[arg-type]
     assert (fall, after_fall) == (datetime(2026, 10, 25, 0, 30, tzinfo=UTC), datetime(2026, 10, 26, 1, 30, tzinfo=UTC))
 
 
 def walk(cron: str, timezone: str, start: datetime, stop: datetime) -> list[datetime]:
     """The slots from ``start`` (inclusive) to ``stop`` (exclusive), each the slot after the last."""
     slots: list[datetime] = []
-    slot = schedule.first_slot(cron, timezone, start)
+    slot = first_slot(cron, timezone, start)
     while slot is not None and slot < stop:
         slots.append(slot)
-        slot = schedule.slot_after(cron, timezone, slot)
+        slot = slot_after(cron, timezone, slot)
     return slots
 
 
@@ -324,7 +327,7 @@ def test_the_slot_after_an_instant_in_the_repeated_hour_is_the_next_one_after_it
     slots = walk(cron, "Europe/Berlin", FALL - timedelta(days=1), FALL + timedelta(days=8))
     instant = FALL - timedelta(minutes=10)
     while instant < FALL + timedelta(hours=2, minutes=10):  # the repeated hour is 00:00-02:00 UTC
-        assert schedule.slot_after(cron, "Europe/Berlin", instant) == min(s for s in slots if s > instant), instant
+        assert slot_after(cron, "Europe/Berlin", instant) == min(s for s in slots if s > instant), instant
         instant += timedelta(minutes=5)
 
 
@@ -337,9 +340,9 @@ def test_a_schedule_resumed_or_declared_in_the_repeated_hour_runs_its_slot_once(
     worker = a.worker()
     clock.set(FALL + timedelta(minutes=30, seconds=5))
     worker.run_once(clock.now())
-    schedule.set_paused(a.engine, "nightly", True, FALL + timedelta(minutes=50))
+    schedules.set_paused(a.engine, "nightly", True, FALL + timedelta(minutes=50))
     clock.set(FALL + timedelta(hours=1, minutes=10))  # 02:10 CET, in the second 02:00-03:00
-    assert schedule.set_paused(a.engine, "nightly", False, clock.now())["next_run"] == tomorrow
+    assert schedules.set_paused(a.engine, "nightly", False, clock.now())["next_run"] == tomorrow
     b.schedule("late", "30 2 * * *", Note(name="l"), timezone="Europe/Berlin")  # declared there
     assert row(b, "late")["next_run"] == tomorrow
     for w in (worker, b.worker()):
@@ -372,13 +375,13 @@ def test_a_finished_schedule_given_a_higher_limit_runs_again_paused_or_not(open_
         a.schedule(name, "*/10 * * * *", Note(name=name), limit=1)
     a.worker().run_once(clock.now())
     assert [row(a, n)["next_run"] for n in ("paused", "running")] == [None, None]  # finished
-    schedule.set_paused(a.engine, "paused", True, clock.now())
+    schedules.set_paused(a.engine, "paused", True, clock.now())
     clock.set(base + timedelta(minutes=3))
     for name in ("paused", "running"):
         a.schedule(name, "*/10 * * * *", Note(name=name), limit=5)  # a redeploy allows more runs
     following = base + timedelta(minutes=10)
     assert [row(a, n)["next_run"] for n in ("paused", "running")] == [following, following]
-    assert schedule.set_paused(a.engine, "paused", False, clock.now())["next_run"] == following
+    assert schedules.set_paused(a.engine, "paused", False, clock.now())["next_run"] == following
     clock.set(following + timedelta(seconds=5))
     a.worker().run_once(clock.now())
     assert [sum(slots_of(a, n).values()) for n in ("paused", "running")] == [2, 2]
@@ -393,5 +396,5 @@ def test_resume_gives_a_paused_schedule_with_runs_left_its_next_slot(open_two, c
     a.schedule("s", "*/10 * * * *", Note(name="s"), limit=5)
     with a.engine.begin() as conn:
         conn.execute(sa.update(schedule.s).values(paused=True, next_slot=None, run_count=1))
-    resumed = schedule.set_paused(a.engine, "s", False, base + timedelta(minutes=3))
+    resumed = schedules.set_paused(a.engine, "s", False, base + timedelta(minutes=3))
     assert resumed["next_run"] == row(a, "s")["next_run"] == base + timedelta(minutes=10)

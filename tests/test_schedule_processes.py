@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tether import schedule
+from tether.observe import schedules
 from tether.observe.readonly import open_ledger
 
 pytestmark = pytest.mark.slow
@@ -59,7 +59,7 @@ def test_every_second_slot_has_one_job_across_processes_and_a_kill(ledger: str, 
         except Exception:  # not created yet by the first worker
             return Counter()
         try:
-            return Counter(str(j.idempotency_key) for j in schedule.runs(engine, "every-second", limit=None))
+            return Counter(str(j.idempotency_key) for j in schedules.runs(engine, "every-second", limit=None))
         except Exception:
             return Counter()
         finally:
@@ -92,7 +92,7 @@ def test_every_second_slot_has_one_job_across_processes_and_a_kill(ledger: str, 
                 p.kill()
                 p.wait()
     found = counts()
-    slots = sorted(datetime.fromisoformat(schedule.slot_of(k)[1]) for k in found)  # type: ignore[index]
+    slots = sorted(datetime.fromisoformat(k.rpartition("@")[2]) for k in found)  # keys read schedule:NAME@SLOT
     every = [slots[0] + timedelta(seconds=i) for i in range(int((slots[-1] - slots[0]).total_seconds()) + 1)]
     print(f"{len(found)} slots from {slots[0]} to {slots[-1]}; jobs per slot: {Counter(found.values())}")
     assert set(found.values()) == {1}, [k for k, n in found.items() if n > 1]

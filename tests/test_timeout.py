@@ -90,13 +90,7 @@ def test_shutdown_and_lost_leases_set_the_running_jobs_cancellation(make_coordin
     c.enqueue(CreateFile(path="b.json", content=1))
     w = c.worker()
     first, second = c.queue.claim(w.id, limit=2)
-    from tether.jobtypes.context import JobContext
-
-    ctx1 = JobContext(first, c.queue, w._cancel, w.id)
-    ctx2 = JobContext(second, c.queue, w._cancel, w.id)
-    with w._running_lock:
-        w._running[first.id] = ctx1
-        w._running[second.id] = ctx2
+    ctx1, ctx2 = w.executor.start([first, second])  # running, as a batch's jobs are
     event = ctx1.cancelled  # asked for before the cancellation
     c.clock.advance(c.lock_timeout + 1)
     c.queue.heartbeat(w.id, [first])  # the first stays fresh

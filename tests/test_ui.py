@@ -279,7 +279,7 @@ def test_retry_is_confirmed_then_needs_the_csrf_token(ledger, clock, caplog):
             done = web.post("/actions/retry", data={"job": ids["boom"], "csrf": csrf_of(confirm.text)})
     assert done.status_code == 200 and "pending" in done.text
     assert ledger.get(ids["boom"]).status is JobStatus.PENDING
-    assert any('"event":"ui.action"' in r.getMessage() and ids["boom"] in r.getMessage() for r in caplog.records)
+    assert any('"event":"ui_action"' in r.getMessage() and ids["boom"] in r.getMessage() for r in caplog.records)
 
 
 def test_a_csrf_token_from_another_browser_is_refused(ledger, clock):

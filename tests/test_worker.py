@@ -22,16 +22,28 @@ def test_threads_drain_every_job_exactly_once(make_coordinator):
     assert set(notes.seen.values()) == {1}
 
 
-def test_an_enqueue_in_the_same_process_wakes_an_idle_worker_at_once(make_coordinator):
+def _waiting(c: Coordinator, monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Set once a worker of ``c`` has found nothing to claim and waits for a wake-up."""
+    waiting = threading.Event()
+    wait = c.queue.wakeup.wait
+
+    def waits(seen: int, timeout: float) -> bool:
+        waiting.set()
+        return wait(seen, timeout)
+
+    monkeypatch.setattr(c.queue.wakeup, "wait", waits)
+    return waiting
+
+
+def test_an_enqueue_in_the_same_process_wakes_an_idle_worker_at_once(make_coordinator, monkeypatch):
     notes = NoteType()
     c = make_coordinator(registry_with(notes), clock=SystemClock())
     w = c.worker(poll_interval=30)
+    waiting = _waiting(c, monkeypatch)
     runner = threading.Thread(target=w.run, kwargs={"install_signals": False})
     runner.start()
     try:
-        deadline = time.monotonic() + 10
-        while w.empty_polls == 0:  # the worker has looked once and gone idle
-            assert time.monotonic() < deadline
+        assert waiting.wait(10)  # the worker has looked once and gone idle
         started = time.monotonic()
         job_id = c.enqueue(Note(name="now")).id
         while c.get(job_id).status is not JobStatus.COMPLETED:
@@ -48,7 +60,7 @@ def test_database_errors_back_off_exponentially_up_to_the_cap(coordinator, monke
     seq = []
     b = 0.0
     for _ in range(7):
-        b = w._next_backoff(b)
+        b = w.supervisor.next_backoff(b)
         seq.append(b)
     assert seq == [1, 2, 4, 8, 16, 30, 30]
 
@@ -141,13 +153,11 @@ def test_an_idle_worker_wakes_when_another_process_commits(tmp_path, monkeypatch
     db = tmp_path / "l.db"
     with Coordinator.open(f"sqlite:///{db}", root=tmp_path / "data", registry=registry_with(notes)) as c:
         w = c.worker(poll_interval=60)
+        waiting = _waiting(c, monkeypatch)
         runner = threading.Thread(target=w.run, kwargs={"install_signals": False})
         runner.start()
         try:
-            deadline = time.monotonic() + 10
-            while w.empty_polls == 0:  # the worker has looked once and now waits
-                assert time.monotonic() < deadline
-                time.sleep(0.005)
+            assert waiting.wait(10)  # the worker has looked once and now waits
             # Another process enqueues; this process's in-memory wake-up knows nothing of it.
             code = (
                 "import sys; sys.path.insert(0, 'tests');"

@@ -30,12 +30,12 @@ if TYPE_CHECKING:
     # CLI ``tether enqueue`` every time), and these are slow to import (benchmarks/README.md).
     from sqlalchemy.orm import Session
 
-    from . import schedule as schedules
     from .observe.backlog import Stats
     from .observe.retention import PurgeResult
     from .observe.verdict import Health, Thresholds
     from .reconcile.check import Report
     from .worker.loop import Worker
+    from .worker.schedule import Scheduler
 
 _SESSION_KEY = "tether.enqueued"
 
@@ -71,17 +71,18 @@ class Coordinator:
             ledger_id=config.ledger_id() or ledger_id,
             max_payload_bytes=max_payload_bytes,
         )
-        self._scheduler: schedules.Scheduler | None = None
+        self._scheduler: Scheduler | None = None
         self._scheduler_lock = threading.Lock()
 
     @property
-    def scheduler(self) -> schedules.Scheduler:
-        """The schedules this coordinator declared (made on first use: see the imports)."""
+    def scheduler(self) -> Scheduler:
+        """The schedules this coordinator declared, which its workers fire (made on first use:
+        see the imports)."""
         with self._scheduler_lock:  # one per coordinator, whichever thread asks first
             if self._scheduler is None:
-                from . import schedule as schedules
+                from .worker.schedule import Scheduler
 
-                self._scheduler = schedules.Scheduler(self.engine, self.queue)
+                self._scheduler = Scheduler(self.engine, self.queue)
             return self._scheduler
 
     @classmethod
@@ -238,16 +239,17 @@ class Coordinator:
     ) -> None:
         """Enqueue ``payload`` at every slot of ``cron`` (five fields, or six with seconds
         first) in ``timezone``, from ``start`` to ``end``, at most ``limit`` times, each slot
-        exactly once across every worker of this ledger (see ``tether.schedule``). Workers of
+        exactly once across every worker of this ledger (see ``tether.worker.schedule``). Workers of
         this coordinator fire it; ``catch_up`` ("latest", "all" or "none") says what to do with
         slots missed while no worker ran. ``options`` (priority, max_attempts, timeout) apply
         to every run. Raises InvalidSchedule or InvalidPayload, recording nothing."""
-        from . import schedule as schedules
+        from .worker import schedule as schedules
+        from .worker.cron import InvalidSchedule
 
         schedules.validate(name, cron, timezone, start, end, limit, catch_up)
         allowed = {"priority", "max_attempts", "timeout"}
         if set(options) - allowed:
-            raise schedules.InvalidSchedule(
+            raise InvalidSchedule(
                 f"schedule {name}: unknown option(s) {', '.join(sorted(set(options) - allowed))}; "
                 f"use {', '.join(sorted(allowed))}"
             )
@@ -264,9 +266,7 @@ class Coordinator:
         from .worker.loop import Worker, WorkerConfig
 
         config.setdefault("lock_timeout", self.lock_timeout)
-        worker = Worker(self.queue, WorkerConfig(**config))
-        worker.scheduler = self.scheduler
-        return worker
+        return Worker(self.queue, WorkerConfig(**config), scheduler=self.scheduler)
 
     def run_until_idle(self, **config: Any) -> int:
         """Run every ready job in this process, then return how many ran."""

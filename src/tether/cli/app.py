@@ -16,7 +16,7 @@ from typer.core import TyperGroup
 from .. import config
 from ..errors import ConfigError, LedgerFault, TetherError
 from ..ledger.faults import ledger_fault
-from ..outcome import error_text
+from ..ledger.lifecycle import error_text
 
 if TYPE_CHECKING:
     from ..coordinator import Coordinator

@@ -72,11 +72,11 @@ def _schedule_runs(
     engine: sa.Engine, schedule_name: str, status: str | None, job_type: str | None, start: datetime | None
 ) -> list[JobRecord]:
     """The runs of one schedule, newest slot first, that the other filters let through."""
-    from .. import schedule  # cron and the job types: only for this filter
+    from ..observe import schedules  # only for this filter
 
     return [
         j
-        for j in schedule.runs(engine, schedule_name, limit=None)
+        for j in schedules.runs(engine, schedule_name, limit=None)
         if (status is None or j.status.value == status)
         and (job_type is None or j.type == job_type)
         and (start is None or j.created_at >= start)

@@ -67,7 +67,7 @@ def reconcile(
         False,
         "--quiet",
         "-q",
-        help="Do not print events (drift.detected, reconcile.finished: JSON lines on stderr; "
+        help="Do not print events (drift_detected, reconcile_finished: JSON lines on stderr; "
         "never on a terminal, where the report already lists every finding).",
     ),
     db: str | None = typer.Option(None, "--db", help="Ledger URL (same as the global --db / TETHER_DB)."),

@@ -26,7 +26,7 @@ def schedules(ctx: typer.Context, as_json: bool = JSON_OPTION) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
-    from .. import schedule  # SQLAlchemy and cron: loaded when the command runs, not for --help
+    from ..observe import schedules as schedule  # SQLAlchemy and cron: loaded when the command runs, not for --help
 
     with ledger(ctx.obj) as engine:
         rows = schedule.listing(engine)
@@ -59,7 +59,7 @@ def pause(ctx: typer.Context, name: str = typer.Argument(..., help="The schedule
 
     Example: tether schedules pause nightly-sync
     """
-    from .. import schedule
+    from ..observe import schedules as schedule
 
     with ledger(ctx.obj) as engine:
         schedule.set_paused(engine, name, True)
@@ -73,7 +73,7 @@ def resume(ctx: typer.Context, name: str = typer.Argument(..., help="The schedul
 
     Example: tether schedules resume nightly-sync
     """
-    from .. import schedule
+    from ..observe import schedules as schedule
 
     with ledger(ctx.obj) as engine:
         result = schedule.set_paused(engine, name, False)

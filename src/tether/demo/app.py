@@ -30,7 +30,6 @@ from typing import Any, ClassVar, Literal
 import orjson
 from pydantic import BaseModel, Field
 
-from .. import schedule as periodic
 from ..coordinator import Coordinator
 from ..errors import RetryableError, TetherError
 from ..jobtypes import ClaudeExtractionType, CreateFile, JobType, Payload, Registry, default_registry, render
@@ -43,6 +42,7 @@ from ..jobtypes.datafiles.existence import files_exist
 from ..jobtypes.datafiles.paths import checked_path
 from ..jobtypes.target import Target, display
 from ..ledger.url import mask_url
+from ..observe import schedules as periodic
 from ..observe.health import stats
 from ..observe.jobs import jobs as find_jobs
 from ..store import JsonStore

@@ -75,7 +75,7 @@ class Meta(TetherModel, table=True):
 
 
 class Schedule(TetherModel, table=True):
-    """One periodic job's coordination state (``tether_schedules``, see schedule.py)."""
+    """One periodic job's coordination state (``tether_schedules``, see worker/schedule.py)."""
 
     __table__ = schema.schedules
 

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from functools import cache, partial
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 import sqlalchemy as sa
@@ -27,15 +27,15 @@ from ..errors import (
 )
 from ..jobtypes import Payload, Registry
 from ..jobtypes.target import display
-from ..outcome import encode_result
 from . import conflict, faults, sql
 from .backend import Backend, LostCommit
 from .build import Builder
 from .engine import ledger_name
+from .lifecycle import EDGES, ENDING, FENCED, SWEPT, Decision
 from .limits import DEFAULT_MAX_PAYLOAD_BYTES
 from .reclaim import SUSPECT, verdicts
 from .record import InsertResult, JobRecord, make_tuple
-from .status import ENDING, FENCED, SWEPT, TRANSITIONS, JobStatus
+from .status import JobStatus
 from .wakeup import Wakeup
 
 _EDGE_SQL = {
@@ -49,82 +49,11 @@ _EDGE_SQL = {
     "reclaim": sql.RECLAIM,
     "reclaim_exhausted": sql.RECLAIM_EXHAUSTED,
 }
-_EDGE_EVENT = {
-    "claim": "claimed",
-    "complete": "completed",
-    "retry": "retrying",
-    "fail": "failed",
-    "release": "released",
-    "defer": "deferred",
-    "snooze": "snoozed",
-    "reclaim": "reclaimed",
-    "reclaim_exhausted": "failed",
-    "manual_retry": "requeued",
-}
 
 
 @cache
 def _without_returning(statement: str) -> str:
     return statement.split("RETURNING", 1)[0]
-
-
-class Decision(NamedTuple):
-    """What to record for one finished attempt: a fenced edge out of ``claimed`` and its values
-    (one per job a worker runs: a NamedTuple, as cheap to build as JobRecord)."""
-
-    job: JobRecord
-    edge: str  # complete | retry | fail | release
-    values: dict[str, Any]
-    children: Sequence[JobRecord] = ()
-    duration: float | None = None
-    finished_at: datetime | None = None  # when the handler returned (not when the group committed)
-
-    def after(self) -> JobRecord:
-        """The job as this decision leaves it (for its event, when the row was not read back)."""
-        attempts = self.job.attempts - 1 if self.edge in ("release", "defer", "snooze") else self.job.attempts
-        return self.job._replace(
-            attempts=attempts,
-            run_at=self.values.get("run_at", self.job.run_at),
-            last_error=self.values.get("error", self.job.last_error),
-        )
-
-    @classmethod
-    def complete(
-        cls,
-        job: JobRecord,
-        result: Any,
-        children: Sequence[JobRecord] = (),
-        duration: float | None = None,
-        finished_at: datetime | None = None,
-    ) -> Decision:
-        return cls(job, "complete", {"result": encode_result(job.type, result)}, children, duration, finished_at)
-
-    @classmethod
-    def retry(cls, job: JobRecord, error: str, run_at: datetime, duration: float | None = None) -> Decision:
-        return cls(job, "retry", {"error": error, "run_at": run_at}, duration=duration)
-
-    @classmethod
-    def fail(
-        cls, job: JobRecord, error: str, duration: float | None = None, finished_at: datetime | None = None
-    ) -> Decision:
-        return cls(job, "fail", {"error": error}, duration=duration, finished_at=finished_at)
-
-    @classmethod
-    def release(cls, job: JobRecord, duration: float | None = None) -> Decision:
-        """Given back untouched (shutdown, a batch that turned slow): the attempt is not counted."""
-        return cls(job, "release", {}, duration=duration)
-
-    @classmethod
-    def defer(cls, job: JobRecord, error: str, run_at: datetime, duration: float | None = None) -> Decision:
-        """Given back until ``run_at`` (a rate limit's reset), with every pending job of its type:
-        the attempt is not counted."""
-        return cls(job, "defer", {"error": error, "run_at": run_at}, duration=duration)
-
-    @classmethod
-    def snooze(cls, job: JobRecord, error: str, run_at: datetime, duration: float | None = None) -> Decision:
-        """Given back until ``run_at`` for a cause outside the job (its data root is full): the
-        attempt is not counted, and the type's other jobs are not held back."""
-        return cls(job, "snooze", {"error": error, "run_at": run_at}, duration=duration)
 
 
 # What varies between jobs enqueued together, and what they share (one JSON insert per share).
@@ -458,7 +387,7 @@ class Queue:
         ``attempt``; None means the guard did not match. With ``returning=False`` (the worker's
         group commits) the changed row is not read back, and True says it changed: parsing the
         row cost a quarter of a no-op job's CPU."""
-        from_status, to_status = TRANSITIONS[edge]
+        from_status, to_status = EDGES[edge][:2]
         params: dict[str, Any] = {"id": job_id, **values}
         if edge in FENCED or edge in SWEPT:
             if worker is None or attempt is None:
@@ -589,7 +518,8 @@ class Queue:
         events.emit("lost_lease", job_id=job.id, type=job.type, attempt=job.attempts, worker=worker)
 
     def heartbeat(self, worker: str, jobs: Sequence[JobRecord], *, now: datetime | None = None) -> list[str]:
-        """Renew the locks of running ``jobs``; returns the ids this worker no longer holds."""
+        """Renew the locks of running ``jobs``; returns the ids this worker no longer holds (each
+        logged as ``lost_lease``)."""
         if not jobs:
             return []
 
@@ -604,7 +534,11 @@ class Queue:
                     lost.append(job.id)
             return lost
 
-        return self.backend.transact(renew)
+        lost: list[str] = self.backend.transact(renew)
+        for job in jobs:
+            if job.id in lost:
+                self._lost(job, worker)
+        return lost
 
     def sync_clock(self, cur: Any) -> datetime:
         """Now, as lock ages are measured. With the database's clock (``clock.DatabaseClock``)
@@ -726,7 +660,7 @@ class Queue:
 
     def _event(self, edge: str, job: JobRecord, worker: str | None, *, duration: float | None = None) -> None:
         events.emit(
-            _EDGE_EVENT[edge],
+            EDGES[edge].event,
             job_id=job.id,
             type=job.type,
             attempt=job.attempts,

@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING
 
 from .. import events
 from . import sql
+from .lifecycle import EDGES, ENDING
 from .record import InsertResult, make_tuple
-from .status import ENDING, TRANSITIONS
 
 if TYPE_CHECKING:
-    from .queue import Decision, Queue
+    from .lifecycle import Decision
+    from .queue import Queue
 
 
 def unsettled(queue: Queue, worker: str, decisions: Sequence[Decision]) -> list[Decision]:
@@ -43,7 +44,7 @@ def unsettled(queue: Queue, worker: str, decisions: Sequence[Decision]) -> list[
     children: list[InsertResult] = []
     for d, rows in zip(decisions, standing, strict=True):
         status = rows[0][0] if rows else None
-        if d.edge in ENDING and status != TRANSITIONS[d.edge][1].value:
+        if d.edge in ENDING and status != EDGES[d.edge].target.value:
             queue._lost(d.job, worker)  # its lock was reclaimed before the commit: it did not move
             continue
         queue._event(d.edge, d.after(), worker, duration=d.duration)

@@ -114,7 +114,7 @@ meta = sa.Table(
 schedules = sa.Table(
     "tether_schedules",
     metadata,
-    # One periodic job's coordination state (schedule.py): its spec, the last slot enqueued and
+    # One periodic job's coordination state (worker/schedule.py): its spec, the last slot enqueued and
     # the next one due. The payload stays in the application's code; this row only makes each
     # slot's enqueue a durable fact, advanced in the transaction that inserts the slot's job.
     sa.Column("name", sa.String(128), primary_key=True),

@@ -1,4 +1,4 @@
-"""Job statuses and the only transitions between them (drawn in docs/lifecycle.md)."""
+"""Job statuses: the values of the ``status`` column (the edges between them: lifecycle.py)."""
 
 from __future__ import annotations
 
@@ -16,26 +16,5 @@ class JobStatus(StrEnum):
     """Attempts exhausted, permanent error or invalid payload; only an operator retries it."""
 
 
+# The statuses of a job that is still to run: its idempotency key and its target are taken.
 ACTIVE = (JobStatus.PENDING, JobStatus.CLAIMED)
-
-# edge name -> (from, to). Every status change in tether is one of these edges.
-TRANSITIONS: dict[str, tuple[JobStatus, JobStatus]] = {
-    "claim": (JobStatus.PENDING, JobStatus.CLAIMED),
-    "complete": (JobStatus.CLAIMED, JobStatus.COMPLETED),
-    "retry": (JobStatus.CLAIMED, JobStatus.PENDING),
-    "fail": (JobStatus.CLAIMED, JobStatus.FAILED),
-    "reclaim": (JobStatus.CLAIMED, JobStatus.PENDING),
-    "reclaim_exhausted": (JobStatus.CLAIMED, JobStatus.FAILED),
-    "release": (JobStatus.CLAIMED, JobStatus.PENDING),
-    "defer": (JobStatus.CLAIMED, JobStatus.PENDING),
-    "snooze": (JobStatus.CLAIMED, JobStatus.PENDING),
-    "manual_retry": (JobStatus.FAILED, JobStatus.PENDING),
-}
-
-# Edges that leave ``claimed`` on behalf of the worker holding the job: fenced by owner and attempt.
-FENCED = frozenset({"complete", "retry", "fail", "release", "defer", "snooze"})
-# Edges the stale-lock sweep takes for a dead worker: fenced on its owner and attempt as above,
-# and on the lock still being stale.
-SWEPT = frozenset({"reclaim", "reclaim_exhausted"})
-# Edges that take a job out of the active set: the next job on its target may run now.
-ENDING = frozenset(edge for edge, (_, to) in TRANSITIONS.items() if to not in ACTIVE)

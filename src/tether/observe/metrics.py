@@ -96,7 +96,7 @@ class LedgerCollector:
             if fault is None:
                 raise
             # An exporter's convention (pg_up, mysql_up): the scrape succeeds and says the source is down.
-            events.emit("metrics.ledger_unavailable", reason=str(fault))
+            events.emit("metrics_ledger_unavailable", reason=str(fault))
             yield _gauge("tether_ledger_up", "1 if the last scrape could read the ledger.", 0)
             return
         yield from families

@@ -89,7 +89,7 @@ def reconcile(
     reconciler.ledger_id = coordinator.queue.ledger_id
     report = reconciler.run(coordinator.clock.now())
     report.finished_at = coordinator.clock.now()
-    events.emit("reconcile.finished", **report.summary())
+    events.emit("reconcile_finished", **report.summary())
     reconcile_runs.record(coordinator.engine, report)
     return report
 
@@ -368,9 +368,9 @@ class _Reconciler:
         self.report.counts[finding.status] += 1
         self.report.findings.append(finding)
         if finding.status in DRIFT:
-            events.emit("drift.detected", **finding.to_dict())
+            events.emit("drift_detected", **finding.to_dict())
         elif finding.status == UNKNOWN:
-            events.emit("reconcile.unreadable", path=finding.path, job_id=finding.job_id, detail=finding.detail)
+            events.emit("reconcile_unreadable", path=finding.path, job_id=finding.job_id, detail=finding.detail)
 
     def _remote_untracked(self) -> None:
         """Remote resources that carry this ledger's ownership tag but that no job names."""

@@ -33,7 +33,7 @@ class Verdict:
 
 
 def record(engine: sa.Engine, report: Report) -> bool:
-    """Keep ``report``'s verdict; False (and a ``reconcile.not_recorded`` event) if the ledger
+    """Keep ``report``'s verdict; False (and a ``reconcile_not_recorded`` event) if the ledger
     refused the write, e.g. a read-only database user: the check itself still stands."""
     finished = report.finished_at or report.checked_at
     row = {
@@ -52,7 +52,7 @@ def record(engine: sa.Engine, report: Report) -> bool:
             oldest_kept = conn.execute(sa.select(sa.func.min(kept.c.id))).scalar_one()
             conn.execute(runs.delete().where(runs.c.id < oldest_kept))
     except sa.exc.DBAPIError as e:
-        events.emit("reconcile.not_recorded", reason=" ".join(str(e.orig).split()))
+        events.emit("reconcile_not_recorded", reason=" ".join(str(e.orig).split()))
         return False
     return True
 

@@ -48,7 +48,7 @@ class Actions:
 
     def _done(self, request: Request, action: str, **facts: Any) -> Response:
         client = request.client.host if request.client else None
-        events.emit("ui.action", action=action, client=client, **facts)
+        events.emit("ui_action", action=action, client=client, **facts)
         return self.pages.render(request, "done.html", action=action, facts=facts)
 
     # -- retry one ---------------------------------------------------------------------------------

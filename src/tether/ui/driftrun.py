@@ -45,7 +45,7 @@ class DriftRunner:
             self._started_at = self.coordinator.clock.now()
             self._thread = threading.Thread(target=self._run, args=(content,), name="tether-ui-reconcile", daemon=True)
             self._thread.start()
-        events.emit("ui.reconcile_started", content=content)
+        events.emit("ui_reconcile_started", content=content)
         return True
 
     def join(self, timeout: float | None = None) -> None:

@@ -1,0 +1,109 @@
+"""The worker's executor: runs a job's handler (in a thread of its own when the job has a
+timeout) and keeps the running jobs' contexts, through which they are cancelled."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from ..errors import JobTimedOut
+from ..jobtypes.context import TIMEOUT, JobContext
+from ..ledger.lifecycle import encode_result
+from ..ledger.record import JobRecord
+
+if TYPE_CHECKING:
+    from ..jobtypes import JobType, Payload
+    from ..jobtypes.datafiles.dirsync import DirSyncs
+    from ..ledger.queue import Queue
+
+
+class Returned(NamedTuple):
+    """The handler returned normally: its result (stored JSON) and its follow-up jobs."""
+
+    result: Any
+    children: Sequence[JobRecord]
+
+
+class Executor:
+    """Runs handlers for one worker; ``cancel`` is set once running jobs are to stop (shutdown)."""
+
+    def __init__(self, queue: Queue, worker_id: str, cancel: threading.Event) -> None:
+        self.queue = queue
+        self.worker_id = worker_id
+        self.cancel = cancel
+        self._running: dict[str, JobContext] = {}  # by job id; ctx.job is the job
+        self._lock = threading.Lock()
+
+    def start(
+        self, jobs: Sequence[JobRecord], trusted_until: float | None = None, dir_syncs: DirSyncs | None = None
+    ) -> list[JobContext]:
+        """A context for each of ``jobs``, counted as running (heartbeats renew their locks)
+        until ``done``."""
+        contexts = [
+            JobContext(job, self.queue, self.cancel, self.worker_id, trusted_until=trusted_until, dir_syncs=dir_syncs)
+            for job in jobs
+        ]
+        with self._lock:
+            for job, ctx in zip(jobs, contexts, strict=True):
+                self._running[job.id] = ctx
+        return contexts
+
+    def done(self, jobs: Sequence[JobRecord]) -> None:
+        with self._lock:
+            for job in jobs:
+                self._running.pop(job.id, None)
+
+    def running(self) -> list[JobContext]:
+        """The contexts of the jobs running now (claimed, not yet recorded)."""
+        with self._lock:
+            return list(self._running.values())
+
+    def cancel_running(self, reason: str) -> None:
+        """Ask every running job to stop at its next checkpoint, for ``reason``."""
+        for ctx in self.running():
+            ctx.cancel(reason)
+
+    def run(self, job: JobRecord, ctx: JobContext) -> tuple[Returned | Exception, float]:
+        """Run ``job``'s handler; returns what it came to (never raises for a handler's error)
+        and how long it took (seconds)."""
+        start = time.perf_counter()
+        try:
+            registry = self.queue.registry
+            job_type = registry.get(job.type)
+            payload = job_type.recheck(registry.parse(job.type, job.payload), self.queue.root)
+            timeout = job.timeout if job.timeout is not None else job_type.timeout
+            result = job_type.run(payload, ctx) if timeout is None else _run_bounded(job_type, payload, ctx, timeout)
+            outcome: Returned | Exception = Returned(encode_result(job_type.name, result), ctx.followups())
+        except Exception as e:  # a handler error never kills the worker
+            outcome = e
+        return outcome, time.perf_counter() - start
+
+
+def _run_bounded(job_type: JobType[Any], payload: Payload, ctx: JobContext, timeout: float) -> Any:
+    """``job_type.run`` in a thread of its own, waited for at most ``timeout`` seconds. Past it
+    the job is cancelled (``ctx.cancelled`` is set) and the attempt ends as a retryable
+    JobTimedOut at once: the worker moves on. A handler that ignores the cancellation keeps
+    its daemon thread until it returns; what it returns then is dropped, its follow-up jobs are
+    never committed, and a write through ``files.write_locked`` (which confirms the lease and so
+    checks cancellation) is refused."""
+    box: list[Any] = []
+
+    def run() -> None:
+        try:
+            box.append((True, job_type.run(payload, ctx)))
+        except BaseException as e:  # handed to the worker thread, which decides
+            box.append((False, e))
+        finally:
+            done.set()
+
+    done = threading.Event()
+    threading.Thread(target=run, name=f"tether-job-{ctx.job.id}", daemon=True).start()
+    if not done.wait(timeout):
+        ctx.cancel(TIMEOUT)
+        raise JobTimedOut(ctx.job.type, ctx.job.id, timeout)
+    returned, value = box[0]
+    if returned:
+        return value
+    raise value
