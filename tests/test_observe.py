@@ -392,7 +392,7 @@ def test_the_alerting_rules_judge_pending_age_success_rate_and_p95_per_type(make
     clock.advance(11)  # a run of 11 s: claimed_at to completed_at
     from tether.ledger.queue import Decision
 
-    c.queue.finish_one("w", Decision.complete(claimed, None))
+    c.queue.finish_and_claim("w", [Decision.complete(claimed, None)])
     assert c.get(job).status.value == "completed"
     checks = {ch.name: ch for ch in health.health(c, health.Thresholds()).checks}
     assert checks["p95_duration:work"].verdict.label == "warning" and checks["p95_duration:work"].value == 11.0
