@@ -383,7 +383,7 @@ def test_each_coordinator_sharing_an_application_session_wakes_its_own_workers_o
 
 
 def test_a_single_enqueue_wakes_this_processs_workers_whether_events_are_logged_or_not(c, caplog):
-    # enqueue_one skips committed() when no event is logged: the wake-up must not go with it.
+    # The wake-up does not depend on the queued event being logged.
     seen = c.queue.wakeup.generation()
     quiet = c.enqueue(Note(name="quiet")).id
     assert c.queue.wakeup.generation() == seen + 1 and events_named(caplog, "queued") == []
