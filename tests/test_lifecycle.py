@@ -382,6 +382,17 @@ def test_each_coordinator_sharing_an_application_session_wakes_its_own_workers_o
         other.close()
 
 
+def test_a_wakeup_swapped_on_the_queue_is_the_one_its_enqueues_and_outcomes_wake(c):
+    from tether.ledger.wakeup import Wakeup
+
+    c.queue.wakeup = swapped = Wakeup()
+    c.enqueue(Note(name="a"))
+    assert swapped.generation() == 1
+    [job] = c.queue.claim("w")
+    c.queue.finish_and_claim("w", [Decision.release(job)])
+    assert swapped.generation() == 2
+
+
 def test_a_single_enqueue_wakes_this_processs_workers_whether_events_are_logged_or_not(c, caplog):
     # The wake-up does not depend on the queued event being logged.
     seen = c.queue.wakeup.generation()

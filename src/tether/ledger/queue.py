@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from functools import cache, partial
+from functools import cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -16,7 +16,7 @@ import orjson
 import sqlalchemy as sa
 
 from .. import events
-from ..clock import Clock, DatabaseClock
+from ..clock import Clock
 from ..config import DEFAULT_BATCH_BYTES
 from ..errors import DuplicateActiveJob, InvalidTransition, JobNotFound, Superseded
 from ..jobtypes import Payload, Registry
@@ -140,7 +140,6 @@ class Queue:
         self.clock = clock
         self.registry = registry
         self.root = root
-        self.wakeup = wakeup
         self.ledger_id = ledger_id  # what the AWS resources its jobs own are tagged with
         self.where = ledger_name(engine)  # the ledger as messages name it
         self.backend = Backend.for_engine(engine)
@@ -151,6 +150,15 @@ class Queue:
         dialect = engine.dialect.name
         self._complete_many_sql = sql.complete_many_sql(dialect) if self.backend.reads_json else None
         self._edge_sql = {**_EDGE_SQL, "manual_retry": sql.manual_retry_sql(dialect)}
+
+    @property
+    def wakeup(self) -> Wakeup:
+        """The enqueuer's: one for both halves, so a process that swaps it swaps it for both."""
+        return self.enqueuer.wakeup
+
+    @wakeup.setter
+    def wakeup(self, wakeup: Wakeup) -> None:
+        self.enqueuer.wakeup = wakeup
 
     def build(self, payload: Payload, **options: Any) -> JobRecord:
         """One job, validated before a transaction opens (a handler's follow-up job:
@@ -306,23 +314,7 @@ class Queue:
 
     def heartbeat(self, worker: str, jobs: Sequence[JobRecord], *, now: datetime | None = None) -> list[str]:
         """Renew the locks of running ``jobs``; returns the ids this worker no longer holds."""
-        if not jobs:
-            return []
-
-        def renew(cur: Any) -> list[str]:
-            params = {"worker": worker, "now": now or self.sync_clock(cur)}
-            renewed = [cur.execute(self.sql.HEARTBEAT, {**params, "id": j.id, "attempt": j.attempts}) for j in jobs]
-            return [job.id for job, n in zip(jobs, renewed, strict=True) if n == 0]
-
-        return self.backend.transact(renew)
-
-    def sync_clock(self, cur: Any) -> datetime:
-        """Now, as lock ages are measured. With the database's clock (``clock.DatabaseClock``)
-        that is the database's own time, read in ``cur``'s transaction, which the clock then goes
-        on from; otherwise the clock's time."""
-        if isinstance(self.clock, DatabaseClock):
-            return self.clock.sync(partial(cur.scalar, self.sql.DATABASE_TIME))
-        return self.clock.now()
+        return reclaim.renew(self, worker, jobs, now)
 
     def record_progress(self, job: JobRecord, worker: str, progress: str) -> bool:
         """Keep a running job's progress (JSON text); False if ``worker`` no longer holds it."""

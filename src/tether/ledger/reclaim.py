@@ -1,4 +1,5 @@
-"""The stale-lock sweep, and who is to blame when a worker dies: its verdict on each job it held.
+"""A claimed job's lock: renewed by heartbeats, swept when stale, and who is to blame when a
+worker dies (the sweep's verdict on each job it held).
 
 A worker claims up to a batch of jobs in one statement and records their outcomes in group
 commits, so when it dies (a segfault, the OOM killer, ``os._exit`` in a handler) the ledger
@@ -26,11 +27,13 @@ attempt is always pinned at once: with ``max_attempts`` 1 every job runs alone, 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import events
+from ..clock import DatabaseClock
 from .record import JobRecord
 from .status import ENDING
 
@@ -94,6 +97,29 @@ def verdicts(stale: Iterable[JobRecord]) -> list[Verdict]:
     return out
 
 
+def renew(queue: Queue, worker: str, jobs: Sequence[JobRecord], now: datetime | None) -> list[str]:
+    """Renew ``worker``'s locks on ``jobs`` (a heartbeat: they are not stale while it beats); the
+    ids it no longer holds."""
+    if not jobs:
+        return []
+
+    def renew_in(cur: Any) -> list[str]:
+        params = {"worker": worker, "now": now or lock_time(queue, cur)}
+        renewed = [cur.execute(queue.sql.HEARTBEAT, {**params, "id": j.id, "attempt": j.attempts}) for j in jobs]
+        return [job.id for job, n in zip(jobs, renewed, strict=True) if n == 0]
+
+    return queue.backend.transact(renew_in)
+
+
+def lock_time(queue: Queue, cur: Any) -> datetime:
+    """Now, as lock ages are measured. With the database's clock (``clock.DatabaseClock``) that
+    is the database's own time, read in ``cur``'s transaction, which the clock then goes on
+    from; otherwise the queue's clock's time."""
+    if isinstance(queue.clock, DatabaseClock):
+        return queue.clock.sync(partial(cur.scalar, queue.sql.DATABASE_TIME))
+    return queue.clock.now()
+
+
 def sweep(queue: Queue, lock_timeout: float, now: datetime | None) -> list[JobRecord]:
     """Move ``queue``'s claimed jobs whose lock is older than ``lock_timeout`` seconds by their
     verdicts, in one transaction; returns the jobs moved, those back to pending first."""
@@ -108,8 +134,8 @@ def sweep(queue: Queue, lock_timeout: float, now: datetime | None) -> list[JobRe
 
 def _sweep_in(queue: Queue, cur: Any, lock_timeout: float, now: datetime | None) -> list[tuple[str, JobRecord]]:
     """The sweep's transaction: (edge, job) for each job it moved. Lock ages are measured by the
-    time read in this transaction (``Queue.sync_clock``)."""
-    now = now or queue.sync_clock(cur)
+    time read in this transaction (``lock_time``)."""
+    now = now or lock_time(queue, cur)
     cutoff = now - timedelta(seconds=lock_timeout)
     moved: list[tuple[str, JobRecord]] = []
     for v in verdicts(cur.records(queue.sql.STALE, {"cutoff": cutoff})):
