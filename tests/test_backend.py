@@ -105,9 +105,9 @@ def test_a_write_inside_another_on_one_thread_is_refused_and_the_outer_one_survi
     with Coordinator.open(
         f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())
     ) as c:
-        job = c.queue.build(Note(name="a"))
+        [job] = c.queue.enqueuer.build([Note(name="a")])
         with c.queue.backend.write() as cur:
-            c.queue.insert_all(cur, [job])
+            c.queue.enqueuer.insert_all(cur, [job])
             with pytest.raises(RuntimeError, match="nested writes are not supported"):
                 with c.queue.backend.write():
                     pass

@@ -343,7 +343,7 @@ def test_json_nested_up_to_the_limit_runs_and_deeper_is_refused_naming_the_field
 
 def test_payload_size_is_limited_in_one_configurable_place(make_coordinator, monkeypatch):
     default = make_coordinator()
-    assert default.queue.builder.max_payload_bytes == DEFAULT_MAX_PAYLOAD_BYTES == 16 * 1024 * 1024
+    assert default.queue.enqueuer.builder.max_payload_bytes == DEFAULT_MAX_PAYLOAD_BYTES == 16 * 1024 * 1024
     monkeypatch.setenv("TETHER_MAX_PAYLOAD_BYTES", "1000")
     c = make_coordinator()
     c.enqueue(CreateFile(path="small.json", text="x" * 900))
@@ -406,7 +406,7 @@ def test_the_depth_check_counts_nesting_exactly_whatever_the_strings_hold(value,
 
 
 class Blob(Payload):
-    """A type without hooks: its single enqueue with default options takes Builder.build_one."""
+    """A type without hooks: nothing but its encoder runs when it is built."""
 
     job_type: ClassVar[str] = "blob"
     data: Any

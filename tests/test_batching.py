@@ -150,10 +150,13 @@ def test_a_lost_lease_in_a_group_commit_spares_the_other_jobs(make_coordinator, 
     # A dead worker's batch-mates come back quarantined: claimed one at a time.
     [a2], [b2] = c.queue.claim("w2", limit=2), c.queue.claim("w2", limit=2)
     # w1 still holds nothing; w2 reports both, but a was stolen back by nobody: simulate w1's late batch
-    moved = c.queue.finish("w1", [completed(a, None), completed(b, None)])
+    moved, _ = c.queue.finish_and_claim("w1", [completed(a, None), completed(b, None)])
     assert moved == [None, None]
-    assert c.queue.finish("w1", [completed(a, None)], records=False) == [None]  # the worker's path
-    moved = c.queue.finish("w2", [completed(a2, {"ok": 1}), Decision(b2, "fail", {"error": "x"})])
+    assert c.queue.finish_and_claim("w1", [completed(a, None)], records=False) == (
+        [None],
+        [],
+    )  # the worker's path
+    moved, _ = c.queue.finish_and_claim("w2", [completed(a2, {"ok": 1}), Decision(b2, "fail", {"error": "x"})])
     assert [m.status for m in moved] == [JobStatus.COMPLETED, JobStatus.FAILED]
 
 
@@ -173,7 +176,7 @@ def test_a_group_commit_completes_many_in_one_statement_fenced_job_by_job(make_c
         for i, job in enumerate(mine)
     ]
     statements = write_transactions(c) if c.engine.dialect.name == "sqlite" else None
-    moved = c.queue.finish("w1", decisions + [Decision(mine[0], "fail", {"error": "late"})], records=False)
+    moved, _ = c.queue.finish_and_claim("w1", decisions + [Decision(mine[0], "fail", {"error": "late"})], records=False)
     assert moved == [None, True, True, True, True, None]
     if statements is not None:
         assert sum("SET status = 'completed'" in s for s in statements) == 1
@@ -198,7 +201,7 @@ def test_a_stale_attempt_beside_the_current_one_in_a_group_commit_is_refused(mak
     other = next(j for j in again if j.id != old.id)
     assert current.attempts == old.attempts + 1
     decisions = [completed(j, None) for j in (current, old, other)]
-    assert c.queue.finish("w1", decisions, records=False) == [True, None, True]
+    assert c.queue.finish_and_claim("w1", decisions, records=False) == ([True, None, True], [])
     assert c.get(old.id).status is JobStatus.COMPLETED and c.get(other.id).status is JobStatus.COMPLETED
 
 

@@ -586,7 +586,7 @@ def test_max_running_is_enforced_by_the_claim_across_workers(make_coordinator):
     assert sorted(j.type for j in first) == ["claude_extraction", "claude_extraction", "create_file"]
     assert c.queue.claim("worker-b", limit=10) == []  # the type is at its limit, whoever asks
     done = next(j for j in first if j.type == "claude_extraction")
-    c.queue.finish("worker-a", [completed(done, {})])
+    c.queue.finish_and_claim("worker-a", [completed(done, {})])
     [taken] = c.queue.claim("worker-b", limit=10)
     assert taken.id in ids and taken.id != done.id
 

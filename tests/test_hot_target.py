@@ -48,7 +48,7 @@ def test_a_targets_head_is_claimed_in_order_while_10000_of_its_jobs_wait(c: Coor
     assert {j.id for j in first} == {hot[0], cold, plain}
     head = next(j for j in first if j.id == hot[0])
     # A retried head keeps its place: nothing behind it runs meanwhile.
-    c.queue.finish("w", [Decision.retry(head, "boom", clock.now() + timedelta(seconds=60))])
+    c.queue.finish_and_claim("w", [Decision.retry(head, "boom", clock.now() + timedelta(seconds=60))])
     assert c.queue.claim("w", limit=100) == []
     clock.advance(61)
     [head] = c.queue.claim("w", limit=100)
@@ -116,7 +116,7 @@ def test_every_insert_marks_the_jobs_an_older_job_on_their_target_holds_back(c: 
         ids = [c.enqueue(p).id for p in payloads]
     elif way.startswith("enqueue_many"):
         if way.endswith("without JSON"):
-            c.queue._json_sql = None  # an SQLite without JSON functions: one executemany
+            c.queue.enqueuer._json_sql = None  # an SQLite without JSON functions: one executemany
         ids = [r.id for r in c.enqueue_many(payloads)]
     elif way == "transaction":
         with c.transaction() as tx:
@@ -241,7 +241,7 @@ def test_postgres_an_enqueue_passes_over_the_job_ahead_being_retried_and_still_r
     assert blocked(pg, behind) == [False]
     [again] = pg.queue.claim("w", limit=10)
     assert again.id == ahead
-    pg.queue.finish("w", [completed(again, None)])
+    pg.queue.finish_and_claim("w", [completed(again, None)])
     assert [j.id for j in pg.queue.claim("w", limit=10)] == behind
 
 

@@ -21,7 +21,6 @@ from tether import (
     InvalidTransition,
     JobNotFound,
     JobStatus,
-    LostLease,
 )
 from tether.errors import Cancelled, PermanentError
 from tether.ledger.lifecycle import Decision
@@ -57,7 +56,6 @@ def test_enqueue_records_a_pending_job_with_defaults(c, clock):
 
 
 def test_a_single_enqueue_stores_exactly_the_row_it_returns(c, clock):
-    # SQLite binds the single enqueue's values by position (sql.INSERT_UNKEYED_ROW), not by name.
     for options in ({}, {"priority": 4, "max_attempts": 5, "timeout": 7.5, "delay": 30}):
         job = c.enqueue(Note(name="a"), **options).job
         assert c.get(job.id) == job
@@ -65,8 +63,8 @@ def test_a_single_enqueue_stores_exactly_the_row_it_returns(c, clock):
 
 
 def test_a_type_registered_again_with_hooks_takes_effect_on_the_next_single_enqueue(c):
-    # The builder keeps each hook-free payload class's name and encoder for the common single
-    # enqueue; a new registration must retire them, or the new type's hooks would be skipped.
+    # The builder keeps each payload class's hooks; a new registration must retire them, or the
+    # new type's hooks would be skipped.
     class KeyedSpawnType(SpawnType):
         def idempotency_key(self, payload: Spawn) -> str | None:
             return ",".join(payload.children)
@@ -197,14 +195,12 @@ def test_a_late_worker_cannot_complete_a_reclaimed_job(c, clock, caplog):
     assert [j.id for j in c.reclaim_stale()] == [job_id]
     [second] = c.queue.claim("w2")
     assert second.attempts == 2
-    with pytest.raises(LostLease, match="no longer held by worker w1"):
-        c.queue.finish_one("w1", completed(first, {"late": True}))
-    with pytest.raises(LostLease):
-        c.queue.finish_one("w1", Decision.fail(first, "late"))
+    late = [completed(first, {"late": True}), Decision.fail(first, "late")]
+    assert c.queue.finish_and_claim("w1", late) == ([None, None], [])
     current = c.get(job_id)
     assert (current.status, current.locked_by, current.result) == (JobStatus.CLAIMED, "w2", None)
-    assert events_named(caplog, "lost_lease")[0]["worker"] == "w1"
-    c.queue.finish_one("w2", completed(second, {"late": False}))
+    assert [e["worker"] for e in events_named(caplog, "lost_lease")] == ["w1", "w1"]
+    c.queue.finish_and_claim("w2", [completed(second, {"late": False})])
     assert c.get(job_id).result_data == {"late": False}
 
 
@@ -214,9 +210,9 @@ def test_same_worker_cannot_report_an_older_attempt(c, clock):
     clock.advance(c.lock_timeout + 1)
     c.reclaim_stale()
     [again] = c.queue.claim("w1")
-    with pytest.raises(LostLease):
-        c.queue.finish_one("w1", completed(first, None))
-    c.queue.finish_one("w1", completed(again, None))
+    assert c.queue.finish_and_claim("w1", [completed(first, None)]) == ([None], [])
+    [done], _ = c.queue.finish_and_claim("w1", [completed(again, None)])
+    assert (done.id, done.status, done.attempts) == (first.id, JobStatus.COMPLETED, 2)
 
 
 def test_stale_reclaim_does_not_count_an_attempt(c, clock):
@@ -287,7 +283,7 @@ def test_decide_maps_each_outcome_to_its_transition(c):
     for n, (outcome, status, attempts, error) in enumerate(outcomes):
         c.enqueue(Note(name=str(n)))
         [job] = c.queue.claim(w.id)
-        c.queue.finish_one(w.id, w.completer.decide(job, outcome, 0.0))
+        c.queue.finish_and_claim(w.id, [w.completer.decide(job, outcome, 0.0)])
         after = c.get(job.id)
         assert (after.status, after.attempts) == (status, attempts), outcome
         assert error is None or error in (after.last_error or ""), (outcome, after.last_error)
@@ -392,8 +388,19 @@ def test_each_coordinator_sharing_an_application_session_wakes_its_own_workers_o
         other.close()
 
 
+def test_a_wakeup_swapped_on_the_queue_is_the_one_its_enqueues_and_outcomes_wake(c):
+    from tether.ledger.wakeup import Wakeup
+
+    c.queue.wakeup = swapped = Wakeup()
+    c.enqueue(Note(name="a"))
+    assert swapped.generation() == 1
+    [job] = c.queue.claim("w")
+    c.queue.finish_and_claim("w", [Decision.release(job)])
+    assert swapped.generation() == 2
+
+
 def test_a_single_enqueue_wakes_this_processs_workers_whether_events_are_logged_or_not(c, caplog):
-    # enqueue_one skips committed() when no event is logged: the wake-up must not go with it.
+    # The wake-up does not depend on the queued event being logged.
     seen = c.queue.wakeup.generation()
     quiet = c.enqueue(Note(name="quiet")).id
     assert c.queue.wakeup.generation() == seen + 1 and events_named(caplog, "queued") == []
@@ -498,12 +505,12 @@ def test_jobs_inserted_together_are_stored_exactly_as_each_was_built(c, clock, w
     """Many jobs in one transaction go in one statement per shared set of options (rows read from
     JSON, split where the payloads are large), or one executemany where the database has no JSON
     functions: either way every column of every row is what was built, payload text included."""
-    from tether.ledger import queue
+    from tether.ledger import enqueue
 
     if way == "executemany":
-        c.queue._json_sql = None
+        c.queue.enqueuer._json_sql = None
     elif way == "json in small parts":
-        monkeypatch.setattr(queue, "_JSON_CHARS", 40)
+        monkeypatch.setattr(enqueue, "_JSON_CHARS", 40)
     names = ["plain", 'quote " backslash \\ slash /', "tab\tnewline\n", "caf\u00e9 \u2603 \U0001f600", "nul\x00"]
     with c.transaction() as tx:
         for name in names:
@@ -526,12 +533,12 @@ def test_jobs_inserted_together_are_stored_exactly_as_each_was_built(c, clock, w
 def test_a_json_insert_is_split_where_its_payloads_pass_the_size_cap(monkeypatch):
     from collections import namedtuple
 
-    from tether.ledger import queue
+    from tether.ledger import enqueue
 
     Job = namedtuple("Job", "payload")
-    monkeypatch.setattr(queue, "_JSON_CHARS", 10)
+    monkeypatch.setattr(enqueue, "_JSON_CHARS", 10)
     jobs: list[Any] = [Job("x" * n) for n in (4, 4, 4, 30, 2, 3)]  # stand-ins: only .payload is read
-    parts = list(queue._by_size(jobs))
+    parts = list(enqueue._by_size(jobs))
     assert [[len(j.payload) for j in part] for part in parts] == [[4, 4], [4], [30], [2, 3]]
     assert [j for part in parts for j in part] == jobs  # every job once, in order
 

@@ -405,7 +405,7 @@ def test_the_alerting_rules_judge_pending_age_success_rate_and_p95_per_type(make
     [claimed] = c.queue.claim("w")
     clock.advance(11)  # a run of 11 s: claimed_at to completed_at
 
-    c.queue.finish_one("w", completed(claimed, None))
+    c.queue.finish_and_claim("w", [completed(claimed, None)])
     assert c.get(job).status.value == "completed"
     checks = {ch.name: ch for ch in health.health(c, verdict.Thresholds()).checks}
     assert checks["p95_duration:work"].verdict.label == "warning" and checks["p95_duration:work"].value == 11.0

@@ -53,7 +53,7 @@ def test_two_threads_of_one_worker_claiming_in_the_same_microsecond_are_two_clai
 def test_the_last_job_of_a_batch_without_an_outcome_is_the_one_that_was_running(c, clock):
     c.enqueue_many([Note(name=n) for n in "abd"])
     a, b, d = c.queue.claim("w1", limit=10)
-    c.queue.finish("w1", [completed(a, None), completed(b, None)])  # a group commit
+    c.queue.finish_and_claim("w1", [completed(a, None), completed(b, None)])  # a group commit
     [back] = die(c, clock)
     assert (back.id, back.attempts, back.quarantine) == (d.id, 1, "crashed")
 
@@ -75,7 +75,7 @@ def test_a_suspect_that_kills_its_worker_alone_is_charged_the_batch_crash_and_it
     c.queue.claim("w1", limit=10)
     die(c, clock)  # the batch crash: nobody can be blamed yet
     [ja] = c.queue.claim("w2", limit=10)
-    c.queue.finish_one("w2", completed(ja, None))
+    c.queue.finish_and_claim("w2", [completed(ja, None)])
     assert c.queue.claim("w3", limit=10)[0].id == b
     die(c, clock)  # b killed w3 while running alone
     jb = c.get(b)
@@ -99,7 +99,7 @@ def test_a_job_on_its_last_attempt_is_claimed_alone_and_its_crash_fails_it_at_on
     batch = c.queue.claim("w1", limit=10)
     assert [j.id for j in batch] == [x, z]  # never in a batch
     for job in batch:
-        c.queue.finish_one("w1", completed(job, None))
+        c.queue.finish_and_claim("w1", [completed(job, None)])
     [alone] = c.queue.claim("w2", limit=10)
     assert alone.id == last
     [failed] = die(c, clock)

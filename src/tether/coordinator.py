@@ -18,7 +18,6 @@ from .errors import ConfigError
 from .jobtypes import JobType, Payload, Registry, default_registry
 from .jobtypes.datafiles.durable import make_root
 from .ledger import conflict, meta
-from .ledger.build import all_default
 from .ledger.engine import Durability, create_engine, ensure_schema, layout, opening_error, schema_of
 from .ledger.queue import Queue
 from .ledger.record import InsertResult, JobRecord
@@ -167,10 +166,7 @@ class Coordinator:
         If an active job of the same type has the same idempotency ``key``, that job is returned
         with ``duplicate=True``. ``timeout`` (seconds) overrides the job type's for this job.
         Raises InvalidPayload (nothing stored) for bad input."""
-        if session is None and all_default(priority, max_attempts, delay, run_at, key, timeout):
-            # most enqueues: no options to check, one job, no lists
-            return self.queue.enqueue_one(self.queue.builder.build_one(payload))
-        jobs = self.queue.builder.build_many(
+        jobs = self.queue.enqueuer.build(
             [payload],
             priority=priority,
             max_attempts=max_attempts,
@@ -181,29 +177,29 @@ class Coordinator:
         )
         if session is not None:
             return self._in_session(session, jobs)[0]
-        return self.queue.enqueue_all(jobs)[0]
+        return self.queue.enqueuer.enqueue(jobs)[0]
 
     def enqueue_many(
         self, payloads: Sequence[Payload], *, session: Session | None = None, **options: Any
     ) -> list[InsertResult]:
         """Several jobs in one transaction: all are recorded or none. They share one enqueue
         time (ids keep their order)."""
-        jobs = self.queue.builder.build_many(payloads, **options)
+        jobs = self.queue.enqueuer.build(payloads, **options)
         if session is not None:
             return self._in_session(session, jobs)
-        return self.queue.enqueue_all(jobs)
+        return self.queue.enqueuer.enqueue(jobs)
 
     @contextmanager
     def transaction(self) -> Iterator[Transaction]:
         """``with coordinator.transaction() as tx: tx.enqueue(...)``: commits all at the end."""
         tx = Transaction(self)
         yield tx
-        tx.results = self.queue.enqueue_all(tx.jobs)
+        tx.results = self.queue.enqueuer.enqueue(tx.jobs)
 
     def _in_session(self, session: Session, jobs: list[JobRecord]) -> list[InsertResult]:
         try:
             with self.queue.backend.write(session.connection()) as cur:
-                results = self.queue.insert_all(cur, jobs)
+                results = self.queue.enqueuer.insert_all(cur, jobs)
                 self.queue.wakeup.notify_in(cur)  # delivered only if the application commits
         except sa.exc.DBAPIError as e:
             # The transaction is the application's: only it can run the whole of it again.
@@ -219,7 +215,7 @@ class Coordinator:
         return results
 
     def _session_committed(self, session: Session) -> None:
-        self.queue.committed(session.info.pop((_SESSION_KEY, self), []))
+        self.queue.enqueuer.committed(session.info.pop((_SESSION_KEY, self), []))
 
     def _session_rolled_back(self, session: Session) -> None:
         session.info.pop((_SESSION_KEY, self), None)  # those jobs never existed
@@ -253,7 +249,7 @@ class Coordinator:
                 f"schedule {name}: unknown option(s) {', '.join(sorted(set(options) - allowed))}; "
                 f"use {', '.join(sorted(allowed))}"
             )
-        job = self.queue.builder.build_many([payload], **options)[0]  # bad payloads fail here, not at 3 a.m.
+        job = self.queue.enqueuer.build([payload], **options)[0]  # bad payloads fail here, not at 3 a.m.
         spec = schedules.Spec(
             name, cron, payload, timezone, start, end, limit, catch_up, job.type, tuple(sorted(options.items()))
         )
@@ -377,4 +373,4 @@ class Transaction:
         self.results: list[InsertResult] = []
 
     def enqueue(self, payload: Payload, **options: Any) -> None:
-        self.jobs.append(self._coordinator.queue.build(payload, **options))
+        self.jobs.extend(self._coordinator.queue.enqueuer.build([payload], **options))

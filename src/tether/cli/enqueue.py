@@ -124,12 +124,12 @@ def enqueue(
         jobs = []
         for n, data in items:
             try:
-                jobs.append(queue.build(registry.parse(job_type, data), **options))
+                jobs += queue.enqueuer.build([registry.parse(job_type, data)], **options)
             except InvalidPayload as e:
                 if n is None:
                     raise
                 raise InvalidPayload(job_type, [f"line {n}: {p}" for p in e.problems]) from e
-        results = queue.enqueue_all(jobs)
+        results = queue.enqueuer.enqueue(jobs)
         if not as_json:
             for r in results:  # ids alone on stdout (id=$(tether enqueue ...)); notes on stderr
                 out.print(r.id)

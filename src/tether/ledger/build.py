@@ -23,7 +23,6 @@ from .record import JobRecord, make_tuple
 from .status import JobStatus
 
 _PENDING = JobStatus.PENDING
-_Encode = Callable[[Payload], bytes]
 
 
 class _TypeHooks(NamedTuple):
@@ -60,16 +59,9 @@ class Builder:
         self.root = root
         self.clock = clock
         self.max_payload_bytes = max_payload_bytes
-        # Per payload class its hooks, and for a class with none (build_one's case) its type's
-        # name and encoder apart: one look-up and a plain tuple, not three NamedTuple fields.
-        self._kinds: tuple[Registry, int, dict[type, _TypeHooks], dict[type, tuple[str, _Encode]]] = (
-            registry,
-            -1,
-            {},
-            {},
-        )
+        self._kinds: tuple[Registry, int, dict[type, _TypeHooks]] = (registry, -1, {})
 
-    def build_many(
+    def build(
         self,
         payloads: Sequence[Payload],
         *,
@@ -83,109 +75,67 @@ class Builder:
         now: datetime | None = None,
     ) -> list[JobRecord]:
         """Validate jobs that share their options (and enqueue time); raises InvalidPayload for
-        the first bad one. The options are checked once, not per job."""
+        the first bad one. The options are checked once, not per job; one job is a list of one."""
         if not payloads:
             return []
-        registry, generation, kinds, plain = self._kinds
+        registry, generation, kinds = self._kinds
         if registry is not self.registry or generation != self.registry.generation:
-            kinds, plain = {}, {}
-            self._kinds = (self.registry, self.registry.generation, kinds, plain)
-        name = (kinds.get(type(payloads[0])) or self._kind(payloads[0], kinds, plain)).name
+            kinds = {}
+            self._kinds = (self.registry, self.registry.generation, kinds)
+        name = (kinds.get(type(payloads[0])) or self._kind(payloads[0], kinds)).name
         now = now or self.clock.now()
-        # The defaults need no checking: most enqueues pass none, and right after a commit's
-        # fsync every function called costs several times its warm price.
+        # The defaults need no checking, and most enqueues pass none.
         if all_default(priority, max_attempts, delay, run_at, key, timeout):
             run_at = now
         else:
             run_at = _run_at(name, now, priority, max_attempts, delay, run_at, key, timeout)
-        root = self.root
-        jobs = []
+        shared = (priority, max_attempts, now, run_at, parent_id, None if timeout is None else float(timeout))
         ids = [new_id(now)] if len(payloads) == 1 else new_ids(now, len(payloads))
-        for payload, job_id in zip(payloads, ids, strict=True):
-            kind = kinds.get(type(payload)) or self._kind(payload, kinds, plain)
-            if kind.prepare is not None:
-                try:
-                    payload = kind.prepare(payload, root)
-                except UnicodeError as e:  # a path no file system can name
-                    raise _unencodable(kind.name, payload, e) from e
-            ordering_key = None if kind.ordering_key is None else kind.ordering_key(payload)
-            if ordering_key is not None and len(ordering_key) > 1024:
-                raise InvalidPayload(
-                    kind.name, [f"path: the target {ordering_key[:40]!r}... is longer than 1024 characters"]
-                )
-            idempotency_key = key if key is not None or kind.idempotency_key is None else kind.idempotency_key(payload)
-            encoded = self._encode(kind, payload)
-            jobs.append(
-                make_tuple(
-                    JobRecord,
-                    (
-                        job_id,
-                        kind.name,
-                        encoded.decode(),
-                        _PENDING,
-                        priority,
-                        0,
-                        max_attempts,
-                        None,
-                        None,
-                        None,
-                        now,
-                        None,
-                        None,
-                        run_at,
-                        idempotency_key,
-                        ordering_key,
-                        parent_id,
-                        None,
-                        None if timeout is None else float(timeout),
-                        None,  # progress
-                        None,  # quarantine
-                        len(encoded),  # payload_bytes
-                    ),
-                )
-            )
-        return jobs
+        return [
+            self._job(kinds.get(type(payload)) or self._kind(payload, kinds), payload, job_id, key, shared)
+            for payload, job_id in zip(payloads, ids, strict=True)
+        ]
 
-    def build_one(self, payload: Payload) -> JobRecord:
-        """``build_many([payload])[0]`` with every option at its default, for a payload whose type
-        has no hooks: the common single enqueue as straight-line code. Right after a commit's
-        fsync each call, loop and list here costs several times its warm price."""
-        registry, generation, kinds, plain = self._kinds
-        hooks = plain.get(type(payload))
-        if hooks is None or registry is not self.registry or generation != registry.generation:
-            return self.build_many([payload])[0]
-        name, encode = hooks
-        now = self.clock.now()
-        job_id = new_id(now)
-        try:
-            encoded = encode(payload)
-        except PydanticSerializationError:
-            encoded = self._encode(kinds[type(payload)], payload)  # raises InvalidPayload naming the fields
-        # The common payload passes limits.payload_problem's first two checks; it runs otherwise.
-        if len(encoded) > self.max_payload_bytes or encoded.count(b"[") + encoded.count(b"{") > limits.MAX_DEPTH:
-            encoded = self._encode(kinds[type(payload)], payload)
+    def _job(
+        self, kind: _TypeHooks, payload: Payload, job_id: str, key: str | None, shared: tuple[Any, ...]
+    ) -> JobRecord:
+        """One pending job: ``payload`` prepared, its keys derived, and its JSON within the limits;
+        ``shared`` is (priority, max_attempts, created_at, run_at, parent_id, timeout)."""
+        if kind.prepare is not None:
+            try:
+                payload = kind.prepare(payload, self.root)
+            except UnicodeError as e:  # a path no file system can name
+                raise _unencodable(kind.name, payload, e) from e
+        ordering_key = None if kind.ordering_key is None else kind.ordering_key(payload)
+        if ordering_key is not None and len(ordering_key) > 1024:
+            raise InvalidPayload(
+                kind.name, [f"path: the target {ordering_key[:40]!r}... is longer than 1024 characters"]
+            )
+        idempotency_key = key if key is not None or kind.idempotency_key is None else kind.idempotency_key(payload)
+        encoded = self._encode(kind, payload)
+        priority, max_attempts, created_at, run_at, parent_id, timeout = shared
         return make_tuple(
             JobRecord,
             (
                 job_id,
-                name,
+                kind.name,
                 encoded.decode(),
                 _PENDING,
-                0,  # priority
+                priority,
                 0,  # attempts
-                3,  # max_attempts
-                None,
-                None,
-                None,
-                now,  # created_at
-                None,
-                None,
-                now,  # run_at
-                None,  # idempotency_key
-                None,  # ordering_key
-                None,  # parent_id
-                None,
-                None,  # timeout
+                max_attempts,
+                None,  # last_error
+                None,  # locked_by
+                None,  # locked_at
+                created_at,
+                None,  # claimed_at
+                None,  # completed_at
+                run_at,
+                idempotency_key,
+                ordering_key,
+                parent_id,
+                None,  # result
+                timeout,
                 None,  # progress
                 None,  # quarantine
                 len(encoded),  # payload_bytes
@@ -203,14 +153,12 @@ class Builder:
             raise InvalidPayload(kind.name, [problem])
         return encoded
 
-    def _kind(self, payload: Any, kinds: dict[type, _TypeHooks], plain: dict[type, tuple[str, _Encode]]) -> _TypeHooks:
+    def _kind(self, payload: Any, kinds: dict[type, _TypeHooks]) -> _TypeHooks:
         if not isinstance(payload, Payload):
             raise InvalidPayload(
                 "(unknown)", [f"expected a payload model such as CreateFile, got {type(payload).__name__}"]
             )
         kind = kinds[type(payload)] = _TypeHooks.of(self.registry.for_payload(payload), type(payload))
-        if kind.prepare is None and kind.ordering_key is None and kind.idempotency_key is None:
-            plain[type(payload)] = (kind.name, kind.encode)
         return kind
 
 

@@ -1,12 +1,14 @@
-"""The ledger's operations: enqueue, claim, and every status change through one guarded function."""
+"""Claiming and every status change of a job, each through one guarded function (``transition``).
+
+New jobs go in through ``Queue.enqueuer`` (enqueue.py): the queue holds it because a completing
+job's follow-up jobs are inserted in the transaction that records its outcome.
+"""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterable, Iterator, Sequence
-from datetime import datetime, timedelta
-from functools import cache, partial
-from operator import itemgetter
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -14,27 +16,20 @@ import orjson
 import sqlalchemy as sa
 
 from .. import events
-from ..clock import Clock, DatabaseClock
+from ..clock import Clock
 from ..config import DEFAULT_BATCH_BYTES
-from ..errors import (
-    CommitUnknown,
-    DatabaseUnavailable,
-    DuplicateActiveJob,
-    InvalidTransition,
-    JobNotFound,
-    LostLease,
-    Superseded,
-)
+from ..errors import DuplicateActiveJob, InvalidTransition, JobNotFound, Superseded
 from ..jobtypes import Payload, Registry
 from ..jobtypes.target import display
-from . import conflict, faults, sql
-from .backend import Backend, LostCommit
+from . import reclaim, sql
+from .backend import Backend
 from .build import Builder
+from .claim import Claimer
 from .engine import ledger_name
+from .enqueue import Enqueuer
 from .lifecycle import EDGES, ENDING, FENCED, SWEPT, Decision
 from .limits import DEFAULT_MAX_PAYLOAD_BYTES
-from .reclaim import SUSPECT, verdicts
-from .record import InsertResult, JobRecord, make_tuple
+from .record import InsertResult, JobRecord
 from .status import JobStatus
 from .wakeup import Wakeup
 
@@ -56,58 +51,9 @@ def _without_returning(statement: str) -> str:
     return statement.split("RETURNING", 1)[0]
 
 
-# What varies between jobs enqueued together, and what they share (one JSON insert per share).
-# type, priority, max_attempts, created_at, run_at, parent_id, timeout
-_shared = itemgetter(1, 4, 6, 10, 13, 16, 18)
-# A JSON insert's rows travel as one value: past this many payload characters, another statement.
-_JSON_CHARS = 16 << 20
-
-
-def _targeted_rows(jobs: list[JobRecord]) -> list[tuple[str, str, str | None, int | None, bool]]:
-    """[id, payload, ordering_key, payload_bytes, behind] per job of one JSON insert: ``behind``
-    when an older job of the same statement has its target (the statement does not see its own
-    rows)."""
-    first: dict[str, str] = {}
-    for job in jobs:
-        key = job.ordering_key
-        if key is not None and (key not in first or job.id < first[key]):
-            first[key] = job.id
-    return [
-        (
-            job.id,
-            job.payload,
-            job.ordering_key,
-            job.payload_bytes,
-            job.ordering_key is not None and first[job.ordering_key] != job.id,
-        )
-        for job in jobs
-    ]
-
-
-def _by_size(jobs: list[JobRecord]) -> Iterator[list[JobRecord]]:
-    """``jobs`` in runs whose payloads add up to at most _JSON_CHARS (at least one job each):
-    a file job's payload holds the file, and one statement's text has a size limit."""
-    start, size = 0, 0
-    for i, job in enumerate(jobs):
-        size += len(job.payload)
-        if size > _JSON_CHARS and i > start:
-            yield jobs[start:i]
-            start, size = i, len(job.payload)
-    yield jobs[start:]
-
-
-def _with_payloads(cur: Any, claimed: list[JobRecord]) -> list[JobRecord]:
-    """Claimed jobs with every payload: those the claim left out (over ``sql.INLINE_PAYLOAD``
-    bytes) read now, each by its own statement, so one is in flight at a time."""
-    if all(job.payload is not None for job in claimed):
-        return claimed
-    return [
-        job if job.payload is not None else job._replace(payload=cur.scalar(sql.PAYLOAD, {"id": job.id}))
-        for job in claimed
-    ]
-
-
 class Queue:
+    """The ledger as a worker drives it: claim, record outcomes, renew leases, sweep stale locks."""
+
     def __init__(
         self,
         engine: sa.Engine,
@@ -123,253 +69,46 @@ class Queue:
         self.clock = clock
         self.registry = registry
         self.root = root
-        self.wakeup = wakeup
-        self.backend = Backend.for_engine(engine)
-        self._claim_sql: tuple[int, str] = (-1, "")  # (registry generation, statement)
-        self._limits: dict[str, int] = {}
-        self._limits_generation = -1
-        self._last_claim_at: dict[str, datetime] = {}  # by worker id
-        self._claim_time_lock = threading.Lock()
-        self.builder = Builder(registry, root, clock, max_payload_bytes=max_payload_bytes)
         self.ledger_id = ledger_id  # what the AWS resources its jobs own are tagged with
+        self.where = ledger_name(engine)  # the ledger as messages name it
+        self.backend = Backend.for_engine(engine)
+        self.sql = sql  # the statement catalogue: plain statements by name
+        builder = Builder(registry, root, clock, max_payload_bytes=max_payload_bytes)
+        self.enqueuer = Enqueuer(self.backend, builder, wakeup, self.where)
+        self.claimer = Claimer(engine, registry)
         dialect = engine.dialect.name
-        self._json_sql = sql.insert_json_sql(dialect) if self.backend.reads_json else None
         self._complete_many_sql = sql.complete_many_sql(dialect) if self.backend.reads_json else None
-        self._insert_keyed, self._insert_on_target = sql.insert_sql(dialect)
         self._edge_sql = {**_EDGE_SQL, "manual_retry": sql.manual_retry_sql(dialect)}
 
-    def _claim_statement(self) -> str:
-        """The claim for this registry's types, made again only when a type is registered."""
-        generation, statement = self._claim_sql
-        if generation != self.registry.generation:
-            statement = sql.claim_sql(self.engine.dialect.name, self.registry.names())
-            self._claim_sql = (self.registry.generation, statement)
-        return statement
-
     @property
-    def where(self) -> str:
-        """The ledger as messages name it (``engine.ledger_name``)."""
-        return ledger_name(self.engine)
+    def wakeup(self) -> Wakeup:
+        """The enqueuer's: one for both halves, so a process that swaps it swaps it for both."""
+        return self.enqueuer.wakeup
 
-    # -- enqueue ---------------------------------------------------------------------------
+    @wakeup.setter
+    def wakeup(self, wakeup: Wakeup) -> None:
+        self.enqueuer.wakeup = wakeup
 
     def build(self, payload: Payload, **options: Any) -> JobRecord:
-        """Validate everything about a job before a transaction opens; raises InvalidPayload.
-        Options as ``build.Builder.build_many``."""
-        return self.builder.build_many([payload], **options)[0]
-
-    def insert(self, cur: Any, job: JobRecord) -> InsertResult:
-        """Insert inside the caller's transaction; an active job with the same key is returned."""
-        while True:
-            inserted = cur.record(self._insert_keyed, self.backend.insert_values(job))
-            if inserted is not None:
-                return InsertResult(inserted)
-            existing = cur.record(sql.ACTIVE_BY_KEY, {"type": job.type, "idempotency_key": job.idempotency_key})
-            if existing is not None:
-                return InsertResult(existing, duplicate=True)
-            # PostgreSQL only: the conflicting job finished between the two statements.
-
-    def insert_all(self, cur: Any, jobs: Sequence[JobRecord]) -> list[InsertResult]:
-        """Insert many in the caller's transaction: unkeyed jobs that share their options in one
-        statement, keyed ones one at a time (each may meet an active job with its key)."""
-        unkeyed = [job for job in jobs if job.idempotency_key is None]
-        if len(unkeyed) == 1:
-            cur.execute(self._insert_one(unkeyed[0]), self.backend.insert_values(unkeyed[0]))
-        elif unkeyed:
-            self._insert_unkeyed(cur, unkeyed)
-        return [
-            make_tuple(InsertResult, (job, False)) if job.idempotency_key is None else self.insert(cur, job)
-            for job in jobs
-        ]
-
-    def _insert_unkeyed(self, cur: Any, jobs: list[JobRecord]) -> None:
-        groups: dict[tuple[Any, ...], list[JobRecord]] = {}
-        for job in jobs:
-            groups.setdefault(_shared(job), []).append(job)
-        # Jobs that share nothing (each from its own enqueue call, as in a transaction() block)
-        # go in one executemany; the rest in one JSON insert per share and size.
-        alone = [job for group in groups.values() if len(group) == 1 or self._json_sql is None for job in group]
-        on_target = [job for job in alone if job.ordering_key is not None]
-        if len(on_target) < len(alone):
-            values = [self.backend.insert_values(job) for job in alone if job.ordering_key is None]
-            cur.executemany(sql.INSERT_UNKEYED, values)
-        if on_target:  # in id order, so each sees the older ones on its target
-            values = [self.backend.insert_values(job) for job in sorted(on_target, key=lambda j: j.id)]
-            cur.executemany(self._insert_on_target, values)
-        if self._json_sql is None:
-            return
-        untargeted, targeted = self._json_sql
-        for (job_type, priority, max_attempts, created_at, run_at, parent_id, timeout), group in groups.items():
-            if len(group) == 1:
-                continue
-            shared = {
-                "type": job_type,
-                "priority": priority,
-                "max_attempts": max_attempts,
-                "created_at": created_at,
-                "run_at": run_at,
-                "parent_id": parent_id,
-                "timeout": timeout,
-            }
-            for part in _by_size(group):
-                if any(job.ordering_key is not None for job in part):
-                    rows = orjson.dumps(_targeted_rows(part))
-                    cur.execute(targeted, {**shared, "rows": rows.decode()})
-                else:
-                    cur.execute(
-                        untargeted, {**shared, "rows": orjson.dumps({job.id: job.payload for job in part}).decode()}
-                    )
-
-    def _insert_one(self, job: JobRecord) -> str:
-        """The insert of one job without an idempotency key: with a target, the one that says
-        whether an older job on it holds this one back."""
-        return sql.INSERT_UNKEYED if job.ordering_key is None else self._insert_on_target
-
-    def enqueue_one(self, job: JobRecord) -> InsertResult:
-        """``enqueue_all([job])[0]``: a job without an idempotency key, on a ledger whose
-        wake-ups need no message, is one INSERT that is its own transaction, and no list is made."""
-        if job.idempotency_key is not None or not self.wakeup.in_process_only:
-            return self.enqueue_all([job])[0]
-        try:
-            if job.ordering_key is None:
-                self.backend.insert_alone(job)
-            else:
-                self.backend.execute_alone(self._insert_on_target, self.backend.insert_values(job))
-        except sa.exc.SQLAlchemyError as e:
-            raise self._not_recorded(e, (job,)) from e
-        result = make_tuple(InsertResult, (job, False))
-        if events.enabled():
-            self.committed((result,))
-        else:  # all committed() does for one new job when no event is logged
-            self.wakeup.wake_local()
-        return result
-
-    def enqueue_all(self, jobs: Sequence[JobRecord]) -> list[InsertResult]:
-        """Insert ``jobs`` in one transaction; returns after the commit is durable."""
-        if len(jobs) == 1 and jobs[0].idempotency_key is None and self.wakeup.in_process_only:
-            return [self.enqueue_one(jobs[0])]
-        try:
-            results = self.backend.transact(lambda cur: self._insert_and_notify(cur, jobs))
-        except sa.exc.SQLAlchemyError as e:
-            raise self._not_recorded(e, jobs) from e
-        self.committed(results)
-        return results
-
-    def _insert_and_notify(self, cur: Any, jobs: Sequence[JobRecord]) -> list[InsertResult]:
-        results = self.insert_all(cur, jobs)
-        if any(not r.duplicate for r in results):
-            self.wakeup.notify_in(cur)
-        return results
-
-    def _not_recorded(self, e: sa.exc.SQLAlchemyError, jobs: Sequence[JobRecord]) -> Exception:
-        """What an enqueue of ``jobs`` whose transaction failed raises: CommitUnknown (the
-        connection was lost during COMMIT: they may have been recorded), TransactionConflict, a
-        LedgerFault, DatabaseUnavailable (nothing was enqueued, try again), or ``e`` itself."""
-        if isinstance(e, LostCommit):
-            return CommitUnknown([job.id for job in jobs], faults.describe(e))
-        if conflict.is_conflict(e):  # every run of the transaction met one (Backend.transact)
-            return conflict.unresolved(e)
-        fault = faults.ledger_fault(e, self.where)
-        if fault is not None:
-            return fault
-        if not isinstance(e, sa.exc.OperationalError):
-            return e
-        return DatabaseUnavailable(f"could not record the job(s), nothing was enqueued: {e.orig}")
-
-    def committed(self, results: Iterable[InsertResult]) -> None:
-        """After a commit that inserted jobs: log them and wake idle workers."""
-        any_new = False
-        log = events.enabled()
-        for r in results:
-            if not r.duplicate:
-                any_new = True
-                if log:
-                    events.emit(
-                        "queued", job_id=r.job.id, type=r.job.type, priority=r.job.priority, parent_id=r.job.parent_id
-                    )
-            elif log:
-                events.emit("deduplicated", job_id=r.job.id, type=r.job.type)
-        if any_new:
-            self.wakeup.wake_local()  # other processes were notified by the commit itself
-
-    # -- claim -----------------------------------------------------------------------------
+        """One job, validated before a transaction opens (a handler's follow-up job:
+        ``jobtypes.context.Services``); raises InvalidPayload. Options as ``build.Builder.build``."""
+        return self.enqueuer.build([payload], **options)[0]
 
     def claim(
         self, worker: str, *, now: datetime | None = None, limit: int = 1, max_bytes: int = DEFAULT_BATCH_BYTES
     ) -> list[JobRecord]:
         """Atomically take up to ``limit`` ready jobs: highest priority first, then oldest, with at
-        most ``max_bytes`` of payload between them, or one larger job (see ``sql.py``: a job larger
-        than the batch's share waits for the claim it leads)."""
+        most ``max_bytes`` of payload between them, or one larger job (claim.py)."""
         now = now or self.clock.now()
-        rows = self.backend.transact(lambda cur: self._claim_in(cur, worker, now, limit, max_bytes))
+        rows = self.backend.transact(lambda cur: self.claimer.claim_in(cur, worker, now, limit, max_bytes))
         return self._claimed(rows, worker)
-
-    def _claim_in(self, cur: Any, worker: str, now: datetime, limit: int, max_bytes: int) -> list[JobRecord]:
-        now = self._claim_time(worker, now)
-        limited = self._limited()
-        if limited:
-            return self._claim_limited(cur, worker, now, limit, max_bytes, limited)
-        params = {"worker": worker, "now": now, "limit": limit, "max_bytes": max_bytes}
-        return _with_payloads(cur, cur.records(self._claim_statement(), params))
-
-    def _claim_time(self, worker: str, now: datetime) -> datetime:
-        """``now``, or a microsecond past ``worker``'s last claim: each claim of a worker gets a
-        time of its own, since the stale sweep tells one claim from another by (locked_by,
-        claimed_at) (reclaim.py), and a worker's threads share its id and may read the clock in
-        the same microsecond (a frozen test clock always does)."""
-        with self._claim_time_lock:
-            last = self._last_claim_at.get(worker)
-            if last is not None and now <= last:
-                now = last + timedelta(microseconds=1)
-            self._last_claim_at[worker] = now
-        return now
-
-    # -- per-type concurrency limits: only when a registered type has max_running ------------
-
-    def _limited(self) -> dict[str, int]:
-        """Registered types with a ``max_running`` limit (by name, sorted: every worker locks
-        them in one order)."""
-        if self._limits_generation != self.registry.generation:
-            found = {}
-            for name in self.registry.names():
-                cap = self.registry.get(name).max_running
-                if cap is not None:
-                    found[name] = int(cap)
-            self._limits, self._limits_generation = found, self.registry.generation
-        return self._limits
-
-    def _claim_limited(
-        self, cur: Any, worker: str, now: datetime, limit: int, max_bytes: int, limited: dict[str, int]
-    ) -> list[JobRecord]:
-        """The claim, with each limited type taken only up to its room: ``max_running`` minus its
-        jobs claimed now, across every worker (counted in the claiming transaction). The byte cap
-        spans the statements: each later one has what the batch has left, and takes at least one
-        job while any is left (a batch may end one job past ``max_bytes``, never starving a
-        limited type of large jobs)."""
-        dialect = self.engine.dialect.name
-        params: dict[str, Any] = {"worker": worker, "now": now, "limit": limit, "max_bytes": max_bytes}
-        unlimited = [name for name in self.registry.names() if name not in limited]
-        claimed: list[JobRecord] = cur.records(sql.claim_sql(dialect, unlimited), params)
-        for name, cap in limited.items():
-            left = max_bytes - sum(job.payload_bytes or 0 for job in claimed)
-            if len(claimed) >= limit or (claimed and left <= 0):
-                break
-            if dialect == "postgresql":
-                cur.scalar(sql.LOCK_TYPE_CLAIMS, {"lock": f"tether.max_running.{name}"})
-            room = min(limit - len(claimed), cap - int(cur.scalar(sql.RUNNING_OF_TYPE, {"type": name})))
-            if room > 0:
-                of_type = {**params, "limit": room, "max_bytes": left}
-                claimed += cur.records(sql.claim_sql(dialect, [name]), of_type)
-        return _with_payloads(cur, claimed)
 
     def _claimed(self, rows: list[JobRecord], worker: str) -> list[JobRecord]:
         jobs = sorted(rows, key=lambda j: (-j.priority, j.created_at, j.id))
         if events.enabled():
             for job in jobs:
-                self._event("claim", job, worker)
+                self.emit_edge("claim", job, worker)
         return jobs
-
-    # -- transitions -----------------------------------------------------------------------
 
     def transition(
         self,
@@ -386,7 +125,7 @@ class Queue:
         a group commit). Fenced edges apply only while the job is still claimed by ``worker`` for
         ``attempt``; None means the guard did not match. With ``returning=False`` (the worker's
         group commits) the changed row is not read back, and True says it changed: parsing the
-        row cost a quarter of a no-op job's CPU."""
+        row is a visible share of a no-op job's CPU."""
         from_status, to_status = EDGES[edge][:2]
         params: dict[str, Any] = {"id": job_id, **values}
         if edge in FENCED or edge in SWEPT:
@@ -413,15 +152,6 @@ class Queue:
         moved = cur.rows(self._complete_many_sql, {"worker": worker, "rows": orjson.dumps(rows).decode()})
         return {(job_id, attempts) for job_id, attempts in moved}
 
-    def finish(self, worker: str, decisions: Sequence[Decision], *, records: bool = True) -> list[Any]:
-        """Record the outcomes of several of ``worker``'s jobs in one transaction (a group
-        commit). Each is fenced on its own: where the lease was lost the entry is None, a
-        ``lost_lease`` event is logged, and the others still apply. Follow-up jobs are inserted
-        only for jobs that completed. Entries are the changed rows, or with ``records=False``
-        True."""
-        moved, _ = self.finish_and_claim(worker, decisions, records=records)
-        return moved
-
     def finish_and_claim(
         self,
         worker: str,
@@ -431,10 +161,15 @@ class Queue:
         claim: int = 0,
         claim_bytes: int = DEFAULT_BATCH_BYTES,
     ) -> tuple[list[Any], list[JobRecord]]:
-        """``finish``, then in the same transaction claim up to ``claim`` next jobs (holding at
-        most ``claim_bytes`` of payload, or one job): a draining worker pays one durable commit
-        per batch instead of two. Both parts are exactly what ``finish`` and ``claim`` do alone; a
-        crash before the commit undoes both."""
+        """Record the outcomes of several of ``worker``'s jobs in one transaction (a group
+        commit), then in the same transaction claim up to ``claim`` next jobs (holding at most
+        ``claim_bytes`` of payload, or one job): a draining worker pays one durable commit per
+        batch instead of two; a crash before the commit undoes both.
+
+        Each outcome is fenced on its own: where the lease was lost the entry is None, a
+        ``lost_lease`` event is logged, and the others still apply. Follow-up jobs are inserted
+        only for jobs that completed. Entries are the changed rows, or with ``records=False``
+        True. Returns (entries, claimed jobs)."""
         now = self.clock.now()
         # The worker's group commits (records=False) complete their jobs in one statement.
         completing = (
@@ -449,12 +184,12 @@ class Queue:
         log = events.enabled()
         for d, job in zip(decisions, moved, strict=True):
             if job is None:
-                self._lost(d.job, worker)
+                self.emit_lost(d.job, worker)
                 continue
             if log:
-                self._event(d.edge, job if isinstance(job, JobRecord) else d.after(), worker, duration=d.duration)
+                self.emit_edge(d.edge, job if isinstance(job, JobRecord) else d.after(), worker, duration=d.duration)
             requeued = requeued or d.edge in ("retry", "release")
-        self.committed(inserted)
+        self.enqueuer.committed(inserted)
         if requeued:
             self.wakeup.wake_local()
         return moved, self._claimed(claimed, worker)
@@ -486,16 +221,16 @@ class Queue:
                 )
             moved.append(job)
             if job is not None and d.children:
-                inserted.extend(self.insert_all(cur, d.children))
+                inserted.extend(self.enqueuer.insert_all(cur, d.children))
         for d, job in zip(decisions, moved, strict=True):
             if job is not None and d.edge == "defer":  # after the batch's releases: they wait too
-                cur.execute(sql.DEFER_TYPE, {"type": d.job.type, "run_at": d.values["run_at"]})
+                cur.execute(self.sql.DEFER_TYPE, {"type": d.job.type, "run_at": d.values["run_at"]})
         self.unblock_next(
             cur, [d.job for d, job in zip(decisions, moved, strict=True) if job is not None and d.edge in ENDING]
         )
         if inserted or any(d.edge in ("retry", "release", "defer", "snooze") for d in decisions):
             self.wakeup.notify_in(cur)
-        claimed = self._claim_in(cur, worker, self.clock.now(), claim, claim_bytes) if claim else []
+        claimed = self.claimer.claim_in(cur, worker, self.clock.now(), claim, claim_bytes) if claim else []
         return moved, inserted, claimed
 
     def unblock_next(self, cur: Any, ended: Iterable[JobRecord]) -> None:
@@ -504,116 +239,30 @@ class Queue:
         claim that follows in the same transaction can take it."""
         targets = sorted({job.ordering_key for job in ended if job.ordering_key is not None})
         if targets:
-            cur.executemany(sql.UNBLOCK_NEXT, [{"ordering_key": target} for target in targets])
-
-    def finish_one(self, worker: str, decision: Decision) -> JobRecord:
-        """Record one outcome in its own transaction; LostLease if the job is no longer ours."""
-        [moved] = self.finish(worker, [decision])
-        if moved is None:
-            raise LostLease(decision.job.id, worker, decision.job.attempts)
-        assert isinstance(moved, JobRecord)  # finish() reads the changed rows back by default
-        return moved
-
-    def _lost(self, job: JobRecord, worker: str) -> None:
-        events.emit("lost_lease", job_id=job.id, type=job.type, attempt=job.attempts, worker=worker)
+            cur.executemany(self.sql.UNBLOCK_NEXT, [{"ordering_key": target} for target in targets])
 
     def heartbeat(self, worker: str, jobs: Sequence[JobRecord], *, now: datetime | None = None) -> list[str]:
         """Renew the locks of running ``jobs``; returns the ids this worker no longer holds (each
         logged as ``lost_lease``)."""
-        if not jobs:
-            return []
-
-        def renew(cur: Any) -> list[str]:
-            at = now or self.sync_clock(cur)
-            lost = []
-            for job in jobs:
-                if (
-                    cur.execute(sql.HEARTBEAT, {"id": job.id, "worker": worker, "attempt": job.attempts, "now": at})
-                    == 0
-                ):
-                    lost.append(job.id)
-            return lost
-
-        lost: list[str] = self.backend.transact(renew)
+        lost = reclaim.renew(self, worker, jobs, now)
         for job in jobs:
             if job.id in lost:
-                self._lost(job, worker)
+                self.emit_lost(job, worker)
         return lost
-
-    def sync_clock(self, cur: Any) -> datetime:
-        """Now, as lock ages are measured. With the database's clock (``clock.DatabaseClock``)
-        that is the database's own time, read in ``cur``'s transaction, which the clock then goes
-        on from; otherwise the clock's time."""
-        if isinstance(self.clock, DatabaseClock):
-            return self.clock.sync(partial(cur.scalar, sql.DATABASE_TIME))
-        return self.clock.now()
 
     def record_progress(self, job: JobRecord, worker: str, progress: str) -> bool:
         """Keep a running job's progress (JSON text); False if ``worker`` no longer holds it."""
         params = {"id": job.id, "worker": worker, "attempt": job.attempts, "progress": progress}
-        return self.backend.transact(lambda cur: cur.execute(sql.PROGRESS, params)) == 1
+        return self.backend.transact(lambda cur: cur.execute(self.sql.PROGRESS, params)) == 1
 
     def holds(self, job: JobRecord, worker: str) -> bool:
         """Whether ``worker`` still holds ``job``'s current attempt (a read: no commit)."""
-        return self.backend.ask(sql.HOLDS, {"id": job.id, "worker": worker, "attempt": job.attempts}) is not None
+        return self.backend.ask(self.sql.HOLDS, {"id": job.id, "worker": worker, "attempt": job.attempts}) is not None
 
     def reclaim_stale(self, lock_timeout: float, *, now: datetime | None = None) -> list[JobRecord]:
         """Return claimed jobs whose lock is older than ``lock_timeout`` seconds to pending, or to
         failed if that was their last attempt; reclaim.py decides whose attempt counts."""
-        moved = self.backend.transact(lambda cur: self._reclaim_in(cur, lock_timeout, now))
-        for edge, job in moved:
-            self._event(edge, job, None)
-        if any(edge == "reclaim" for edge, _ in moved):
-            self.wakeup.wake_local()
-        self._unblock_lost_heads()
-        return [job for edge, job in moved if edge == "reclaim"] + [job for edge, job in moved if edge != "reclaim"]
-
-    def _reclaim_in(self, cur: Any, lock_timeout: float, now: datetime | None) -> list[tuple[str, JobRecord]]:
-        """The transaction of ``reclaim_stale``: (edge, job) for each job it moved. Lock ages are
-        measured by the time read in this transaction (``sync_clock``)."""
-        now = now or self.sync_clock(cur)
-        cutoff = now - timedelta(seconds=lock_timeout)
-        moved: list[tuple[str, JobRecord]] = []
-        for v in verdicts(cur.records(sql.STALE, {"cutoff": cutoff})):
-            values: dict[str, Any] = {
-                "attempts": v.attempts,
-                "quarantine": v.quarantine,
-                "error": v.error,
-                "cutoff": cutoff,
-            }
-            if v.edge == "reclaim_exhausted":
-                values["now"] = now
-            job = self.transition(cur, v.edge, v.job.id, worker=v.job.locked_by, attempt=v.job.attempts, **values)
-            if job is None:  # renewed since it was read (PostgreSQL: a heartbeat got in first)
-                continue
-            assert isinstance(job, JobRecord)
-            moved.append((v.edge, job))
-            if v.acquit is not None:
-                cur.execute(sql.ACQUIT, {"quarantine": v.acquit, "acquitted": SUSPECT})
-        self.unblock_next(cur, [job for edge, job in moved if edge in ENDING])
-        if any(edge == "reclaim" for edge, _ in moved):
-            self.wakeup.notify_in(cur)
-        return moved
-
-    def _unblock_lost_heads(self) -> None:
-        """The sweep's safety net: unblock each target's oldest active job left blocked (see
-        sql.LOST_HEADS); normally there is none, and only a read is made."""
-        with self.backend.read() as cur:
-            if cur.scalar(sql.ANY_BLOCKED) is None:
-                return
-            lost = [job_id for (job_id,) in cur.rows(sql.LOST_HEADS)]
-        if not lost:
-            return
-        unblocked = self.backend.transact(lambda cur: self._unblock_heads_in(cur, lost))
-        if unblocked:
-            events.emit("unblocked", jobs=unblocked)
-            self.wakeup.wake_local()
-
-    def _unblock_heads_in(self, cur: Any, heads: list[str]) -> int:
-        unblocked: int = sum(cur.execute(sql.UNBLOCK_HEAD, {"id": job_id}) for job_id in heads)
-        if unblocked:
-            self.wakeup.notify_in(cur)
-        return unblocked
+        return reclaim.sweep(self, lock_timeout, now)
 
     def manual_retry(self, job_id: str) -> JobRecord:
         """Operator action: a failed job goes back to pending with its attempts reset."""
@@ -622,9 +271,9 @@ class Queue:
             moved = self.backend.transact(lambda cur: self._manual_retry_in(cur, job_id, now))
         except sa.exc.IntegrityError as e:
             job = self.get(job_id)
-            other = self._active_with_key(job)
+            other = self.enqueuer.active_with_key(job)
             raise DuplicateActiveJob(job_id, other.id if other else "?", job.idempotency_key or "") from e
-        self._event("manual_retry", moved, None)
+        self.emit_edge("manual_retry", moved, None)
         self.wakeup.wake_local()
         return moved
 
@@ -634,7 +283,7 @@ class Queue:
         if failed.status is not JobStatus.FAILED:
             raise InvalidTransition(job_id, failed.status.value, JobStatus.PENDING.value)
         if failed.ordering_key is not None:
-            newer = cur.scalar(sql.NEWER_ON_TARGET, {"ordering_key": failed.ordering_key, "id": job_id})
+            newer = cur.scalar(self.sql.NEWER_ON_TARGET, {"ordering_key": failed.ordering_key, "id": job_id})
             if newer is not None:
                 raise Superseded(job_id, newer, display(failed.ordering_key))
         moved = self.transition(cur, "manual_retry", job_id, now=now)
@@ -644,21 +293,21 @@ class Queue:
         self.wakeup.notify_in(cur)
         return moved
 
-    def _active_with_key(self, job: JobRecord) -> JobRecord | None:
-        with self.backend.read() as cur:
-            return cur.record(sql.ACTIVE_BY_KEY, {"type": job.type, "idempotency_key": job.idempotency_key})
-
     def get(self, job_id: str, *, cur: Any = None) -> JobRecord:
         if cur is None:
             with self.backend.read() as c:
-                job = c.record(sql.GET, {"id": job_id})
-        else:
-            job = cur.record(sql.GET, {"id": job_id})
+                return self.get(job_id, cur=c)
+        job: JobRecord | None = cur.record(self.sql.GET, {"id": job_id})
         if job is None:
             raise JobNotFound(job_id)
         return job
 
-    def _event(self, edge: str, job: JobRecord, worker: str | None, *, duration: float | None = None) -> None:
+    def emit_lost(self, job: JobRecord, worker: str) -> None:
+        """Log that ``worker``'s outcome for ``job`` was not recorded: its lease was lost."""
+        events.emit("lost_lease", job_id=job.id, type=job.type, attempt=job.attempts, worker=worker)
+
+    def emit_edge(self, edge: str, job: JobRecord, worker: str | None, *, duration: float | None = None) -> None:
+        """Log the event of ``edge`` for ``job`` as the edge left it."""
         events.emit(
             EDGES[edge].event,
             job_id=job.id,

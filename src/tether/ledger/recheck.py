@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .. import events
-from . import sql
 from .lifecycle import EDGES, ENDING
 from .record import InsertResult, make_tuple
 
@@ -32,7 +31,7 @@ def unsettled(queue: Queue, worker: str, decisions: Sequence[Decision]) -> list[
     with queue.backend.read() as cur:
         standing = [
             cur.rows(
-                sql.STANDING,
+                queue.sql.STANDING,
                 {"id": d.job.id, "worker": worker, "attempt": d.job.attempts, "claimed_at": d.job.claimed_at},
             )
             for d in decisions
@@ -45,10 +44,10 @@ def unsettled(queue: Queue, worker: str, decisions: Sequence[Decision]) -> list[
     for d, rows in zip(decisions, standing, strict=True):
         status = rows[0][0] if rows else None
         if d.edge in ENDING and status != EDGES[d.edge].target.value:
-            queue._lost(d.job, worker)  # its lock was reclaimed before the commit: it did not move
+            queue.emit_lost(d.job, worker)  # its lock was reclaimed before the commit: it did not move
             continue
-        queue._event(d.edge, d.after(), worker, duration=d.duration)
+        queue.emit_edge(d.edge, d.after(), worker, duration=d.duration)
         children += [make_tuple(InsertResult, (child, False)) for child in d.children]
-    queue.committed(children)
+    queue.enqueuer.committed(children)
     queue.wakeup.wake_local()
     return []

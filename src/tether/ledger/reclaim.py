@@ -1,4 +1,5 @@
-"""Who is to blame when a worker dies: the stale-lock sweep's verdict on each job it held.
+"""A claimed job's lock: renewed by heartbeats, swept when stale, and who is to blame when a
+worker dies (the sweep's verdict on each job it held).
 
 A worker claims up to a batch of jobs in one statement and records their outcomes in group
 commits, so when it dies (a segfault, the OOM killer, ``os._exit`` in a handler) the ledger
@@ -26,10 +27,18 @@ attempt is always pinned at once: with ``max_attempts`` 1 every job runs alone, 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import NamedTuple
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from functools import partial
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from .. import events
+from ..clock import DatabaseClock
+from .lifecycle import ENDING
 from .record import JobRecord
+
+if TYPE_CHECKING:
+    from .queue import Queue
 
 CRASHED = "crashed"  # a worker died while running it alone
 SUSPECT = "suspect"  # it was in a crashed batch whose crash another job has been charged for
@@ -86,3 +95,88 @@ def verdicts(stale: Iterable[JobRecord]) -> list[Verdict]:
         error = f"worker died while running (reclaimed, attempt {attempts} of {job.max_attempts}{left}): {lock}"
         out.append(Verdict(job, edge, attempts, CRASHED, error, acquit))
     return out
+
+
+def renew(queue: Queue, worker: str, jobs: Sequence[JobRecord], now: datetime | None) -> list[str]:
+    """Renew ``worker``'s locks on ``jobs`` (a heartbeat: they are not stale while it beats); the
+    ids it no longer holds."""
+    if not jobs:
+        return []
+
+    def renew_in(cur: Any) -> list[str]:
+        params = {"worker": worker, "now": now or lock_time(queue, cur)}
+        renewed = [cur.execute(queue.sql.HEARTBEAT, {**params, "id": j.id, "attempt": j.attempts}) for j in jobs]
+        return [job.id for job, n in zip(jobs, renewed, strict=True) if n == 0]
+
+    return queue.backend.transact(renew_in)
+
+
+def lock_time(queue: Queue, cur: Any) -> datetime:
+    """Now, as lock ages are measured. With the database's clock (``clock.DatabaseClock``) that
+    is the database's own time, read in ``cur``'s transaction, which the clock then goes on
+    from; otherwise the queue's clock's time."""
+    if isinstance(queue.clock, DatabaseClock):
+        return queue.clock.sync(partial(cur.scalar, queue.sql.DATABASE_TIME))
+    return queue.clock.now()
+
+
+def sweep(queue: Queue, lock_timeout: float, now: datetime | None) -> list[JobRecord]:
+    """Move ``queue``'s claimed jobs whose lock is older than ``lock_timeout`` seconds by their
+    verdicts, in one transaction; returns the jobs moved, those back to pending first."""
+    moved = queue.backend.transact(lambda cur: _sweep_in(queue, cur, lock_timeout, now))
+    for edge, job in moved:
+        queue.emit_edge(edge, job, None)
+    if any(edge == "reclaim" for edge, _ in moved):
+        queue.wakeup.wake_local()
+    _unblock_lost_heads(queue)
+    return [job for edge, job in moved if edge == "reclaim"] + [job for edge, job in moved if edge != "reclaim"]
+
+
+def _sweep_in(queue: Queue, cur: Any, lock_timeout: float, now: datetime | None) -> list[tuple[str, JobRecord]]:
+    """The sweep's transaction: (edge, job) for each job it moved. Lock ages are measured by the
+    time read in this transaction (``lock_time``)."""
+    now = now or lock_time(queue, cur)
+    cutoff = now - timedelta(seconds=lock_timeout)
+    moved: list[tuple[str, JobRecord]] = []
+    for v in verdicts(cur.records(queue.sql.STALE, {"cutoff": cutoff})):
+        values: dict[str, Any] = {
+            "attempts": v.attempts,
+            "quarantine": v.quarantine,
+            "error": v.error,
+            "cutoff": cutoff,
+        }
+        if v.edge == "reclaim_exhausted":
+            values["now"] = now
+        job = queue.transition(cur, v.edge, v.job.id, worker=v.job.locked_by, attempt=v.job.attempts, **values)
+        if job is None:  # renewed since it was read (PostgreSQL: a heartbeat got in first)
+            continue
+        assert isinstance(job, JobRecord)
+        moved.append((v.edge, job))
+        if v.acquit is not None:
+            cur.execute(queue.sql.ACQUIT, {"quarantine": v.acquit, "acquitted": SUSPECT})
+    queue.unblock_next(cur, [job for edge, job in moved if edge in ENDING])
+    if any(edge == "reclaim" for edge, _ in moved):
+        queue.wakeup.notify_in(cur)
+    return moved
+
+
+def _unblock_lost_heads(queue: Queue) -> None:
+    """The sweep's safety net: unblock each target's oldest active job left blocked (see
+    sql.LOST_HEADS); normally there is none, and only a read is made."""
+    with queue.backend.read() as cur:
+        if cur.scalar(queue.sql.ANY_BLOCKED) is None:
+            return
+        lost = [job_id for (job_id,) in cur.rows(queue.sql.LOST_HEADS)]
+    if not lost:
+        return
+    unblocked = queue.backend.transact(lambda cur: _unblock_heads_in(queue, cur, lost))
+    if unblocked:
+        events.emit("unblocked", jobs=unblocked)
+        queue.wakeup.wake_local()
+
+
+def _unblock_heads_in(queue: Queue, cur: Any, heads: list[str]) -> int:
+    unblocked: int = sum(cur.execute(queue.sql.UNBLOCK_HEAD, {"id": job_id}) for job_id in heads)
+    if unblocked:
+        queue.wakeup.notify_in(cur)
+    return unblocked

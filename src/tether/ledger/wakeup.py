@@ -23,10 +23,6 @@ DEFAULT_CHANNEL = "tether_jobs"
 class Wakeup:
     """A counter idle workers wait on; ``wake_local`` after an enqueue commits bumps it."""
 
-    # Other processes learn of commits without a message (SQLite's WAL is watched), so a
-    # write need not be a transaction that carries one.
-    in_process_only = True
-
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -81,8 +77,6 @@ class PgWakeup(Wakeup):
     and wakes waiters after each reconnect because notifications sent meanwhile are gone.
     Processes that only enqueue never listen.
     """
-
-    in_process_only = False  # NOTIFY rides in the enqueue transaction
 
     def __init__(
         self,

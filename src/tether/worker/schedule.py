@@ -190,9 +190,7 @@ class Scheduler:
         step = plan(spec, seen, now, runs)
         options = dict(spec.options)
         jobs: list[JobRecord] = [
-            self.queue.builder.build_many(
-                [spec.payload], run_at=slot, key=key_for(spec.name, slot), now=now, **options
-            )[0]
+            self.queue.enqueuer.build([spec.payload], run_at=slot, key=key_for(spec.name, slot), now=now, **options)[0]
             for slot in step.slots
         ]
         last = step.slots[-1] if step.slots else None
@@ -211,9 +209,9 @@ class Scheduler:
                 return []  # another worker enqueued this slot (or the schedule was paused)
             if jobs:
                 with self.queue.backend.write(conn) as cur:
-                    results = self.queue.insert_all(cur, jobs)
+                    results = self.queue.enqueuer.insert_all(cur, jobs)
                     self.queue.wakeup.notify_in(cur)
-        self.queue.committed(results)
+        self.queue.enqueuer.committed(results)
         events.emit(
             "schedule_fired",
             schedule=spec.name,

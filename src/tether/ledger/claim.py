@@ -1,0 +1,112 @@
+"""The claim inside a write transaction: which statement takes jobs, and how much it may take.
+
+``Claimer.claim_in`` runs in the caller's transaction (``queue.Queue.claim`` opens one of its
+own; ``finish_and_claim`` shares the one that records a batch's outcomes). It takes ready jobs
+highest priority first, then oldest, within a byte budget (``sql.py``: a job larger than the
+batch's share waits for the claim it leads), each registered type with a ``max_running`` limit
+only up to its room, and gives each claim of a worker a time of its own.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from ..jobtypes import Registry
+from . import sql
+from .record import JobRecord
+
+
+class Claimer:
+    """Claims for one engine and registry; the statements are made again only when a type is
+    registered."""
+
+    def __init__(self, engine: sa.Engine, registry: Registry) -> None:
+        self.dialect = engine.dialect.name
+        self.registry = registry
+        self.sql = sql  # the statement catalogue: plain statements by name
+        self._claim_sql: tuple[int, str] = (-1, "")  # (registry generation, statement)
+        self._limits: dict[str, int] = {}
+        self._limits_generation = -1
+        self._last_claim_at: dict[str, datetime] = {}  # by worker id
+        self._claim_time_lock = threading.Lock()
+
+    def claim_in(self, cur: Any, worker: str, now: datetime, limit: int, max_bytes: int) -> list[JobRecord]:
+        """Take up to ``limit`` ready jobs for ``worker`` in ``cur``'s transaction, holding at most
+        ``max_bytes`` of payload between them (or one larger job), each with its payload."""
+        now = self._claim_time(worker, now)
+        limited = self._limited()
+        if limited:
+            return self._with_payloads(cur, self._claim_limited(cur, worker, now, limit, max_bytes, limited))
+        params = {"worker": worker, "now": now, "limit": limit, "max_bytes": max_bytes}
+        return self._with_payloads(cur, cur.records(self._claim_statement(), params))
+
+    def _claim_statement(self) -> str:
+        """The claim for this registry's types, made again only when a type is registered."""
+        generation, statement = self._claim_sql
+        if generation != self.registry.generation:
+            statement = sql.claim_sql(self.dialect, self.registry.names())
+            self._claim_sql = (self.registry.generation, statement)
+        return statement
+
+    def _claim_time(self, worker: str, now: datetime) -> datetime:
+        """``now``, or a microsecond past ``worker``'s last claim: each claim of a worker gets a
+        time of its own, since the stale sweep tells one claim from another by (locked_by,
+        claimed_at) (reclaim.py), and a worker's threads share its id and may read the clock in
+        the same microsecond (a frozen test clock always does)."""
+        with self._claim_time_lock:
+            last = self._last_claim_at.get(worker)
+            if last is not None and now <= last:
+                now = last + timedelta(microseconds=1)
+            self._last_claim_at[worker] = now
+        return now
+
+    def _with_payloads(self, cur: Any, claimed: list[JobRecord]) -> list[JobRecord]:
+        """Claimed jobs with every payload: those the claim left out (over ``sql.INLINE_PAYLOAD``
+        bytes) read now, each by its own statement, so one is in flight at a time."""
+        if all(job.payload is not None for job in claimed):
+            return claimed
+        return [
+            job if job.payload is not None else job._replace(payload=cur.scalar(self.sql.PAYLOAD, {"id": job.id}))
+            for job in claimed
+        ]
+
+    # -- per-type concurrency limits: only when a registered type has max_running ------------
+
+    def _limited(self) -> dict[str, int]:
+        """Registered types with a ``max_running`` limit (by name, sorted: every worker locks
+        them in one order)."""
+        if self._limits_generation != self.registry.generation:
+            found = {}
+            for name in self.registry.names():
+                cap = self.registry.get(name).max_running
+                if cap is not None:
+                    found[name] = int(cap)
+            self._limits, self._limits_generation = found, self.registry.generation
+        return self._limits
+
+    def _claim_limited(
+        self, cur: Any, worker: str, now: datetime, limit: int, max_bytes: int, limited: dict[str, int]
+    ) -> list[JobRecord]:
+        """The claim, with each limited type taken only up to its room: ``max_running`` minus its
+        jobs claimed now, across every worker (counted in the claiming transaction). The byte cap
+        spans the statements: each later one has what the batch has left, and takes at least one
+        job while any is left (a batch may end one job past ``max_bytes``, never starving a
+        limited type of large jobs)."""
+        params: dict[str, Any] = {"worker": worker, "now": now, "limit": limit, "max_bytes": max_bytes}
+        unlimited = [name for name in self.registry.names() if name not in limited]
+        claimed: list[JobRecord] = cur.records(sql.claim_sql(self.dialect, unlimited), params)
+        for name, cap in limited.items():
+            left = max_bytes - sum(job.payload_bytes or 0 for job in claimed)
+            if len(claimed) >= limit or (claimed and left <= 0):
+                break
+            if self.dialect == "postgresql":
+                cur.scalar(self.sql.LOCK_TYPE_CLAIMS, {"lock": f"tether.max_running.{name}"})
+            room = min(limit - len(claimed), cap - int(cur.scalar(self.sql.RUNNING_OF_TYPE, {"type": name})))
+            if room > 0:
+                of_type = {**params, "limit": room, "max_bytes": left}
+                claimed += cur.records(sql.claim_sql(self.dialect, [name]), of_type)
+        return claimed

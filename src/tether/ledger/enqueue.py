@@ -1,0 +1,205 @@
+"""Inserting jobs: building them, inserting them in a transaction, and what follows the commit.
+
+One path for every enqueue: jobs are built as a list (``build.Builder``; one job is a list of
+one), inserted by ``insert_all`` in the caller's transaction or in one of their own
+(``enqueue``), and logged and announced to idle workers by ``committed`` once the commit stands.
+A job whose idempotency key an active job already holds is not inserted: that job is returned,
+marked as a duplicate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from operator import itemgetter
+from typing import Any
+
+import orjson
+import sqlalchemy as sa
+
+from .. import events
+from ..errors import CommitUnknown, DatabaseUnavailable
+from ..jobtypes import Payload
+from . import conflict, faults, sql
+from .backend import Backend, LostCommit
+from .build import Builder
+from .record import InsertResult, JobRecord, make_tuple
+from .wakeup import Wakeup
+
+# What varies between jobs enqueued together, and what they share (one JSON insert per share).
+# type, priority, max_attempts, created_at, run_at, parent_id, timeout
+_shared = itemgetter(1, 4, 6, 10, 13, 16, 18)
+# A JSON insert's rows travel as one value: past this many payload characters, another statement.
+_JSON_CHARS = 16 << 20
+
+
+def _targeted_rows(jobs: list[JobRecord]) -> list[tuple[str, str, str | None, int | None, bool]]:
+    """[id, payload, ordering_key, payload_bytes, behind] per job of one JSON insert: ``behind``
+    when an older job of the same statement has its target (the statement does not see its own
+    rows)."""
+    first: dict[str, str] = {}
+    for job in jobs:
+        key = job.ordering_key
+        if key is not None and (key not in first or job.id < first[key]):
+            first[key] = job.id
+    return [
+        (
+            job.id,
+            job.payload,
+            job.ordering_key,
+            job.payload_bytes,
+            job.ordering_key is not None and first[job.ordering_key] != job.id,
+        )
+        for job in jobs
+    ]
+
+
+def _by_size(jobs: list[JobRecord]) -> Iterator[list[JobRecord]]:
+    """``jobs`` in runs whose payloads add up to at most _JSON_CHARS (at least one job each):
+    a file job's payload holds the file, and one statement's text has a size limit."""
+    start, size = 0, 0
+    for i, job in enumerate(jobs):
+        size += len(job.payload)
+        if size > _JSON_CHARS and i > start:
+            yield jobs[start:i]
+            start, size = i, len(job.payload)
+    yield jobs[start:]
+
+
+class Enqueuer:
+    """Builds and inserts jobs for one ledger; ``where`` is the ledger as messages name it."""
+
+    def __init__(self, backend: Backend, builder: Builder, wakeup: Wakeup, where: str) -> None:
+        self.backend = backend
+        self.builder = builder
+        self.wakeup = wakeup
+        self.where = where
+        self.sql = sql  # the statement catalogue: plain statements by name
+        dialect = backend.engine.dialect.name
+        self._json_sql = sql.insert_json_sql(dialect) if backend.reads_json else None
+        self._insert_keyed, self._insert_on_target = sql.insert_sql(dialect)
+
+    def build(self, payloads: Sequence[Payload], **options: Any) -> list[JobRecord]:
+        """Validate jobs before a transaction opens; raises InvalidPayload. Options as
+        ``build.Builder.build``."""
+        return self.builder.build(payloads, **options)
+
+    def enqueue(self, jobs: Sequence[JobRecord]) -> list[InsertResult]:
+        """Insert ``jobs`` in one transaction; returns after the commit is durable."""
+        try:
+            results = self.backend.transact(lambda cur: self._insert_and_notify(cur, jobs))
+        except sa.exc.SQLAlchemyError as e:
+            raise self._not_recorded(e, jobs) from e
+        self.committed(results)
+        return results
+
+    def _insert_and_notify(self, cur: Any, jobs: Sequence[JobRecord]) -> list[InsertResult]:
+        results = self.insert_all(cur, jobs)
+        if any(not r.duplicate for r in results):
+            self.wakeup.notify_in(cur)
+        return results
+
+    def insert_all(self, cur: Any, jobs: Sequence[JobRecord]) -> list[InsertResult]:
+        """Insert many in the caller's transaction: unkeyed jobs that share their options in one
+        statement, keyed ones one at a time (each may meet an active job with its key)."""
+        unkeyed = [job for job in jobs if job.idempotency_key is None]
+        if len(unkeyed) == 1:
+            cur.execute(self._insert_one(unkeyed[0]), self.backend.insert_values(unkeyed[0]))
+        elif unkeyed:
+            self._insert_unkeyed(cur, unkeyed)
+        return [
+            make_tuple(InsertResult, (job, False)) if job.idempotency_key is None else self._insert_keyed_job(cur, job)
+            for job in jobs
+        ]
+
+    def _insert_keyed_job(self, cur: Any, job: JobRecord) -> InsertResult:
+        """Insert ``job`` (it has an idempotency key); an active job with the same key is returned."""
+        while True:
+            inserted = cur.record(self._insert_keyed, self.backend.insert_values(job))
+            if inserted is not None:
+                return InsertResult(inserted)
+            existing = cur.record(self.sql.ACTIVE_BY_KEY, {"type": job.type, "idempotency_key": job.idempotency_key})
+            if existing is not None:
+                return InsertResult(existing, duplicate=True)
+            # PostgreSQL only: the conflicting job finished between the two statements.
+
+    def active_with_key(self, job: JobRecord) -> JobRecord | None:
+        """The active job holding ``job``'s type and idempotency key, if any (a read)."""
+        with self.backend.read() as cur:
+            return cur.record(self.sql.ACTIVE_BY_KEY, {"type": job.type, "idempotency_key": job.idempotency_key})
+
+    def _insert_one(self, job: JobRecord) -> str:
+        """The insert of one job without an idempotency key: with a target, the one that says
+        whether an older job on it holds this one back."""
+        return self.sql.INSERT_UNKEYED if job.ordering_key is None else self._insert_on_target
+
+    def _insert_unkeyed(self, cur: Any, jobs: list[JobRecord]) -> None:
+        groups: dict[tuple[Any, ...], list[JobRecord]] = {}
+        for job in jobs:
+            groups.setdefault(_shared(job), []).append(job)
+        # Jobs that share nothing (each from its own enqueue call, as in a transaction() block)
+        # go in one executemany; the rest in one JSON insert per share and size.
+        alone = [job for group in groups.values() if len(group) == 1 or self._json_sql is None for job in group]
+        on_target = [job for job in alone if job.ordering_key is not None]
+        if len(on_target) < len(alone):
+            values = [self.backend.insert_values(job) for job in alone if job.ordering_key is None]
+            cur.executemany(self.sql.INSERT_UNKEYED, values)
+        if on_target:  # in id order, so each sees the older ones on its target
+            values = [self.backend.insert_values(job) for job in sorted(on_target, key=lambda j: j.id)]
+            cur.executemany(self._insert_on_target, values)
+        if self._json_sql is not None:
+            for shared, group in groups.items():
+                if len(group) > 1:
+                    self._insert_json(cur, shared, group)
+
+    def _insert_json(self, cur: Any, shared: tuple[Any, ...], group: list[JobRecord]) -> None:
+        """Jobs that share their options (``shared``, as ``_shared`` reads them) in one JSON
+        insert per run of payloads that one statement can carry."""
+        assert self._json_sql is not None
+        untargeted, targeted = self._json_sql
+        job_type, priority, max_attempts, created_at, run_at, parent_id, timeout = shared
+        values = {
+            "type": job_type,
+            "priority": priority,
+            "max_attempts": max_attempts,
+            "created_at": created_at,
+            "run_at": run_at,
+            "parent_id": parent_id,
+            "timeout": timeout,
+        }
+        for part in _by_size(group):
+            if any(job.ordering_key is not None for job in part):
+                cur.execute(targeted, {**values, "rows": orjson.dumps(_targeted_rows(part)).decode()})
+            else:
+                rows = orjson.dumps({job.id: job.payload for job in part}).decode()
+                cur.execute(untargeted, {**values, "rows": rows})
+
+    def _not_recorded(self, e: sa.exc.SQLAlchemyError, jobs: Sequence[JobRecord]) -> Exception:
+        """What an enqueue of ``jobs`` whose transaction failed raises: CommitUnknown (the
+        connection was lost during COMMIT: they may have been recorded), TransactionConflict, a
+        LedgerFault, DatabaseUnavailable (nothing was enqueued, try again), or ``e`` itself."""
+        if isinstance(e, LostCommit):
+            return CommitUnknown([job.id for job in jobs], faults.describe(e))
+        if conflict.is_conflict(e):  # every run of the transaction met one (Backend.transact)
+            return conflict.unresolved(e)
+        fault = faults.ledger_fault(e, self.where)
+        if fault is not None:
+            return fault
+        if not isinstance(e, sa.exc.OperationalError):
+            return e
+        return DatabaseUnavailable(f"could not record the job(s), nothing was enqueued: {e.orig}")
+
+    def committed(self, results: Iterable[InsertResult]) -> None:
+        """After a commit that inserted jobs: log them and wake idle workers."""
+        any_new = False
+        log = events.enabled()
+        for r in results:
+            if not r.duplicate:
+                any_new = True
+                if log:
+                    events.emit(
+                        "queued", job_id=r.job.id, type=r.job.type, priority=r.job.priority, parent_id=r.job.parent_id
+                    )
+            elif log:
+                events.emit("deduplicated", job_id=r.job.id, type=r.job.type)
+        if any_new:
+            self.wakeup.wake_local()  # other processes were notified by the commit itself
