@@ -28,9 +28,10 @@ from ..errors import (
 from ..jobtypes import Payload, Registry
 from ..jobtypes.target import display
 from ..outcome import encode_result
-from . import conflict, faults, sql
+from . import conflict, faults
 from .backend import Backend, LostCommit
 from .build import Builder
+from .catalogue import Statements
 from .engine import ledger_name
 from .limits import DEFAULT_MAX_PAYLOAD_BYTES
 from .reclaim import SUSPECT, verdicts
@@ -38,16 +39,16 @@ from .record import InsertResult, JobRecord, make_tuple
 from .status import ENDING, FENCED, SWEPT, TRANSITIONS, JobStatus
 from .wakeup import Wakeup
 
-_EDGE_SQL = {
-    "complete": sql.COMPLETE,
-    "retry": sql.RETRY,
-    "fail": sql.FAIL,
-    "release": sql.RELEASE,
-    "defer": sql.DEFER,
-    "snooze": sql.DEFER,  # the same row change, without holding back the type's other jobs
-    "manual_retry": sql.MANUAL_RETRY,
-    "reclaim": sql.RECLAIM,
-    "reclaim_exhausted": sql.RECLAIM_EXHAUSTED,
+_EDGE_SQL = {  # each edge's statement, by its name in the catalogue
+    "complete": "COMPLETE",
+    "retry": "RETRY",
+    "fail": "FAIL",
+    "release": "RELEASE",
+    "defer": "DEFER",
+    "snooze": "DEFER",  # the same row change, without holding back the type's other jobs
+    "manual_retry": "MANUAL_RETRY",
+    "reclaim": "RECLAIM",
+    "reclaim_exhausted": "RECLAIM_EXHAUSTED",
 }
 _EDGE_EVENT = {
     "claim": "claimed",
@@ -167,14 +168,13 @@ def _by_size(jobs: list[JobRecord]) -> Iterator[list[JobRecord]]:
     yield jobs[start:]
 
 
-def _with_payloads(cur: Any, claimed: list[JobRecord]) -> list[JobRecord]:
-    """Claimed jobs with every payload: those the claim left out (over ``sql.INLINE_PAYLOAD``
-    bytes) read now, each by its own statement, so one is in flight at a time."""
+def _with_payloads(cur: Any, claimed: list[JobRecord], payload: str) -> list[JobRecord]:
+    """Claimed jobs with every payload: those the claim left out (over ``catalogue.INLINE_PAYLOAD``
+    bytes) read now, each by its own statement (``payload``), so one is in flight at a time."""
     if all(job.payload is not None for job in claimed):
         return claimed
     return [
-        job if job.payload is not None else job._replace(payload=cur.scalar(sql.PAYLOAD, {"id": job.id}))
-        for job in claimed
+        job if job.payload is not None else job._replace(payload=cur.scalar(payload, {"id": job.id})) for job in claimed
     ]
 
 
@@ -196,26 +196,27 @@ class Queue:
         self.root = root
         self.wakeup = wakeup
         self.backend = Backend.for_engine(engine)
-        self._claim_sql: tuple[int, str] = (-1, "")  # (registry generation, statement)
+        self._claim_types: tuple[int, Any] = (-1, None)  # (registry generation, CLAIM's types)
         self._limits: dict[str, int] = {}
         self._limits_generation = -1
         self._last_claim_at: dict[str, datetime] = {}  # by worker id
         self._claim_time_lock = threading.Lock()
         self.builder = Builder(registry, root, clock, max_payload_bytes=max_payload_bytes)
         self.ledger_id = ledger_id  # what the AWS resources its jobs own are tagged with
-        dialect = engine.dialect.name
-        self._json_sql = sql.insert_json_sql(dialect) if self.backend.reads_json else None
-        self._complete_many_sql = sql.complete_many_sql(dialect) if self.backend.reads_json else None
-        self._insert_keyed, self._insert_on_target = sql.insert_sql(dialect)
-        self._edge_sql = {**_EDGE_SQL, "manual_retry": sql.manual_retry_sql(dialect)}
+        self.sql: Statements = self.backend.sql
+        json_sql = (self.sql.INSERT_PAYLOADS, self.sql.INSERT_TARGETED)
+        self._json_sql = json_sql if self.backend.reads_json else None
+        self._complete_many_sql = self.sql.COMPLETE_MANY if self.backend.reads_json else None
+        self._insert_keyed, self._insert_on_target = self.sql.INSERT, self.sql.INSERT_ON_TARGET
+        self._edge_sql = {edge: getattr(self.sql, name) for edge, name in _EDGE_SQL.items()}
 
-    def _claim_statement(self) -> str:
-        """The claim for this registry's types, made again only when a type is registered."""
-        generation, statement = self._claim_sql
+    def _claimed_types(self) -> Any:
+        """CLAIM's ``types``: this registry's types, bound again only when a type is registered."""
+        generation, types = self._claim_types
         if generation != self.registry.generation:
-            statement = sql.claim_sql(self.engine.dialect.name, self.registry.names())
-            self._claim_sql = (self.registry.generation, statement)
-        return statement
+            types = self.sql.types(self.registry.names())
+            self._claim_types = (self.registry.generation, types)
+        return types
 
     @property
     def where(self) -> str:
@@ -235,7 +236,7 @@ class Queue:
             inserted = cur.record(self._insert_keyed, self.backend.insert_values(job))
             if inserted is not None:
                 return InsertResult(inserted)
-            existing = cur.record(sql.ACTIVE_BY_KEY, {"type": job.type, "idempotency_key": job.idempotency_key})
+            existing = cur.record(self.sql.ACTIVE_BY_KEY, {"type": job.type, "idempotency_key": job.idempotency_key})
             if existing is not None:
                 return InsertResult(existing, duplicate=True)
             # PostgreSQL only: the conflicting job finished between the two statements.
@@ -263,7 +264,7 @@ class Queue:
         on_target = [job for job in alone if job.ordering_key is not None]
         if len(on_target) < len(alone):
             values = [self.backend.insert_values(job) for job in alone if job.ordering_key is None]
-            cur.executemany(sql.INSERT_UNKEYED, values)
+            cur.executemany(self.sql.INSERT_UNKEYED, values)
         if on_target:  # in id order, so each sees the older ones on its target
             values = [self.backend.insert_values(job) for job in sorted(on_target, key=lambda j: j.id)]
             cur.executemany(self._insert_on_target, values)
@@ -294,7 +295,7 @@ class Queue:
     def _insert_one(self, job: JobRecord) -> str:
         """The insert of one job without an idempotency key: with a target, the one that says
         whether an older job on it holds this one back."""
-        return sql.INSERT_UNKEYED if job.ordering_key is None else self._insert_on_target
+        return self.sql.INSERT_UNKEYED if job.ordering_key is None else self._insert_on_target
 
     def enqueue_one(self, job: JobRecord) -> InsertResult:
         """``enqueue_all([job])[0]``: a job without an idempotency key, on a ledger whose
@@ -369,8 +370,9 @@ class Queue:
         self, worker: str, *, now: datetime | None = None, limit: int = 1, max_bytes: int = DEFAULT_BATCH_BYTES
     ) -> list[JobRecord]:
         """Atomically take up to ``limit`` ready jobs: highest priority first, then oldest, with at
-        most ``max_bytes`` of payload between them, or one larger job (see ``sql.py``: a job larger
-        than the batch's share waits for the claim it leads)."""
+        most ``max_bytes`` of payload between them, or one larger job (CLAIM in
+        ``statements/sqlite.sql``: a job larger than the batch's share waits for the claim it
+        leads)."""
         now = now or self.clock.now()
         rows = self.backend.transact(lambda cur: self._claim_in(cur, worker, now, limit, max_bytes))
         return self._claimed(rows, worker)
@@ -380,8 +382,8 @@ class Queue:
         limited = self._limited()
         if limited:
             return self._claim_limited(cur, worker, now, limit, max_bytes, limited)
-        params = {"worker": worker, "now": now, "limit": limit, "max_bytes": max_bytes}
-        return _with_payloads(cur, cur.records(self._claim_statement(), params))
+        params = {"worker": worker, "now": now, "limit": limit, "max_bytes": max_bytes, "types": self._claimed_types()}
+        return _with_payloads(cur, cur.records(self.sql.CLAIM, params), self.sql.PAYLOAD)
 
     def _claim_time(self, worker: str, now: datetime) -> datetime:
         """``now``, or a microsecond past ``worker``'s last claim: each claim of a worker gets a
@@ -420,18 +422,18 @@ class Queue:
         dialect = self.engine.dialect.name
         params: dict[str, Any] = {"worker": worker, "now": now, "limit": limit, "max_bytes": max_bytes}
         unlimited = [name for name in self.registry.names() if name not in limited]
-        claimed: list[JobRecord] = cur.records(sql.claim_sql(dialect, unlimited), params)
+        claimed: list[JobRecord] = cur.records(self.sql.CLAIM, {**params, "types": self.sql.types(unlimited)})
         for name, cap in limited.items():
             left = max_bytes - sum(job.payload_bytes or 0 for job in claimed)
             if len(claimed) >= limit or (claimed and left <= 0):
                 break
             if dialect == "postgresql":
-                cur.scalar(sql.LOCK_TYPE_CLAIMS, {"lock": f"tether.max_running.{name}"})
-            room = min(limit - len(claimed), cap - int(cur.scalar(sql.RUNNING_OF_TYPE, {"type": name})))
+                cur.scalar(self.sql.LOCK_TYPE_CLAIMS, {"lock": f"tether.max_running.{name}"})
+            room = min(limit - len(claimed), cap - int(cur.scalar(self.sql.RUNNING_OF_TYPE, {"type": name})))
             if room > 0:
-                of_type = {**params, "limit": room, "max_bytes": left}
-                claimed += cur.records(sql.claim_sql(dialect, [name]), of_type)
-        return _with_payloads(cur, claimed)
+                of_type = {**params, "limit": room, "max_bytes": left, "types": self.sql.types([name])}
+                claimed += cur.records(self.sql.CLAIM, of_type)
+        return _with_payloads(cur, claimed, self.sql.PAYLOAD)
 
     def _claimed(self, rows: list[JobRecord], worker: str) -> list[JobRecord]:
         jobs = sorted(rows, key=lambda j: (-j.priority, j.created_at, j.id))
@@ -560,7 +562,7 @@ class Queue:
                 inserted.extend(self.insert_all(cur, d.children))
         for d, job in zip(decisions, moved, strict=True):
             if job is not None and d.edge == "defer":  # after the batch's releases: they wait too
-                cur.execute(sql.DEFER_TYPE, {"type": d.job.type, "run_at": d.values["run_at"]})
+                cur.execute(self.sql.DEFER_TYPE, {"type": d.job.type, "run_at": d.values["run_at"]})
         self.unblock_next(
             cur, [d.job for d, job in zip(decisions, moved, strict=True) if job is not None and d.edge in ENDING]
         )
@@ -571,11 +573,11 @@ class Queue:
 
     def unblock_next(self, cur: Any, ended: Iterable[JobRecord]) -> None:
         """After ``ended`` left the active set (in their transaction): on each of their targets,
-        the oldest active job left is no longer blocked (sql.py, "the order per target"); the
-        claim that follows in the same transaction can take it."""
+        the oldest active job left is no longer blocked (``statements/sqlite.sql``, "the order per
+        target"); the claim that follows in the same transaction can take it."""
         targets = sorted({job.ordering_key for job in ended if job.ordering_key is not None})
         if targets:
-            cur.executemany(sql.UNBLOCK_NEXT, [{"ordering_key": target} for target in targets])
+            cur.executemany(self.sql.UNBLOCK_NEXT, [{"ordering_key": target} for target in targets])
 
     def finish_one(self, worker: str, decision: Decision) -> JobRecord:
         """Record one outcome in its own transaction; LostLease if the job is no longer ours."""
@@ -598,7 +600,9 @@ class Queue:
             lost = []
             for job in jobs:
                 if (
-                    cur.execute(sql.HEARTBEAT, {"id": job.id, "worker": worker, "attempt": job.attempts, "now": at})
+                    cur.execute(
+                        self.sql.HEARTBEAT, {"id": job.id, "worker": worker, "attempt": job.attempts, "now": at}
+                    )
                     == 0
                 ):
                     lost.append(job.id)
@@ -611,17 +615,17 @@ class Queue:
         that is the database's own time, read in ``cur``'s transaction, which the clock then goes
         on from; otherwise the clock's time."""
         if isinstance(self.clock, DatabaseClock):
-            return self.clock.sync(partial(cur.scalar, sql.DATABASE_TIME))
+            return self.clock.sync(partial(cur.scalar, self.sql.DATABASE_TIME))
         return self.clock.now()
 
     def record_progress(self, job: JobRecord, worker: str, progress: str) -> bool:
         """Keep a running job's progress (JSON text); False if ``worker`` no longer holds it."""
         params = {"id": job.id, "worker": worker, "attempt": job.attempts, "progress": progress}
-        return self.backend.transact(lambda cur: cur.execute(sql.PROGRESS, params)) == 1
+        return self.backend.transact(lambda cur: cur.execute(self.sql.PROGRESS, params)) == 1
 
     def holds(self, job: JobRecord, worker: str) -> bool:
         """Whether ``worker`` still holds ``job``'s current attempt (a read: no commit)."""
-        return self.backend.ask(sql.HOLDS, {"id": job.id, "worker": worker, "attempt": job.attempts}) is not None
+        return self.backend.ask(self.sql.HOLDS, {"id": job.id, "worker": worker, "attempt": job.attempts}) is not None
 
     def reclaim_stale(self, lock_timeout: float, *, now: datetime | None = None) -> list[JobRecord]:
         """Return claimed jobs whose lock is older than ``lock_timeout`` seconds to pending, or to
@@ -640,7 +644,7 @@ class Queue:
         now = now or self.sync_clock(cur)
         cutoff = now - timedelta(seconds=lock_timeout)
         moved: list[tuple[str, JobRecord]] = []
-        for v in verdicts(cur.records(sql.STALE, {"cutoff": cutoff})):
+        for v in verdicts(cur.records(self.sql.STALE, {"cutoff": cutoff})):
             values: dict[str, Any] = {
                 "attempts": v.attempts,
                 "quarantine": v.quarantine,
@@ -655,7 +659,7 @@ class Queue:
             assert isinstance(job, JobRecord)
             moved.append((v.edge, job))
             if v.acquit is not None:
-                cur.execute(sql.ACQUIT, {"quarantine": v.acquit, "acquitted": SUSPECT})
+                cur.execute(self.sql.ACQUIT, {"quarantine": v.acquit, "acquitted": SUSPECT})
         self.unblock_next(cur, [job for edge, job in moved if edge in ENDING])
         if any(edge == "reclaim" for edge, _ in moved):
             self.wakeup.notify_in(cur)
@@ -663,11 +667,11 @@ class Queue:
 
     def _unblock_lost_heads(self) -> None:
         """The sweep's safety net: unblock each target's oldest active job left blocked (see
-        sql.LOST_HEADS); normally there is none, and only a read is made."""
+        self.sql.LOST_HEADS); normally there is none, and only a read is made."""
         with self.backend.read() as cur:
-            if cur.scalar(sql.ANY_BLOCKED) is None:
+            if cur.scalar(self.sql.ANY_BLOCKED) is None:
                 return
-            lost = [job_id for (job_id,) in cur.rows(sql.LOST_HEADS)]
+            lost = [job_id for (job_id,) in cur.rows(self.sql.LOST_HEADS)]
         if not lost:
             return
         unblocked = self.backend.transact(lambda cur: self._unblock_heads_in(cur, lost))
@@ -676,7 +680,7 @@ class Queue:
             self.wakeup.wake_local()
 
     def _unblock_heads_in(self, cur: Any, heads: list[str]) -> int:
-        unblocked: int = sum(cur.execute(sql.UNBLOCK_HEAD, {"id": job_id}) for job_id in heads)
+        unblocked: int = sum(cur.execute(self.sql.UNBLOCK_HEAD, {"id": job_id}) for job_id in heads)
         if unblocked:
             self.wakeup.notify_in(cur)
         return unblocked
@@ -700,7 +704,7 @@ class Queue:
         if failed.status is not JobStatus.FAILED:
             raise InvalidTransition(job_id, failed.status.value, JobStatus.PENDING.value)
         if failed.ordering_key is not None:
-            newer = cur.scalar(sql.NEWER_ON_TARGET, {"ordering_key": failed.ordering_key, "id": job_id})
+            newer = cur.scalar(self.sql.NEWER_ON_TARGET, {"ordering_key": failed.ordering_key, "id": job_id})
             if newer is not None:
                 raise Superseded(job_id, newer, display(failed.ordering_key))
         moved = self.transition(cur, "manual_retry", job_id, now=now)
@@ -712,14 +716,14 @@ class Queue:
 
     def _active_with_key(self, job: JobRecord) -> JobRecord | None:
         with self.backend.read() as cur:
-            return cur.record(sql.ACTIVE_BY_KEY, {"type": job.type, "idempotency_key": job.idempotency_key})
+            return cur.record(self.sql.ACTIVE_BY_KEY, {"type": job.type, "idempotency_key": job.idempotency_key})
 
     def get(self, job_id: str, *, cur: Any = None) -> JobRecord:
         if cur is None:
             with self.backend.read() as c:
-                job = c.record(sql.GET, {"id": job_id})
+                job = c.record(self.sql.GET, {"id": job_id})
         else:
-            job = cur.record(sql.GET, {"id": job_id})
+            job = cur.record(self.sql.GET, {"id": job_id})
         if job is None:
             raise JobNotFound(job_id)
         return job

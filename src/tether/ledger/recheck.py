@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .. import events
-from . import sql
 from .record import InsertResult, make_tuple
 from .status import ENDING, TRANSITIONS
 
@@ -31,7 +30,7 @@ def unsettled(queue: Queue, worker: str, decisions: Sequence[Decision]) -> list[
     with queue.backend.read() as cur:
         standing = [
             cur.rows(
-                sql.STANDING,
+                queue.sql.STANDING,
                 {"id": d.job.id, "worker": worker, "attempt": d.job.attempts, "claimed_at": d.job.claimed_at},
             )
             for d in decisions
