@@ -112,9 +112,9 @@ def engine(tmp_path_factory):
 
 
 def plan(engine: sa.Engine, statement: str) -> list[str]:
-    from tether.ledger.backend import Backend
+    from tether.ledger import drivers
 
-    params = Backend.for_engine(engine).bind(PARAMS)
+    params = drivers.for_engine(engine).bind(PARAMS)
     with engine.connect() as conn:
         raw = conn.connection.driver_connection
         assert raw is not None

@@ -1,6 +1,6 @@
 """The driver: how the hot path (enqueue, claim, transitions, heartbeats, sweep) reaches the
 database. One interface, ``Backend``, with a SQLite implementation (sqlite.py) and a PostgreSQL
-one (postgresql.py); ``Backend.for_engine`` picks one. Each runs the statements of its dialect's
+one (postgresql.py); ``drivers.for_engine`` picks one. Each runs the statements of its dialect's
 catalogue (catalogue.py) as written, on the DBAPI connection itself: SQLAlchemy's statement
 execution costs many times a bare driver call, more than the fsync of a commit
 (benchmarks/README.md, "Figures behind the code"). SQLAlchemy still owns the pool, the
@@ -26,7 +26,7 @@ _T = TypeVar("_T")
 
 
 class Backend:
-    """The driver-level access to one database; ``for_engine`` picks SQLite or PostgreSQL."""
+    """The driver-level access to one database; ``drivers.for_engine`` picks SQLite or PostgreSQL."""
 
     name = "base"
     one_machine = False
@@ -43,16 +43,6 @@ class Backend:
         self.lock_waits = 0
         """Write transactions that found the ledger's write lock held and waited for it (SQLite:
         a whole-file lock; a worker claims larger batches while it is contended)."""
-
-    @staticmethod
-    def for_engine(engine: sa.Engine) -> Backend:
-        if engine.dialect.name == "postgresql":
-            from .postgresql import PostgresBackend
-
-            return PostgresBackend(engine)
-        from .sqlite import SQLiteBackend
-
-        return SQLiteBackend(engine)
 
     # -- values and rows -----------------------------------------------------------------------
 

@@ -28,8 +28,8 @@ from ..errors import (
 from ..jobtypes import Payload, Registry
 from ..jobtypes.target import display
 from ..outcome import encode_result
-from . import conflict, faults
-from .backend import Backend, LostCommit
+from . import conflict, drivers, faults
+from .backend import LostCommit
 from .build import Builder
 from .catalogue import Statements
 from .engine import ledger_name
@@ -195,7 +195,7 @@ class Queue:
         self.registry = registry
         self.root = root
         self.wakeup = wakeup
-        self.backend = Backend.for_engine(engine)
+        self.backend = drivers.for_engine(engine)
         self._claim_types: tuple[int, Any] = (-1, None)  # (registry generation, CLAIM's types)
         self._limits: dict[str, int] = {}
         self._limits_generation = -1

@@ -31,7 +31,7 @@ from ..jobtypes.base import SYNCED, Check, Probe
 from ..jobtypes.claude_extraction import answer_of
 from ..jobtypes.files import listings
 from ..jobtypes.target import display, file_key
-from ..ledger.backend import Backend
+from ..ledger import drivers
 from ..ledger.catalogue import READS
 from ..ledger.engine import READ_ONLY
 from . import runs as reconcile_runs
@@ -117,7 +117,7 @@ class _Reconciler:
         self.batch_size = batch_size
         self.progress = progress
         self.probes = {name: registry.get(name).probe for name in registry.names()}
-        self.backend = Backend.for_engine(engine)
+        self.backend = drivers.for_engine(engine)
         self.suspects: list[tuple[str, Finding]] = []
         self.report: Report
         # Probes that read a remote world (``Probe.remote``: "aws") run only when allowed; the
