@@ -7,7 +7,8 @@ planned, on a table whose statistics lag (every freshly filled queue), as an ant
 every active job once per candidate: 32 candidates x 2,000 active jobs = 64,000 rows per claim,
 ~30 ms. For a NULL ordering key the answer is known without looking (NULL = NULL is never
 true), so ``AND (j.ordering_key IS NULL OR NOT EXISTS (...))`` in the claim
-(statements/postgresql.sql) runs the probe only for keyed jobs, as a correlated probe of ix_tether_jobs_target_active (~1 ms per claim).
+(statements/postgresql.sql) runs the probe only for keyed jobs, as a correlated probe of
+ix_tether_jobs_target_active (~1 ms per claim).
 """
 
 from __future__ import annotations
