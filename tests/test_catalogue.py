@@ -81,3 +81,11 @@ def test_the_claim_inlines_payloads_up_to_the_size_named_in_python(statements: S
 def test_job_types_are_bound_as_each_dialect_reads_a_list():
     assert SQLITE.types({"b", "a"}) == '["a","b"]'  # json_each
     assert POSTGRESQL.types({"b", "a"}) == ["a", "b"]  # = ANY
+
+
+@BOTH
+def test_a_group_commit_changes_a_row_exactly_as_the_transition_it_is_named_after(statements: Statements):
+    for name in ("COMPLETE", "RETRY", "FAIL", "RELEASE", "DEFER"):
+        returning = getattr(statements, name)
+        without, _, _ = returning.partition("\nRETURNING ")
+        assert getattr(statements, f"{name}_NO_RETURN") == without, name

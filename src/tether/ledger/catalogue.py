@@ -53,6 +53,11 @@ class Statements:
     FAIL: str
     RELEASE: str
     DEFER: str
+    COMPLETE_NO_RETURN: str
+    RETRY_NO_RETURN: str
+    FAIL_NO_RETURN: str
+    RELEASE_NO_RETURN: str
+    DEFER_NO_RETURN: str
     DEFER_TYPE: str
     HEARTBEAT: str
     PROGRESS: str

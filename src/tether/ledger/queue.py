@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
-from functools import cache, partial
+from functools import partial
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -62,11 +62,6 @@ _EDGE_EVENT = {
     "reclaim_exhausted": "failed",
     "manual_retry": "requeued",
 }
-
-
-@cache
-def _without_returning(statement: str) -> str:
-    return statement.split("RETURNING", 1)[0]
 
 
 class Decision(NamedTuple):
@@ -209,6 +204,12 @@ class Queue:
         self._complete_many_sql = self.sql.COMPLETE_MANY if self.backend.reads_json else None
         self._insert_keyed, self._insert_on_target = self.sql.INSERT, self.sql.INSERT_ON_TARGET
         self._edge_sql = {edge: getattr(self.sql, name) for edge, name in _EDGE_SQL.items()}
+        # The worker's edges as its group commits record them: the same row change, no row read back.
+        self._edge_sql_no_return = {
+            edge: getattr(self.sql, f"{name}_NO_RETURN")
+            for edge, name in _EDGE_SQL.items()
+            if edge in ("complete", "retry", "fail", "release", "defer", "snooze")
+        }
 
     def _claimed_types(self) -> Any:
         """CLAIM's ``types``: this registry's types, bound again only when a type is registered."""
@@ -467,7 +468,7 @@ class Queue:
                 raise ValueError(f"{edge} is fenced: worker and attempt are required")
             params.update(worker=worker, attempt=attempt)
         if not returning:
-            return True if cur.execute(_without_returning(self._edge_sql[edge]), params) == 1 else None
+            return True if cur.execute(self._edge_sql_no_return[edge], params) == 1 else None
         job: JobRecord | None = cur.record(self._edge_sql[edge], params)
         if job is not None:
             assert job.status is to_status, (edge, from_status, job.status)
