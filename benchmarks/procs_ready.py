@@ -41,8 +41,13 @@ def _profile(out: Path) -> None:
     from tether.ledger import backend
     from tether.worker import executor
 
+    try:  # the driver split: SQLite's in its own module
+        from tether.ledger.sqlite import SQLiteBackend
+    except ImportError:  # a tree from before it (the "before" side of a comparison)
+        SQLiteBackend = backend.SQLiteBackend  # type: ignore[attr-defined]  # noqa: N806
+
     spent = {"lock_wait": 0.0, "in_write": 0.0, "commit": 0.0, "handlers": 0.0, "writes": 0, "waits": 0}
-    commit = backend.SQLiteBackend._commit
+    commit = SQLiteBackend._commit
 
     def timed_commit(self: Any, driver: Any, cur: Any) -> None:
         start = time.perf_counter()
@@ -51,7 +56,7 @@ def _profile(out: Path) -> None:
         finally:
             spent["commit"] += time.perf_counter() - start
 
-    when_unlocked = backend.SQLiteBackend._when_unlocked
+    when_unlocked = SQLiteBackend._when_unlocked
     write = backend.Backend.write
     run_handler = executor.Executor.run
 
@@ -78,8 +83,8 @@ def _profile(out: Path) -> None:
         spent["handlers"] += duration
         return outcome, duration
 
-    backend.SQLiteBackend._when_unlocked = timed_unlocked  # type: ignore[method-assign]
-    backend.SQLiteBackend._commit = timed_commit  # type: ignore[method-assign]
+    SQLiteBackend._when_unlocked = timed_unlocked  # type: ignore[method-assign]
+    SQLiteBackend._commit = timed_commit  # type: ignore[method-assign]
     backend.Backend.write = timed_write  # type: ignore[method-assign,assignment]
     executor.Executor.run = timed_handler  # type: ignore[method-assign]
     atexit.register(lambda: out.write_text(json.dumps(spent)))

@@ -82,8 +82,9 @@ class _Stop:
     def install(self) -> None:
         from tether.jobtypes.context import JobContext
         from tether.jobtypes.create_file import CreateFileType
-        from tether.ledger.backend import PostgresBackend, SQLiteBackend
+        from tether.ledger.postgresql import PostgresBackend
         from tether.ledger.queue import Queue
+        from tether.ledger.sqlite import SQLiteBackend
 
         run, confirm, finish = CreateFileType.run, JobContext.confirm_lease, Queue.finish_and_claim
 

@@ -9,7 +9,7 @@ import pytest
 
 from jobkit import Note, NoteType, registry_with
 from tether import Coordinator
-from tether.ledger.backend import SQLiteBackend
+from tether.ledger.sqlite import SQLiteBackend
 
 
 def _writer(c: Coordinator) -> sqlite3.Connection:
@@ -73,7 +73,7 @@ def test_a_write_waits_for_the_write_lock_in_short_steps_and_goes_on_when_it_is_
             if len(pauses) == 3:
                 other.rollback()  # the other writer finishes
 
-        monkeypatch.setattr("tether.ledger.backend.time.sleep", sleep)
+        monkeypatch.setattr("tether.ledger.sqlite.time.sleep", sleep)
         job = c.enqueue(Note(name="a"))
         assert pauses == [0.00005, 0.0001, 0.0002]  # not SQLite's first whole-millisecond sleep
         assert c.get(job.id).status.value == "pending"
@@ -133,20 +133,20 @@ def test_a_forked_child_leaves_the_parents_write_connections_alone(tmp_path):
         assert c.enqueue(Note(name="parent")).id
 
 
-def test_a_time_is_stored_as_its_full_text_whether_its_second_was_formatted_before_or_not():
-    # The text of the second last formatted is reused for times within it: every time on
-    # either side of a boundary (second, minute, day, year) must still read back exactly.
+def test_a_time_is_stored_as_its_full_utc_text_and_read_back_exactly():
+    # Every time on either side of a boundary (second, minute, day, year) reads back exactly.
     from datetime import UTC, datetime, timedelta, timezone
 
-    from tether.ledger.backend import _sqlite_time
+    from tether.ledger.sqlitetime import from_text, to_text
 
     start = datetime(2026, 12, 31, 23, 59, 58, 999_990, tzinfo=UTC)
     times = [start + timedelta(microseconds=7 * i) for i in range(300_000)]  # 2.1 s: three seconds
     times += [datetime(2026, 3, 1, 12, 0, 0, 5, tzinfo=UTC), start, times[-1]]  # back, and forth
     for when in times:
-        assert _sqlite_time(when) == when.replace(tzinfo=None).isoformat(" ", "microseconds")
-    # a time in another zone is converted, never taken for the cached UTC second's
+        assert to_text(when) == when.replace(tzinfo=None).isoformat(" ", "microseconds")
+        assert from_text(to_text(when)) == when
+    # a time in another zone is converted to UTC
     plus_one = timezone(timedelta(hours=1))
-    assert _sqlite_time(datetime(2027, 1, 1, 0, 59, 59, 1, tzinfo=plus_one)) == "2026-12-31 23:59:59.000001"
+    assert to_text(datetime(2027, 1, 1, 0, 59, 59, 1, tzinfo=plus_one)) == "2026-12-31 23:59:59.000001"
     with pytest.raises(ValueError, match="timezone-aware"):
-        _sqlite_time(datetime(2027, 1, 1, 0, 0, 0, 1))
+        to_text(datetime(2027, 1, 1, 0, 0, 0, 1))

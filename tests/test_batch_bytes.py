@@ -1,6 +1,6 @@
 """A batch claim is capped by payload bytes as well as by count (issue 24), on SQLite and
 PostgreSQL: a batch holds at most ``max_bytes`` of payload, or one job, and is decided by sizes kept
-at enqueue (the rules are in tether/ledger/sql.py, above the claim)."""
+at enqueue (the rules are CLAIM's, in tether/ledger/statements/sqlite.sql)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from jobkit import Note, NoteType, registry_with
 from tether import CreateFile, JobContext, JobType, Payload
-from tether.ledger import sql
+from tether.ledger.catalogue import INLINE_PAYLOAD
 from tether.ledger.record import JobRecord
 
 
@@ -90,7 +90,7 @@ def test_a_batch_led_by_a_large_job_takes_as_many_as_fit_of_jobs_no_larger(make_
 def test_a_payload_the_claim_leaves_out_of_its_rows_is_read_whole(make_coordinator):
     c = make_coordinator(registry_with(BlobType()))
     small = c.enqueue(Blob(data="s")).job
-    large = c.enqueue(Blob(data="é✓" * sql.INLINE_PAYLOAD)).job  # past the inline size, not ASCII
+    large = c.enqueue(Blob(data="é✓" * INLINE_PAYLOAD)).job  # past the inline size, not ASCII
 
     claimed = c.queue.claim("w", limit=10, max_bytes=1 << 30)
 

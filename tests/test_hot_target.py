@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from jobkit import Note, NoteType, completed, registry_with
 from tether import Coordinator, FakeClock, JobStatus
-from tether.ledger import sql
+from tether.ledger.catalogue import SQLITE
 from tether.ledger.lifecycle import Decision
 
 WAITING = 10_000
@@ -75,8 +75,10 @@ def _claim_steps(c: Coordinator) -> int:
         steps += 1
         return 0
 
-    statement = sql.claim_sql("sqlite", ["note"])
-    params = c.queue.backend.bind({"worker": "w", "now": c.queue.clock.now(), "limit": 100, "max_bytes": 8 << 20})
+    statement = SQLITE.CLAIM
+    params = c.queue.backend.bind(
+        {"worker": "w", "now": c.queue.clock.now(), "limit": 100, "max_bytes": 8 << 20, "types": '["note"]'}
+    )
     raw = c.engine.raw_connection()
     try:
         driver: Any = raw.driver_connection
@@ -152,7 +154,7 @@ def test_the_sweep_unblocks_a_target_whose_oldest_job_was_left_blocked(
     # Completed as a tether from before the flag completes it: the job behind it stays blocked.
     with c.queue.backend.write() as cur:
         cur.execute(
-            sql.COMPLETE,
+            c.queue.sql.COMPLETE,
             {"id": first, "worker": "w", "attempt": job.attempts, "now": c.queue.clock.now(), "result": None},
         )
     assert c.queue.claim("w") == [] and blocked(c, [second]) == [True]
@@ -188,7 +190,7 @@ def test_postgres_an_enqueue_that_races_the_end_of_the_job_ahead_never_leaves_it
     try:
         cur = _Cursor(backend, driver.cursor())
         cur.execute(
-            sql.COMPLETE,
+            pg.queue.sql.COMPLETE,
             {"id": ahead, "worker": "w", "attempt": job.attempts, "now": pg.queue.clock.now(), "result": None},
         )
         pg.queue.unblock_next(cur, [job])
@@ -223,7 +225,9 @@ def test_postgres_an_enqueue_passes_over_the_job_ahead_being_retried_and_still_r
     try:
         cur = _Cursor(pg.queue.backend, driver.cursor())
         now = pg.queue.clock.now()
-        cur.execute(sql.RETRY, {"id": ahead, "worker": "w", "attempt": job.attempts, "run_at": now, "error": "x"})
+        cur.execute(
+            pg.queue.sql.RETRY, {"id": ahead, "worker": "w", "attempt": job.attempts, "run_at": now, "error": "x"}
+        )
         # ... when a job behind it is enqueued: it never waits for that row lock (waiting on the jobs
         # of many targets is how a batch enqueue deadlocked with a group commit).
         enqueue = threading.Thread(target=lambda: behind.append(pg.enqueue(Note(name="behind", target="t")).id))

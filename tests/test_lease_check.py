@@ -7,7 +7,7 @@ import pytest
 import sqlalchemy as sa
 
 from tether import Coordinator, CreateFile
-from tether.ledger.backend import PostgresBackend
+from tether.ledger.postgresql import PostgresBackend
 
 pytestmark = pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 

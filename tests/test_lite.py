@@ -1,6 +1,6 @@
 """``tether status`` on a SQLite file without SQLAlchemy (``observe/lite.py``): the same verdict
 and figures as the SQLAlchemy path on varied ledgers, the same UNKNOWN line when the ledger
-cannot be read, and statements that stay those of ``health`` (``_lite_sql.py`` is current).
+cannot be read, and statements that stay those of ``health`` (``statements/status.sql`` is current).
 What the command loads, and its ``--json`` from a fresh interpreter: tests/test_cli_startup.py.
 """
 
@@ -21,7 +21,7 @@ from test_observe import Work, WorkType, build_ledger
 from tether import Coordinator, FakeClock
 from tether.cli import main
 from tether.jobtypes import default_registry
-from tether.ledger import ledgerfile, schema
+from tether.ledger import ledgerfile, schema, sqlitetime
 from tether.observe import compile_lite, health, lite
 from tether.observe.readonly import open_ledger
 from tether.observe.verdict import Thresholds
@@ -50,7 +50,7 @@ def both(db_url: str, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def test_the_compiled_statements_are_current() -> None:
     assert compile_lite.TARGET.read_text() == compile_lite.render(), (
-        f"src/tether/observe/_lite_sql.py differs from the statements in health: run `{compile_lite.COMMAND}`"
+        f"src/tether/ledger/statements/status.sql differs from the statements in health: run `{compile_lite.COMMAND}`"
     )
     assert ledgerfile.TABLE == schema.TABLE
 
@@ -68,7 +68,7 @@ def test_times_are_bound_as_sqlalchemy_binds_them(when: datetime) -> None:
     engine = sa.create_engine("sqlite://")
     with engine.connect() as conn:
         bound = conn.execute(sa.select(sa.cast(sa.bindparam("t", when, type_=schema.UTCDateTime), sa.Text))).scalar()
-    assert lite.sqlite_time(when) == bound
+    assert sqlitetime.to_text(when) == bound
 
 
 def test_only_a_plain_sqlite_file_url_is_read_without_sqlalchemy(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from conftest import scratch_pg_database
 from jobkit import Note, NoteType, registry_with
 from tether import Cancelled, CommitUnknown, Coordinator, CreateFile, DatabaseUnavailable, JobContext, JobType
-from tether.ledger.backend import PostgresBackend
+from tether.ledger.postgresql import PostgresBackend
 from tether.ledger.status import JobStatus
 
 ENQUEUER = Path(__file__).with_name("proc_enqueuer.py")

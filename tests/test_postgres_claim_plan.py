@@ -6,8 +6,9 @@ Before the fix, the claim's ``NOT EXISTS (older active job with the same orderin
 planned, on a table whose statistics lag (every freshly filled queue), as an anti join reading
 every active job once per candidate: 32 candidates x 2,000 active jobs = 64,000 rows per claim,
 ~30 ms. For a NULL ordering key the answer is known without looking (NULL = NULL is never
-true), so ``AND (j.ordering_key IS NULL OR NOT EXISTS (...))`` in sql.py runs the probe only for
-keyed jobs, as a correlated probe of ix_tether_jobs_target_active (~1 ms per claim).
+true), so ``AND (j.ordering_key IS NULL OR NOT EXISTS (...))`` in the claim
+(statements/postgresql.sql) runs the probe only for keyed jobs, as a correlated probe of
+ix_tether_jobs_target_active (~1 ms per claim).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import sqlalchemy as sa
 import pg_jobtypes  # noqa: E402  (tests/ is on sys.path, as for jobkit)
 from tether import Coordinator
 from tether.jobtypes import default_registry
-from tether.ledger import sql
+from tether.ledger.catalogue import POSTGRESQL
 
 ACTIVE = 2000
 BATCH = 32
@@ -54,13 +55,8 @@ def rows_read_from(plan: dict[str, Any], alias: str) -> float:
 
 def test_claiming_jobs_without_ordering_key_reads_no_other_active_job(pg_coordinator: Coordinator) -> None:
     pg_coordinator.enqueue_many([pg_jobtypes.PgNoop(n=i) for i in range(ACTIVE)])
-    params = {"worker": "w", "now": datetime.now(UTC), "limit": BATCH, "max_bytes": 8 << 20}
-    with pg_coordinator.engine.connect() as conn:
-        with conn.begin() as tx:
-            (plan,) = conn.execute(
-                sa.text("EXPLAIN (ANALYZE, FORMAT JSON) " + sql.claim_sql("postgresql", ["pg_noop"])), params
-            ).scalar_one()
-            tx.rollback()
+    params = {"worker": "w", "now": datetime.now(UTC), "limit": BATCH, "max_bytes": 8 << 20, "types": ["pg_noop"]}
+    plan = explain(pg_coordinator, POSTGRESQL.CLAIM, params)
     claimed = plan["Plan"]["Actual Rows"]
     assert claimed == BATCH
     # The ordering check reads the table as alias "o"; keyless jobs need none of its rows.
@@ -82,8 +78,10 @@ def explain(c: Coordinator, statement: str, params: dict[str, Any], *, analyze: 
     options = "ANALYZE, FORMAT JSON" if analyze else "FORMAT JSON"
     with c.engine.connect() as conn:
         with conn.begin() as tx:
-            statement = c.queue.backend.sql(statement).replace("%(", ":").replace(")s", "")
-            (plan,) = conn.execute(sa.text(f"EXPLAIN ({options}) " + statement), params).scalar_one()
+            driver: Any = conn.connection.driver_connection
+            cur = driver.cursor()  # the statement as the driver runs it
+            cur.execute(f"EXPLAIN ({options}) " + statement, params)
+            ((plan,),) = cur.fetchall()[0]
             tx.rollback()
     return dict(plan)
 
@@ -118,8 +116,8 @@ def test_claiming_behind_a_target_with_10000_waiting_jobs_reads_only_its_head(
             done = {"ids": [j.id for j in jobs[:finished]], "head": jobs[finished].id}
             conn.execute(sa.text("UPDATE tether_jobs SET status = 'completed' WHERE id = ANY(:ids)"), done)
             conn.execute(sa.text("UPDATE tether_jobs SET blocked = false WHERE id = :head"), done)
-    params = {"worker": "w", "now": datetime.now(UTC), "limit": 100, "max_bytes": 8 << 20}
-    plan = explain(pg_coordinator, sql.claim_sql("postgresql", ["note"]), params)
+    params = {"worker": "w", "now": datetime.now(UTC), "limit": 100, "max_bytes": 8 << 20, "types": ["note"]}
+    plan = explain(pg_coordinator, POSTGRESQL.CLAIM, params)
     assert plan["Plan"]["Actual Rows"] == 2  # the target's head and the job without a target
     [walk] = scans_of(plan["Plan"], "j")
     assert index_of(walk) == "ix_tether_jobs_queue", walk  # its part of jobs no older job holds back
@@ -150,7 +148,7 @@ def test_marking_and_unmarking_blocked_jobs_read_one_active_job_of_their_target(
         conn.execute(sa.text("UPDATE tether_jobs SET status = 'completed' WHERE id = ANY(:ids)"), finished)
     new = pg_coordinator.queue.build(Note(name="new", target="file:hot"))
     values = pg_coordinator.queue.backend.insert_values(new)
-    for statement, alias in ((sql.INSERT_ON_TARGET_POSTGRES, "b"), (sql.UNBLOCK_NEXT, "n")):
+    for statement, alias in ((POSTGRESQL.INSERT_ON_TARGET, "b"), (POSTGRESQL.UNBLOCK_NEXT, "n")):
         plan = explain(pg_coordinator, statement, values)
         [probe] = scans_of(plan["Plan"], alias)
         assert index_of(probe) == "ix_tether_jobs_target_active", plan

@@ -10,7 +10,7 @@ from sqlalchemy.dialects import sqlite
 
 from tether import Coordinator
 from tether.jobtypes import default_registry
-from tether.ledger import sql
+from tether.ledger.catalogue import SQLITE
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 PARAMS = {
@@ -38,6 +38,8 @@ PARAMS = {
     "attempts": 1,
     "quarantine": "q",
     "acquitted": "a",
+    "types": '["create_file", "delete_file"]',
+    "lock": "l",
 }
 
 # Every statement that asks whether an older job on a target is active (the blocked flag, the
@@ -45,34 +47,39 @@ PARAMS = {
 TARGET = "ix_tether_jobs_target_active"
 
 HOT = {
-    "insert": (sql.INSERT, TARGET),
-    "insert_on_target": (sql.INSERT_ON_TARGET, TARGET),
-    "unblock_next": (sql.UNBLOCK_NEXT, TARGET),
-    "any_blocked": (sql.ANY_BLOCKED, "ix_tether_jobs_queue"),
-    "active_by_key": (sql.ACTIVE_BY_KEY, ("ux_tether_jobs_key_active", "ix_tether_jobs_key")),
-    "get": (sql.GET, "sqlite_autoindex_tether_jobs_1"),
-    "payload": (sql.PAYLOAD, "sqlite_autoindex_tether_jobs_1"),
-    "claim": (sql.claim_sql("sqlite", ["create_file", "delete_file"]), "ix_tether_jobs_queue"),
-    "complete": (sql.COMPLETE, "sqlite_autoindex_tether_jobs_1"),
-    "retry": (sql.RETRY, "sqlite_autoindex_tether_jobs_1"),
-    "fail": (sql.FAIL, "sqlite_autoindex_tether_jobs_1"),
-    "release": (sql.RELEASE, "sqlite_autoindex_tether_jobs_1"),
-    "defer": (sql.DEFER, "sqlite_autoindex_tether_jobs_1"),
-    "heartbeat": (sql.HEARTBEAT, "sqlite_autoindex_tether_jobs_1"),
-    "manual_retry": (sql.MANUAL_RETRY, ("sqlite_autoindex_tether_jobs_1", TARGET)),
-    "newer_on_target": (sql.NEWER_ON_TARGET, "ix_tether_jobs_targeted"),
-    "stale": (sql.STALE, "ix_tether_jobs_claimed_lock"),
-    "reclaim": (sql.RECLAIM, "sqlite_autoindex_tether_jobs_1"),
-    "reclaim_exhausted": (sql.RECLAIM_EXHAUSTED, "sqlite_autoindex_tether_jobs_1"),
-    "acquit": (sql.ACQUIT, "ix_tether_jobs_quarantined"),
-    "complete_many": (sql.COMPLETE_MANY_SQLITE, "sqlite_autoindex_tether_jobs_1"),
-    "insert_payloads": (sql.INSERT_PAYLOADS_SQLITE, None),
-    "insert_targeted": (sql.INSERT_TARGETED_SQLITE, TARGET),
+    "insert": (SQLITE.INSERT, TARGET),
+    "insert_on_target": (SQLITE.INSERT_ON_TARGET, TARGET),
+    "unblock_next": (SQLITE.UNBLOCK_NEXT, TARGET),
+    "any_blocked": (SQLITE.ANY_BLOCKED, "ix_tether_jobs_queue"),
+    "active_by_key": (SQLITE.ACTIVE_BY_KEY, ("ux_tether_jobs_key_active", "ix_tether_jobs_key")),
+    "get": (SQLITE.GET, "sqlite_autoindex_tether_jobs_1"),
+    "payload": (SQLITE.PAYLOAD, "sqlite_autoindex_tether_jobs_1"),
+    "claim": (SQLITE.CLAIM, "ix_tether_jobs_queue"),
+    "complete": (SQLITE.COMPLETE, "sqlite_autoindex_tether_jobs_1"),
+    "retry": (SQLITE.RETRY, "sqlite_autoindex_tether_jobs_1"),
+    "fail": (SQLITE.FAIL, "sqlite_autoindex_tether_jobs_1"),
+    "release": (SQLITE.RELEASE, "sqlite_autoindex_tether_jobs_1"),
+    "defer": (SQLITE.DEFER, "sqlite_autoindex_tether_jobs_1"),
+    "heartbeat": (SQLITE.HEARTBEAT, "sqlite_autoindex_tether_jobs_1"),
+    "complete_no_return": (SQLITE.COMPLETE_NO_RETURN, "sqlite_autoindex_tether_jobs_1"),
+    "retry_no_return": (SQLITE.RETRY_NO_RETURN, "sqlite_autoindex_tether_jobs_1"),
+    "fail_no_return": (SQLITE.FAIL_NO_RETURN, "sqlite_autoindex_tether_jobs_1"),
+    "release_no_return": (SQLITE.RELEASE_NO_RETURN, "sqlite_autoindex_tether_jobs_1"),
+    "defer_no_return": (SQLITE.DEFER_NO_RETURN, "sqlite_autoindex_tether_jobs_1"),
+    "manual_retry": (SQLITE.MANUAL_RETRY, ("sqlite_autoindex_tether_jobs_1", TARGET)),
+    "newer_on_target": (SQLITE.NEWER_ON_TARGET, "ix_tether_jobs_targeted"),
+    "stale": (SQLITE.STALE, "ix_tether_jobs_claimed_lock"),
+    "reclaim": (SQLITE.RECLAIM, "sqlite_autoindex_tether_jobs_1"),
+    "reclaim_exhausted": (SQLITE.RECLAIM_EXHAUSTED, "sqlite_autoindex_tether_jobs_1"),
+    "acquit": (SQLITE.ACQUIT, "ix_tether_jobs_quarantined"),
+    "complete_many": (SQLITE.COMPLETE_MANY, "sqlite_autoindex_tether_jobs_1"),
+    "insert_payloads": (SQLITE.INSERT_PAYLOADS, None),
+    "insert_targeted": (SQLITE.INSERT_TARGETED, TARGET),
     # the sweep's safety net, and the upgrade of a ledger from before the flag: every active job
     # with a target once, through their partial index (SQLite: SEARCH ... (ordering_key>?))
-    "lost_heads": (sql.LOST_HEADS, TARGET),
-    "unblock_head": (sql.UNBLOCK_HEAD, TARGET),
-    "block_waiting": (sql.BLOCK_WAITING, TARGET),
+    "lost_heads": (SQLITE.LOST_HEADS, TARGET),
+    "unblock_head": (SQLITE.UNBLOCK_HEAD, TARGET),
+    "block_waiting": (SQLITE.BLOCK_WAITING, TARGET),
 }
 
 
@@ -95,7 +102,7 @@ def engine(tmp_path_factory):
         for i in range(2000):
             status = ["pending", "claimed", "completed", "failed"][i % 4]
             conn.execute(
-                sa.text(sql.INSERT),
+                sa.text(SQLITE.INSERT),
                 {
                     **PARAMS,
                     "id": f"{i:026d}",
@@ -110,9 +117,9 @@ def engine(tmp_path_factory):
 
 
 def plan(engine: sa.Engine, statement: str) -> list[str]:
-    from tether.ledger.backend import Backend
+    from tether.ledger import drivers
 
-    params = Backend.for_engine(engine).bind(PARAMS)
+    params = drivers.for_engine(engine).bind(PARAMS)
     with engine.connect() as conn:
         raw = conn.connection.driver_connection
         assert raw is not None
@@ -136,12 +143,12 @@ def test_hot_statement_neither_scans_nor_sorts(engine, name):
 
 
 def test_claim_updates_the_chosen_jobs_by_primary_key(engine):
-    steps = plan(engine, sql.claim_sql("sqlite", ["create_file", "delete_file"]))
+    steps = plan(engine, SQLITE.CLAIM)
     assert steps[0] == "SEARCH tether_jobs USING INDEX sqlite_autoindex_tether_jobs_1 (id=?)", steps
 
 
 def test_claim_checks_older_jobs_on_the_target_through_the_active_target_index(engine):
-    steps = plan(engine, sql.claim_sql("sqlite", ["create_file", "delete_file"]))
+    steps = plan(engine, SQLITE.CLAIM)
     assert any("ix_tether_jobs_target_active" in s for s in steps), steps
 
 
@@ -151,11 +158,11 @@ def test_claim_index_holds_pending_jobs_in_the_claim_order_blocked_ones_apart():
     [index] = [i for i in jobs.indexes if i.name == "ix_tether_jobs_queue"]
     ddl = str(sa.schema.CreateIndex(index).compile(dialect=sqlite.dialect()))
     assert "(blocked, priority DESC, created_at, id) WHERE status = 'pending'" in ddl
-    assert "ORDER BY j.priority DESC, j.created_at, j.id" in sql.CLAIM_SQLITE
+    assert "ORDER BY j.priority DESC, j.created_at, j.id" in SQLITE.CLAIM
 
 
 def test_claim_reads_only_the_jobs_no_older_job_on_their_target_holds_back(engine):
-    steps = plan(engine, sql.claim_sql("sqlite", ["create_file", "delete_file"]))
+    steps = plan(engine, SQLITE.CLAIM)
     walks = [s for s in steps if "ix_tether_jobs_queue" in s]
     assert walks == [
         "SEARCH h USING INDEX ix_tether_jobs_queue (blocked=?)",

@@ -69,6 +69,8 @@ def test_an_application_session_enqueues_into_the_ledgers_schema(shared_db, tmp_
     ):
         with Session(app_engine) as session:
             job = one.enqueue(CreateFile(path="a.json", content=1), session=session).id
+            # The application's own statements after it still find its own tables first.
+            assert session.execute(sa.text("SHOW search_path")).scalar() == "app_two,public"
             session.commit()
         assert one.get(job).status is JobStatus.PENDING
     with admin.connect() as conn:

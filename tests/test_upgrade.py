@@ -11,8 +11,8 @@ from tether import Coordinator, CreateFile, JobStatus
 from tether.jobtypes import default_registry
 from tether.ledger import meta
 from tether.ledger.engine import create_engine, ensure_schema, layout
+from tether.ledger.schema import RECORD_COLUMNS as COLUMNS
 from tether.ledger.schema import jobs
-from tether.ledger.sql import COLUMNS
 
 
 def forget_layout(conn: sa.Connection) -> None:

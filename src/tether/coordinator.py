@@ -18,10 +18,10 @@ from .errors import ConfigError
 from .jobtypes import JobType, Payload, Registry, default_registry
 from .jobtypes.datafiles.durable import make_root
 from .ledger import conflict, meta
+from .ledger.catalogue import POSTGRESQL
 from .ledger.engine import Durability, create_engine, ensure_schema, layout, opening_error, schema_of
 from .ledger.queue import Queue
 from .ledger.record import InsertResult, JobRecord
-from .ledger.sql import DATABASE_TIME
 from .ledger.wakeup import wakeup_for
 
 if TYPE_CHECKING:
@@ -335,7 +335,7 @@ def _ledger_clock(engine: sa.Engine, clock: Clock | None) -> Clock:
     if isinstance(clock, DatabaseClock) and not clock.synced:
         try:
             with engine.connect() as conn:
-                clock.sync(conn.exec_driver_sql(DATABASE_TIME).scalar_one)
+                clock.sync(conn.exec_driver_sql(POSTGRESQL.DATABASE_TIME).scalar_one)
         except sa.exc.SQLAlchemyError as e:
             raise opening_error(engine, e) from e
     return clock or SystemClock()

@@ -2,7 +2,7 @@
 
 ``Claimer.claim_in`` runs in the caller's transaction (``queue.Queue.claim`` opens one of its
 own; ``finish_and_claim`` shares the one that records a batch's outcomes). It takes ready jobs
-highest priority first, then oldest, within a byte budget (``sql.py``: a job larger than the
+highest priority first, then oldest, within a byte budget (CLAIM in ``statements/sqlite.sql``: a job larger than the
 batch's share waits for the claim it leads), each registered type with a ``max_running`` limit
 only up to its room, and gives each claim of a worker a time of its own.
 """
@@ -16,7 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..jobtypes import Registry
-from . import sql
+from .catalogue import Statements
 from .record import JobRecord
 
 
@@ -24,11 +24,11 @@ class Claimer:
     """Claims for one engine and registry; the statements are made again only when a type is
     registered."""
 
-    def __init__(self, engine: sa.Engine, registry: Registry) -> None:
+    def __init__(self, engine: sa.Engine, registry: Registry, statements: Statements) -> None:
         self.dialect = engine.dialect.name
         self.registry = registry
-        self.sql = sql  # the statement catalogue: plain statements by name
-        self._claim_sql: tuple[int, str] = (-1, "")  # (registry generation, statement)
+        self.sql = statements
+        self._claim_types: tuple[int, Any] = (-1, None)  # (registry generation, CLAIM's types)
         self._limits: dict[str, int] = {}
         self._limits_generation = -1
         self._last_claim_at: dict[str, datetime] = {}  # by worker id
@@ -41,16 +41,16 @@ class Claimer:
         limited = self._limited()
         if limited:
             return self._with_payloads(cur, self._claim_limited(cur, worker, now, limit, max_bytes, limited))
-        params = {"worker": worker, "now": now, "limit": limit, "max_bytes": max_bytes}
-        return self._with_payloads(cur, cur.records(self._claim_statement(), params))
+        params = {"worker": worker, "now": now, "limit": limit, "max_bytes": max_bytes, "types": self._claimed_types()}
+        return self._with_payloads(cur, cur.records(self.sql.CLAIM, params))
 
-    def _claim_statement(self) -> str:
-        """The claim for this registry's types, made again only when a type is registered."""
-        generation, statement = self._claim_sql
+    def _claimed_types(self) -> Any:
+        """CLAIM's ``types``: this registry's types, bound again only when a type is registered."""
+        generation, types = self._claim_types
         if generation != self.registry.generation:
-            statement = sql.claim_sql(self.dialect, self.registry.names())
-            self._claim_sql = (self.registry.generation, statement)
-        return statement
+            types = self.sql.types(self.registry.names())
+            self._claim_types = (self.registry.generation, types)
+        return types
 
     def _claim_time(self, worker: str, now: datetime) -> datetime:
         """``now``, or a microsecond past ``worker``'s last claim: each claim of a worker gets a
@@ -65,7 +65,7 @@ class Claimer:
         return now
 
     def _with_payloads(self, cur: Any, claimed: list[JobRecord]) -> list[JobRecord]:
-        """Claimed jobs with every payload: those the claim left out (over ``sql.INLINE_PAYLOAD``
+        """Claimed jobs with every payload: those the claim left out (over ``catalogue.INLINE_PAYLOAD``
         bytes) read now, each by its own statement, so one is in flight at a time."""
         if all(job.payload is not None for job in claimed):
             return claimed
@@ -98,7 +98,7 @@ class Claimer:
         limited type of large jobs)."""
         params: dict[str, Any] = {"worker": worker, "now": now, "limit": limit, "max_bytes": max_bytes}
         unlimited = [name for name in self.registry.names() if name not in limited]
-        claimed: list[JobRecord] = cur.records(sql.claim_sql(self.dialect, unlimited), params)
+        claimed: list[JobRecord] = cur.records(self.sql.CLAIM, {**params, "types": self.sql.types(unlimited)})
         for name, cap in limited.items():
             left = max_bytes - sum(job.payload_bytes or 0 for job in claimed)
             if len(claimed) >= limit or (claimed and left <= 0):
@@ -108,5 +108,5 @@ class Claimer:
             room = min(limit - len(claimed), cap - int(cur.scalar(self.sql.RUNNING_OF_TYPE, {"type": name})))
             if room > 0:
                 of_type = {**params, "limit": room, "max_bytes": left}
-                claimed += cur.records(sql.claim_sql(self.dialect, [name]), of_type)
+                claimed += cur.records(self.sql.CLAIM, {**of_type, "types": self.sql.types([name])})
         return claimed

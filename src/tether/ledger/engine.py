@@ -15,7 +15,8 @@ import sqlalchemy as sa
 
 from .. import config
 from ..errors import ConfigError, DatabaseUnavailable, LedgerFault
-from . import faults, sql
+from . import faults
+from .catalogue import catalogue_for
 from .ledgerfile import not_a_file
 from .schema import RETIRED_INDEXES, TABLE, metadata
 from .url import mask_url, parse_url
@@ -216,7 +217,7 @@ def _column_names(conn: sa.Connection, dialect: str, table: str) -> set[str]:
 # Filled when the column is added to an existing ledger, for the jobs that may still run (a
 # failed one may be retried): finished rows are left as they are, so the upgrade stays short.
 # (table, column) -> (value per dialect, rows to fill). ``blocked`` is set after the indexes
-# (sql.BLOCK_WAITING reads the waiting jobs through one).
+# (BLOCK_WAITING in statements/sqlite.sql reads the waiting jobs through one).
 _FILL = {
     (TABLE, "payload_bytes"): (
         {"sqlite": "length(CAST(payload AS BLOB))", "postgresql": "octet_length(payload)"},  # bytes, not characters
@@ -294,8 +295,7 @@ def ensure_schema(engine: sa.Engine) -> bool:
                 if name in present:
                     conn.exec_driver_sql(f"DROP INDEX {name}")
             if f"{TABLE}.blocked" in added:  # the waiting jobs of a ledger from before the flag
-                statement = sql.BLOCK_WAITING
-                conn.exec_driver_sql(sql.unpinned(statement) if engine.dialect.name == "postgresql" else statement)
+                conn.exec_driver_sql(catalogue_for(engine.dialect.name).BLOCK_WAITING)
             return created
     except sa.exc.SQLAlchemyError as e:
         raise opening_error(engine, e) from e

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from .. import events
 from ..errors import CommitUnknown, DatabaseUnavailable
 from ..jobtypes import Payload
-from . import conflict, faults, sql
+from . import conflict, faults
 from .backend import Backend, LostCommit
 from .build import Builder
 from .record import InsertResult, JobRecord, make_tuple
@@ -73,10 +73,9 @@ class Enqueuer:
         self.builder = builder
         self.wakeup = wakeup
         self.where = where
-        self.sql = sql  # the statement catalogue: plain statements by name
-        dialect = backend.engine.dialect.name
-        self._json_sql = sql.insert_json_sql(dialect) if backend.reads_json else None
-        self._insert_keyed, self._insert_on_target = sql.insert_sql(dialect)
+        self.sql = backend.sql  # the statement catalogue of this ledger's dialect
+        self._json_sql = (self.sql.INSERT_PAYLOADS, self.sql.INSERT_TARGETED) if backend.reads_json else None
+        self._insert_keyed, self._insert_on_target = self.sql.INSERT, self.sql.INSERT_ON_TARGET
 
     def build(self, payloads: Sequence[Payload], **options: Any) -> list[JobRecord]:
         """Validate jobs before a transaction opens; raises InvalidPayload. Options as

@@ -62,7 +62,7 @@ class Job(TetherModel, table=True):
     progress: str | None = _field(_jobs.progress)
     quarantine: str | None = _field(_jobs.quarantine)
     payload_bytes: int | None = _field(_jobs.payload_bytes)
-    blocked: bool = _field(_jobs.blocked)  # an older job on its target is active (sql.py)
+    blocked: bool = _field(_jobs.blocked)  # an older job on its target is active (statements/sqlite.sql)
 
 
 class Meta(TetherModel, table=True):

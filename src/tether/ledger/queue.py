@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +20,9 @@ from ..config import DEFAULT_BATCH_BYTES
 from ..errors import DuplicateActiveJob, InvalidTransition, JobNotFound, Superseded
 from ..jobtypes import Payload, Registry
 from ..jobtypes.target import display
-from . import reclaim, sql
-from .backend import Backend
+from . import drivers, reclaim
 from .build import Builder
+from .catalogue import Statements
 from .claim import Claimer
 from .engine import ledger_name
 from .enqueue import Enqueuer
@@ -33,22 +32,17 @@ from .record import InsertResult, JobRecord
 from .status import JobStatus
 from .wakeup import Wakeup
 
-_EDGE_SQL = {
-    "complete": sql.COMPLETE,
-    "retry": sql.RETRY,
-    "fail": sql.FAIL,
-    "release": sql.RELEASE,
-    "defer": sql.DEFER,
-    "snooze": sql.DEFER,  # the same row change, without holding back the type's other jobs
-    "manual_retry": sql.MANUAL_RETRY,
-    "reclaim": sql.RECLAIM,
-    "reclaim_exhausted": sql.RECLAIM_EXHAUSTED,
+_EDGE_SQL = {  # each edge's statement, by its name in the catalogue
+    "complete": "COMPLETE",
+    "retry": "RETRY",
+    "fail": "FAIL",
+    "release": "RELEASE",
+    "defer": "DEFER",
+    "snooze": "DEFER",  # the same row change, without holding back the type's other jobs
+    "manual_retry": "MANUAL_RETRY",
+    "reclaim": "RECLAIM",
+    "reclaim_exhausted": "RECLAIM_EXHAUSTED",
 }
-
-
-@cache
-def _without_returning(statement: str) -> str:
-    return statement.split("RETURNING", 1)[0]
 
 
 class Queue:
@@ -71,14 +65,17 @@ class Queue:
         self.root = root
         self.ledger_id = ledger_id  # what the AWS resources its jobs own are tagged with
         self.where = ledger_name(engine)  # the ledger as messages name it
-        self.backend = Backend.for_engine(engine)
-        self.sql = sql  # the statement catalogue: plain statements by name
+        self.backend = drivers.for_engine(engine)
+        self.sql: Statements = self.backend.sql  # the statement catalogue of this ledger's dialect
         builder = Builder(registry, root, clock, max_payload_bytes=max_payload_bytes)
         self.enqueuer = Enqueuer(self.backend, builder, wakeup, self.where)
-        self.claimer = Claimer(engine, registry)
-        dialect = engine.dialect.name
-        self._complete_many_sql = sql.complete_many_sql(dialect) if self.backend.reads_json else None
-        self._edge_sql = {**_EDGE_SQL, "manual_retry": sql.manual_retry_sql(dialect)}
+        self.claimer = Claimer(engine, registry, self.sql)
+        self._complete_many_sql = self.sql.COMPLETE_MANY if self.backend.reads_json else None
+        self._edge_sql = {edge: getattr(self.sql, name) for edge, name in _EDGE_SQL.items()}
+        # The worker's edges as its group commits record them: the same row change, no row read back.
+        self._edge_sql_no_return = {
+            edge: getattr(self.sql, f"{name}_NO_RETURN") for edge, name in _EDGE_SQL.items() if edge in FENCED
+        }
 
     @property
     def wakeup(self) -> Wakeup:
@@ -133,7 +130,7 @@ class Queue:
                 raise ValueError(f"{edge} is fenced: worker and attempt are required")
             params.update(worker=worker, attempt=attempt)
         if not returning:
-            return True if cur.execute(_without_returning(self._edge_sql[edge]), params) == 1 else None
+            return True if cur.execute(self._edge_sql_no_return[edge], params) == 1 else None
         job: JobRecord | None = cur.record(self._edge_sql[edge], params)
         if job is not None:
             assert job.status is to_status, (edge, from_status, job.status)
@@ -235,7 +232,7 @@ class Queue:
 
     def unblock_next(self, cur: Any, ended: Iterable[JobRecord]) -> None:
         """After ``ended`` left the active set (in their transaction): on each of their targets,
-        the oldest active job left is no longer blocked (sql.py, "the order per target"); the
+        the oldest active job left is no longer blocked (``statements/sqlite.sql``, "the order per target"); the
         claim that follows in the same transaction can take it."""
         targets = sorted({job.ordering_key for job in ended if job.ordering_key is not None})
         if targets:

@@ -14,14 +14,14 @@ claim statement):
   was its last, and is quarantined (``crashed``).
 - **batch**: several jobs of the claim have no outcome; any one of them may have killed the
   worker. Each gets its attempt back and is quarantined as a suspect of that claim
-  (``suspect:<claim>``). A quarantined job is claimed alone (sql.CLAIM_*), so from then on a
+  (``suspect:<claim>``). A quarantined job is claimed alone (CLAIM in statements/sqlite.sql), so from then on a
   crash is pinned on exactly one job.
 - A suspect that then kills its worker alone is charged that earlier batch crash too (it was the
   first of the batch to crash alone; suspects run in the batch's own order), and the batch's
   other suspects are acquitted of it (``suspect``): a poison job fails after exactly
   ``max_attempts`` crashes while it was running, and no batch-mate loses an attempt for it.
 
-A job on its last attempt is claimed alone too (sql.CLAIM_*), so the crash that uses up its last
+A job on its last attempt is claimed alone too (CLAIM in statements/sqlite.sql), so the crash that uses up its last
 attempt is always pinned at once: with ``max_attempts`` 1 every job runs alone, at a commit each.
 """
 
@@ -162,7 +162,7 @@ def _sweep_in(queue: Queue, cur: Any, lock_timeout: float, now: datetime | None)
 
 def _unblock_lost_heads(queue: Queue) -> None:
     """The sweep's safety net: unblock each target's oldest active job left blocked (see
-    sql.LOST_HEADS); normally there is none, and only a read is made."""
+    LOST_HEADS in the catalogue); normally there is none, and only a read is made."""
     with queue.backend.read() as cur:
         if cur.scalar(queue.sql.ANY_BLOCKED) is None:
             return

@@ -7,6 +7,7 @@ Both are NamedTuples rather than frozen dataclasses: a frozen dataclass sets eac
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -47,9 +48,9 @@ class JobRecord(NamedTuple):
     payload_bytes: int | None = None  # len of the payload's UTF-8; None for a job enqueued before it was kept
 
     @classmethod
-    def from_row(cls, row: Any) -> JobRecord:
-        values = tuple(row)
-        return cls(*values[:3], JobStatus(values[3]), *values[4:])  # type: ignore[call-arg]  # mypy cannot count a *values[4:]
+    def from_row(cls, row: Sequence[Any]) -> JobRecord:
+        """The job of one row whose times are datetimes already (as SQLAlchemy reads them)."""
+        return from_rows([row])[0]
 
     @property
     def first_run(self) -> bool:
@@ -83,6 +84,34 @@ class JobRecord(NamedTuple):
                 value = value.value
             out[name] = value
         return out
+
+
+_STATUS = {s.value: s for s in JobStatus}
+_TIMES = tuple(
+    JobRecord._fields.index(name) for name in ("locked_at", "created_at", "claimed_at", "completed_at", "run_at")
+)
+
+
+def from_rows(rows: Iterable[Sequence[Any]], read_time: Callable[[Any], datetime] | None = None) -> list[JobRecord]:
+    """The jobs of ``rows`` (the columns of ``schema.RECORD_COLUMNS``, in order): the one place a
+    row becomes a JobRecord. ``read_time`` reads a stored time where the driver gives it as the
+    ledger keeps it (SQLite's text); a claimed batch shares its claim time and each job its
+    created and run times, so each distinct one is read once."""
+    times: dict[Any, datetime] = {}
+    out = []
+    for row in rows:
+        values = list(row)
+        values[3] = _STATUS[values[3]]
+        if read_time is not None:
+            for i in _TIMES:
+                stored = values[i]
+                if stored is not None:
+                    when = times.get(stored)
+                    if when is None:
+                        when = times[stored] = read_time(stored)
+                    values[i] = when
+        out.append(make_tuple(JobRecord, values))  # JobRecord(*values) without its Python frame
+    return out
 
 
 class InsertResult(NamedTuple):

@@ -95,7 +95,7 @@ jobs = sa.Table(
     # after the first release: ensure_schema adds it and fills it for jobs that may run again.
     sa.Column("payload_bytes", sa.Integer),
     # True while an older job on the same target is active: the claim leaves the job out without
-    # looking at it (sql.py, "the order per target"). Kept by enqueue and by the transitions that
+    # looking at it (statements/sqlite.sql, "the order per target"). Kept by enqueue and by the transitions that
     # end a job; derived from the other columns, never part of a JobRecord. Added after the first
     # release: ensure_schema adds it, with its default, and sets it for the jobs waiting then.
     sa.Column("blocked", sa.Boolean, nullable=False, default=False, server_default=sa.false()),

@@ -146,7 +146,7 @@ class PgWakeup(Wakeup):
             self._thread.join(timeout)
 
 
-NOTIFY_SQL = "SELECT pg_notify(:channel, :token)"
+NOTIFY_SQL = "SELECT pg_notify(%(channel)s, %(token)s)"  # run on the driver cursor: psycopg's placeholders
 
 # How long one wait for notifications lasts before the listener checks whether to stop.
 _TICK = 0.5

@@ -1,7 +1,7 @@
-"""Writes ``_lite_sql.py``: the statements ``tether status`` runs, compiled for SQLite, so that
-``lite`` runs them on a SQLite file without loading SQLAlchemy (see benchmarks/README.md,
-cli_startup). The statements themselves stay defined once, in ``queries``; tests/test_lite.py
-compiles them again and fails while the module written here differs.
+"""Writes ``ledger/statements/status.sql``: the statements ``tether status`` runs, compiled for
+SQLite, so that ``lite`` runs them on a SQLite file without loading SQLAlchemy (see
+benchmarks/README.md, cli_startup). The statements themselves stay defined once, in ``health``;
+tests/test_lite.py compiles them again and fails while the file written here differs.
 
     .venv/bin/python -m tether.observe.compile_lite
 """
@@ -9,19 +9,20 @@ compiles them again and fails while the module written here differs.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
+from sqlalchemy.sql import visitors
+from sqlalchemy.sql.elements import BindParameter
 
-from ..ledger.schema import TABLE
+from ..ledger.catalogue import STATEMENTS
 from .health import finished_statement, run_times_statement, stats_statements
 
-TARGET = Path(__file__).with_name("_lite_sql.py")
+TARGET = STATEMENTS / "status.sql"
 COMMAND = "python -m tether.observe.compile_lite"
-
-Param = tuple[str, Any]
-"""``("arg", name)``: a time the caller passes by that name; ``("value", v)``: a constant."""
+TIMES = ("now", "cutoff", "since")
+"""The times a caller binds, by name (``:now``...); every other value is written into the text."""
 
 
 def _statements(at: dict[str, datetime]) -> dict[str, Any]:
@@ -32,52 +33,36 @@ def _statements(at: dict[str, datetime]) -> dict[str, Any]:
     }
 
 
-def compiled() -> dict[str, tuple[str, tuple[Param, ...]]]:
-    """Each statement's SQLite text and its parameters in order. The times are bound to stand-in
-    values here and named back by them, so a statement's builder stays its only definition."""
+def compiled() -> dict[str, str]:
+    """Each statement's SQLite text. The times are built with stand-in values and each becomes the
+    named parameter of its name (so a statement's builder stays its only definition); the other
+    values are constants of the statement, written as SQLite literals."""
     base = datetime(2000, 1, 1, tzinfo=UTC)
-    at = {name: base + timedelta(days=i) for i, name in enumerate(("now", "cutoff", "since"))}
+    at = {name: base + timedelta(days=i) for i, name in enumerate(TIMES)}
     named = {value: name for name, value in at.items()}
+
+    def as_parameter(element: Any, **_: Any) -> Any:
+        if isinstance(element, BindParameter) and isinstance(element.value, datetime):
+            return sa.literal_column(":" + named[element.value])  # a time no caller names: KeyError
+        return None
+
     out = {}
     for key, statement in _statements(at).items():
-        c = statement.compile(dialect=sqlite.dialect(), compile_kwargs={"render_postcompile": True})
-        params: list[Param] = []
-        for bind in c.positiontup or ():
-            value = c.params[bind]
-            if isinstance(value, datetime):
-                params.append(("arg", named[value]))  # a time no caller named is a KeyError here
-            else:
-                params.append(("value", value))
-        out[key] = (str(c), tuple(params))
+        timed = visitors.replacement_traverse(statement, {}, as_parameter)
+        out[key] = str(timed.compile(dialect=sqlite.dialect(), compile_kwargs={"literal_binds": True}))
     return out
 
 
 def render() -> str:
-    """The text of ``_lite_sql.py``."""
+    """The text of ``status.sql``."""
     lines = [
-        f'"""Written by ``{COMMAND}`` from the statements in ``queries``: do not edit.',
-        "",
-        "``tether status`` on a SQLite file runs these through ``lite`` without loading SQLAlchemy.",
-        '"""',
-        "",
-        "from typing import Any",
-        "",
-        f"TABLE = {TABLE!r}",
-        "",
-        "STATEMENTS: dict[str, tuple[str, tuple[tuple[str, Any], ...]]] = {",
+        f"-- Written by ``{COMMAND}`` from the statements in observe/health.py, compiled",
+        "-- for SQLite: do not edit. ``tether status`` on a SQLite file runs these through observe/lite.py",
+        "-- without loading SQLAlchemy; " + ", ".join(f":{t}" for t in TIMES) + " are the times it binds.",
     ]
-    for key, (text, params) in compiled().items():
-        lines.append(f"    {key!r}: (")
-        lines += [f"        {line!r}" for line in _lines(text)]
-        lines.append(f"        , {params!r},")
-        lines.append("    ),")
-    lines.append("}")
+    for key, text in compiled().items():
+        lines += ["", f"-- name: {key}", *(line.rstrip() for line in text.splitlines())]
     return "\n".join(lines) + "\n"
-
-
-def _lines(text: str) -> list[str]:
-    """The statement's text in pieces that join back into it (one per line of SQL)."""
-    return text.splitlines(keepends=True) or [""]
 
 
 def main() -> None:

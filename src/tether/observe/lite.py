@@ -1,8 +1,9 @@
 """``tether status`` on a SQLite ledger file without SQLAlchemy: the stdlib ``sqlite3``, opened
-read-only, runs the statements of ``queries`` as compiled ahead for SQLite (``_lite_sql``, written
-by ``compile_lite``), and the rows become the same ``Stats``, ``Activity`` and ``Health`` as
-``observe.health`` gives, through the same functions. Loading SQLAlchemy costs a command more
-than all of its own work (benchmarks/README.md, cli_startup).
+read-only, runs the statements of ``health`` as compiled ahead for SQLite (the catalogue's
+``ledger/statements/status.sql``, written by ``compile_lite``), and the rows become the same
+``Stats``, ``Activity`` and ``Health`` as ``observe.health`` gives, through the same functions.
+Loading SQLAlchemy costs a command more than all of its own work (benchmarks/README.md,
+cli_startup).
 
 Only a plain ``sqlite:///path`` is read here; any other URL (PostgreSQL, a driver or query
 string, an unusual path) keeps the SQLAlchemy path, whose errors it gives. Errors are those of
@@ -12,7 +13,7 @@ string, an unusual path) keeps the SQLAlchemy path, whose errors it gives. Error
 from __future__ import annotations
 
 import sqlite3
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
@@ -20,13 +21,16 @@ from .. import config
 from ..clock import SystemClock
 from ..errors import DatabaseUnavailable, NoLedger
 from ..ledger import faults
-from ..ledger.ledgerfile import ledger_file
-from ._lite_sql import STATEMENTS, TABLE
+from ..ledger.catalogue import STATEMENTS, parse
+from ..ledger.ledgerfile import TABLE, ledger_file
+from ..ledger.sqlitetime import to_text
 from .backlog import stats_of
 from .verdict import Health, Thresholds, activity_of, assess
 
 _PLAIN = "sqlite:///"
 _UNUSUAL = set("?#%@:")  # a query string, escapes, a password-like part: SQLAlchemy parses those
+STATUS = parse((STATEMENTS / "status.sql").read_text(encoding="utf-8"))
+"""The statements of ``tether status`` by name, compiled for SQLite (``compile_lite``)."""
 
 
 def sqlite_file(url: str | None, schema: str | None = None) -> str | None:
@@ -37,14 +41,6 @@ def sqlite_file(url: str | None, schema: str | None = None) -> str | None:
     if not database or database == ":memory:" or _UNUSUAL & set(database) or config.schema(schema):
         return None
     return database
-
-
-def sqlite_time(value: datetime) -> str:
-    """A time as SQLAlchemy's SQLite DateTime binds it, after ``schema.UTCDateTime`` has made it
-    naive UTC: the fixed-width text the ledger keeps."""
-    if value.tzinfo is None:
-        raise ValueError("tether stores timezone-aware UTC times only")
-    return value.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
 
 
 def connect(database: str) -> sqlite3.Connection:
@@ -79,8 +75,7 @@ def _opening_error(e: sqlite3.Error, path: str) -> Exception:
 
 
 def _rows(conn: sqlite3.Connection, name: str, times: dict[str, str]) -> list[Any]:
-    text, params = STATEMENTS[name]
-    return conn.execute(text, [times[v] if kind == "arg" else v for kind, v in params]).fetchall()
+    return conn.execute(STATUS[name], times).fetchall()
 
 
 def health(
@@ -95,14 +90,14 @@ def health(
     now = now or SystemClock.now()
     lock_timeout = config.DEFAULT_LOCK_TIMEOUT if lock_timeout is None else lock_timeout
     times = {
-        "now": sqlite_time(now),
-        "cutoff": sqlite_time(now - timedelta(seconds=lock_timeout)),
-        "since": sqlite_time(now - timedelta(seconds=th.window)),
+        "now": to_text(now),
+        "cutoff": to_text(now - timedelta(seconds=lock_timeout)),
+        "since": to_text(now - timedelta(seconds=th.window)),
     }
     conn = connect(database)
     try:
         conn.execute("BEGIN")  # deferred: a reader never takes the write lock
-        # In the order of queries.stats: the first statement to fail is the one each path names.
+        # In the order of health.stats: the first statement to fail is the one each path names.
         backlog = _rows(conn, "backlog", times)
         failed, stuck, quarantined = (_rows(conn, k, times)[0][0] for k in ("failed", "stuck", "quarantined"))
         deepest = _rows(conn, "deepest", times)

@@ -19,12 +19,12 @@ from ..clock import Clock, SystemClock
 from ..errors import DatabaseUnavailable
 from ..errors import NoLedger as NoLedger  # `X as X`: defined in errors, this module's API too
 from ..ledger import faults
+from ..ledger.catalogue import POSTGRESQL
 from ..ledger.engine import READ_ONLY, create_engine, ledger_name
 from ..ledger.ledgerfile import ledger_file
 from ..ledger.record import JobRecord
 from ..ledger.schema import FINISHED_SQL, RECORD_COLUMNS, TABLE
 from ..ledger.schema import jobs as jobs_table
-from ..ledger.sql import DATABASE_TIME
 from ..ledger.url import mask_url, parse_url
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ def ledger_now(conn: sa.Connection) -> datetime:
     """Now by the clock a ledger's workers measure by (clock.py): on PostgreSQL the database's,
     since this machine's may be off; on SQLite this machine's, which they all share."""
     if conn.dialect.name == "postgresql":
-        at: datetime = conn.execute(sa.text(DATABASE_TIME)).scalar_one()
+        at: datetime = conn.execute(sa.text(POSTGRESQL.DATABASE_TIME)).scalar_one()
         return at.astimezone(UTC)
     return SystemClock().now()
 

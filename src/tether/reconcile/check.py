@@ -32,8 +32,8 @@ from ..jobtypes.claude_extraction import answer_of
 from ..jobtypes.datafiles import durable, nofollow, paths
 from ..jobtypes.datafiles.existence import listings
 from ..jobtypes.target import display, file_key
-from ..ledger import sql
-from ..ledger.backend import Backend
+from ..ledger import drivers
+from ..ledger.catalogue import READS
 from ..ledger.engine import READ_ONLY
 from . import runs as reconcile_runs
 from .drift import DRIFT, IN_SYNC, LEFTOVER_TEMP, NOT_CHECKED, STATUSES, UNKNOWN, UNTRACKED, Finding, Report
@@ -53,12 +53,12 @@ BATCH = 2000
 _Target = tuple[str, str | None, str | None, str | None, str | None]  # one target, as a row of those
 _Targets = tuple[list[str], list[str | None], list[str | None], list[str | None], list[str | None]]
 
-PAYLOADS = sa.text(sql.PAYLOADS_BY_ID).bindparams(sa.bindparam("ids", expanding=True))
-RECHECK = sa.text(sql.RECONCILE_RECHECK).bindparams(sa.bindparam("keys", expanding=True))
-ACTIVE_ON = sa.text(sql.ACTIVE_ON_TARGET)
-KNOWN_TARGETS = sa.text(sql.KNOWN_TARGETS).bindparams(sa.bindparam("keys", expanding=True))
-COUNT_TARGETED = sa.text(sql.COUNT_TARGETED)
-TYPE_TARGETED = sa.text(sql.TYPE_TARGETED)
+PAYLOADS = sa.text(READS.PAYLOADS_BY_ID).bindparams(sa.bindparam("ids", expanding=True))
+RECHECK = sa.text(READS.RECONCILE_RECHECK).bindparams(sa.bindparam("keys", expanding=True))
+ACTIVE_ON = sa.text(READS.ACTIVE_ON_TARGET)
+KNOWN_TARGETS = sa.text(READS.KNOWN_TARGETS).bindparams(sa.bindparam("keys", expanding=True))
+COUNT_TARGETED = sa.text(READS.COUNT_TARGETED)
+TYPE_TARGETED = sa.text(READS.TYPE_TARGETED)
 
 # ``.<name>.<8 hex>.tether-tmp``: fs.atomic_write's temp file for ``<name>`` in the same directory.
 _TEMP_NAME = re.compile(r"^\.(?P<target>.+)\.[0-9a-f]{8}" + re.escape(paths.TEMP_SUFFIX) + "$")
@@ -118,7 +118,7 @@ class _Reconciler:
         self.batch_size = batch_size
         self.progress = progress
         self.probes = {name: registry.get(name).probe for name in registry.names()}
-        self.backend = Backend.for_engine(engine)
+        self.backend = drivers.for_engine(engine)
         self.suspects: list[tuple[str, Finding]] = []
         self.report: Report
         # Probes that read a remote world (``Probe.remote``: "aws") run only when allowed; the
@@ -203,8 +203,8 @@ class _Reconciler:
             if probe is not None and probe.wants_payload(content=self.content)
         )
         wide = bool(wanting)
-        page = sql.reconcile_page(len(wanting))
-        binds = {f"want_{n}": name for n, name in enumerate(wanting)}
+        page = self.backend.sql.RECONCILE_PAGE_PAYLOADS if wide else self.backend.sql.RECONCILE_PAGE
+        binds = {"want": self.backend.sql.types(wanting)} if wide else {}
         after_key, after_id, read, newest = "", "", 0, ""
         carried: _Target | None = None
         while True:

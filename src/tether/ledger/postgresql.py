@@ -1,0 +1,100 @@
+"""The PostgreSQL driver: pooled connections for writes, and one connection per thread, in
+autocommit, for the worker's one-statement questions (``ask``)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import sqlalchemy as sa
+from psycopg import pq
+
+from .backend import Backend, _Cursor
+
+# A ledger in its own schema (engine.create_engine): an application's transaction has the
+# ledger's schema put alone on its search path for the span of tether's statements in it, as
+# tether's own connections have from their start; then its own path is put back.
+_ENTER_SCHEMA = "SELECT current_setting('search_path'), set_config('search_path', %s, true)"
+_LEAVE_SCHEMA = "SELECT set_config('search_path', %s, true)"
+
+
+class PostgresBackend(Backend):
+    name = "postgresql"
+
+    def __init__(self, engine: sa.Engine) -> None:
+        super().__init__(engine)
+        from .engine import schema_of
+
+        schema = schema_of(engine)
+        self._search_path = f'"{schema}"' if schema else None
+        self._askers = threading.local()  # each thread's connection for ask()
+        self._kept: list[Any] = []  # every such connection, closed with the backend
+        self._kept_lock = threading.Lock()
+
+    @contextmanager
+    def _in_session(self, conn: Any) -> Iterator[_Cursor]:
+        if self._search_path is None:
+            with super()._in_session(conn) as cur:
+                yield cur
+            return
+        driver = conn.connection.driver_connection
+        with driver.cursor() as raw:
+            raw.execute(_ENTER_SCHEMA, (self._search_path,))
+            row = raw.fetchone()
+        try:
+            with super()._in_session(conn) as cur:
+                yield cur
+        finally:
+            # A failed transaction takes no statement; its rollback puts the path back.
+            if row is not None and driver.info.transaction_status != pq.TransactionStatus.INERROR:
+                with driver.cursor() as raw:
+                    raw.execute(_LEAVE_SCHEMA, (row[0],))
+
+    def _end_read(self, driver: Any) -> None:
+        driver.rollback()
+
+    def ask(self, statement: str, params: Mapping[str, Any]) -> Any:
+        """As ``Backend.ask``, in one round trip: on a connection of this thread's own, in
+        autocommit, kept out of the pool (no checkout, no ping, no ROLLBACK). A worker asks the
+        ledger whether it still holds a job before each effect, where a pooled read cost three
+        round trips. A connection found dead is replaced once, as the pool's ping would: the
+        statement only reads."""
+        for again in (True, False):
+            driver = self._asker()
+            try:
+                row = driver.execute(statement, params).fetchone()
+            except self._dbapi_error as e:
+                if again and driver.closed:
+                    continue
+                raise self._wrap(e, driver) from e
+            return None if row is None else row[0]
+        raise AssertionError("unreachable")
+
+    def _asker(self) -> Any:
+        """This thread's connection for ``ask``, opened (or opened again) when needed."""
+        driver = getattr(self._askers, "driver", None)
+        if driver is not None and not driver.closed:
+            return driver
+        try:
+            raw = self.engine.raw_connection()
+        except self._dbapi_error as e:
+            raise self._wrap(e) from e
+        driver = raw.driver_connection
+        raw.detach()  # the pool neither counts it nor resets it; close() closes it
+        assert driver is not None  # None only once the connection is closed
+        driver.autocommit = True
+        self._askers.driver = driver
+        with self._kept_lock:
+            self._kept = [kept for kept in self._kept if not kept.closed] + [driver]
+        return driver
+
+    def close(self) -> None:
+        with self._kept_lock:
+            kept, self._kept = self._kept, []
+        for driver in kept:
+            driver.close()
+
+    def _usable(self, driver: Any) -> bool:
+        return not driver.closed  # psycopg: also after the server or the network cut it off

@@ -1,0 +1,217 @@
+"""The SQLite driver: one write connection per thread, kept out of the pool, and waits for the
+write lock of our own (``_when_unlocked``)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+
+from ..errors import LedgerFault
+from . import faults, sqlitetime
+from .backend import Backend
+from .record import JobRecord, from_rows
+
+_T = TypeVar("_T")
+
+
+class _Writer:
+    """One thread's write connection (a holder, since sqlite3 connections take no weak refs)."""
+
+    __slots__ = ("driver", "pool", "pid", "__weakref__")
+    driver: sqlite3.Connection
+    pool: Any
+    pid: int
+
+    def __init__(self, driver: sqlite3.Connection, pool: Any) -> None:
+        self.driver = driver
+        self.pool = pool
+        self.pid = _pid
+
+
+# Connections a forked child inherited: never used, and never closed by the child either (nor
+# by the interpreter freeing the other threads' locals in it): held from just before the fork.
+_inherited: list[_Writer] = []
+_forking: list[_Writer] = []
+_backends: weakref.WeakSet[SQLiteBackend] = weakref.WeakSet()
+
+
+def _before_fork() -> None:
+    _forking.extend(w for b in list(_backends) for w in list(b._writers))
+
+
+def _after_fork_in_parent() -> None:
+    _forking.clear()
+
+
+def _after_fork_in_child() -> None:
+    global _pid
+    _pid = os.getpid()
+    _inherited.extend(_forking)
+    _forking.clear()
+
+
+_pid = os.getpid()  # this process's, kept by the fork hook: os.getpid() is a system call
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
+
+
+def _sqlite_reads_json() -> bool:
+    """Whether the linked SQLite has its JSON functions (built in since 3.38, optional before)."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        return bool(conn.execute("SELECT count(*) FROM json_each('[1]')").fetchone()[0] == 1)
+    except sqlite3.Error:
+        return False
+    finally:
+        conn.close()
+
+
+def _busy(error: sqlite3.OperationalError) -> bool:
+    """SQLITE_BUSY and its extended codes: another connection holds the write lock."""
+    return getattr(error, "sqlite_errorcode", 5) & 0xFF == 5
+
+
+class SQLiteBackend(Backend):
+    name = "sqlite"
+    one_machine = True
+    reads_json = _sqlite_reads_json()
+
+    def __init__(self, engine: sa.Engine) -> None:
+        super().__init__(engine)
+        self._local = threading.local()
+        self._writers: weakref.WeakSet[_Writer] = weakref.WeakSet()
+        self._busy_timeout = 30.0  # the engine's, read from the first write connection
+        _backends.add(self)
+        self._path = engine.url.database or ""
+        try:
+            st = os.stat(self._path)
+            self._identity: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except OSError:
+            self._identity = None
+
+    def file_fault(self) -> LedgerFault | None:
+        # A worker whose ledger file was deleted or swapped would go on writing to the file it
+        # has open, which nobody will ever read again; one emptied is a ledger lost.
+        if self._identity is None:
+            return None
+        try:
+            st = os.stat(self._path)
+        except FileNotFoundError:
+            return faults.fault(faults.GONE, self._path, "the file was deleted while this process had it open")
+        except OSError:
+            return None  # cannot tell; the next statement will say
+        if (st.st_dev, st.st_ino) != self._identity:
+            return faults.fault(
+                faults.GONE, self._path, "the file was replaced by another while this process had it open"
+            )
+        if st.st_size == 0:
+            return faults.fault(faults.CORRUPT, self._path, "the file was emptied (0 bytes)")
+        return None
+
+    def _checkout_writer(self) -> tuple[None, sqlite3.Connection]:
+        # Each thread keeps one write connection out of the pool: a pool checkout and its reset
+        # cost a good part of a durable enqueue's latency. A thread's connection is
+        # closed with the thread (its locals go), or by close(); a new pool (engine.dispose()) or
+        # a forked child gets a new one.
+        writer = getattr(self._local, "writer", None)
+        if writer is not None and writer.pid == _pid and writer.driver.in_transaction:
+            # Its transaction is still open: a write() inside another on this thread, which would
+            # otherwise end the outer transaction and leave its rest to commit statement by statement.
+            raise RuntimeError(
+                "a tether write transaction is already open on this thread; nested writes are not supported"
+            )
+        if writer is None or writer.pool is not self.engine.pool or writer.pid != _pid:
+            if writer is not None and writer.pid != _pid:
+                _inherited.append(writer)
+            raw = self.engine.raw_connection()  # the engine's connect-time PRAGMAs included
+            driver: sqlite3.Connection | None = raw.driver_connection
+            assert driver is not None  # None only once the connection is closed
+            raw.detach()
+            # Waits for the write lock are ours (_when_unlocked): SQLite's own busy handler first
+            # sleeps a whole millisecond, and a worker woken by the WAL watch while the writer
+            # that woke it is still syncing would always pay it.
+            self._busy_timeout = driver.execute("PRAGMA busy_timeout").fetchone()[0] / 1000
+            driver.execute("PRAGMA busy_timeout=0")
+            writer = self._local.writer = _Writer(driver, self.engine.pool)
+            self._writers.add(writer)
+        return None, writer.driver
+
+    def _when_unlocked(self, statement: Callable[[], _T]) -> _T:
+        """Run ``statement`` (one that takes the write lock) as soon as the lock is free: retried
+        after 50 us, doubling to 2 ms, until the busy timeout has passed. SQLite's own busy
+        handler cannot do this: its first sleep is a whole millisecond (which a worker woken by
+        the WAL watch while the writer that woke it is still syncing would always pay), and it
+        cannot tell this driver that it waited (``lock_waits``, by which a worker sizes its
+        batches)."""
+        deadline = None
+        pause = 0.00005
+        while True:
+            try:
+                return statement()
+            except sqlite3.OperationalError as e:
+                if not _busy(e):
+                    raise
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self._busy_timeout
+                    self.lock_waits += 1  # a hint, not a count: threads may race on it
+                elif now >= deadline:
+                    raise
+                time.sleep(min(pause, max(0.0, deadline - now)))
+                pause = min(pause * 2, 0.002)
+
+    def execute_alone(self, statement: str, values: Mapping[str, Any] | Sequence[Any]) -> int:
+        # Outside BEGIN/COMMIT a statement commits itself, as durably: two round trips fewer.
+        try:
+            _, driver = self._checkout_writer()
+            try:
+                return driver.execute(statement, values).rowcount
+            except sqlite3.OperationalError as e:
+                if not _busy(e):
+                    raise
+                return self._when_unlocked(lambda: driver.execute(statement, values).rowcount)
+        except sqlite3.Error as e:
+            raise self._wrap(e) from e
+
+    def close(self) -> None:
+        for writer in list(self._writers):
+            if writer.pid == _pid:
+                writer.driver.close()
+        self._writers.clear()
+        self._local = threading.local()
+
+    def bind(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        # The same fixed-width text SQLAlchemy's DateTime writes, so ``<`` is time order.
+        return {k: sqlitetime.to_text(v) if isinstance(v, datetime) else v for k, v in params.items()}
+
+    time = staticmethod(sqlitetime.to_text)
+
+    def records(self, rows: list[tuple[Any, ...]]) -> list[JobRecord]:
+        return from_rows(rows, sqlitetime.from_text)
+
+    def _begin(self, cur: Any) -> None:
+        # Take the write lock up front: a deferred transaction that upgrades later can fail with
+        # "database is locked" without waiting for the busy timeout.
+        self._when_unlocked(lambda: cur.execute("BEGIN IMMEDIATE"))
+
+    def _commit(self, driver: sqlite3.Connection, cur: Any) -> None:
+        cur.execute("COMMIT")  # the connection is in autocommit mode: BEGIN and COMMIT are ours
+
+    def _rollback(self, driver: sqlite3.Connection, cur: Any) -> None:
+        if driver.in_transaction:
+            try:
+                cur.execute("ROLLBACK")
+            except sqlite3.Error:
+                # A connection whose transaction cannot be ended is not used again.
+                if getattr(getattr(self._local, "writer", None), "driver", None) is driver:
+                    self._local.writer = None
+                driver.close()

@@ -1,0 +1,19 @@
+"""Times as a SQLite ledger keeps them: the fixed-width text SQLAlchemy's SQLite ``DateTime``
+writes for a naive UTC time (``schema.UTCDateTime``), so that ``<`` on the text is time order.
+Without SQLAlchemy, so ``observe.lite`` can use it too."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+
+def to_text(value: datetime) -> str:
+    """``value`` (timezone-aware) as the ledger's text, in UTC."""
+    if value.tzinfo is None:
+        raise ValueError("tether stores timezone-aware UTC times only")
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
+
+
+def from_text(text: str) -> datetime:
+    """The ledger's text of a time, as a timezone-aware UTC datetime."""
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)

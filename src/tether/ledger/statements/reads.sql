@@ -1,0 +1,32 @@
+-- Reconcile's reads that run through SQLAlchemy (``sa.text``) on either database, in short
+-- read-only transactions of their own: ``:name`` placeholders, which SQLAlchemy turns into the
+-- driver's, and ``IN :keys`` lists the caller binds as expanding parameters. Loaded by name
+-- into ``catalogue.READS`` (catalogue.py); the SQLite plans are checked in
+-- tests/test_reconcile_scale.py.
+
+-- name: PAYLOADS_BY_ID
+-- Payloads of the few latest completed jobs an existence check disagreed on (by primary key).
+SELECT id, payload FROM tether_jobs WHERE id IN :ids
+
+-- name: RECONCILE_RECHECK
+-- Asked again after the disk was read, for targets that disagreed: the latest completed job and
+-- whether one is active now, per target.
+SELECT ordering_key,
+       max(CASE WHEN status = 'completed' THEN id END),
+       max(CASE WHEN status IN ('pending', 'claimed') THEN 1 ELSE 0 END)
+FROM tether_jobs WHERE ordering_key IN :keys
+GROUP BY ordering_key
+
+-- name: ACTIVE_ON_TARGET
+SELECT 1 FROM tether_jobs WHERE ordering_key = :key AND status IN ('pending', 'claimed') LIMIT 1
+
+-- name: KNOWN_TARGETS
+SELECT DISTINCT ordering_key FROM tether_jobs WHERE ordering_key IN :keys
+
+-- name: COUNT_TARGETED
+SELECT count(*) FROM tether_jobs WHERE ordering_key IS NOT NULL
+
+-- name: TYPE_TARGETED
+-- Whether a job type has ever had a job on a target (reconcile's search for untracked remote
+-- resources); an index-only read of ix_tether_jobs_targeted, which holds the type.
+SELECT 1 FROM tether_jobs WHERE ordering_key IS NOT NULL AND type = :type LIMIT 1

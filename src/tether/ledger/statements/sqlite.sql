@@ -1,0 +1,426 @@
+-- Every statement tether's hot path runs on a SQLite ledger, complete as it is sent: named
+-- ``:name`` parameters (the sqlite3 module's own), INDEXED BY where a statement must read
+-- through one index. postgresql.sql holds the same names for PostgreSQL; a comment says where
+-- they differ and why. Loaded by name into ``catalogue.SQLITE`` (catalogue.py); the plans are
+-- checked in tests/test_query_plans.py.
+--
+-- INDEXED BY: SQLite does not weigh a partial index's smaller size, so each probe of the
+-- active jobs on a target (alias b, n, o, ho, a) is pinned to ix_tether_jobs_target_active and
+-- each walk of the waiting jobs (j, h) to ix_tether_jobs_queue; should an index ever become
+-- unusable, the statement fails to prepare instead of silently scanning the table.
+--
+-- The order per target: a job with a target (ordering_key) waits while an older job on that
+-- target is active. A job known to wait is ``blocked``: the claim walks ix_tether_jobs_queue,
+-- which puts blocked jobs apart, so a target's backlog costs the claim nothing. The flag is set
+-- when a job enters the active set (INSERT*, MANUAL_RETRY) and cleared, for the oldest active
+-- job left on a target, when a job on it ends (UNBLOCK_NEXT). The claim still asks the rule
+-- itself: a flag missing (a ledger from before it, two racing enqueues) costs speed, never
+-- order. The active jobs on one target are a range of ix_tether_jobs_target_active, asked for
+-- as a range on ordering_key (``>= k`` or a row value), never as ``ordering_key = k``: with the
+-- key fixed by an equality PostgreSQL may walk another index in id order (postgresql.sql says
+-- why); both files spell it alike.
+
+-- name: INSERT_UNKEYED
+-- Jobs without an idempotency key cannot conflict: inserted in one executemany, no RETURNING
+-- (the caller already knows every value).
+INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,
+                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes)
+VALUES (:id, :type, :payload, 'pending', :priority, 0, :max_attempts,
+        :created_at, :run_at, :idempotency_key, :ordering_key, :parent_id, :timeout, :payload_bytes)
+
+-- name: INSERT_UNKEYED_ROW
+-- INSERT_UNKEYED of one job without a key or a target, by position, for the single enqueue:
+-- binding fourteen values by name looks each name up in a dict, a noticeable part of the CPU
+-- of a durable enqueue (benchmarks/README.md, limits.py).
+-- (id, type, payload, priority, max_attempts, created_at, run_at, parent_id, timeout, payload_bytes)
+INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,
+                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes)
+VALUES (?, ?, ?, 'pending', ?, 0, ?, ?, ?, NULL, NULL, ?, ?, ?)
+
+-- name: INSERT_ON_TARGET
+-- A job with a target and no key: INSERT_UNKEYED, blocked if an older job on the target is
+-- active.
+INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,
+                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes,
+                         blocked)
+VALUES (:id, :type, :payload, 'pending', :priority, 0, :max_attempts,
+        :created_at, :run_at, :idempotency_key, :ordering_key, :parent_id, :timeout, :payload_bytes,
+        EXISTS (SELECT 1 FROM tether_jobs AS b INDEXED BY ix_tether_jobs_target_active
+                WHERE b.ordering_key >= :ordering_key AND b.ordering_key IS NOT NULL
+                  AND b.status IN ('pending', 'claimed') AND (b.ordering_key, b.id) < (:ordering_key, :id)))
+
+-- name: INSERT
+-- A keyed job: INSERT_ON_TARGET, and nothing is inserted while an active job of its type holds
+-- the key (the caller then reads that one, ACTIVE_BY_KEY).
+INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,
+                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes,
+                         blocked)
+VALUES (:id, :type, :payload, 'pending', :priority, 0, :max_attempts,
+        :created_at, :run_at, :idempotency_key, :ordering_key, :parent_id, :timeout, :payload_bytes,
+        EXISTS (SELECT 1 FROM tether_jobs AS b INDEXED BY ix_tether_jobs_target_active
+                WHERE b.ordering_key >= :ordering_key AND b.ordering_key IS NOT NULL
+                  AND b.status IN ('pending', 'claimed') AND (b.ordering_key, b.id) < (:ordering_key, :id)))
+ON CONFLICT (type, idempotency_key) WHERE status IN ('pending', 'claimed') AND idempotency_key IS NOT NULL DO NOTHING
+RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
+          created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
+          timeout, progress, quarantine, payload_bytes
+
+-- name: INSERT_PAYLOADS
+-- Many unkeyed jobs of one type that share their options, without a target, in one statement:
+-- what varies travels as one JSON object {id: payload}, which the database walks without
+-- parsing each row again (binding ten values per row through the driver cost twice SQLite's own
+-- insert). length() of a blob counts bytes (of a text, characters).
+INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,
+                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes)
+SELECT key, :type, value, 'pending', :priority, 0, :max_attempts,
+       :created_at, :run_at, NULL, NULL, :parent_id, :timeout, length(CAST(value AS BLOB))
+FROM json_each(:rows)
+
+-- name: INSERT_TARGETED
+-- INSERT_PAYLOADS for jobs with a target: rows [id, payload, ordering_key, payload_bytes,
+-- behind]; ``behind`` is true when an older job of the same statement has the same target (the
+-- statement does not see its own rows), else the ledger is asked as INSERT_ON_TARGET asks it.
+INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,
+                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes,
+                         blocked)
+SELECT json_extract(value, '$[0]'), :type, json_extract(value, '$[1]'), 'pending', :priority, 0, :max_attempts,
+       :created_at, :run_at, NULL, json_extract(value, '$[2]'), :parent_id, :timeout, json_extract(value, '$[3]'),
+       CASE WHEN json_extract(value, '$[4]') THEN TRUE ELSE
+         EXISTS (SELECT 1 FROM tether_jobs AS b INDEXED BY ix_tether_jobs_target_active
+                 WHERE b.ordering_key >= json_extract(value, '$[2]') AND b.ordering_key IS NOT NULL
+                   AND b.status IN ('pending', 'claimed')
+                   AND (b.ordering_key, b.id) < (json_extract(value, '$[2]'), json_extract(value, '$[0]'))) END
+FROM json_each(:rows)
+
+-- name: ACTIVE_BY_KEY
+SELECT id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
+       created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
+       timeout, progress, quarantine, payload_bytes
+FROM tether_jobs
+WHERE type = :type AND idempotency_key = :idempotency_key AND status IN ('pending', 'claimed')
+
+-- name: GET
+SELECT id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
+       created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
+       timeout, progress, quarantine, payload_bytes
+FROM tether_jobs WHERE id = :id
+
+-- name: PAYLOAD
+-- A claimed job's payload that CLAIM left out (over catalogue.INLINE_PAYLOAD bytes).
+SELECT payload FROM tether_jobs WHERE id = :id
+
+-- name: CLAIM
+-- Up to :limit ready jobs of the types a worker has registered (:types, a JSON array of their
+-- names: catalogue.Statements.types), so a job of a type it lacks waits for a worker that has
+-- it instead of burning its attempts on UnknownJobType. Ready: pending, not blocked, due, and
+-- the oldest active job on its target, the first entry of its target's range of
+-- ix_tether_jobs_target_active (the IS NULL test keeps PostgreSQL, on statistics that lag a
+-- freshly filled queue, from planning the probe as a join over every active job).
+--
+-- Claimed alone: a job a dead worker held (quarantined), so a job that kills its worker takes no
+-- batch-mate down with it; and a job on its last attempt, so a crash while it runs is pinned on
+-- it at once. Bytes: a batch holds at most :max_bytes of payload, or one job. The first ready
+-- job in claim order decides both: claimed alone, it is taken alone; otherwise every job of the
+-- batch holds at most ``fits`` bytes (the first job's, or the batch's even share :max_bytes /
+-- :limit if more), and as many as fit are taken, in order (at least one, at most :limit). These
+-- are conditions on each row's payload_bytes: no payload is read to decide, no window sums the
+-- candidates (benchmarks/README.md).
+--
+-- SQLite: ``first`` probes that first ready job with the same conditions as the candidates,
+-- reading one entry of ix_tether_jobs_queue (sorting the chosen candidates again would need a
+-- temp B-tree, which the plan tests forbid); materialised, so the WHERE and the LIMIT read one
+-- evaluation of it: ``fits``, -1 when that job is claimed alone, 1 when there is none. The
+-- unary + on the outer guard keeps the planner from walking the claim index over every pending
+-- row to re-check it: the chosen ids are looked up by primary key.
+--
+-- Payloads of up to catalogue.INLINE_PAYLOAD (16384) bytes come back with the rows; larger ones
+-- come back NULL and are read after, one at a time (PAYLOAD): SQLite holds every RETURNING row
+-- until the statement ends, beside the row it rewrote (benchmarks/README.md).
+UPDATE tether_jobs SET status = 'claimed', locked_by = :worker, locked_at = :now,
+                       claimed_at = :now, attempts = attempts + 1
+WHERE +status = 'pending' AND id IN (
+    WITH first(fits) AS MATERIALIZED (SELECT coalesce((
+        SELECT CASE WHEN (h.quarantine IS NULL AND h.attempts + 1 < h.max_attempts)
+                    THEN max(coalesce(h.payload_bytes, 0), :max_bytes / max(:limit, 1), 1) ELSE -1 END
+        FROM tether_jobs AS h INDEXED BY ix_tether_jobs_queue
+        WHERE h.status = 'pending' AND h.blocked = FALSE AND h.run_at <= :now
+          AND h.type IN (SELECT value FROM json_each(:types))
+          AND (h.ordering_key IS NULL OR h.id = (
+              SELECT ho.id FROM tether_jobs AS ho INDEXED BY ix_tether_jobs_target_active
+              WHERE ho.ordering_key >= h.ordering_key AND ho.ordering_key IS NOT NULL
+                AND ho.status IN ('pending', 'claimed')
+              ORDER BY ho.ordering_key, ho.id LIMIT 1))
+        ORDER BY h.priority DESC, h.created_at, h.id LIMIT 1), 1))
+    SELECT j.id FROM tether_jobs AS j INDEXED BY ix_tether_jobs_queue
+    WHERE j.status = 'pending' AND j.blocked = FALSE AND j.run_at <= :now
+      AND j.type IN (SELECT value FROM json_each(:types))
+      AND (j.ordering_key IS NULL OR j.id = (
+          SELECT o.id FROM tether_jobs AS o INDEXED BY ix_tether_jobs_target_active
+          WHERE o.ordering_key >= j.ordering_key AND o.ordering_key IS NOT NULL
+            AND o.status IN ('pending', 'claimed')
+          ORDER BY o.ordering_key, o.id LIMIT 1))
+      AND CASE WHEN (SELECT fits FROM first) < 0
+               THEN NOT (j.quarantine IS NULL AND j.attempts + 1 < j.max_attempts)
+               ELSE (j.quarantine IS NULL AND j.attempts + 1 < j.max_attempts)
+                    AND coalesce(j.payload_bytes, 0) <= (SELECT fits FROM first) END
+    ORDER BY j.priority DESC, j.created_at, j.id
+    LIMIT CASE WHEN (SELECT fits FROM first) < 0 THEN min(:limit, 1)
+               ELSE min(:limit, max(1, :max_bytes / (SELECT fits FROM first))) END)
+RETURNING id, type, CASE WHEN coalesce(payload_bytes, 0) <= 16384 THEN payload END, status, priority,
+          attempts, max_attempts, last_error, locked_by, locked_at, created_at, claimed_at, completed_at,
+          run_at, idempotency_key, ordering_key, parent_id, result, timeout, progress, quarantine, payload_bytes
+
+-- The transitions out of 'claimed' are fenced: they apply only to the worker's own attempt
+-- (id, status 'claimed', locked_by, attempts), and a caller that gets no row back lost the job.
+
+-- name: COMPLETE
+UPDATE tether_jobs SET status = 'completed', locked_by = NULL, locked_at = NULL,
+                       completed_at = :now, result = :result
+WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
+RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
+          created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
+          timeout, progress, quarantine, payload_bytes
+
+-- name: COMPLETE_MANY
+-- COMPLETE for many of one worker's jobs in one statement, fenced row by row exactly as
+-- COMPLETE is; :rows is a JSON object {id: [attempt, completed_at, result]}, and the (id,
+-- attempts) returned are the jobs that moved (the others lost their lease). The unary + keeps
+-- the planner from walking every claimed job's status entry once per row: it reads the JSON and
+-- looks each id up by primary key.
+UPDATE tether_jobs SET status = 'completed', locked_by = NULL, locked_at = NULL,
+                       completed_at = json_extract(r.value, '$[1]'), result = json_extract(r.value, '$[2]')
+FROM json_each(:rows) AS r
+WHERE tether_jobs.id = r.key AND +tether_jobs.status = 'claimed' AND tether_jobs.locked_by = :worker
+  AND tether_jobs.attempts = json_extract(r.value, '$[0]')
+RETURNING tether_jobs.id, tether_jobs.attempts
+
+-- name: RETRY
+UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
+                       run_at = :run_at, last_error = :error
+WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
+RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
+          created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
+          timeout, progress, quarantine, payload_bytes
+
+-- name: FAIL
+UPDATE tether_jobs SET status = 'failed', locked_by = NULL, locked_at = NULL,
+                       completed_at = :now, last_error = :error
+WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
+RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
+          created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
+          timeout, progress, quarantine, payload_bytes
+
+-- name: RELEASE
+-- Cancelled at shutdown: the attempt is given back.
+UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
+                       attempts = attempts - 1
+WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
+RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
+          created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
+          timeout, progress, quarantine, payload_bytes
+
+-- name: DEFER
+-- A rate limit with a reset time: the attempt is given back and the job waits until the reset.
+UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
+                       attempts = attempts - 1, run_at = :run_at, last_error = :error
+WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
+RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
+          created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
+          timeout, progress, quarantine, payload_bytes
+
+-- A worker's group commit records its jobs' outcomes without reading the rows back (it knows
+-- them, and reading each back is a large part of a short job's cost): the same fenced row
+-- changes as COMPLETE, RETRY, FAIL, RELEASE and DEFER, without RETURNING. The caller learns from
+-- the count of rows changed whether it still held the job; tests/test_catalogue.py keeps each
+-- one the statement it is named after, up to RETURNING.
+
+-- name: COMPLETE_NO_RETURN
+UPDATE tether_jobs SET status = 'completed', locked_by = NULL, locked_at = NULL,
+                       completed_at = :now, result = :result
+WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
+
+-- name: RETRY_NO_RETURN
+UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
+                       run_at = :run_at, last_error = :error
+WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
+
+-- name: FAIL_NO_RETURN
+UPDATE tether_jobs SET status = 'failed', locked_by = NULL, locked_at = NULL,
+                       completed_at = :now, last_error = :error
+WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
+
+-- name: RELEASE_NO_RETURN
+UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
+                       attempts = attempts - 1
+WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
+
+-- name: DEFER_NO_RETURN
+UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
+                       attempts = attempts - 1, run_at = :run_at, last_error = :error
+WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
+
+-- name: DEFER_TYPE
+-- With DEFER: the type's other pending jobs wait until the reset too (not a status change).
+UPDATE tether_jobs SET run_at = :run_at WHERE type = :type AND status = 'pending' AND run_at < :run_at
+
+-- name: HEARTBEAT
+UPDATE tether_jobs SET locked_at = :now
+WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
+
+-- name: PROGRESS
+-- A running handler's progress (throttled by the context): only while this worker holds the job.
+UPDATE tether_jobs SET progress = :progress
+WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
+
+-- name: HOLDS
+SELECT id FROM tether_jobs
+WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
+
+-- name: STANDING
+-- After a group commit whose answer was lost (the connection died during COMMIT): where a job
+-- stands, and whether it is still held for the attempt decided on. The claim's time is part of
+-- the test: this worker may have claimed the job again since a lost commit released it.
+SELECT status,
+       CASE WHEN id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
+                 AND claimed_at = :claimed_at THEN 1 ELSE 0 END
+FROM tether_jobs WHERE id = :id
+
+-- name: NEWER_ON_TARGET
+-- A failed job retried after a newer job on its target ran would undo the newer one.
+SELECT id FROM tether_jobs
+WHERE ordering_key = :ordering_key AND id > :id AND status IN ('pending', 'claimed', 'completed')
+ORDER BY id LIMIT 1
+
+-- name: MANUAL_RETRY
+-- An operator's retry of a failed job: back in the active set, blocked if an older job on its
+-- target is active (a newer one cannot be: NEWER_ON_TARGET refuses the retry first).
+UPDATE tether_jobs SET status = 'pending', attempts = 0, run_at = :now, completed_at = NULL,
+                       locked_by = NULL, locked_at = NULL, quarantine = NULL,
+                       blocked = EXISTS (
+                           SELECT 1 FROM tether_jobs AS b INDEXED BY ix_tether_jobs_target_active
+                           WHERE b.ordering_key >= tether_jobs.ordering_key AND b.ordering_key IS NOT NULL
+                             AND b.status IN ('pending', 'claimed')
+                             AND (b.ordering_key, b.id) < (tether_jobs.ordering_key, tether_jobs.id))
+WHERE id = :id AND status = 'failed'
+RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
+          created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
+          timeout, progress, quarantine, payload_bytes
+
+-- name: UNBLOCK_NEXT
+-- A job on target :ordering_key left the active set (completed, failed): the oldest active job
+-- left on it may run now. Run after the job's own transition, in its transaction.
+UPDATE tether_jobs SET blocked = FALSE
+WHERE id = (SELECT n.id FROM tether_jobs AS n INDEXED BY ix_tether_jobs_target_active
+            WHERE n.ordering_key >= :ordering_key AND n.ordering_key IS NOT NULL
+              AND n.status IN ('pending', 'claimed')
+            ORDER BY n.ordering_key, n.id LIMIT 1)
+  AND ordering_key = :ordering_key AND blocked = TRUE
+
+-- The stale-lock sweep's safety net for the flag: a target whose oldest active job is blocked
+-- (a tether from before the flag ended the job ahead of it while this one ran; two PostgreSQL
+-- transactions that each ended one of two jobs on a target at once) gets it unblocked. Asked
+-- first through the claim index (ANY_BLOCKED: one entry when any job is blocked); then every
+-- active job with a target is read once, through its partial index, in a read transaction
+-- (LOST_HEADS: no writer waits for it); each job found is unblocked only if it is still its
+-- target's oldest active job (UNBLOCK_HEAD).
+
+-- name: ANY_BLOCKED
+SELECT 1 FROM tether_jobs WHERE status = 'pending' AND blocked = TRUE LIMIT 1
+
+-- name: LOST_HEADS
+SELECT id FROM tether_jobs
+WHERE blocked = TRUE AND id IN (
+    SELECT min(a.id) FROM tether_jobs AS a INDEXED BY ix_tether_jobs_target_active
+    WHERE a.status IN ('pending', 'claimed') AND a.ordering_key IS NOT NULL GROUP BY a.ordering_key)
+
+-- name: UNBLOCK_HEAD
+UPDATE tether_jobs SET blocked = FALSE
+WHERE id = :id AND blocked = TRUE AND id = (
+    SELECT n.id FROM tether_jobs AS n INDEXED BY ix_tether_jobs_target_active
+    WHERE n.ordering_key >= tether_jobs.ordering_key AND n.ordering_key IS NOT NULL
+      AND n.status IN ('pending', 'claimed')
+    ORDER BY n.ordering_key, n.id LIMIT 1)
+
+-- name: BLOCK_WAITING
+-- A ledger from before the flag (engine.ensure_schema, once): its waiting jobs get it, read
+-- through the index of active jobs with a target (its condition repeated, so SQLite sees that
+-- it applies).
+UPDATE tether_jobs INDEXED BY ix_tether_jobs_target_active
+SET blocked = EXISTS (SELECT 1 FROM tether_jobs AS b INDEXED BY ix_tether_jobs_target_active
+                      WHERE b.ordering_key >= tether_jobs.ordering_key AND b.ordering_key IS NOT NULL
+                        AND b.status IN ('pending', 'claimed')
+                        AND (b.ordering_key, b.id) < (tether_jobs.ordering_key, tether_jobs.id))
+WHERE status IN ('pending', 'claimed') AND ordering_key IS NOT NULL AND status = 'pending'
+
+-- Stale locks: the sweep reads a dead worker's jobs (STALE), then reclaim.py decides each one's
+-- edge and attempt count (kept for the job that ran alone, given back to a crashed batch's
+-- jobs). The transitions are fenced like a worker's own, and on the lock still being stale.
+
+-- name: STALE
+SELECT id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
+       created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
+       timeout, progress, quarantine, payload_bytes
+FROM tether_jobs WHERE status = 'claimed' AND locked_at < :cutoff
+
+-- name: RECLAIM
+UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
+                       attempts = :attempts, quarantine = :quarantine, last_error = :error
+WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt AND locked_at < :cutoff
+RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
+          created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
+          timeout, progress, quarantine, payload_bytes
+
+-- name: RECLAIM_EXHAUSTED
+UPDATE tether_jobs SET status = 'failed', locked_by = NULL, locked_at = NULL, completed_at = :now,
+                       attempts = :attempts, quarantine = :quarantine, last_error = :error
+WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt AND locked_at < :cutoff
+RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
+          created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
+          timeout, progress, quarantine, payload_bytes
+
+-- name: ACQUIT
+-- A crashed batch's crash was charged to one of its jobs: the others no longer owe it (they stay
+-- quarantined). Not a status change.
+UPDATE tether_jobs SET quarantine = :acquitted
+WHERE quarantine = :quarantine AND quarantine IS NOT NULL AND status IN ('pending', 'claimed')
+
+-- Per-type concurrency limits (max_running), used only when a registered type sets one: the
+-- claim of the unlimited types is CLAIM with those types; each limited type is then claimed
+-- with CLAIM of that type alone, for up to its remaining room.
+
+-- name: RUNNING_OF_TYPE
+SELECT count(*) FROM tether_jobs WHERE type = :type AND status = 'claimed'
+
+-- name: LOCK_TYPE_CLAIMS
+-- SQLite's single writer already orders claims of one limited type: nothing to lock.
+SELECT :lock
+
+-- name: DATABASE_TIME
+-- Every process on a SQLite ledger runs on one machine and reads its clock
+-- (coordinator._ledger_clock); this is that clock, in the text form the ledger keeps.
+SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')
+
+-- Reconcile (read-only): every job with a target, in target order and, within one target, in
+-- enqueue order. A job's type only when it completed (NULL: it is pending or claimed): one
+-- column fewer, and the driver releases the GIL once per column of every row.
+
+-- name: RECONCILE_PAGE
+-- Without payloads: the stream reads ix_tether_jobs_targeted alone, never the table.
+SELECT id, CASE WHEN status = 'completed' THEN type END, ordering_key
+FROM tether_jobs
+WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (:after_key, :after_id)
+  AND status IN ('pending', 'claimed', 'completed')
+ORDER BY ordering_key, id
+LIMIT :limit
+
+-- name: RECONCILE_PAGE_PAYLOADS
+-- With the payloads of the jobs whose types' probes read them in this mode (:want, a JSON array
+-- of type names: catalogue.Statements.types); NULL for the others, whose rows are then never
+-- read from the table (SQLite seeks a row only when one of its columns is used).
+SELECT id, CASE WHEN status = 'completed' THEN type END, ordering_key,
+       CASE WHEN type IN (SELECT value FROM json_each(:want)) THEN payload END
+FROM tether_jobs
+WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (:after_key, :after_id)
+  AND status IN ('pending', 'claimed', 'completed')
+ORDER BY ordering_key, id
+LIMIT :limit
