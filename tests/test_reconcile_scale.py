@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import os
 import re
 import shutil
@@ -24,15 +23,8 @@ from tether.jobtypes.files import file_target
 from tether.ledger import backend, sql
 from tether.ledger.ids import new_id
 from tether.ledger.schema import jobs as jobs_table
-from tether.reconcile import check
-from tether.reconcile.check import (
-    ACTIVE_ON,
-    COUNT_TARGETED,
-    KNOWN_TARGETS,
-    PAYLOADS,
-    RECHECK,
-    reconcile,
-)
+from tether.reconcile.check import reconcile
+from tether.reconcile.reads import ACTIVE_ON, COUNT_TARGETED, KNOWN_TARGETS, PAYLOADS, RECHECK
 
 
 def completed_rows(coordinator: Coordinator, payloads: list, *, files: bool = True) -> None:
@@ -284,27 +276,6 @@ def test_an_existence_check_reads_no_payload_of_a_type_whose_probe_does_not_want
     pages.clear()
     assert reconcile(c, content=True, batch_size=20).counts["in_sync"] == 50
     assert all(row[3] is not None for page in pages for row in page)  # checking content: read
-
-
-def test_the_garbage_collector_is_paused_for_a_check_and_restored_as_it_was(
-    sqlite_coordinator: Coordinator, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    c = sqlite_coordinator
-    completed_rows(c, [CreateFile(path=f"m/{i}.json", content=i) for i in range(5)])
-    during: list[bool] = []
-    real_run = check._Reconciler._run
-    monkeypatch.setattr(
-        check._Reconciler, "_run", lambda self, now: during.append(gc.isenabled()) or real_run(self, now)
-    )
-    assert gc.isenabled()
-    assert reconcile(c).counts["in_sync"] == 5
-    assert during == [False] and gc.isenabled()
-    gc.disable()
-    try:
-        reconcile(c)
-        assert not gc.isenabled(), "an application that turned it off keeps it off"
-    finally:
-        gc.enable()
 
 
 @pytest.mark.parametrize("content", [False, True])

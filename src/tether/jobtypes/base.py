@@ -163,7 +163,11 @@ UNREADABLE_PAYLOAD = Check(UNKNOWN, detail="the job's stored payload could not b
 
 class Probe(ABC):
     """How the reconciler checks that the effect of a job's latest completed run still holds.
-    It lives with the job type (files now, AWS later); the reconciler iterates over them."""
+    It lives with the job type (files, AWS resources); the reconciler iterates over them."""
+
+    remote: str | None = None
+    """The remote world the probe reads (``"aws"``), which a check may leave alone (``--no-aws``);
+    None: the data root, always checked."""
 
     @abstractmethod
     def check(self, target: str, payload: str, root: Path, *, content: bool) -> Check:
@@ -182,3 +186,9 @@ class Probe(ABC):
         reconciler calls this once per batch of targets of this type; a probe overrides it to
         batch the world's side too (one tight loop of stats, one AWS describe for many ids)."""
         return [self.check(target, payload, root, content=content) for target, payload in items]
+
+    def untracked(self, owner: str, seen: set[str]) -> dict[str, str]:
+        """Resources of a ``remote`` world that carry ``owner``'s ownership tag, by target key, with
+        a detail each (``seen``: the targets the check asked about). Asked only of a remote probe,
+        and only with ``--untracked``; the data root's untracked files are the reconciler's own."""
+        return {}
