@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 from itertools import compress, repeat
-from operator import attrgetter, eq
+from operator import eq
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,7 +29,7 @@ from ..jobtypes.target import display
 from . import runs as reconcile_runs
 from .drift import DRIFT, IN_SYNC, NOT_CHECKED, STATUSES, UNKNOWN, UNTRACKED, Finding, Report
 from .reads import LedgerReads, count_targeted
-from .targets import Target, TargetStream
+from .targets import JOB_TYPE, KEY, PAYLOAD, Target, TargetStream
 from .walk import Listed, RootWalk
 
 if TYPE_CHECKING:
@@ -40,10 +40,6 @@ __all__ = ["DRIFT", "STATUSES", "Finding", "Report", "count_targeted_jobs", "rec
 
 BATCH = 2000
 RECHECK_AT = 500  # suspects held before they are checked again against the ledger
-
-_TYPE = attrgetter("job_type")
-_KEY = attrgetter("key")
-_PAYLOAD = attrgetter("payload")
 
 
 def reconcile(
@@ -144,7 +140,7 @@ class _Reconciler:
     def _check_all(self, ready: list[Target]) -> None:
         """Ask each type's probe about its targets, a batch at a time. Per target only where one
         is in flight; the rest go to the probes by type, selected in C."""
-        types = list(map(_TYPE, ready))
+        types = list(map(JOB_TYPE, ready))
         if None in types:
             for target in ready:
                 if target.job_type is None:
@@ -177,13 +173,13 @@ class _Reconciler:
                 self._found(Finding(display(target.key), NOT_CHECKED, target.job_id, job_type, detail=detail))
             return
         if remote:
-            self.remote_seen.setdefault(job_type, set()).update(map(_KEY, targets))
+            self.remote_seen.setdefault(job_type, set()).update(map(KEY, targets))
         self._check_with(probe, job_type, targets)
 
     def _check_with(self, probe: Probe, job_type: str, targets: list[Target]) -> None:
         """Ask ``probe`` about the targets of ``job_type`` and count or report its answers."""
         with_payload = probe.wants_payload(content=self.content)
-        checks = self._ask(probe, list(zip(map(_KEY, targets), map(_PAYLOAD, targets), strict=True)))
+        checks = self._ask(probe, list(zip(map(KEY, targets), map(PAYLOAD, targets), strict=True)))
         if checks.count(SYNCED) == len(checks):  # the common case, counted in C
             self.report.counts[IN_SYNC] += len(checks)
             return

@@ -7,9 +7,9 @@ holds one target at a time and memory does not grow with the number of jobs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from itertools import repeat
-from operator import add, itemgetter
+from collections.abc import Iterator, Sequence
+from itertools import islice, repeat
+from operator import itemgetter, lt
 from typing import Any, NamedTuple, cast
 
 from .reads import LedgerReads
@@ -29,8 +29,9 @@ class Target(NamedTuple):
 
 
 Row = tuple[Any, ...]  # a page's row: id, type (None unless completed), key[, payload]
-_TYPE, _KEY = itemgetter(1), itemgetter(2)
-_NO_PAYLOAD = (None,)
+
+# A field of every Target (or page row) of a list at once, with ``map``: in C, by position.
+JOB_ID, JOB_TYPE, KEY, PAYLOAD = (itemgetter(Target._fields.index(name)) for name in Target._fields)
 
 
 class TargetStream:
@@ -47,13 +48,13 @@ class TargetStream:
         """A target's jobs may run past a page's end: its deciding row is carried into the next
         page, before that page's rows, until a page ends on another target or the stream ends."""
         after_key, after_id = "", ""
-        carried: list[Row] = []
+        carried: Sequence[Row] = []
         while True:
             rows = self.reads.page(after_key, after_id, self.batch_size)
             self.read += len(rows)
             if rows:
                 after_id, after_key = rows[-1][0], rows[-1][2]
-                newest = max(map(itemgetter(0), rows))
+                newest = max(map(JOB_ID, rows))
                 self.newest = newest if self.newest is None else max(self.newest, newest)
             pending = [*carried, *rows]
             if len(rows) < self.batch_size:
@@ -63,21 +64,28 @@ class TargetStream:
             while done and pending[done - 1][2] == after_key:
                 done -= 1
             carried = deciding_rows(pending[done:])
-            yield self._targets(deciding_rows(pending[:done]))
+            ready = self._targets(deciding_rows(pending[:done]))
+            del rows, pending  # the page's rows go before its targets are checked: fewer live objects
+            yield ready
 
-    def _targets(self, rows: Iterable[Row]) -> list[Target]:
-        """Rows as Targets, made in C; a page that carries no payloads gets a None one."""
+    def _targets(self, rows: Sequence[Row]) -> list[Target]:
+        """Rows as Targets, made in C; a page that carries no payloads gets a None one (through
+        ``zip``, which reuses its tuple: one new object per target either way)."""
         if not self.reads.wide:
-            rows = map(add, rows, repeat(_NO_PAYLOAD))
+            rows = cast(Sequence[Row], zip(map(JOB_ID, rows), map(JOB_TYPE, rows), map(KEY, rows), repeat(None)))
         return cast(list[Target], list(map(tuple.__new__, repeat(Target), rows)))
 
 
-def deciding_rows(rows: Sequence[Row]) -> list[Row]:
+def deciding_rows(rows: Sequence[Row]) -> Sequence[Row]:
     """The row that decides each target of ``rows`` (ordered by key and then id, each target's
     rows all there), in key order: its last row, unless one is active (its type is None); then
     its first active one."""
-    deciding = dict(zip(map(_KEY, rows), rows, strict=True))  # later rows of a key replace earlier ones, in C
-    if None in map(_TYPE, rows):
-        active = [row for row in reversed(rows) if row[1] is None]  # the first last, so it stays
-        deciding.update(zip(map(_KEY, active), active, strict=True))
+    keys = list(map(KEY, rows))
+    active = None in map(JOB_TYPE, rows)
+    if not active and all(map(lt, keys, islice(keys, 1, None))):
+        return rows  # a key per row (most pages), compared in C: each row decides its target
+    deciding = dict(zip(keys, rows, strict=True))  # later rows of a key replace earlier ones, in C
+    if active:
+        first = [row for row in reversed(rows) if row[1] is None]  # the first last, so it stays
+        deciding.update(zip(map(KEY, first), first, strict=True))
     return list(deciding.values())
