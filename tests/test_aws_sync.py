@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,8 +13,10 @@ import pytest
 from moto import mock_aws
 
 from awskit import Calls, Faults, client_hook, dummy_environment
-from tether import Coordinator, InvalidPayload, JobStatus, RetryPolicy
+from tether import Coordinator, CreateFile, InvalidPayload, JobStatus, RetryPolicy
 from tether.jobtypes.aws import OWNER_TAG, SyncAws
+from tether.reconcile import check
+from tether.reconcile.check import reconcile
 
 
 @pytest.fixture
@@ -402,3 +405,22 @@ def test_store_refuses_a_bad_config_before_anything_is_enqueued(aws, c):
     with pytest.raises(InvalidPayload, match="config.versioning"):
         JsonStore(c).sync_aws("s3_bucket", "ok-bucket", {"versioning": "sometimes"})
     assert c.stats().outstanding == 0
+
+
+def test_a_check_runs_the_garbage_collector_while_it_asks_aws_and_pauses_it_for_files(aws, c, monkeypatch):
+    """An AWS client leaves reference cycles behind each call: a long check of AWS targets must
+    not pile them up while the collector is paused for the file checks."""
+    run(c, SyncAws(resource_type="sqs_queue", resource_id="q1", config={}))
+    c.enqueue(CreateFile(path="a.json", content=1))
+    c.run_until_idle()
+    collecting: dict[str, bool] = {}
+    real = check._Reconciler._check_with
+
+    def spy(self: check._Reconciler, probe: Any, job_type: str, *rest: Any) -> None:
+        collecting[job_type] = gc.isenabled()
+        real(self, probe, job_type, *rest)
+
+    monkeypatch.setattr(check._Reconciler, "_check_with", spy)
+    assert reconcile(c).counts["in_sync"] == 2
+    assert collecting == {"sync_aws": True, "create_file": False}
+    assert gc.isenabled()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import shutil
@@ -23,6 +24,7 @@ from tether.jobtypes.files import file_target
 from tether.ledger import backend, sql
 from tether.ledger.ids import new_id
 from tether.ledger.schema import jobs as jobs_table
+from tether.reconcile import check
 from tether.reconcile.check import reconcile
 from tether.reconcile.reads import ACTIVE_ON, COUNT_TARGETED, KNOWN_TARGETS, PAYLOADS, RECHECK
 
@@ -276,6 +278,27 @@ def test_an_existence_check_reads_no_payload_of_a_type_whose_probe_does_not_want
     pages.clear()
     assert reconcile(c, content=True, batch_size=20).counts["in_sync"] == 50
     assert all(row[3] is not None for page in pages for row in page)  # checking content: read
+
+
+def test_the_garbage_collector_is_paused_for_the_ledger_pass_and_restored_as_it_was(
+    sqlite_coordinator: Coordinator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c = sqlite_coordinator
+    completed_rows(c, [CreateFile(path=f"m/{i}.json", content=i) for i in range(5)])
+    during: list[bool] = []
+    real_pass = check._Reconciler._ledger_pass
+    monkeypatch.setattr(
+        check._Reconciler, "_ledger_pass", lambda self: during.append(gc.isenabled()) or real_pass(self)
+    )
+    assert gc.isenabled()
+    assert reconcile(c).counts["in_sync"] == 5
+    assert during == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        reconcile(c)
+        assert not gc.isenabled(), "an application that turned it off keeps it off"
+    finally:
+        gc.enable()
 
 
 @pytest.mark.parametrize("content", [False, True])

@@ -13,7 +13,9 @@ meanwhile, it is in flight, not drift. So a worker running alongside never cause
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import gc
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from itertools import compress, repeat
 from operator import eq
@@ -110,20 +112,15 @@ class _Reconciler:
         # ledger holding their types' jobs: one of files needs no AWS library or credentials.
         self.remote_asked: set[str] = set()
         self.ledger_id = ""
+        self.collecting = True  # whether the collector ran before this check (see _collector_paused)
 
     def run(self, now: datetime) -> Report:
         self.report = Report(checked_at=now, content=self.content, untracked=self.untracked)
         listed: Listed = {}
         token = listings.set(None if self.untracked else listed)
         try:
-            stream = TargetStream(self.reads, self.batch_size)
-            for ready in stream:
-                self.report.newest_job_id = stream.newest
-                self._check_all(ready)
-                if len(self.suspects) >= RECHECK_AT:
-                    self._recheck()
-                if self.progress is not None:
-                    self.progress(stream.read)
+            with _collector_paused() as self.collecting:
+                self._ledger_pass()
         finally:
             listings.reset(token)
         self._recheck()
@@ -134,6 +131,17 @@ class _Reconciler:
             self._remote_untracked()
         self.report.findings.sort(key=lambda f: f.path)
         return self.report
+
+    def _ledger_pass(self) -> None:
+        """Every target the ledger names, a page at a time, to its type's probe."""
+        stream = TargetStream(self.reads, self.batch_size)
+        for ready in stream:
+            self.report.newest_job_id = stream.newest
+            self._check_all(ready)
+            if len(self.suspects) >= RECHECK_AT:
+                self._recheck()
+            if self.progress is not None:
+                self.progress(stream.read)
 
     # -- asking the probes -------------------------------------------------------------------
 
@@ -172,9 +180,12 @@ class _Reconciler:
                 detail = f"{remote} not checked (--no-{remote})"
                 self._found(Finding(display(target.key), NOT_CHECKED, target.job_id, job_type, detail=detail))
             return
-        if remote:
-            self.remote_seen.setdefault(job_type, set()).update(map(KEY, targets))
-        self._check_with(probe, job_type, targets)
+        if not remote:
+            self._check_with(probe, job_type, targets)
+            return
+        self.remote_seen.setdefault(job_type, set()).update(map(KEY, targets))
+        with _collector_running(self.collecting):
+            self._check_with(probe, job_type, targets)
 
     def _check_with(self, probe: Probe, job_type: str, targets: list[Target]) -> None:
         """Ask ``probe`` about the targets of ``job_type`` and count or report its answers."""
@@ -265,3 +276,33 @@ class _Reconciler:
             for key, detail in found.items():
                 if key not in known:
                     self._found(Finding(display(key), UNTRACKED, job_type=job_type, detail=detail))
+
+
+@contextmanager
+def _collector_paused() -> Iterator[bool]:
+    """Python's cyclic garbage collector paused for the ledger pass, then restored as it was (an
+    application that turned it off keeps it off); yields whether it was running. The pass makes
+    a few short-lived objects per target (rows, targets, the probes' answers), none in a cycle:
+    the collector's passes over them find nothing, and the full ones that they trigger scan the
+    whole application's heap, a cost that grows with the application and not with the check
+    (benchmarks/reconcile.py shows it in the existence check's rate)."""
+    running = gc.isenabled()
+    gc.disable()
+    try:
+        yield running
+    finally:
+        if running:
+            gc.enable()
+
+
+@contextmanager
+def _collector_running(running: bool) -> Iterator[None]:
+    """The collector on again, if it ran before the check, for a remote probe's calls: an AWS
+    client leaves reference cycles behind each call."""
+    if running:
+        gc.enable()
+    try:
+        yield
+    finally:
+        if running:
+            gc.disable()
