@@ -221,7 +221,7 @@ def test_help_pages_show_no_bool_metavars_or_doubled_brackets(tether: Callable[.
 
 def test_reconcile_check_has_its_own_usage_and_takes_import(tether: Callable[..., Run]) -> None:
     page = tether("--help", entry=check_main, prefix=())
-    assert page.out.startswith("Usage: reconcile/check [OPTIONS]") and "--import" in page.out
+    assert page.out.startswith("Usage: tether-reconcile-check [OPTIONS]") and "--import" in page.out
     r = tether("--import", "tether.demo.app", "--quiet", entry=check_main, prefix=())
     assert r.code == 1 and "no ledger at" in r.err  # the option is taken; the ledger is what is missing
 

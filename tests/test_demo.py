@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from tether import TetherError
-from tether.demo.app import DEFAULT_SAMPLE, MARKER, Demo
+from tether.demo.walkthrough import DEFAULT_SAMPLE, MARKER, Demo
 
 REPO = Path(__file__).resolve().parents[1]
 

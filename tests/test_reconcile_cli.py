@@ -1,4 +1,4 @@
-"""``reconcile/check`` and ``tether reconcile`` as a new user runs them: from another directory,
+"""``bin/tether-reconcile-check`` and ``tether reconcile`` as a new user runs them: from another directory,
 with flags or environment variables, exit 0 in sync / 2 drift / 1 could not check."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from tether import Coordinator, CreateFile, DeleteFile
 
 REPO = Path(__file__).resolve().parents[1]
-CHECK = REPO / "reconcile" / "check"
+CHECK = REPO / "bin" / "tether-reconcile-check"
 
 
 @pytest.fixture

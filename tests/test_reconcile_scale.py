@@ -27,14 +27,8 @@ from tether.ledger.catalogue import SQLITE
 from tether.ledger.ids import new_id
 from tether.ledger.schema import jobs as jobs_table
 from tether.reconcile import check
-from tether.reconcile.check import (
-    ACTIVE_ON,
-    COUNT_TARGETED,
-    KNOWN_TARGETS,
-    PAYLOADS,
-    RECHECK,
-    reconcile,
-)
+from tether.reconcile.check import reconcile
+from tether.reconcile.reads import ACTIVE_ON, COUNT_TARGETED, KNOWN_TARGETS, PAYLOADS, RECHECK
 
 
 def completed_rows(coordinator: Coordinator, payloads: list, *, files: bool = True) -> None:
@@ -288,15 +282,15 @@ def test_an_existence_check_reads_no_payload_of_a_type_whose_probe_does_not_want
     assert all(row[3] is not None for page in pages for row in page)  # checking content: read
 
 
-def test_the_garbage_collector_is_paused_for_a_check_and_restored_as_it_was(
+def test_the_garbage_collector_is_paused_for_the_ledger_pass_and_restored_as_it_was(
     sqlite_coordinator: Coordinator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     c = sqlite_coordinator
     completed_rows(c, [CreateFile(path=f"m/{i}.json", content=i) for i in range(5)])
     during: list[bool] = []
-    real_run = check._Reconciler._run
+    real_pass = check._Reconciler._ledger_pass
     monkeypatch.setattr(
-        check._Reconciler, "_run", lambda self, now: during.append(gc.isenabled()) or real_run(self, now)
+        check._Reconciler, "_ledger_pass", lambda self: during.append(gc.isenabled()) or real_pass(self)
     )
     assert gc.isenabled()
     assert reconcile(c).counts["in_sync"] == 5

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import typer
@@ -13,10 +13,13 @@ import typer
 from .. import events
 from ..clock import SystemClock
 from ..errors import ConfigError, InvalidPayload
-from ..ledger.record import JobRecord
+from ..ledger.record import InsertResult, JobRecord
 from ..ledger.status import JobStatus
 from .app import JSON_OPTION, app, err, open_coordinator, out, print_json
 from .output import first_line
+
+if TYPE_CHECKING:
+    from ..coordinator import Coordinator
 
 
 def _load_payload(job_type: str, raw: str) -> dict[str, Any]:
@@ -98,44 +101,14 @@ def enqueue(
 
     Example: id=$(tether enqueue create_file --payload @job.json --wait --timeout 60)
     """
-    if timeout is not None and (timeout != timeout or timeout < 0):
-        raise ConfigError(f"--timeout: must be a number of seconds >= 0, got {timeout}")
-    if timeout is not None and not wait:
-        raise ConfigError("--timeout needs --wait")
-    if (payload is None) == (jsonl is None):
-        raise typer.BadParameter("give exactly one of --payload or --jsonl")
     options = dict(priority=priority, key=key, max_attempts=max_attempts, delay=delay)
-    from ..ledger.limits import option_problem
-
     # Check options, read and parse before the ledger is opened: bad input creates nothing.
-    problem = option_problem(priority, max_attempts, delay, SystemClock().now())
-    if problem:  # an option, not the payload: named as the flag the user typed
-        name, _, rule = problem.partition(": ")
-        raise ConfigError(f"--{name.replace('_', '-')}: {rule}")
-    items: list[tuple[int | None, dict[str, Any]]]
-    if payload is not None:
-        items = [(None, _load_payload(job_type, payload))]
-    else:
-        assert jsonl is not None  # exactly one of the two, checked above
-        source = "stdin" if jsonl == "-" else f"--jsonl {jsonl}"
-        items = [(n, _parse_object(job_type, f"{source} line {n}", line)) for n, line in _read_lines(job_type, jsonl)]
+    _check_options(payload, jsonl, wait, timeout, options)
+    items = _items(job_type, payload, jsonl)
     with events.to_stderr(not quiet), open_coordinator(ctx.obj) as coordinator:
-        registry, queue = coordinator.registry, coordinator.queue
-        jobs = []
-        for n, data in items:
-            try:
-                jobs += queue.enqueuer.build([registry.parse(job_type, data)], **options)
-            except InvalidPayload as e:
-                if n is None:
-                    raise
-                raise InvalidPayload(job_type, [f"line {n}: {p}" for p in e.problems]) from e
-        results = queue.enqueuer.enqueue(jobs)
+        results = _enqueue(coordinator, job_type, items, options)
         if not as_json:
-            for r in results:  # ids alone on stdout (id=$(tether enqueue ...)); notes on stderr
-                out.print(r.id)
-                if r.duplicate:
-                    key = r.job.idempotency_key
-                    err.print(f"{r.id}: duplicate of an active job (--key {key}); nothing new recorded", markup=False)
+            _print_ids(results)
         finished = [r.job for r in results]
         if wait:
             out.file.flush()
@@ -146,6 +119,58 @@ def enqueue(
         print_json(records[0] if payload is not None else records)
     if wait:
         raise typer.Exit(_wait_exit_code(finished))
+
+
+def _check_options(
+    payload: str | None, jsonl: str | None, wait: bool, timeout: float | None, options: dict[str, Any]
+) -> None:
+    """The flags, alone and together, before anything is read."""
+    if timeout is not None and (timeout != timeout or timeout < 0):
+        raise ConfigError(f"--timeout: must be a number of seconds >= 0, got {timeout}")
+    if timeout is not None and not wait:
+        raise ConfigError("--timeout needs --wait")
+    if (payload is None) == (jsonl is None):
+        raise typer.BadParameter("give exactly one of --payload or --jsonl")
+    from ..ledger.limits import option_problem
+
+    problem = option_problem(options["priority"], options["max_attempts"], options["delay"], SystemClock().now())
+    if problem:  # an option, not the payload: named as the flag the user typed
+        name, _, rule = problem.partition(": ")
+        raise ConfigError(f"--{name.replace('_', '-')}: {rule}")
+
+
+def _print_ids(results: list[InsertResult]) -> None:
+    """Ids alone on stdout (``id=$(tether enqueue ...)``); notes on stderr."""
+    for r in results:
+        out.print(r.id)
+        if r.duplicate:
+            key = r.job.idempotency_key
+            err.print(f"{r.id}: duplicate of an active job (--key {key}); nothing new recorded", markup=False)
+
+
+def _items(job_type: str, payload: str | None, jsonl: str | None) -> list[tuple[int | None, dict[str, Any]]]:
+    """The payloads to enqueue, each with its --jsonl line number (None for --payload)."""
+    if payload is not None:
+        return [(None, _load_payload(job_type, payload))]
+    assert jsonl is not None  # exactly one of the two, checked before
+    source = "stdin" if jsonl == "-" else f"--jsonl {jsonl}"
+    return [(n, _parse_object(job_type, f"{source} line {n}", line)) for n, line in _read_lines(job_type, jsonl)]
+
+
+def _enqueue(
+    coordinator: Coordinator, job_type: str, items: list[tuple[int | None, dict[str, Any]]], options: dict[str, Any]
+) -> list[InsertResult]:
+    """Build every job, then enqueue them all in one transaction; a bad --jsonl line is named."""
+    registry, queue = coordinator.registry, coordinator.queue
+    jobs = []
+    for n, data in items:
+        try:
+            jobs += queue.enqueuer.build([registry.parse(job_type, data)], **options)
+        except InvalidPayload as e:
+            if n is None:
+                raise
+            raise InvalidPayload(job_type, [f"line {n}: {p}" for p in e.problems]) from e
+    return queue.enqueuer.enqueue(jobs)
 
 
 def _wait(coordinator: Any, ids: list[str], timeout: float | None) -> list[JobRecord]:

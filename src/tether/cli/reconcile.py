@@ -33,45 +33,54 @@ def _reason(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
+_EXISTS_ONLY = typer.Option(
+    False,
+    "--exists-only",
+    help="Only check that files exist or are absent (no file is read): fast, but misses changed bytes.",
+)
+_UNTRACKED = typer.Option(
+    False,
+    "--untracked",
+    help="Also report files under the root that no job ever named, and AWS resources that carry this "
+    "ledger's ownership tag but that no job names (looked for when the ledger holds a sync_aws job, "
+    "or with --aws).",
+)
+_AWS = typer.Option(
+    None,
+    "--aws/--no-aws",
+    help="Check sync_aws resources against AWS (the default when there are any); --aws also looks for "
+    "untracked AWS resources on a ledger without sync_aws jobs; --no-aws: report them not_checked and "
+    "look for none.",
+    show_default=False,
+)
+_STARTUP = typer.Option(
+    False,
+    "--startup",
+    help="Reclaim stale locks first (Coordinator.startup_check): what to run before workers start. "
+    "Without it the check changes nothing (it records only its verdict).",
+)
+_QUIET = typer.Option(
+    False,
+    "--quiet",
+    "-q",
+    help="Do not print events (drift_detected, reconcile_finished: JSON lines on stderr; "
+    "never on a terminal, where the report already lists every finding).",
+)
+_DB = typer.Option(None, "--db", help="Ledger URL (same as the global --db / TETHER_DB).")
+_ROOT = typer.Option(None, "--root", help="Data root (same as the global --root / TETHER_ROOT).")
+
+
 @app.command()
 def reconcile(
     ctx: typer.Context,
     as_json: bool = JSON_OPTION,
-    exists_only: bool = typer.Option(
-        False,
-        "--exists-only",
-        help="Only check that files exist or are absent (no file is read): fast, but misses changed bytes.",
-    ),
-    untracked: bool = typer.Option(
-        False,
-        "--untracked",
-        help="Also report files under the root that no job ever named, and AWS resources that carry this "
-        "ledger's ownership tag but that no job names (looked for when the ledger holds a sync_aws job, "
-        "or with --aws).",
-    ),
-    aws: bool | None = typer.Option(
-        None,
-        "--aws/--no-aws",
-        help="Check sync_aws resources against AWS (the default when there are any); --aws also looks for "
-        "untracked AWS resources on a ledger without sync_aws jobs; --no-aws: report them not_checked and "
-        "look for none.",
-        show_default=False,
-    ),
-    startup: bool = typer.Option(
-        False,
-        "--startup",
-        help="Reclaim stale locks first (Coordinator.startup_check): what to run before workers start. "
-        "Without it the check changes nothing (it records only its verdict).",
-    ),
-    quiet: bool = typer.Option(
-        False,
-        "--quiet",
-        "-q",
-        help="Do not print events (drift_detected, reconcile_finished: JSON lines on stderr; "
-        "never on a terminal, where the report already lists every finding).",
-    ),
-    db: str | None = typer.Option(None, "--db", help="Ledger URL (same as the global --db / TETHER_DB)."),
-    root: str | None = typer.Option(None, "--root", help="Data root (same as the global --root / TETHER_ROOT)."),
+    exists_only: bool = _EXISTS_ONLY,
+    untracked: bool = _UNTRACKED,
+    aws: bool | None = _AWS,
+    startup: bool = _STARTUP,
+    quiet: bool = _QUIET,
+    db: str | None = _DB,
+    root: str | None = _ROOT,
 ) -> None:
     """Compare the ledger with the data root and report drift; never repairs anything.
 
@@ -82,18 +91,11 @@ def reconcile(
     Example: tether --db sqlite:///ledger/tether.db --root ./data reconcile --json
     """
     try:
-        from ..reconcile.check import reconcile as run_reconcile
-
-        # Its own --db and --root (as reconcile/check takes them) stand for the global ones.
+        # Its own --db and --root (as the check script takes them) stand for the global ones.
         settings = replace(ctx.obj, db=ctx.obj.db if db is None else db, root=ctx.obj.root if root is None else root)
         _require_existing(settings)
-        # Events are for a log (stderr redirected, the journal); a person at a terminal reads the
-        # report, which lists every finding already.
-        with events.to_stderr(not quiet and not err.is_terminal), open_coordinator(settings) as coordinator:
-            options: dict[str, Any] = {"content": not exists_only, "untracked": untracked, "aws": aws}
-            with _progress(coordinator, enabled=not as_json and err.is_terminal) as progress:
-                options["progress"] = progress
-                report = coordinator.startup_check(**options) if startup else run_reconcile(coordinator, **options)
+        options: dict[str, Any] = {"content": not exists_only, "untracked": untracked, "aws": aws}
+        report = _check(settings, options, startup=startup, quiet=quiet, as_json=as_json)
         if as_json:
             print_json(report.to_dict())
         else:
@@ -107,6 +109,19 @@ def reconcile(
     # sys.exit, not typer.Exit: the console entry runs typer without standalone mode, where an
     # Exit code is returned to it rather than raised.
     sys.exit(report.exit_code)
+
+
+def _check(settings: Settings, options: dict[str, Any], *, startup: bool, quiet: bool, as_json: bool) -> Report:
+    """The check itself, with ``options`` for ``reconcile`` (or ``startup_check``, which first
+    reclaims stale locks)."""
+    from ..reconcile.check import reconcile as run_reconcile
+
+    # Events are for a log (stderr redirected, the journal); a person at a terminal reads the
+    # report, which lists every finding already.
+    with events.to_stderr(not quiet and not err.is_terminal), open_coordinator(settings) as coordinator:
+        with _progress(coordinator, enabled=not as_json and err.is_terminal) as progress:
+            options = {**options, "progress": progress}
+            return coordinator.startup_check(**options) if startup else run_reconcile(coordinator, **options)
 
 
 def _require_existing(settings: Settings) -> None:
@@ -207,7 +222,7 @@ def _bytes(size: int | None, sha256: str | None) -> str:
 
 
 def _check_command() -> Any:
-    """``reconcile`` as a command of its own (``Usage: reconcile/check [OPTIONS]``) that also
+    """``reconcile`` as a command of its own (``Usage: tether-reconcile-check [OPTIONS]``) that also
     takes tether's global options but --db and --root, which it has: --import, --schema, ..."""
     group = typer.main.get_command(app)
     command = group.commands["reconcile"]  # type: ignore[attr-defined]
@@ -221,16 +236,20 @@ def _check_command() -> Any:
         return command.callback(**values)
 
     return type(command)(
-        "reconcile/check", callback=run, params=[*command.params, *shared], help=command.help, rich_markup_mode=None
+        "tether-reconcile-check",
+        callback=run,
+        params=[*command.params, *shared],
+        help=command.help,
+        rich_markup_mode=None,
     )
 
 
 def check_main(argv: list[str] | None = None) -> None:
-    """Entry of ``reconcile/check``: ``tether reconcile`` in which every failure, a usage error
+    """Entry of ``bin/tether-reconcile-check``: ``tether reconcile`` in which every failure, a usage error
     included, exits 1 (click's usage errors exit 2, which here would read as drift)."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        rv = _check_command().main(args, prog_name="reconcile/check", standalone_mode=False)
+        rv = _check_command().main(args, prog_name="tether-reconcile-check", standalone_mode=False)
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except typer.TyperException as e:  # usage errors (typer's own click)
@@ -238,9 +257,9 @@ def check_main(argv: list[str] | None = None) -> None:
         if show is not None:
             show()
         else:
-            err.print(f"reconcile/check: {e}", markup=False)
+            err.print(f"tether-reconcile-check: {e}", markup=False)
         sys.exit(1)
     except Exception as e:
-        err.print(f"reconcile/check: could not check: {_reason(e)}", markup=False, soft_wrap=True)
+        err.print(f"tether-reconcile-check: could not check: {_reason(e)}", markup=False, soft_wrap=True)
         sys.exit(1)
     sys.exit(rv if isinstance(rv, int) else 0)

@@ -1,4 +1,5 @@
-"""The sample application (``app``) and its AWS part (``aws``).
+"""The sample application (``app``), the demo that drives it (``walkthrough``) and its AWS part
+(``aws``).
 
 ``python -m tether.demo`` runs the demo; ``tether --import tether.demo.app`` registers the sample
 job types."""

@@ -166,6 +166,10 @@ class Probe(ABC):
     It lives with the job type (the file types', each AWS resource type's); the reconciler iterates
     over them."""
 
+    remote: str | None = None
+    """The remote world the probe reads (``"aws"``), which a check may leave alone (``--no-aws``);
+    None: the data root, always checked."""
+
     @abstractmethod
     def check(self, target: str, payload: str, root: Path, *, content: bool) -> Check:
         """Compare the world with the effect of a completed job on ``target`` (its ordering key,
@@ -183,3 +187,9 @@ class Probe(ABC):
         reconciler calls this once per batch of targets of this type; a probe overrides it to
         batch the world's side too (one tight loop of stats, one AWS describe for many ids)."""
         return [self.check(target, payload, root, content=content) for target, payload in items]
+
+    def untracked(self, owner: str, seen: set[str]) -> dict[str, str]:
+        """Resources of a ``remote`` world that carry ``owner``'s ownership tag, by target key, with
+        a detail each (``seen``: the targets the check asked about). Asked only of a remote probe,
+        and only with ``--untracked``; the data root's untracked files are the reconciler's own."""
+        return {}

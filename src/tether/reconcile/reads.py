@@ -1,0 +1,76 @@
+"""The reconciler's reads of the ledger: every statement a check runs, each in a short read-only
+transaction, so a long check never holds a snapshot open (which on SQLite would stop WAL
+checkpoints for its whole duration)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from ..ledger import drivers
+from ..ledger.catalogue import READS
+from ..ledger.engine import READ_ONLY
+
+PAYLOADS = sa.text(READS.PAYLOADS_BY_ID).bindparams(sa.bindparam("ids", expanding=True))
+RECHECK = sa.text(READS.RECONCILE_RECHECK).bindparams(sa.bindparam("keys", expanding=True))
+ACTIVE_ON = sa.text(READS.ACTIVE_ON_TARGET)
+KNOWN_TARGETS = sa.text(READS.KNOWN_TARGETS).bindparams(sa.bindparam("keys", expanding=True))
+COUNT_TARGETED = sa.text(READS.COUNT_TARGETED)
+TYPE_TARGETED = sa.text(READS.TYPE_TARGETED)
+
+KNOWN_CHUNK = 500  # keys per KNOWN_TARGETS read: well under every driver's bound-parameter limit
+
+
+def count_targeted(engine: sa.Engine) -> int:
+    """How many jobs have a target: the jobs a check streams."""
+    with engine.connect().execution_options(**READ_ONLY) as conn:
+        return int(conn.execute(COUNT_TARGETED).scalar_one())
+
+
+class LedgerReads:
+    """The reads of one check. ``wanting``: the job types whose payloads the page carries (their
+    probes read them in this mode); the others' rows are never read from the table."""
+
+    def __init__(self, engine: sa.Engine, wanting: Sequence[str]) -> None:
+        self.engine = engine
+        self.backend = drivers.for_engine(engine)
+        self.wide = bool(wanting)
+        sql = self.backend.sql
+        self._page = sql.RECONCILE_PAGE_PAYLOADS if self.wide else sql.RECONCILE_PAGE
+        self._wanted = {"want": sql.types(wanting)} if self.wide else {}
+
+    def page(self, after_key: str, after_id: str, limit: int) -> list[tuple[Any, ...]]:
+        """Up to ``limit`` jobs that have a target, after ``(after_key, after_id)`` in that order:
+        rows of id, type (None unless completed), target key and, when ``wide``, the payload of a
+        wanted type. On the driver cursor, as the hot path: the stream is most of a check's reading."""
+        with self.backend.read() as cur:
+            return cur.rows(self._page, {"after_key": after_key, "after_id": after_id, "limit": limit, **self._wanted})
+
+    def _read(self, statement: sa.TextClause, params: dict[str, Any]) -> Sequence[Any]:
+        with self.engine.connect().execution_options(**READ_ONLY) as conn:
+            return conn.execute(statement, params).fetchall()
+
+    def payloads(self, ids: list[str]) -> dict[str, str]:
+        """The payloads of jobs, by id (a job removed meanwhile is absent)."""
+        return dict(self._read(PAYLOADS, {"ids": ids})) if ids else {}
+
+    def recheck(self, keys: list[str]) -> dict[str, tuple[str | None, int]]:
+        """Per target, its latest completed job now and whether one is active now."""
+        return {key: (latest, active) for key, latest, active in self._read(RECHECK, {"keys": keys})}
+
+    def active_on(self, key: str) -> bool:
+        """Whether a job on the target is pending or claimed now."""
+        return bool(self._read(ACTIVE_ON, {"key": key}))
+
+    def known(self, keys: Sequence[str]) -> set[str]:
+        """The ``keys`` some job has ever named as its target."""
+        found: set[str] = set()
+        for start in range(0, len(keys), KNOWN_CHUNK):
+            found.update(row[0] for row in self._read(KNOWN_TARGETS, {"keys": keys[start : start + KNOWN_CHUNK]}))
+        return found
+
+    def type_targeted(self, job_type: str) -> bool:
+        """Whether a job of ``job_type`` has ever had a target in this ledger."""
+        return bool(self._read(TYPE_TARGETED, {"type": job_type}))

@@ -1,0 +1,91 @@
+"""The targets of a check, streamed from the ledger a page at a time.
+
+Every job that has a target is read by ``(ordering_key, id)`` through ``ix_tether_jobs_targeted``
+in short read-only batches: each target's jobs arrive together, its latest last, so the stream
+holds one target at a time and memory does not grow with the number of jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from itertools import islice, repeat
+from operator import itemgetter, lt
+from typing import Any, NamedTuple, cast
+
+from .reads import LedgerReads
+
+
+class Target(NamedTuple):
+    """A target whose jobs have all been read, as the one job that decides its check: the latest
+    completed job, or, while a job on it is pending or claimed, the first such job (``job_type``
+    None: in flight, not checked). The fields are a page's columns in their order, so a page's
+    rows become Targets in C, without a Python call per target."""
+
+    job_id: str
+    job_type: str | None
+    key: str
+    payload: str | None
+    """The latest job's stored payload, when its type's probe reads it in this check; else None."""
+
+
+Row = tuple[Any, ...]  # a page's row: id, type (None unless completed), key[, payload]
+
+# A field of every Target (or page row) of a list at once, with ``map``: in C, by position.
+JOB_ID, JOB_TYPE, KEY, PAYLOAD = (itemgetter(Target._fields.index(name)) for name in Target._fields)
+
+
+class TargetStream:
+    """The targets of every job that has a target, a list per page (iterate once). ``read`` is
+    the number of jobs read so far, ``newest`` the newest job id among them."""
+
+    def __init__(self, reads: LedgerReads, batch_size: int) -> None:
+        self.reads = reads
+        self.batch_size = batch_size
+        self.read = 0
+        self.newest: str | None = None
+
+    def __iter__(self) -> Iterator[list[Target]]:
+        """A target's jobs may run past a page's end: its deciding row is carried into the next
+        page, before that page's rows, until a page ends on another target or the stream ends."""
+        after_key, after_id = "", ""
+        carried: Sequence[Row] = []
+        while True:
+            rows = self.reads.page(after_key, after_id, self.batch_size)
+            self.read += len(rows)
+            if rows:
+                after_id, after_key = rows[-1][0], rows[-1][2]
+                newest = max(map(JOB_ID, rows))
+                self.newest = newest if self.newest is None else max(self.newest, newest)
+            pending = [*carried, *rows]
+            if len(rows) < self.batch_size:
+                yield self._targets(deciding_rows(pending))
+                return
+            done = len(pending)
+            while done and pending[done - 1][2] == after_key:
+                done -= 1
+            carried = deciding_rows(pending[done:])
+            ready = self._targets(deciding_rows(pending[:done]))
+            del rows, pending  # the page's rows go before its targets are checked: fewer live objects
+            yield ready
+
+    def _targets(self, rows: Sequence[Row]) -> list[Target]:
+        """Rows as Targets, made in C; a page that carries no payloads gets a None one (through
+        ``zip``, which reuses its tuple: one new object per target either way)."""
+        if not self.reads.wide:
+            rows = cast(Sequence[Row], zip(map(JOB_ID, rows), map(JOB_TYPE, rows), map(KEY, rows), repeat(None)))
+        return cast(list[Target], list(map(tuple.__new__, repeat(Target), rows)))
+
+
+def deciding_rows(rows: Sequence[Row]) -> Sequence[Row]:
+    """The row that decides each target of ``rows`` (ordered by key and then id, each target's
+    rows all there), in key order: its last row, unless one is active (its type is None); then
+    its first active one."""
+    keys = list(map(KEY, rows))
+    active = None in map(JOB_TYPE, rows)
+    if not active and all(map(lt, keys, islice(keys, 1, None))):
+        return rows  # a key per row (most pages), compared in C: each row decides its target
+    deciding = dict(zip(keys, rows, strict=True))  # later rows of a key replace earlier ones, in C
+    if active:
+        first = [row for row in reversed(rows) if row[1] is None]  # the first last, so it stays
+        deciding.update(zip(map(KEY, first), first, strict=True))
+    return list(deciding.values())

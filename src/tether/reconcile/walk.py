@@ -1,0 +1,175 @@
+"""The data root's side of a check: temp files of interrupted writes and (on request) files no job
+ever named, found by walking the root after the ledger pass. Never enters ``.tether/`` or
+follows a symlinked directory."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+from ..jobtypes.claude_extraction import answer_of
+from ..jobtypes.datafiles import durable, nofollow, paths
+from ..jobtypes.target import file_key
+from .drift import LEFTOVER_TEMP, UNKNOWN, UNTRACKED, Finding
+from .reads import LedgerReads
+
+# ``.<name>.<8 hex>.tether-tmp``: the temp file DataFile.write (in fs.py) writes ``<name>`` through.
+_TEMP_NAME = re.compile(r"^\.(?P<target>.+)\.[0-9a-f]{8}" + re.escape(paths.TEMP_SUFFIX) + "$")
+
+Listed = dict[str, tuple[list[str], list[str]]]  # directory -> (its temp files, its subdirectories)
+Entry = tuple[str, os.DirEntry[str] | bool | None]  # (relative path, entry); see entries
+
+
+class RootWalk:
+    """Report, through ``found``, what the walk of ``root`` finds that no running job explains."""
+
+    def __init__(self, root: Path, reads: LedgerReads, found: Callable[[Finding], None], *, untracked: bool) -> None:
+        self.root, self.reads, self.found, self.untracked = root, reads, found, untracked
+
+    def run(self, listed: Listed) -> None:
+        """Directories the probes listed in full (``listed``) are not read again: a temp file left
+        by an earlier crash was there when they were read; one that appeared since was left by a
+        write running during this check, and the next check reports it if that write died."""
+        self._walk(entries(self.root, only_temps=not self.untracked, listed=listed))
+
+    def _walk(self, found_entries: Iterable[Entry]) -> None:
+        pending: list[tuple[str, int | None]] = []
+        for rel, entry in found_entries:
+            if entry is None:
+                self.found(Finding(rel, UNKNOWN, detail="directory could not be listed"))
+            elif rel.endswith(paths.TEMP_SUFFIX):
+                self._temp(rel)
+            elif self.untracked:
+                assert not isinstance(entry, bool)  # True only with only_temps, never when untracked
+                pending.append((rel, _size(entry)))
+                if len(pending) >= 500:
+                    self._untracked(pending)
+                    pending = []
+        if pending:
+            self._untracked(pending)
+
+    def _temp(self, rel: str) -> None:
+        directory, _, name = rel.rpartition("/")
+        match = _TEMP_NAME.match(name)
+        if match:
+            target = f"{directory}/{match['target']}" if directory else match["target"]
+            if self.reads.active_on(file_key(target)):
+                return  # a running job's write in progress
+        try:  # asked after the ledger: gone means a write finished meanwhile
+            with durable.data_file(self.root, rel) as f:
+                st = f.lstat()
+            if st is None:
+                return
+            size = st.st_size
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            self.found(Finding(rel, UNKNOWN, detail=e.strerror))
+            return
+        self.found(Finding(rel, LEFTOVER_TEMP, actual_size=size, detail="temp file of an interrupted write"))
+
+    def _untracked(self, files: list[tuple[str, int | None]]) -> None:
+        keys: list[tuple[str, str, int | None]] = []
+        for rel, size in files:
+            try:
+                rel.encode()
+            except UnicodeEncodeError:  # not UTF-8 on disk: no payload can name it
+                shown = rel.encode(errors="surrogateescape").decode(errors="replace")
+                self.found(Finding(shown, UNTRACKED, actual_size=size))
+                continue
+            keys.append((file_key(answer_of(rel) or rel), rel, size))  # an answer's sidecar goes with it
+        if not keys:
+            return
+        known = self.reads.known(sorted({k for k, _, _ in keys}))
+        for key, rel, size in keys:
+            if key not in known:
+                self.found(Finding(rel, UNTRACKED, actual_size=size, detail="no job ever named this file"))
+
+
+def entries(root: Path, *, only_temps: bool, listed: Listed | None = None) -> Iterator[Entry]:
+    """(relative path, entry) of every non-directory entry under ``root`` (only temp files with
+    ``only_temps``), skipping ``.tether/``; (directory, None) for one that could not be listed.
+    With ``listed`` (only temp files), the directories in it are taken from it (entry: True).
+    Each directory is opened from the root without following a symlink, as the probes read."""
+    stack = [""]
+    with durable.opened_root(root) as root_fd:
+        while stack:
+            prefix = stack.pop()
+            path = os.path.join(root, prefix) if prefix else root
+            known = listed.get(os.path.normpath(path)) if listed else None
+            if known is not None and only_temps:
+                temps, subdirs = known
+                yield from ((f"{prefix}{name}", True) for name in temps)
+                stack.extend(f"{prefix}{name}/" for name in subdirs if prefix or name != paths.INTERNAL_DIR)
+                continue
+            try:
+                dir_fd = nofollow.open_dir(root_fd, prefix.rstrip("/"))
+            except FileNotFoundError:
+                continue
+            except OSError:
+                yield prefix.rstrip("/") or ".", None
+                continue
+            if only_temps and _leaf(dir_fd):
+                yield from _leaf_temps(dir_fd, prefix)
+            else:
+                yield from _scan(dir_fd, prefix, only_temps, stack)
+
+
+def _leaf_temps(dir_fd: int, prefix: str) -> Iterator[Entry]:
+    """The temp files of a directory without subdirectories, from its names alone; closes it."""
+    try:
+        names = os.listdir(dir_fd)
+    except OSError:
+        names = None
+    finally:
+        os.close(dir_fd)
+    if names is None:
+        yield prefix.rstrip("/") or ".", None
+    else:
+        yield from ((f"{prefix}{name}", True) for name in names if name.endswith(paths.TEMP_SUFFIX))
+
+
+def _scan(dir_fd: int, prefix: str, only_temps: bool, stack: list[str]) -> Iterator[Entry]:
+    """The entries of a directory (only temp files with ``only_temps``); its subdirectories, but
+    ``.tether/`` at the root, go on ``stack``. Closes the directory."""
+    try:
+        found = os.scandir(dir_fd)
+    except OSError:
+        os.close(dir_fd)
+        yield prefix.rstrip("/") or ".", None
+        return
+    try:  # the entries' stat() uses dir_fd: it stays open while they are handed out
+        with found:
+            for entry in found:
+                try:
+                    is_dir = entry.is_dir(follow_symlinks=False)
+                except OSError:
+                    is_dir = False
+                if is_dir:  # a data directory named ``x.tether-tmp`` is no temp file
+                    if prefix or entry.name != paths.INTERNAL_DIR:
+                        stack.append(f"{prefix}{entry.name}/")
+                elif not only_temps or entry.name.endswith(paths.TEMP_SUFFIX):
+                    yield f"{prefix}{entry.name}", entry
+    finally:
+        os.close(dir_fd)
+
+
+def _leaf(dir_fd: int) -> bool:
+    """Whether the open directory has no subdirectory: a link count of 2 (its name and its own
+    ``.``) says so where the file system counts subdirectories' ``..`` (ext4, XFS, tmpfs; btrfs
+    says 1, and so does ext4 past 65,000 subdirectories: those are listed in full). A leaf's
+    temp files are found from its names alone, without a type check per entry: as GNU find's
+    leaf optimisation, and most of the walk's cost."""
+    try:
+        return os.fstat(dir_fd).st_nlink == 2
+    except OSError:
+        return False
+
+
+def _size(entry: os.DirEntry[str]) -> int | None:
+    try:
+        return entry.stat(follow_symlinks=False).st_size
+    except OSError:
+        return None

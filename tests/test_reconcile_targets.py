@@ -1,0 +1,56 @@
+"""The targets stream: every page size gives each target once, decided by the same job as reading
+the whole ledger at once would (its latest completed job, or its first pending or claimed one)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from tether.reconcile.targets import Target, TargetStream
+
+
+class PagedRows:
+    """A ledger's target index as the page statement reads it, without a database."""
+
+    def __init__(self, rows: list[tuple[Any, ...]], *, wide: bool) -> None:
+        self.rows, self.wide = sorted(rows, key=lambda r: (r[2], r[0])), wide
+
+    def page(self, after_key: str, after_id: str, limit: int) -> list[tuple[Any, ...]]:
+        return [r for r in self.rows if (r[2], r[0]) > (after_key, after_id)][:limit]
+
+
+def expected(rows: list[tuple[Any, ...]], *, wide: bool) -> list[Target]:
+    """Per target, row by row: the first active job if there is one, else the latest completed."""
+    out = []
+    for key in sorted({r[2] for r in rows}):
+        mine = sorted((r for r in rows if r[2] == key), key=lambda r: r[0])
+        active = [r for r in mine if r[1] is None]
+        row = active[0] if active else mine[-1]
+        out.append(Target(row[0], row[1], row[2], row[3] if wide else None))
+    return out
+
+
+def ledger(seed: int, *, wide: bool) -> list[tuple[Any, ...]]:
+    rng = random.Random(seed)
+    rows = []
+    for n in range(rng.randint(0, 60)):
+        key = f"file:{rng.choice('abcdefg')}.json"
+        job_type = None if rng.random() < 0.2 else rng.choice(["create_file", "delete_file"])
+        row = (f"{n:04d}", job_type, key) + ((f"payload {n}",) if wide else ())
+        rows.append(row)
+    return rows
+
+
+@pytest.mark.parametrize("wide", [False, True])
+@pytest.mark.parametrize("seed", range(40))
+def test_every_page_size_decides_each_target_by_the_same_job(seed: int, wide: bool) -> None:
+    rows = ledger(seed, wide=wide)
+    for size in (1, 2, 3, 5, 8, 100):
+        stream = TargetStream(PagedRows(rows, wide=wide), size)  # type: ignore[arg-type]  # a stand-in for LedgerReads
+        found = [target for page in stream for target in page]
+        assert found == expected(rows, wide=wide), size
+        assert all(isinstance(t, Target) and t.key for t in found)
+        assert stream.read == len(rows)
+        assert stream.newest == max((r[0] for r in rows), default=None)
