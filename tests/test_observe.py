@@ -370,7 +370,7 @@ def test_the_coordinator_answers_the_operators_questions_from_python(coordinator
 
 
 def test_the_alerting_rules_judge_pending_age_success_rate_and_p95_per_type(make_coordinator, clock) -> None:
-    """The async-processing seed's rules: oldest pending over 1 h warns, a success rate under 95%
+    """The alerting rules of docs/design.md: oldest pending over 1 h warns, a success rate under 95%
     over the window is an error, a type's p95 run time over 10 s warns; each level can be set."""
     from datetime import timedelta
 

@@ -2,7 +2,7 @@
 
 The statements live in ``statements/sqlite.sql`` and ``statements/postgresql.sql``, each complete
 as it is sent (the dialect's own placeholders, SQLite's index pins written in), in named blocks
-(``-- name: CLAIM``) as procrastinate keeps its ``queries.sql``: a reader opens one file and sees
+(``-- name: CLAIM``), as procrastinate keeps its statements: a reader opens one file and sees
 every statement and why it is so. SQL files rather than Python strings, so that no statement can
 be assembled from pieces: what the file says is what the database runs. Each file is read once,
 into a frozen ``Statements`` whose fields are the names, so a name missing from a file, or one

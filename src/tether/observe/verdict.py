@@ -36,9 +36,10 @@ class Verdict(Enum):
 @dataclass(frozen=True)
 class Thresholds:
     """When the verdict changes. Defaults: backlog soft limit 100, warning at 80% of it, error
-    at 100%; any stuck job is an error; any failed job is a warning; and the seed's alerting
-    rules over the last hour: oldest pending job over 1 h a warning, success rate under 95% an
-    error, p95 run time of a type over 10 s a warning (each level can be set or turned off)."""
+    at 100%; any stuck job is an error; any failed job is a warning; and the alerting rules of
+    docs/design.md ("The operator's questions") over the last hour: oldest pending job over 1 h a
+    warning, success rate under 95% an error, p95 run time of a type over 10 s a warning (each
+    level can be set or turned off)."""
 
     backlog_limit: int = config.DEFAULT_BACKLOG_LIMIT
     warn_ratio: float = 0.8

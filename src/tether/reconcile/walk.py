@@ -15,7 +15,7 @@ from ..jobtypes.target import file_key
 from .drift import LEFTOVER_TEMP, UNKNOWN, UNTRACKED, Finding
 from .reads import LedgerReads
 
-# ``.<name>.<8 hex>.tether-tmp``: the temp file DataFile.write (in fs.py) writes ``<name>`` through.
+# ``.<name>.<8 hex>.tether-tmp``: the temp file ``durable.DataFile.write`` writes ``<name>`` through.
 _TEMP_NAME = re.compile(r"^\.(?P<target>.+)\.[0-9a-f]{8}" + re.escape(paths.TEMP_SUFFIX) + "$")
 
 Listed = dict[str, tuple[list[str], list[str]]]  # directory -> (its temp files, its subdirectories)
