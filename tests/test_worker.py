@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
+import orjson
 import pytest
 import sqlalchemy as sa
 
@@ -198,3 +199,25 @@ def test_a_worker_claims_only_the_types_it_has_and_status_names_the_one_nobody_t
     assert "is a worker with this type registered" in checks["unclaimed:note"].rule
     assert full.worker().run_until_idle() == 1 and full.get(job).status is JobStatus.COMPLETED
     assert not [c for c in health.health(full).checks if c.name.startswith("unclaimed:")]
+
+
+def test_a_heartbeat_that_renews_after_an_outcome_was_recorded_reports_no_lost_lease(make_coordinator, caplog):
+    """The heartbeat reads the running jobs, the group commit records one of them, then the
+    heartbeat's renewal misses it: that job finished, it was not taken, so no ``lost_lease``.
+    A job another worker took while it ran is still reported and cancelled."""
+    from jobkit import completed
+
+    c = make_coordinator(registry_with(NoteType()))
+    c.enqueue_many([Note(name="finished"), Note(name="taken")])
+    w = c.worker()
+    finished, taken = c.queue.claim(w.id, limit=2)
+    contexts = w.executor.start([finished, taken])
+    w._record([completed(finished, None)])  # recorded; the batch is not over, so still "running"
+    with c.engine.begin() as conn:  # another worker's sweep took the other one
+        conn.execute(sa.text("UPDATE tether_jobs SET locked_by = 'other' WHERE id = :id"), {"id": taken.id})
+    caplog.set_level("INFO", logger="tether.events")
+    assert w.heartbeat_once() == [taken.id]
+    lost = [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "tether.events"]
+    assert [e["job_id"] for e in lost if e["event"] == "lost_lease"] == [taken.id]
+    assert contexts[1].cancelled.is_set() and not contexts[0].cancelled.is_set()
+    assert c.get(finished.id).status is JobStatus.COMPLETED

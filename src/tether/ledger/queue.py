@@ -239,13 +239,10 @@ class Queue:
             cur.executemany(self.sql.UNBLOCK_NEXT, [{"ordering_key": target} for target in targets])
 
     def heartbeat(self, worker: str, jobs: Sequence[JobRecord], *, now: datetime | None = None) -> list[str]:
-        """Renew the locks of running ``jobs``; returns the ids this worker no longer holds (each
-        logged as ``lost_lease``)."""
-        lost = reclaim.renew(self, worker, jobs, now)
-        for job in jobs:
-            if job.id in lost:
-                self.emit_lost(job, worker)
-        return lost
+        """Renew the locks of running ``jobs``; returns the ids this worker no longer holds. The
+        caller logs the losses (``emit_lost``): only it knows which of them an outcome recorded
+        meanwhile ended, rather than another worker taking them."""
+        return reclaim.renew(self, worker, jobs, now)
 
     def record_progress(self, job: JobRecord, worker: str, progress: str) -> bool:
         """Keep a running job's progress (JSON text); False if ``worker`` no longer holds it."""

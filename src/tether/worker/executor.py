@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import JobTimedOut
@@ -34,6 +34,9 @@ class Executor:
         self.worker_id = worker_id
         self.cancel = cancel
         self._running: dict[str, JobContext] = {}  # by job id; ctx.job is the job
+        # Running jobs whose outcome is being recorded: their fence is the completer's to judge,
+        # since a heartbeat that misses one of them may only have run after its commit.
+        self._settling: set[str] = set()
         self._lock = threading.Lock()
 
     def start(
@@ -50,10 +53,22 @@ class Executor:
                 self._running[job.id] = ctx
         return contexts
 
+    def settling(self, jobs: Iterable[JobRecord]) -> None:
+        """``jobs``' outcomes are about to be recorded (heartbeats still renew them until ``done``)."""
+        with self._lock:
+            self._settling.update(job.id for job in jobs)
+
     def done(self, jobs: Sequence[JobRecord]) -> None:
         with self._lock:
             for job in jobs:
                 self._running.pop(job.id, None)
+                self._settling.discard(job.id)
+
+    def lost(self, ids: Iterable[str]) -> list[JobContext]:
+        """Of ``ids`` (jobs a heartbeat found this worker no longer holds), the contexts of those
+        still running with no outcome being recorded: the jobs another worker has taken."""
+        with self._lock:
+            return [self._running[i] for i in ids if i in self._running and i not in self._settling]
 
     def running(self) -> list[JobContext]:
         """The contexts of the jobs running now (claimed, not yet recorded)."""

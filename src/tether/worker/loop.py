@@ -275,12 +275,18 @@ class Worker:
             pending = self.completer.synced(progress.pending, syncs.close())
             if pending:
                 ahead = claim_next and took is not None and not self.producer.stopping.is_set()
-                following = self.producer.claim_in(lambda claim: self.completer.record(pending, claim=claim), ahead)
+                following = self.producer.claim_in(lambda claim: self._record(pending, claim), ahead)
             self.executor.done(jobs)
             with self._tally:
                 self.outcomes.update(progress.edges)
                 self.processed += progress.ran
         return progress.ran, following
+
+    def _record(self, decisions: list[Decision], claim: int = 0) -> list[JobRecord]:
+        """Record ``decisions`` in one group commit (taking ``claim`` more jobs in it); from here
+        their fences are the completer's to judge, not the heartbeat's."""
+        self.executor.settling(d.job for d in decisions)
+        return self.completer.record(decisions, claim=claim)
 
     def _run_jobs(
         self, jobs: Sequence[JobRecord], contexts: list[JobContext], syncs: DirSyncs, progress: _Progress
@@ -298,7 +304,7 @@ class Worker:
                 pending.append(decide(job, NOT_RUN))
                 continue
             if pending and time.perf_counter() >= flush_at:
-                completer.record(completer.synced(pending, syncs.flush()))
+                self._record(completer.synced(pending, syncs.flush()))
                 pending = progress.pending = []
             outcome, duration = run(job, ctx)
             decision = decide(job, outcome, duration)

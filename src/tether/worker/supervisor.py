@@ -110,14 +110,16 @@ class Supervisor:
     # -- locks: heartbeats and the sweep -------------------------------------------------------
 
     def heartbeat_once(self, now: datetime | None = None) -> list[str]:
-        """Renew the locks of the jobs this worker is running; cancel any it has lost (the
-        queue logs each as ``lost_lease``)."""
+        """Renew the locks of the jobs this worker is running; log and cancel any it has lost.
+        A job whose outcome was recorded between the read of the running jobs and the renewal is
+        not lost: the recording judges its fence."""
         running = self.executor.running()
-        lost = self.queue.heartbeat(self.worker_id, [ctx.job for ctx in running], now=now)
-        for ctx in running:
-            if ctx.job.id in lost:
-                ctx.cancel(LEASE_LOST)
-        return lost
+        missed = self.queue.heartbeat(self.worker_id, [ctx.job for ctx in running], now=now)
+        lost = self.executor.lost(missed)
+        for ctx in lost:
+            self.queue.emit_lost(ctx.job, self.worker_id)
+            ctx.cancel(LEASE_LOST)
+        return [ctx.job.id for ctx in lost]
 
     def beat_quietly(self) -> None:
         """A heartbeat; when none has succeeded for half the lock timeout, this worker can no
