@@ -56,7 +56,6 @@ def test_enqueue_records_a_pending_job_with_defaults(c, clock):
 
 
 def test_a_single_enqueue_stores_exactly_the_row_it_returns(c, clock):
-    # Both drivers bind the single enqueue's values by position (INSERT_UNKEYED_ROW), not by name.
     for options in ({}, {"priority": 4, "max_attempts": 5, "timeout": 7.5, "delay": 30}):
         job = c.enqueue(Note(name="a"), **options).job
         assert c.get(job.id) == job

@@ -72,14 +72,6 @@ class Backend:
             "payload_bytes": job.payload_bytes,
         }
 
-    def insert_alone(self, job: JobRecord) -> None:
-        """Insert ``job`` (no idempotency key, no target) as its own durable transaction, its
-        values bound by position (INSERT_UNKEYED_ROW): the driver binds them without a dict."""
-        created = self.time(job.created_at)
-        run_at = created if job.run_at is job.created_at else self.time(job.run_at)
-        row = (job.id, job.type, job.payload, job.priority, job.max_attempts, created, run_at)
-        self.execute_alone(self.sql.INSERT_UNKEYED_ROW, (*row, job.parent_id, job.timeout, job.payload_bytes))
-
     def records(self, rows: list[tuple[Any, ...]]) -> list[JobRecord]:
         """The jobs of rows this driver read (record.from_rows)."""
         return from_rows(rows)
@@ -145,11 +137,6 @@ class Backend:
                 if not conflict.run_again(e, attempt):
                     raise
                 attempt += 1
-
-    def execute_alone(self, statement: str, values: Mapping[str, Any] | Sequence[Any]) -> int:
-        """One statement as its own durable transaction, ``values`` already bound (by name, or
-        by position); returns the rows it changed."""
-        return self.transact(lambda cur: cur.execute(statement, values))
 
     def _checkout_writer(self) -> tuple[Any, Any]:
         """(pooled connection to return or None, driver connection) for one write transaction."""

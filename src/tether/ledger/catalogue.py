@@ -38,7 +38,6 @@ class Statements:
 
     dialect: str
     INSERT_UNKEYED: str
-    INSERT_UNKEYED_ROW: str
     INSERT_ON_TARGET: str
     INSERT: str
     INSERT_PAYLOADS: str

@@ -8,7 +8,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -168,19 +168,6 @@ class SQLiteBackend(Backend):
                     raise
                 time.sleep(min(pause, max(0.0, deadline - now)))
                 pause = min(pause * 2, 0.002)
-
-    def execute_alone(self, statement: str, values: Mapping[str, Any] | Sequence[Any]) -> int:
-        # Outside BEGIN/COMMIT a statement commits itself, as durably: two round trips fewer.
-        try:
-            _, driver = self._checkout_writer()
-            try:
-                return driver.execute(statement, values).rowcount
-            except sqlite3.OperationalError as e:
-                if not _busy(e):
-                    raise
-                return self._when_unlocked(lambda: driver.execute(statement, values).rowcount)
-        except sqlite3.Error as e:
-            raise self._wrap(e) from e
 
     def close(self) -> None:
         for writer in list(self._writers):

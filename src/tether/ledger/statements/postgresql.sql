@@ -34,12 +34,6 @@ INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_atte
 VALUES (%(id)s, %(type)s, %(payload)s, 'pending', %(priority)s, 0, %(max_attempts)s,
         %(created_at)s, %(run_at)s, %(idempotency_key)s, %(ordering_key)s, %(parent_id)s, %(timeout)s, %(payload_bytes)s)
 
--- name: INSERT_UNKEYED_ROW
--- (id, type, payload, priority, max_attempts, created_at, run_at, parent_id, timeout, payload_bytes)
-INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,
-                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes)
-VALUES (%s, %s, %s, 'pending', %s, 0, %s, %s, %s, NULL, NULL, %s, %s, %s)
-
 -- name: INSERT_ON_TARGET
 INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,
                          created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes,

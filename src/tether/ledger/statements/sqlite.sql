@@ -28,15 +28,6 @@ INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_atte
 VALUES (:id, :type, :payload, 'pending', :priority, 0, :max_attempts,
         :created_at, :run_at, :idempotency_key, :ordering_key, :parent_id, :timeout, :payload_bytes)
 
--- name: INSERT_UNKEYED_ROW
--- INSERT_UNKEYED of one job without a key or a target, by position, for the single enqueue:
--- binding fourteen values by name looks each name up in a dict, a noticeable part of the CPU
--- of a durable enqueue (benchmarks/README.md, limits.py).
--- (id, type, payload, priority, max_attempts, created_at, run_at, parent_id, timeout, payload_bytes)
-INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,
-                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes)
-VALUES (?, ?, ?, 'pending', ?, 0, ?, ?, ?, NULL, NULL, ?, ?, ?)
-
 -- name: INSERT_ON_TARGET
 -- A job with a target and no key: INSERT_UNKEYED, blocked if an older job on the target is
 -- active.
