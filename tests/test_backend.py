@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -150,3 +152,16 @@ def test_a_time_is_stored_as_its_full_utc_text_and_read_back_exactly():
     assert to_text(datetime(2027, 1, 1, 0, 59, 59, 1, tzinfo=plus_one)) == "2026-12-31 23:59:59.000001"
     with pytest.raises(ValueError, match="timezone-aware"):
         to_text(datetime(2027, 1, 1, 0, 0, 0, 1))
+
+
+def test_a_sqlite_ledger_never_loads_the_postgresql_driver(tmp_path):
+    """Opening a SQLite ledger and enqueueing in a fresh interpreter leaves psycopg unimported:
+    its import would be most of a short-lived process's first enqueue."""
+    code = (
+        "import sys; from pathlib import Path; from tether import Coordinator, CreateFile;"
+        f"c = Coordinator.open('sqlite:///{tmp_path}/l.db', root=Path('{tmp_path}/root'));"
+        "c.enqueue(CreateFile(path='a.json', content='{}'));"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'psycopg'))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
