@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tether.reconcile.targets import Target, TargetStream
+from tether.reconcile.targets import Targets, TargetStream
 
 
 class PagedRows:
@@ -21,14 +21,14 @@ class PagedRows:
         return [r for r in self.rows if (r[2], r[0]) > (after_key, after_id)][:limit]
 
 
-def expected(rows: list[tuple[Any, ...]], *, wide: bool) -> list[Target]:
+def expected(rows: list[tuple[Any, ...]], *, wide: bool) -> list[tuple[Any, ...]]:
     """Per target, row by row: the first active job if there is one, else the latest completed."""
     out = []
     for key in sorted({r[2] for r in rows}):
         mine = sorted((r for r in rows if r[2] == key), key=lambda r: r[0])
         active = [r for r in mine if r[1] is None]
         row = active[0] if active else mine[-1]
-        out.append(Target(row[0], row[1], row[2], row[3] if wide else None))
+        out.append((row[0], row[1], row[2], row[3] if wide else None))
     return out
 
 
@@ -49,8 +49,9 @@ def test_every_page_size_decides_each_target_by_the_same_job(seed: int, wide: bo
     rows = ledger(seed, wide=wide)
     for size in (1, 2, 3, 5, 8, 100):
         stream = TargetStream(PagedRows(rows, wide=wide), size)  # type: ignore[arg-type]  # a stand-in for LedgerReads
-        found = [target for page in stream for target in page]
+        pages = list(stream)
+        assert all(isinstance(page, Targets) and len({len(column) for column in page}) == 1 for page in pages)
+        found = [target for page in pages for target in zip(*page, strict=True)]  # a target per row
         assert found == expected(rows, wide=wide), size
-        assert all(isinstance(t, Target) and t.key for t in found)
         assert stream.read == len(rows)
         assert stream.newest == max((r[0] for r in rows), default=None)

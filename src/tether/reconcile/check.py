@@ -17,7 +17,7 @@ import gc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from itertools import compress, repeat
+from itertools import repeat
 from operator import eq
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,7 +31,7 @@ from ..jobtypes.target import display
 from . import runs as reconcile_runs
 from .drift import DRIFT, IN_SYNC, NOT_CHECKED, STATUSES, UNKNOWN, UNTRACKED, Finding, Report
 from .reads import LedgerReads, count_targeted
-from .targets import JOB_TYPE, KEY, PAYLOAD, Target, TargetStream
+from .targets import Targets, TargetStream
 from .walk import Listed, RootWalk
 
 if TYPE_CHECKING:
@@ -145,23 +145,24 @@ class _Reconciler:
 
     # -- asking the probes -------------------------------------------------------------------
 
-    def _check_all(self, ready: list[Target]) -> None:
+    def _check_all(self, ready: Targets) -> None:
         """Ask each type's probe about its targets, a batch at a time. Per target only where one
         is in flight; the rest go to the probes by type, selected in C."""
-        types = list(map(JOB_TYPE, ready))
+        types = ready.job_types
         if None in types:
-            for target in ready:
-                if target.job_type is None:
-                    detail = "a job on this path is pending or claimed"
-                    self._found(Finding(display(target.key), NOT_CHECKED, target.job_id, detail=detail))
-            ready = list(compress(ready, types))  # the rest: types are never empty strings
-            types = list(filter(None, types))
+            detail = "a job on this path is pending or claimed"
+            for key, job_id, job_type in zip(ready.keys, ready.job_ids, types, strict=True):
+                if job_type is None:
+                    self._found(Finding(display(key), NOT_CHECKED, job_id, detail=detail))
+            ready = ready.select(types)  # the rest: types are never empty strings
+            types = ready.job_types
         kinds = dict.fromkeys(types)  # in page order: probes asked, and drift reported, in a stable order
         for job_type in kinds:
-            of_type = ready if len(kinds) == 1 else list(compress(ready, map(eq, types, repeat(job_type))))
+            assert job_type is not None  # the in-flight targets were taken out above
+            of_type = ready if len(kinds) == 1 else ready.select(map(eq, types, repeat(job_type)))
             self._check_type(job_type, of_type)
 
-    def _check_type(self, job_type: str, targets: list[Target]) -> None:
+    def _check_type(self, job_type: str, targets: Targets) -> None:
         probe = self.probes.get(job_type)
         if probe is None:
             # Said, not skipped: a check run without the application's job types, or of a type
@@ -171,26 +172,27 @@ class _Reconciler:
                 if job_type not in self.probes
                 else f"type {job_type!r} has no probe: its effect cannot be checked"
             )
-            for target in targets:
-                self._found(Finding(display(target.key), NOT_CHECKED, target.job_id, job_type, detail=why))
+            for key, job_id in zip(targets.keys, targets.job_ids, strict=True):
+                self._found(Finding(display(key), NOT_CHECKED, job_id, job_type, detail=why))
             return
         remote = probe.remote
         if remote and remote not in self.remote_allowed:
-            for target in targets:
-                detail = f"{remote} not checked (--no-{remote})"
-                self._found(Finding(display(target.key), NOT_CHECKED, target.job_id, job_type, detail=detail))
+            detail = f"{remote} not checked (--no-{remote})"
+            for key, job_id in zip(targets.keys, targets.job_ids, strict=True):
+                self._found(Finding(display(key), NOT_CHECKED, job_id, job_type, detail=detail))
             return
         if not remote:
             self._check_with(probe, job_type, targets)
             return
-        self.remote_seen.setdefault(job_type, set()).update(map(KEY, targets))
+        self.remote_seen.setdefault(job_type, set()).update(targets.keys)
         with _collector_running(self.collecting):
             self._check_with(probe, job_type, targets)
 
-    def _check_with(self, probe: Probe, job_type: str, targets: list[Target]) -> None:
+    def _check_with(self, probe: Probe, job_type: str, targets: Targets) -> None:
         """Ask ``probe`` about the targets of ``job_type`` and count or report its answers."""
         with_payload = probe.wants_payload(content=self.content)
-        checks = self._ask(probe, list(zip(map(KEY, targets), map(PAYLOAD, targets), strict=True)))
+        keys, job_ids = targets.keys, targets.job_ids
+        checks = self._ask(probe, list(zip(keys, targets.payloads, strict=True)))
         if checks.count(SYNCED) == len(checks):  # the common case, counted in C
             self.report.counts[IN_SYNC] += len(checks)
             return
@@ -199,18 +201,18 @@ class _Reconciler:
             # targets that disagree.
             again = [n for n, c in enumerate(checks) if c is not SYNCED and c.status != IN_SYNC]
             if again:
-                found = self.reads.payloads([targets[n].job_id for n in again])
-                asked = self._ask(probe, [(targets[n].key, found.get(targets[n].job_id)) for n in again])
+                found = self.reads.payloads([job_ids[n] for n in again])
+                asked = self._ask(probe, [(keys[n], found.get(job_ids[n])) for n in again])
                 for n, check in zip(again, asked, strict=True):
                     checks[n] = check
         in_sync = 0
-        for target, check in zip(targets, checks, strict=True):
+        for key, job_id, check in zip(keys, job_ids, checks, strict=True):
             if check is SYNCED or check.status == IN_SYNC:
                 in_sync += 1
                 continue
-            finding = Finding.of(display(target.key), check, target.job_id, job_type)
+            finding = Finding.of(display(key), check, job_id, job_type)
             if check.status in DRIFT:
-                self.suspects.append((target.key, finding))
+                self.suspects.append((key, finding))
             else:
                 self._found(finding)
         self.report.counts[IN_SYNC] += in_sync

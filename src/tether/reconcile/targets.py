@@ -7,31 +7,42 @@ holds one target at a time and memory does not grow with the number of jobs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from itertools import islice, repeat
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import compress, islice
 from operator import itemgetter, lt
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 from .reads import LedgerReads
 
 
-class Target(NamedTuple):
-    """A target whose jobs have all been read, as the one job that decides its check: the latest
-    completed job, or, while a job on it is pending or claimed, the first such job (``job_type``
-    None: in flight, not checked). The fields are a page's columns in their order, so a page's
-    rows become Targets in C, without a Python call per target."""
+class Targets(NamedTuple):
+    """A page's targets whose jobs have all been read, as parallel columns (position ``n`` of each
+    is one target), in key order: per target, the one job that decides its check: the latest
+    completed job, or, while a job on it is pending or claimed, the first such job (its
+    ``job_types`` entry None: in flight, not checked). Columns, not an object per target: a
+    page's rows become them in C, and the check reads a column at a time."""
 
-    job_id: str
-    job_type: str | None
-    key: str
-    payload: str | None
-    """The latest job's stored payload, when its type's probe reads it in this check; else None."""
+    job_ids: list[str]
+    job_types: list[str | None]
+    keys: list[str]
+    payloads: list[str | None]
+    """The deciding job's stored payload, when its type's probe reads it in this check; else None."""
+
+    def select(self, chosen: Iterable[object]) -> Targets:
+        """The targets whose entry in ``chosen`` is true, column by column in C."""
+        chosen = list(chosen)
+        return Targets(
+            list(compress(self.job_ids, chosen)),
+            list(compress(self.job_types, chosen)),
+            list(compress(self.keys, chosen)),
+            list(compress(self.payloads, chosen)),
+        )
 
 
 Row = tuple[Any, ...]  # a page's row: id, type (None unless completed), key[, payload]
 
-# A field of every Target (or page row) of a list at once, with ``map``: in C, by position.
-JOB_ID, JOB_TYPE, KEY, PAYLOAD = (itemgetter(Target._fields.index(name)) for name in Target._fields)
+# A field of every page row of a list at once, with ``map``: in C, by position.
+JOB_ID, JOB_TYPE, KEY, PAYLOAD = map(itemgetter, range(len(Targets._fields)))
 
 
 class TargetStream:
@@ -44,7 +55,7 @@ class TargetStream:
         self.read = 0
         self.newest: str | None = None
 
-    def __iter__(self) -> Iterator[list[Target]]:
+    def __iter__(self) -> Iterator[Targets]:
         """A target's jobs may run past a page's end: its deciding row is carried into the next
         page, before that page's rows, until a page ends on another target or the stream ends."""
         after_key, after_id = "", ""
@@ -68,12 +79,10 @@ class TargetStream:
             del rows, pending  # the page's rows go before its targets are checked: fewer live objects
             yield ready
 
-    def _targets(self, rows: Sequence[Row]) -> list[Target]:
-        """Rows as Targets, made in C; a page that carries no payloads gets a None one (through
-        ``zip``, which reuses its tuple: one new object per target either way)."""
-        if not self.reads.wide:
-            rows = cast(Sequence[Row], zip(map(JOB_ID, rows), map(JOB_TYPE, rows), map(KEY, rows), repeat(None)))
-        return cast(list[Target], list(map(tuple.__new__, repeat(Target), rows)))
+    def _targets(self, rows: Sequence[Row]) -> Targets:
+        """Rows as columns, made in C; a page that carries no payloads gets a column of None."""
+        payloads = list(map(PAYLOAD, rows)) if self.reads.wide else [None] * len(rows)
+        return Targets(list(map(JOB_ID, rows)), list(map(JOB_TYPE, rows)), list(map(KEY, rows)), payloads)
 
 
 def deciding_rows(rows: Sequence[Row]) -> Sequence[Row]:
