@@ -69,30 +69,42 @@ class TargetStream:
                 self.newest = newest if self.newest is None else max(self.newest, newest)
             pending = [*carried, *rows]
             if len(rows) < self.batch_size:
-                yield self._targets(deciding_rows(pending))
+                yield self._targets(pending)
                 return
             done = len(pending)
             while done and pending[done - 1][2] == after_key:
                 done -= 1
             carried = deciding_rows(pending[done:])
-            ready = self._targets(deciding_rows(pending[:done]))
+            ready = self._targets(pending[:done])
             del rows, pending  # the page's rows go before its targets are checked: fewer live objects
             yield ready
 
     def _targets(self, rows: Sequence[Row]) -> Targets:
-        """Rows as columns, made in C; a page that carries no payloads gets a column of None."""
+        """The deciding rows of ``rows`` (as ``deciding_rows``) as columns, made in C; a page that
+        carries no payloads gets a column of None. Where each row decides its target (most
+        pages), the columns read to find that out are the targets' own: each is read once."""
+        keys, types = list(map(KEY, rows)), list(map(JOB_TYPE, rows))
+        if not each_decides(keys, types):
+            rows = deciding_rows(rows)
+            keys, types = list(map(KEY, rows)), list(map(JOB_TYPE, rows))
         payloads = list(map(PAYLOAD, rows)) if self.reads.wide else [None] * len(rows)
-        return Targets(list(map(JOB_ID, rows)), list(map(JOB_TYPE, rows)), list(map(KEY, rows)), payloads)
+        return Targets(list(map(JOB_ID, rows)), types, keys, payloads)
+
+
+def each_decides(keys: Sequence[str], types: Sequence[str | None]) -> bool:
+    """Whether each row of a run ordered by key decides its own target, from its columns: none is
+    in flight and each has another key (compared in C)."""
+    return None not in types and all(map(lt, keys, islice(keys, 1, None)))
 
 
 def deciding_rows(rows: Sequence[Row]) -> Sequence[Row]:
     """The row that decides each target of ``rows`` (ordered by key and then id, each target's
     rows all there), in key order: its last row, unless one is active (its type is None); then
     its first active one."""
-    keys = list(map(KEY, rows))
-    active = None in map(JOB_TYPE, rows)
-    if not active and all(map(lt, keys, islice(keys, 1, None))):
-        return rows  # a key per row (most pages), compared in C: each row decides its target
+    keys, types = list(map(KEY, rows)), list(map(JOB_TYPE, rows))
+    if each_decides(keys, types):
+        return rows
+    active = None in types
     deciding = dict(zip(keys, rows, strict=True))  # later rows of a key replace earlier ones, in C
     if active:
         first = [row for row in reversed(rows) if row[1] is None]  # the first last, so it stays
