@@ -39,6 +39,9 @@ NAMES = [
     ("s3_object", "bucket/", False),
     ("s3_object", "/key", False),
     ("s3_object", "bucket", False),
+    ("s3_object", "Bad Bucket/key", False),
+    ("s3_object", "bad\nbucket/key", False),
+    ("s3_object", "logs/a..b/with\nnewline", True),
 ]
 
 

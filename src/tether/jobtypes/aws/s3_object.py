@@ -20,7 +20,8 @@ from .clients import Aws
 from .resource import Current, IdRule, ResourceConfig, ResourceType, Wanted, register
 from .tags import tags_from_list, tags_to_list, with_owner
 
-_NAME = re.compile(r"[^/]+/.+", re.DOTALL)
+# '<bucket>/<key>': the bucket as s3_bucket's rule names one, then any key (a newline too).
+_NAME = re.compile(r"(?![^/]*\.\.)[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/.+", re.DOTALL)
 
 
 class S3ObjectConfig(ResourceConfig):
@@ -61,7 +62,7 @@ _PUT = frozenset({"md5", "content_type", "metadata"})
 
 class S3Object(ResourceType[S3ObjectConfig]):
     name = "s3_object"
-    id_rule = IdRule(_NAME, "an S3 object is named '<bucket>/<key>'")
+    id_rule = IdRule(_NAME, "an S3 object is named '<bucket>/<key>', the bucket a valid S3 bucket name")
     tagged_by_change = _PUT
 
     def check_config(self, config: S3ObjectConfig, root: Path) -> list[str]:
