@@ -9,8 +9,9 @@ import pytest
 from tether.cli import main
 
 
-def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
-    """``tether ARGS`` through the console entry point: exit code and stdout + stderr."""
+def run_split(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """``tether ARGS`` through the console entry point: exit code, stdout, stderr. The code is
+    Python's for the ``SystemExit`` raised: None is 0, a message (not a number) is 1."""
     monkeypatch.setenv("COLUMNS", "250")
     monkeypatch.setattr(sys, "argv", ["tether", *args])
     capsys.readouterr()
@@ -18,6 +19,12 @@ def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
         main()
         code = 0
     except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 0
+        code = 0 if e.code is None else e.code if isinstance(e.code, int) else 1
     captured = capsys.readouterr()
-    return code, captured.out + captured.err
+    return code, captured.out, captured.err
+
+
+def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    """``tether ARGS`` through the console entry point: exit code and stdout + stderr."""
+    code, out, err = run_split(monkeypatch, capsys, *args)
+    return code, out + err

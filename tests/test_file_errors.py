@@ -13,6 +13,7 @@ import pytest
 from tether import CreateFile, DeleteFile, InvalidPayload, JobStatus
 from tether.jobtypes import create_file
 from tether.jobtypes.datafiles import durable
+from tether.worker.completer import STORAGE_WAIT
 
 # Each test with Linux openat2 (where the kernel has it) and with the portable walk.
 pytestmark = pytest.mark.usefixtures("lookup")
@@ -194,7 +195,7 @@ def test_a_full_data_root_gives_the_attempt_back_and_the_job_waits_for_space(
     assert first_line(job.last_error) == (
         f"StorageFull: d/a.json: {os.strerror(code)} ({errno.errorcode[code]}); waiting for space on the data root"
     )
-    clock.advance(60)  # the longest wait for space
+    clock.advance(STORAGE_WAIT.total_seconds())  # the longest wait for space
     coordinator.run_until_idle()
     assert coordinator.get(job_id).status is JobStatus.COMPLETED and coordinator.get(job_id).attempts == 1
 

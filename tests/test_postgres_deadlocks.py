@@ -241,11 +241,12 @@ def test_postgres_a_claim_heartbeat_or_sweep_that_meets_a_deadlock_is_run_again(
     pg: Coordinator, conflicts: Conflicts, operation: str, marker: str
 ) -> None:
     job_id = pg.enqueue(CreateFile(path="a.json", content=1)).id
-    conflicts.arm(marker)
     if operation == "claim":
+        conflicts.arm(marker)
         assert [j.id for j in pg.queue.claim("w")] == [job_id]
     else:
         [job] = pg.queue.claim("w")
+        conflicts.arm(marker)  # after the claim, so only the operation under test can meet it
         if operation == "heartbeat":
             assert pg.queue.heartbeat("w", [job]) == []
         else:

@@ -11,6 +11,7 @@ from zoneinfo import ZoneInfo
 import pytest
 import sqlalchemy as sa
 
+from clikit import run_split
 from jobkit import Note, NoteType
 from tether import Coordinator
 from tether.clock import FakeClock
@@ -206,18 +207,7 @@ def test_the_due_check_reads_the_due_index(coordinator: Coordinator) -> None:
 
 
 def run_cli(capsys, monkeypatch, db_url: str, *args: str) -> tuple[int, str, str]:
-    from tether.cli import main
-
-    capsys.readouterr()
-    monkeypatch.setenv("COLUMNS", "250")
-    monkeypatch.setattr("sys.argv", ["tether", "--db", db_url, *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return run_split(monkeypatch, capsys, "--db", db_url, *args)
 
 
 def test_operators_list_pause_resume_and_see_a_schedules_runs(

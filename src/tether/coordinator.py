@@ -249,7 +249,7 @@ class Coordinator:
                 f"schedule {name}: unknown option(s) {', '.join(sorted(set(options) - allowed))}; "
                 f"use {', '.join(sorted(allowed))}"
             )
-        job = self.queue.enqueuer.build([payload], **options)[0]  # bad payloads fail here, not at 3 a.m.
+        job = self.queue.build(payload, **options)  # bad payloads fail here, not at 3 a.m.
         spec = schedules.Spec(
             name, cron, payload, timezone, start, end, limit, catch_up, job.type, tuple(sorted(options.items()))
         )
@@ -373,4 +373,4 @@ class Transaction:
         self.results: list[InsertResult] = []
 
     def enqueue(self, payload: Payload, **options: Any) -> None:
-        self.jobs.extend(self._coordinator.queue.enqueuer.build([payload], **options))
+        self.jobs.append(self._coordinator.queue.build(payload, **options))

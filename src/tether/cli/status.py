@@ -11,7 +11,7 @@ from .. import config
 from ..config import DEFAULT_BACKLOG_LIMIT, DEFAULT_LOCK_TIMEOUT, ENV_BACKLOG_LIMIT
 from ..errors import TetherError
 from ..ledger.faults import describe
-from .app import JSON_OPTION, Settings, app, err, out, print_json
+from .app import JSON_OPTION, Settings, app, err, is_database_error, out, print_json
 from .output import age, ledger, parse_duration, size, table, when
 
 
@@ -183,10 +183,8 @@ def _health(settings: Settings, thresholds: Thresholds, lock_timeout: float) -> 
 def _unreadable(e: Exception) -> str | None:
     """Why the ledger could not be read, when ``e`` says it could not (a database, tether or OS
     error); None for any other error, which is a bug to show as it is."""
-    sa_exc, sqlite3 = sys.modules.get("sqlalchemy.exc"), sys.modules.get("sqlite3")
-    database = (sa_exc is not None and isinstance(e, sa_exc.SQLAlchemyError)) or (
-        sqlite3 is not None and isinstance(e, sqlite3.Error)
-    )
+    sqlite3 = sys.modules.get("sqlite3")
+    database = is_database_error(e) or (sqlite3 is not None and isinstance(e, sqlite3.Error))
     if not (database or isinstance(e, (TetherError, OSError))):
         return None
     return describe(e) if database else " ".join(str(e).split())

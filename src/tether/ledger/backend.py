@@ -9,7 +9,7 @@ connect-time set-up and every read that is not hot (the operator's reads, observ
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
@@ -46,8 +46,8 @@ class Backend:
 
     # -- values and rows -----------------------------------------------------------------------
 
-    def bind(self, params: Any) -> Any:
-        """Parameters as this driver takes them (a mapping, or a sequence by position)."""
+    def bind(self, params: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Named parameters as this driver takes them."""
         return params
 
     def time(self, value: datetime) -> Any:
@@ -245,7 +245,7 @@ class _Cursor:
         self._backend = backend
         self._cur = cur
 
-    def execute(self, statement: str, params: Mapping[str, Any] | Sequence[Any] | None = None) -> int:
+    def execute(self, statement: str, params: Mapping[str, Any] | None = None) -> int:
         """Run a statement; returns the number of rows it changed."""
         self._cur.execute(statement, self._backend.bind(params or {}))
         return self._cur.rowcount

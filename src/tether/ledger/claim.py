@@ -13,8 +13,6 @@ import threading
 from datetime import datetime, timedelta
 from typing import Any
 
-import sqlalchemy as sa
-
 from ..jobtypes import Registry
 from .catalogue import Statements
 from .record import JobRecord
@@ -24,8 +22,7 @@ class Claimer:
     """Claims for one engine and registry; the statements are made again only when a type is
     registered."""
 
-    def __init__(self, engine: sa.Engine, registry: Registry, statements: Statements) -> None:
-        self.dialect = engine.dialect.name
+    def __init__(self, registry: Registry, statements: Statements) -> None:
         self.registry = registry
         self.sql = statements
         self._claim_types: tuple[int, Any] = (-1, None)  # (registry generation, CLAIM's types)
@@ -103,7 +100,7 @@ class Claimer:
             left = max_bytes - sum(job.payload_bytes or 0 for job in claimed)
             if len(claimed) >= limit or (claimed and left <= 0):
                 break
-            if self.dialect == "postgresql":
+            if self.sql.dialect == "postgresql":
                 cur.scalar(self.sql.LOCK_TYPE_CLAIMS, {"lock": f"tether.max_running.{name}"})
             room = min(limit - len(claimed), cap - int(cur.scalar(self.sql.RUNNING_OF_TYPE, {"type": name})))
             if room > 0:

@@ -25,9 +25,10 @@ from .build import Builder
 from .record import InsertResult, JobRecord, make_tuple
 from .wakeup import Wakeup
 
-# What varies between jobs enqueued together, and what they share (one JSON insert per share).
-# type, priority, max_attempts, created_at, run_at, parent_id, timeout
-_shared = itemgetter(1, 4, 6, 10, 13, 16, 18)
+# What jobs enqueued together share, by field name (one JSON insert per share); the rest varies.
+_shared = itemgetter(
+    *map(JobRecord._fields.index, ("type", "priority", "max_attempts", "created_at", "run_at", "parent_id", "timeout"))
+)
 # A JSON insert's rows travel as one value: past this many payload characters, another statement.
 _JSON_CHARS = 16 << 20
 

@@ -69,7 +69,7 @@ class Queue:
         self.sql: Statements = self.backend.sql  # the statement catalogue of this ledger's dialect
         builder = Builder(registry, root, clock, max_payload_bytes=max_payload_bytes)
         self.enqueuer = Enqueuer(self.backend, builder, wakeup, self.where)
-        self.claimer = Claimer(engine, registry, self.sql)
+        self.claimer = Claimer(registry, self.sql)
         self._complete_many_sql = self.sql.COMPLETE_MANY if self.backend.reads_json else None
         self._edge_sql = {edge: getattr(self.sql, name) for edge, name in _EDGE_SQL.items()}
         # The worker's edges as its group commits record them: the same row change, no row read back.

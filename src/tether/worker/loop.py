@@ -141,10 +141,6 @@ class Worker:
         """Give back (or fail) the jobs whose locks went stale."""
         return self.supervisor.sweep_once(now)
 
-    def end_grace_once(self, now: float | None = None) -> bool:
-        """Cancel the running jobs if the shutdown grace is over at ``now`` (monotonic seconds)."""
-        return self.supervisor.end_grace_once(now)
-
     def stop(self, *, cancel: bool = False) -> None:
         """Stop claiming; running jobs have ``shutdown_grace`` seconds to finish. With ``cancel``
         (or once the grace is over) they are cancelled: they stop at their next checkpoint and

@@ -140,9 +140,7 @@ class Scheduler:
                 events.emit("schedule_added", schedule=spec.name, cron=spec.cron, next_slot=first)
             else:
                 row = conn.execute(sa.select(s).where(s.c.name == spec.name)).one()
-                if all(getattr(row, c) == v for c, v in spec.row().items()):
-                    pass
-                else:
+                if not all(getattr(row, c) == v for c, v in spec.row().items()):
                     after = row.last_slot
                     # Paused or not, finished or not: a raised limit or a later end restarts it.
                     following = first_slot(
@@ -190,7 +188,7 @@ class Scheduler:
         step = plan(spec, seen, now, runs)
         options = dict(spec.options)
         jobs: list[JobRecord] = [
-            self.queue.enqueuer.build([spec.payload], run_at=slot, key=key_for(spec.name, slot), now=now, **options)[0]
+            self.queue.build(spec.payload, run_at=slot, key=key_for(spec.name, slot), now=now, **options)
             for slot in step.slots
         ]
         last = step.slots[-1] if step.slots else None

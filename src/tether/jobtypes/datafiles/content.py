@@ -16,9 +16,9 @@ from pathlib import Path
 
 from ..base import MISSING, MODIFIED, SYNCED, UNKNOWN, Check, differences_of, file_facts
 from . import durable, nofollow
+from .durable import CHUNK
 from .existence import ABSENT, OUTSIDE, kind_of, outside, reason_of, through_link
 
-_CHUNK = 1 << 20
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 _noatime = getattr(os, "O_NOATIME", 0)
 
@@ -86,7 +86,7 @@ def check_files(root: Path, items: Iterable[tuple[str, bytes]]) -> list[Check]:
             try:
                 st = os.fstat(fd)
                 size = len(expected)
-                if st.st_size == size < _CHUNK and stat.S_ISREG(st.st_mode) and os.read(fd, size + 1) == expected:
+                if st.st_size == size < CHUNK and stat.S_ISREG(st.st_mode) and os.read(fd, size + 1) == expected:
                     out.append(SYNCED)
                 else:
                     out.append(_compared(fd, st, expected))
@@ -144,26 +144,12 @@ def _compared(fd: int, st: os.stat_result, expected: bytes) -> Check:
 def _differs(fd: int, expected: bytes) -> tuple[int, str] | None:
     """None when the open file holds exactly ``expected``; else its (size, sha256). The common
     case is one read and one comparison: no hashing."""
-    size = len(expected)
-    first = os.read(fd, size + 1 if size < _CHUNK else _CHUNK)
-    if first == expected:  # asked for one byte more than expected: a short read is the end
+    if durable.reads_as(fd, expected):
         return None
-    view = memoryview(expected)
-    pos = 0
-    chunk = first
-    while True:
-        if not chunk:
-            if pos == len(expected):
-                return None
-            break
-        if view[pos : pos + len(chunk)] != chunk:
-            break
-        pos += len(chunk)
-        chunk = os.read(fd, min(_CHUNK, len(expected) - pos + 1))
     # Different bytes: hash what the file holds, from the start, for the report.
     os.lseek(fd, 0, os.SEEK_SET)
     digest, size = hashlib.sha256(), 0
-    while chunk := os.read(fd, _CHUNK):
+    while chunk := os.read(fd, CHUNK):
         digest.update(chunk)
         size += len(chunk)
     return size, digest.hexdigest()

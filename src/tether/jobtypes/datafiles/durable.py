@@ -154,7 +154,7 @@ class DataFile:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):  # swapped since the lstat: check before any read
                 raise _not_regular(st.st_mode, self.rel)
-            if st.st_size != len(data) or not _reads_as(fd, data):
+            if st.st_size != len(data) or not reads_as(fd, data):
                 return False
             fsync_fd(fd)
         finally:
@@ -235,25 +235,25 @@ def _not_regular(mode: int, rel: str) -> OSError:
     return NotRegularFile(errno.EINVAL, "is a directory" if stat.S_ISDIR(mode) else "is not a regular file", rel)
 
 
-def _reads_as(fd: int, data: bytes) -> bool:
+def reads_as(fd: int, data: bytes) -> bool:
     """Whether what is left of an open file is exactly ``data``, compared a chunk at a time: no
     second copy of a large file is held (a short read is the end, as asked for one byte more)."""
     view = memoryview(data)
     pos = 0
-    while chunk := os.read(fd, min(_CHUNK, len(data) - pos + 1)):
+    while chunk := os.read(fd, min(CHUNK, len(data) - pos + 1)):
         if view[pos : pos + len(chunk)] != chunk:
             return False
         pos += len(chunk)
     return pos == len(data)
 
 
-_CHUNK = 1 << 20
+CHUNK = 1 << 20
 
 
 def _read_all(fd: int, limit: int) -> bytes:
     """Up to ``limit`` bytes of an open file."""
     chunks, size = [], 0
-    while size < limit and (chunk := os.read(fd, min(limit - size, _CHUNK))):
+    while size < limit and (chunk := os.read(fd, min(limit - size, CHUNK))):
         chunks.append(chunk)
         size += len(chunk)
     return b"".join(chunks)

@@ -18,7 +18,7 @@ from pathlib import Path
 import orjson
 
 from ..base import MISSING, MODIFIED, SYNCED, UNEXPECTED, UNKNOWN, Check, file_facts
-from ..target import FILE, Target, file_key
+from ..target import file_key
 from . import durable, nofollow
 from .paths import TEMP_SUFFIX
 
@@ -231,9 +231,8 @@ def file_paths(items: Sequence[tuple[str, str]]) -> list[str]:
         # (``benchmarks/reconcile.py`` times the existence check this feeds).
         if key.startswith(prefix) and len(key) > cut:
             out.append(key[cut:])
-        else:
-            target = Target.parse(key)
-            out.append(target.identity if target.kind == FILE else orjson.loads(payload)["path"])
+        else:  # a target of another kind: the path is the payload's
+            out.append(orjson.loads(payload)["path"])
     return out
 
 
