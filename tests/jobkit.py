@@ -104,3 +104,31 @@ def completed(job: JobRecord, result: Any = None, *, finished_at: datetime | Non
     """The decision a worker records for ``job`` when its handler returned ``result`` (the
     completer's ``decide`` given ``Returned``), for tests that drive the queue by hand."""
     return Decision(job, "complete", {"result": encode_result(job.type, result)}, finished_at=finished_at)
+
+
+def seed_states(c: Any, clock: Any) -> dict[str, int]:
+    """A ledger with jobs in every state the overview counts (a ``FakeClock`` fixes the page's
+    now): 2 completed files and one edited by hand since, 2 failed, and outstanding jobs that are
+    ready, scheduled, retrying, running and stuck; a recorded reconcile check sees the one file
+    drifted. Returns the counts the overview should show."""
+    from tether.jobtypes import DeleteFile
+    from tether.reconcile.check import reconcile
+
+    for i in range(2):
+        c.enqueue(CreateFile(path=f"notes/n{i + 9}.json", content={"n": i}))
+    c.enqueue(Note(name="boom", fail_times=9, permanent=True))
+    c.enqueue(Note(name="bust", fail_times=9, permanent=True))
+    c.run_until_idle()
+    (c.root / "notes" / "n9.json").write_text('{"n": "edited by hand"}\n')
+    c.enqueue(Note(name="held-by-the-dead"))
+    c.queue.claim("gone-host:1:dead")
+    clock.advance(c.lock_timeout + 10)  # that lock is now stale: stuck
+    c.enqueue(Note(name="flaky", fail_times=1))
+    c.worker().run_once()  # fails once: waits out its backoff
+    for i in range(3):
+        c.enqueue(Note(name=f"ready-{i}"))
+    c.queue.claim("live-host:2:alive")  # the oldest of the three: running
+    for i in range(2):
+        c.enqueue(DeleteFile(path=f"later/{i}.json"), delay=3600)
+    reconcile(c)
+    return {"ready": 2, "scheduled": 2, "retrying": 1, "running": 1, "stuck": 1, "failed": 2, "drift": 1}

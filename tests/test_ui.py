@@ -3,13 +3,20 @@ page's security (Host check, sign-in, CSRF, headers, escaping, read-only by defa
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import signal
+import socket
+import subprocess
+import sys
 
+import httpx
 import pytest
 import sqlalchemy as sa
 from starlette.testclient import TestClient
 
-from jobkit import Note, NoteType, registry_with
+from jobkit import Note, NoteType, registry_with, seed_states
 from tether import Coordinator, FakeClock, ui
 from tether.errors import ConfigError
 from tether.jobtypes import CreateFile, DeleteFile
@@ -64,6 +71,72 @@ def csrf_of(page: str) -> str:
 # -- pages -----------------------------------------------------------------------------------------
 
 
+def counters_of(page: str) -> dict[str, int]:
+    found = re.findall(r'data-state="(\w+)"><a href="[^"]*"><span class="n">(-|\d+)</span>', page)
+    return {state: -1 if n == "-" else int(n) for state, n in found}
+
+
+def test_overview_leads_with_a_counter_per_state_each_linking_to_its_jobs(ledger, clock):
+    expected = seed_states(ledger, clock)
+    with client(ledger) as web:
+        page = web.get("/").text
+        listed = {
+            state: re.findall(r'<a class="id" href="/jobs/([0-9A-Z]{26})">', web.get(f"/jobs?status={state}").text)
+            for state in expected
+            if state != "drift"
+        }
+    assert counters_of(page) == expected
+    assert {state: len(ids) for state, ids in listed.items()} == {k: v for k, v in expected.items() if k != "drift"}
+    assert 'href="/jobs?status=retrying"' in page and 'href="/drift"' in page
+
+
+def test_the_drift_counter_says_when_no_check_was_recorded(ledger, clock):
+    fill(ledger, clock)
+    with client(ledger) as web:
+        page = web.get("/").text
+    assert counters_of(page)["drift"] == -1 and "no reconcile check recorded yet" in page
+
+
+def test_overview_shows_rates_and_run_times_as_numbers_not_zero(ledger, clock, monkeypatch):
+    run = NoteType.run
+    monkeypatch.setattr(NoteType, "run", lambda self, payload, ctx: (clock.advance(1.5), run(self, payload, ctx))[1])
+    ledger.enqueue(Note(name="ok"))
+    ledger.enqueue(Note(name="no", fail_times=9, permanent=True))
+    ledger.run_until_idle()
+    with client(ledger) as web:
+        page = web.get("/").text
+    assert re.search(r'success_rate</td><td class="num">50.0%</td>', page), page
+    assert 'p95_duration</td><td class="num">1.50s · note</td>' in page
+
+
+def test_the_checks_fold_per_type_run_times_into_one_row_unless_one_is_past_its_threshold(ledger, clock, monkeypatch):
+    run = NoteType.run
+    monkeypatch.setattr(NoteType, "run", lambda self, payload, ctx: (clock.advance(1.5), run(self, payload, ctx))[1])
+    ledger.enqueue(CreateFile(path="a.json", content={}))
+    ledger.run_until_idle()
+    ledger.enqueue(Note(name="slow"))  # apart: a batch's run time counts its batch-mates'
+    ledger.run_until_idle()
+    with client(ledger, thresholds=Thresholds(p95_warn=3600)) as web:
+        folded = web.get("/").text
+    with client(ledger, thresholds=Thresholds(p95_warn=1.0)) as web:
+        apart = web.get("/").text
+    assert folded.count("p95_duration") == 1 and "1.50s · note (slowest of 2 types)</td>" in folded
+    assert ">p95_duration:note</td>" in apart and 'p95_duration</td><td class="num">0.0ms · create_file</td>' in apart
+
+
+def test_the_throughput_chart_draws_each_minute_completed_and_failed(ledger, clock):
+    ledger.enqueue(Note(name="ok"))
+    ledger.run_until_idle()
+    clock.advance(120)
+    ledger.enqueue(Note(name="no", fail_times=9, permanent=True))
+    ledger.run_until_idle()
+    with client(ledger) as web:
+        page = web.get("/").text
+    chart = page.split('<svg class="chart throughput"', 1)[1].split("</svg>", 1)[0]
+    assert chart.count('<rect class="completed"') == 1 and chart.count('<rect class="failed"') == 1
+    assert chart.count("<title>") == 60 and "1 completed, 0 failed" in chart and "0 completed, 1 failed" in chart
+
+
 def test_overview_shows_the_health_verdict_backlog_and_last_hour(ledger, clock):
     fill(ledger, clock)
     with client(ledger) as web:
@@ -72,7 +145,7 @@ def test_overview_shows_the_health_verdict_backlog_and_last_hour(ledger, clock):
     verdict = health(ledger)  # what `tether status` judges, alerting rules included
     assert page.status_code == 200
     assert f"<strong>{verdict.verdict.label.upper()}</strong>" in page.text and "2 failed" in page.text
-    assert all(f"<td>{c.name}</td>" in page.text for c in verdict.checks)
+    assert all(f">{c.name}</td>" in page.text for c in verdict.checks if not c.name.startswith("p95_duration:"))
     assert "delete_file" in page.text  # outstanding by type
     assert 'hx-get="/live/overview"' in page.text and "/static/htmx-2.0.11.min.js" in page.text
     assert live.status_code == 200 and "<html" not in live.text and "2 failed" in live.text
@@ -94,6 +167,33 @@ def test_jobs_filters_by_status_type_target_key_and_window(ledger, clock):
     assert ids["pending"] in window and ids["file0"] not in window
     assert keyless.status_code == 400 and "needs a type" in keyless.text
     assert bad.status_code == 400 and "is not one of" in bad.text
+
+
+def test_jobs_page_tells_scheduled_and_retrying_from_ready_with_a_run_at_column(ledger, clock):
+    seed_states(ledger, clock)
+    with client(ledger) as web:
+        page = web.get("/jobs").text
+    rows = re.findall(
+        r'<span class="badge (\w+)">\1</span>.*?<td class="time">[^<]*</td>\s*<td class="time">([^<]*)</td>', page, re.S
+    )
+    states = [state for state, _ in rows]
+    assert {"ready": 2, "scheduled": 2, "retrying": 1, "running": 1, "stuck": 1}.items() <= {
+        s: states.count(s) for s in set(states)
+    }.items()
+    assert all(run_at for state, run_at in rows if state in ("ready", "scheduled", "retrying"))
+    assert "<th>runs at</th>" in page
+
+
+def test_a_completed_jobs_earlier_error_is_history_not_its_state(ledger, clock):
+    job = ledger.enqueue(Note(name="flaky", fail_times=1)).id
+    ledger.run_until_idle()
+    clock.advance(3600)
+    ledger.run_until_idle()
+    assert ledger.get(job).status is JobStatus.COMPLETED and ledger.get(job).last_error
+    with client(ledger) as web:
+        page = web.get("/jobs").text
+    row = page.split(f'href="/jobs/{job}"', 1)[1].split("</tr>", 1)[0]
+    assert '<td class="history"' in row and "earlier: " in row and 'class="err"' not in row
 
 
 def test_jobs_filter_by_key_finds_the_keyed_job(ledger, clock):
@@ -211,11 +311,54 @@ def test_drift_runs_in_the_background_and_shows_differences(ledger, clock):
         web_app.state.pages.drift.join(30)
         page = web.get("/drift").text
         live = web.get("/live/drift").text
-    assert "no check has run" in empty
+    assert "no check has been recorded" in empty
     assert started.status_code == 303
     assert "DRIFT" in page and "notes/1.json" in page and ids["file1"] in page
     assert "<td>size</td><td>NOT_EQUAL</td>" in page  # the probe's differences, field by field
     assert "last report" in live and "<html" not in live
+
+
+def test_the_run_button_is_enabled_again_in_the_part_htmx_swaps_when_the_check_ends(ledger, clock):
+    fill(ledger, clock)
+    web_app = ui.app(ledger)
+    with TestClient(web_app, base_url=BASE) as web:
+        token = csrf_of(web.get("/drift").text)
+        web.post("/drift/run", data={"csrf": token, "mode": "content"}, follow_redirects=False)
+        web_app.state.pages.drift.join(30)
+        live = web.get("/live/drift").text
+    assert re.search(r'<button type="submit">run a check</button>', live), live
+
+
+def test_the_drift_page_shows_the_last_recorded_check_on_load(ledger, clock):
+    from tether.reconcile.check import reconcile
+
+    fill(ledger, clock)
+    (ledger.root / "notes" / "1.json").write_text('{"n": "changed"}')
+    reconcile(ledger)  # as `tether reconcile` or another page's process would
+    with client(ledger) as web:
+        page = web.get("/drift").text
+    assert "last recorded check" in page and "1 drifted" in page and "1 modified" in page
+
+
+def test_findings_are_sorted_naturally_and_the_in_flight_ones_folded_into_a_count(ledger, clock):
+    from tether.reconcile.check import reconcile
+
+    for n in (10, 2, 1):
+        ledger.enqueue(CreateFile(path=f"notes/n{n}.json", content={"n": n}))
+    ledger.run_until_idle()
+    for n in (10, 2, 1):
+        (ledger.root / "notes" / f"n{n}.json").write_text("edited\n")
+    for n in (3, 4):
+        ledger.enqueue(CreateFile(path=f"notes/m{n}.json", content={"n": n}))  # pending: in flight
+    web_app = ui.app(ledger)
+    with TestClient(web_app, base_url=BASE) as web:
+        token = csrf_of(web.get("/drift").text)
+        web.post("/drift/run", data={"csrf": token, "mode": "content"}, follow_redirects=False)
+        web_app.state.pages.drift.join(30)
+        page = web.get("/drift").text
+    shown = re.findall(r'<td class="path">notes/(\w+)\.json</td>', page.split("<details", 1)[0])
+    assert shown == ["n1", "n2", "n10"]
+    assert "<summary>2 not checked" in page and reconcile(ledger).counts.get("not_checked") == 2
 
 
 def test_drift_refuses_a_post_without_the_csrf_token(ledger, clock):
@@ -223,6 +366,14 @@ def test_drift_refuses_a_post_without_the_csrf_token(ledger, clock):
         web.get("/drift")
         refused = web.post("/drift/run", data={"mode": "content"})
     assert refused.status_code == 403 and "CSRF" in refused.text
+
+
+def test_the_favicon_is_served_not_a_404(ledger):
+    with client(ledger) as web:
+        icon = web.get("/favicon.ico")
+        page = web.get("/").text
+    assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
+    assert 'rel="icon" href="/favicon.ico"' in page
 
 
 def test_metrics_are_served_behind_the_same_guard(ledger, clock):
@@ -267,7 +418,7 @@ def test_actions_are_refused_without_allow_actions(ledger, clock):
     assert ledger.get(ids["boom"]).status is JobStatus.FAILED
 
 
-def test_retry_is_confirmed_then_needs_the_csrf_token(ledger, clock, caplog):
+def test_retry_is_confirmed_then_needs_the_csrf_token(ledger, clock):
     ids = fill(ledger, clock)
     with client(ledger, allow_actions=True) as web:
         assert "retry this job" in web.get(f"/jobs/{ids['boom']}").text
@@ -275,11 +426,9 @@ def test_retry_is_confirmed_then_needs_the_csrf_token(ledger, clock, caplog):
         assert ledger.get(ids["boom"]).status is JobStatus.FAILED  # showing the question changes nothing
         forged = web.post("/actions/retry", data={"job": ids["boom"], "csrf": "0" * 64})
         assert forged.status_code == 403 and ledger.get(ids["boom"]).status is JobStatus.FAILED
-        with caplog.at_level("INFO", logger="tether.events"):
-            done = web.post("/actions/retry", data={"job": ids["boom"], "csrf": csrf_of(confirm.text)})
+        done = web.post("/actions/retry", data={"job": ids["boom"], "csrf": csrf_of(confirm.text)})
     assert done.status_code == 200 and "pending" in done.text
     assert ledger.get(ids["boom"]).status is JobStatus.PENDING
-    assert any('"event":"ui_action"' in r.getMessage() and ids["boom"] in r.getMessage() for r in caplog.records)
 
 
 def test_a_csrf_token_from_another_browser_is_refused(ledger, clock):
@@ -438,3 +587,43 @@ def test_tether_ui_refuses_a_public_address_without_a_token_before_serving(tmp_p
         app, ["--db", url, "ui", "--host", "192.0.2.1", "--token-file", str(token)], catch_exceptions=True
     )
     assert isinstance(result.exception, ConfigError) and "at least 16" in str(result.exception)
+
+
+# -- the command ---------------------------------------------------------------------------------
+
+
+def test_tether_ui_on_a_busy_port_says_so_in_one_line_and_exits_1_before_any_banner(ledger, monkeypatch, capsys):
+    from clikit import run_split
+
+    url = f"sqlite:///{ledger.engine.url.database}"
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code, out, err = run_split(monkeypatch, capsys, "--db", url, "ui", "--port", str(port))
+    assert code == 1 and "http://" not in out + err
+    assert err.strip().count("\n") == 0 and f"port {port}" in err and err.startswith("tether: error:")
+
+
+def test_tether_ui_prints_the_port_it_got_and_writes_the_events_of_its_actions(ledger, clock, tmp_path):
+    """The real command in its own process: ``--port 0`` names the port the system chose, and a
+    retry from the page is a ``ui_action`` event on stderr (the command installs the events'
+    handler; no test raises the logger's level for it)."""
+    ids = fill(ledger, clock)
+    url = f"sqlite:///{ledger.engine.url.database}"
+    argv = [sys.executable, "-m", "tether", "--db", url, "ui", "--port", "0", "--allow-actions"]
+    with subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=os.environ | {"PYTHONUNBUFFERED": "1"}) as proc:
+        try:
+            assert proc.stderr is not None
+            banner = proc.stderr.readline()
+            found = re.search(r"http://127\.0\.0\.1:(\d+)/", banner)
+            assert found and int(found.group(1)) != 0, banner
+            with httpx.Client(base_url=f"http://127.0.0.1:{found.group(1)}") as web:
+                confirm = web.get("/actions/retry", params={"job": ids["boom"]})
+                done = web.post("/actions/retry", data={"job": ids["boom"], "csrf": csrf_of(confirm.text)})
+            assert done.status_code == 200
+        finally:
+            proc.send_signal(signal.SIGINT)
+            _, rest = proc.communicate(timeout=30)
+    events = [json.loads(line) for line in rest.splitlines() if line.startswith("{")]
+    assert any(e["event"] == "ui_action" and e.get("job_id") == ids["boom"] for e in events), rest

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import socket
+
 import typer
 
-from .. import config
+from .. import config, events
 from ..errors import ConfigError
 from .app import app, err, open_coordinator
 from .reconcile import _require_existing
@@ -60,7 +62,30 @@ def ui(
             allowed_hosts=hosts,
             thresholds=Thresholds(backlog_limit=backlog_limit),
         )
+        # Bound before the banner: a busy port is one line and exit 1, and --port 0 prints the
+        # port the system chose.
+        listening = listen(host, port)
         where = f"[{host}]" if ":" in host else host
         mode = "actions enabled" if allow_actions else "read-only"
-        err.print(f"tether ui: http://{where}:{port}/ ({mode}; Ctrl-C to stop)", markup=False)
-        uvicorn.run(page, host=host, port=port, log_level="warning", server_header=False)
+        err.print(f"tether ui: http://{where}:{listening.getsockname()[1]}/ ({mode}; Ctrl-C to stop)", markup=False)
+        server = uvicorn.Server(uvicorn.Config(page, log_level="warning", server_header=False))
+        # Actions and background checks are events on stderr, as every command whose stdout is
+        # not its log prints them.
+        with events.to_stderr(), listening:
+            server.run(sockets=[listening])
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host``:``port`` and listening; ConfigError (one line) if it cannot be."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as e:
+        sock.close()
+        raise ConfigError(
+            f"cannot listen on {host} port {port}: {e.strerror or e}; pick another with --port (0: any free one)"
+        ) from e
+    return sock

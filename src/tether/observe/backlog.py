@@ -26,6 +26,16 @@ class TypeBacklog:
     largest_payload: int | None = None
     """Bytes of the largest pending payload (stored JSON): what a worker will hold to run it.
     Jobs enqueued before tether kept payload sizes are not counted."""
+    scheduled: int = 0
+    """Pending jobs not due yet that never ran: enqueued with a delay, or a schedule's slot."""
+    retrying: int = 0
+    """Pending jobs not due yet that ran before: waiting out a retry's backoff (or a deferral).
+    A manual retry resets the attempts, so a retried job counts as ready, not here."""
+
+    @property
+    def ready(self) -> int:
+        """Pending jobs due now (blocked behind an older job on their target included)."""
+        return self.pending - self.scheduled - self.retrying
 
     @property
     def outstanding(self) -> int:
@@ -71,6 +81,23 @@ class Stats:
         return self.pending + self.claimed
 
     @property
+    def scheduled(self) -> int:
+        return sum(b.scheduled for b in self.by_type)
+
+    @property
+    def retrying(self) -> int:
+        return sum(b.retrying for b in self.by_type)
+
+    @property
+    def ready(self) -> int:
+        return sum(b.ready for b in self.by_type)
+
+    @property
+    def running(self) -> int:
+        """Claimed jobs whose worker still beats (the stuck ones are counted apart)."""
+        return self.claimed - self.stuck
+
+    @property
     def largest_pending_payload(self) -> int | None:
         """Bytes of the largest pending payload of any type (see TypeBacklog.largest_payload)."""
         return max((b.largest_payload for b in self.by_type if b.largest_payload is not None), default=None)
@@ -89,6 +116,10 @@ class Stats:
             "pending": self.pending,
             "claimed": self.claimed,
             "outstanding": self.outstanding,
+            "ready": self.ready,
+            "scheduled": self.scheduled,
+            "retrying": self.retrying,
+            "running": self.running,
             "failed": self.failed,
             "stuck": self.stuck,
             "quarantined": self.quarantined,
@@ -100,6 +131,7 @@ class Stats:
                 {
                     **asdict(b),
                     "outstanding": b.outstanding,
+                    "ready": b.ready,
                     "oldest_ready_at": b.oldest_ready_at.isoformat() if b.oldest_ready_at else None,
                 }
                 for b in self.by_type
@@ -129,14 +161,22 @@ def stats_of(
     row or None."""
     backlog: dict[str, dict[str, Any]] = {}
     oldest = None
-    for job_type, status, n, ready_at, enqueued, most in per_status:
+    for job_type, status, n, ready_at, enqueued, most, scheduled, retrying in per_status:
         backlog.setdefault(job_type, {})[status] = n
         if status == JobStatus.PENDING.value:
-            backlog[job_type].update(ready=utc(ready_at), largest=most)
+            backlog[job_type].update(ready=utc(ready_at), largest=most, scheduled=scheduled, retrying=retrying)
             first = utc(enqueued)
             oldest = first if oldest is None or (first is not None and first < oldest) else oldest
     by_type = [
-        TypeBacklog(k, v.get("pending", 0), v.get("claimed", 0), v.get("ready"), v.get("largest"))
+        TypeBacklog(
+            k,
+            v.get("pending", 0),
+            v.get("claimed", 0),
+            v.get("ready"),
+            v.get("largest"),
+            v.get("scheduled", 0),
+            v.get("retrying", 0),
+        )
         for k, v in sorted(backlog.items())
     ]
     target = None if deepest is None else TargetBacklog(deepest[0], deepest[1])

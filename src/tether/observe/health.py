@@ -19,6 +19,7 @@ from ..ledger.schema import jobs as jobs_table
 from ..ledger.status import JobStatus
 from .backlog import Stats, stats_of
 from .readonly import Source, done, lock_timeout_of, now_of, reading, seconds_between
+from .states import condition
 from .verdict import Activity, Health, Thresholds, activity_of, assess
 
 
@@ -31,8 +32,11 @@ def stats_statements(now: datetime, cutoff: datetime) -> dict[str, sa.Select[Any
     # The oldest pending job comes from the same walk: a query of its own walked the pending
     # jobs a second time, reading each row to check its status.
     # The largest payload from its size kept at enqueue: no payload is read.
+    # Of the pending jobs not due yet, the same walk tells those never tried from those waiting
+    # out a retry's backoff (states.py).
     ready = sa.func.min(sa.case((jobs_table.c.run_at <= now, jobs_table.c.run_at)))
     largest = sa.func.max(jobs_table.c.payload_bytes)
+    scheduled, retrying = (sa.func.count(sa.case((condition(s, now, cutoff), 1))) for s in ("scheduled", "retrying"))
     per_status = [
         sa.select(
             jobs_table.c.type,
@@ -41,6 +45,8 @@ def stats_statements(now: datetime, cutoff: datetime) -> dict[str, sa.Select[Any
             ready,
             sa.func.min(jobs_table.c.created_at),
             largest,
+            scheduled,
+            retrying,
         )
         .where(sa.text(cond))
         .group_by(jobs_table.c.type, jobs_table.c.status)

@@ -15,6 +15,7 @@ from ..ledger.record import JobRecord
 from ..ledger.schema import jobs as jobs_table
 from ..ledger.status import JobStatus
 from .readonly import COLUMNS, Source, done, reading, records, select_jobs
+from .states import PENDING_STATES, STATES, condition
 
 
 @dataclass(frozen=True)
@@ -29,8 +30,16 @@ class JobFilter:
     key: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+    state: str | None = None
+    """One of ``states.STATES`` (it implies the status), judged at ``at``: (now, lock cutoff)."""
+    at: tuple[datetime, datetime] | None = None
 
     def __post_init__(self) -> None:
+        if self.state is not None:
+            if self.state not in STATES or self.at is None:
+                raise ConfigError(f"state {self.state!r} is not one of {', '.join(STATES)}")
+            pending = self.state in PENDING_STATES
+            object.__setattr__(self, "status", (JobStatus.PENDING if pending else JobStatus.CLAIMED).value)
         if self.status is not None:
             object.__setattr__(self, "status", JobStatus(self.status).value)
         if self.key is not None and self.job_type is None:
@@ -98,6 +107,8 @@ def _selected(where: JobFilter) -> sa.Select[Any]:
     ):
         if value is not None:
             query = query.where(column == value)
+    if where.state is not None and where.at is not None:
+        query = query.where(condition(where.state, *where.at))
     if where.by_finish:
         query = query.where(done())
         if where.since is not None:

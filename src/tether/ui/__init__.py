@@ -15,6 +15,8 @@ import sqlalchemy as sa
 from prometheus_client import make_asgi_app
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -70,6 +72,8 @@ def app(
         Route("/actions/retry-failed", actions.guarded(actions.retry_failed), methods=["GET", "POST"]),
         Route("/actions/purge", actions.guarded(actions.purge), methods=["GET", "POST"]),
         Route("/login", pages.login, methods=["GET", "POST"]),
+        # Browsers ask for /favicon.ico on every page whatever the page links: answered, not a 404.
+        Route("/favicon.ico", _favicon),
         # The ledger's Prometheus numbers, behind the same Host check and sign-in as the pages: one
         # collector for the app's life, as `tether metrics --serve` keeps, so its counters and
         # histograms are cumulative from the app's start (rate() over them) and each scrape reads
@@ -82,6 +86,10 @@ def app(
     web = Starlette(routes=routes, middleware=[guard])
     web.state.pages = pages  # tests and the CLI reach the drift runner through it
     return web
+
+
+async def _favicon(request: Request) -> Response:
+    return FileResponse(HERE / "static" / "favicon.svg", media_type="image/svg+xml")
 
 
 class _Scrape:

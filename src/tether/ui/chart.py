@@ -1,10 +1,11 @@
-"""The durations chart: bar geometry for an inline SVG drawn by the template (no script)."""
+"""The charts: bar geometry for inline SVGs drawn by the templates (no script)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ..observe.durations import Durations
+from ..observe.throughput import Minute
 
 WIDTH = 560  # the bars' area in SVG units, right of the type names
 ROW = 22
@@ -48,3 +49,43 @@ def duration_bars(found: list[Durations]) -> Bars:
         for i, d in enumerate(found)
     ]
     return Bars(bars, scale, max(1, len(bars)) * ROW + 20)
+
+
+THROUGHPUT_HEIGHT = 60
+
+
+@dataclass(frozen=True)
+class Column:
+    x: int
+    label: str
+    completed: int
+    failed: int
+    h_completed: float
+    h_failed: float
+
+
+@dataclass(frozen=True)
+class Columns:
+    columns: list[Column]
+    peak: int
+    """Jobs in the busiest minute: the top of the scale."""
+    height: int = THROUGHPUT_HEIGHT
+    step: int = 9
+
+
+def throughput_columns(minutes: list[Minute]) -> Columns:
+    """One column per minute, failed stacked on completed, on a scale up to the busiest minute."""
+    peak = max((m.completed + m.failed for m in minutes), default=0)
+    scale = THROUGHPUT_HEIGHT / (peak or 1)
+    columns = [
+        Column(
+            i * 9,
+            m.start.strftime("%H:%M"),
+            m.completed,
+            m.failed,
+            round(m.completed * scale, 1),
+            round(m.failed * scale, 1),
+        )
+        for i, m in enumerate(minutes)
+    ]
+    return Columns(columns, peak)

@@ -115,7 +115,7 @@ class Guard(BaseHTTPMiddleware):
             host = _host_name(request.headers.get("host", ""))
             if host not in self.allowed_hosts:
                 return PlainTextResponse(f"Host {host!r} is not one this page answers to\n", status_code=421)
-        if self.token is None or request.url.path.endswith(("/login", "/static/tether.css")):
+        if self.token is None or request.url.path.endswith(("/login", "/static/tether.css", "/favicon.ico")):
             return await call_next(request)
         if self.signed_in(request):
             return await call_next(request)

@@ -4,6 +4,7 @@ server-side template; htmx (vendored) refreshes the live parts."""
 from __future__ import annotations
 
 import hmac
+import re
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,13 +26,17 @@ from ..observe.finished import failed_by_error, recent
 from ..observe.health import health
 from ..observe.jobs import children, on_target, show
 from ..observe.pages import JobFilter, jobs_page
-from ..observe.readonly import engine_of, now_of
+from ..observe.readonly import engine_of, lock_timeout_of, now_of, reading
 from ..observe.resources import aws_resources
+from ..observe.states import CLAIMED_STATES, PENDING_STATES, STATES, state_of
 from ..observe.stuck import stuck
+from ..observe.throughput import per_minute
 from ..observe.verdict import Thresholds
-from ..reconcile.drift import DRIFT, UNKNOWN
-from .chart import duration_bars
+from ..reconcile import runs
+from ..reconcile.drift import DRIFT, NOT_CHECKED, UNKNOWN
+from .chart import duration_bars, throughput_columns
 from .driftrun import DriftRunner
+from .glance import check_rows, counters
 from .security import SESSION_COOKIE, csrf_ok, form, session_value
 
 if TYPE_CHECKING:
@@ -40,6 +45,10 @@ if TYPE_CHECKING:
 HERE = Path(__file__).parent
 HTMX = "htmx-2.0.11.min.js"
 PAGE_SIZE = 50
+_DIGITS = re.compile(r"(\d+)")
+_SPLIT = {JobStatus.PENDING: PENDING_STATES, JobStatus.CLAIMED: CLAIMED_STATES}
+STATUS_CHOICES: tuple[str, ...] = tuple(name for s in JobStatus for name in (s.value, *_SPLIT.get(s, ())))
+"""The jobs page's status filter: each status, each pending and claimed one by its states."""
 DURATIONS_SAMPLE = 2_000
 """Completed jobs the durations page measures at most per request (a busy window is sampled)."""
 
@@ -80,7 +89,8 @@ class Pages:
             progress_text=progress_text,
             display=display,
             htmx=HTMX,
-            statuses=[s.value for s in JobStatus],
+            statuses=STATUS_CHOICES,
+            state_of=state_of,
             # DB URLs are only ever shown with the password masked.
             ledger_url=engine_of(source).url.render_as_string(hide_password=True),
         )
@@ -103,11 +113,18 @@ class Pages:
     def _overview(self) -> dict[str, Any]:
         verdict = health(self.source, self.thresholds)  # what `tether status` judges, alerting rules too
         s = verdict.stats
+        with reading(self.source) as conn:
+            drift = runs.last(conn)
         return {
             "health": verdict,
             "stats": s,
+            "counters": counters(s, drift),
+            "drift_run": drift,
+            "checks": check_rows(verdict.checks),
+            "throughput": throughput_columns(per_minute(self.source, now=s.now)),
             "recent": recent(self.source, since=timedelta(hours=1), limit=10, now=s.now),
             "stuck": stuck(self.source, now=s.now, limit=10),
+            "at": (s.now, s.now - timedelta(seconds=s.lock_timeout)),
         }
 
     async def overview(self, request: Request) -> Response:
@@ -121,17 +138,22 @@ class Pages:
     async def jobs(self, request: Request) -> Response:
         q = request.query_params
         args = {k: q.get(k, "").strip() for k in ("status", "type", "target", "key", "window", "order", "after")}
+        now = now_of(self.source, None)
+        at = (now, now - timedelta(seconds=lock_timeout_of(self.source, None)))
+        state = args["status"] if args["status"] in STATES else None
         try:
-            if args["status"] and args["status"] not in {s.value for s in JobStatus}:
-                raise ConfigError(f"status {args['status']!r} is not one of {', '.join(s.value for s in JobStatus)}")
+            if args["status"] and args["status"] not in STATUS_CHOICES:
+                raise ConfigError(f"status {args['status']!r} is not one of {', '.join(STATUS_CHOICES)}")
             since = None
             if args["window"]:
-                since = now_of(self.source, None) - parse_duration(args["window"], "window")
+                since = now - parse_duration(args["window"], "window")
             target = args["target"] or None
             if target is not None and ":" not in target:
                 target = file_key(target)  # a bare path names a file target, as the CLI prints it
             where = JobFilter(
-                status=args["status"] or None,
+                status=None if state else args["status"] or None,
+                state=state,
+                at=at,
                 job_type=args["type"] or None,
                 target=target,
                 key=args["key"] or None,
@@ -141,11 +163,21 @@ class Pages:
                 self.source, where, after=args["after"] or None, oldest_first=args["order"] == "oldest", limit=PAGE_SIZE
             )
         except TetherError as e:
-            return self.render(request, "jobs.html", 400, page="jobs", args=args, listing=None, error=str(e), types=[])
+            return self.render(
+                request, "jobs.html", 400, page="jobs", args=args, listing=None, error=str(e), types=[], at=at
+            )
         types = self.coordinator.registry.names() if self.coordinator is not None else []
         next_args = {k: v for k, v in args.items() if v and k != "after"}
         return self.render(
-            request, "jobs.html", page="jobs", args=args, listing=page, error=None, next_args=next_args, types=types
+            request,
+            "jobs.html",
+            page="jobs",
+            args=args,
+            listing=page,
+            error=None,
+            next_args=next_args,
+            types=types,
+            at=at,
         )
 
     async def job(self, request: Request) -> Response:
@@ -236,9 +268,20 @@ class Pages:
     def _drift(self) -> dict[str, Any]:
         state = self.drift.state() if self.drift else None
         findings = state.report.findings if state and state.report else []
-        # Drift first, then what could not be read, then what was in flight.
+        # Drift first, then what could not be read; paths in natural order (n2 before n10). What
+        # was in flight is folded into a count: it is not drift, and a busy ledger has many.
         rank = {s: 0 for s in DRIFT} | {UNKNOWN: 1}
-        return {"state": state, "findings": sorted(findings, key=lambda f: (rank.get(f.status, 2), f.path))}
+        ordered = sorted(findings, key=lambda f: (rank.get(f.status, 2), natural(f.path)))
+        stored = None
+        if state is None or state.report is None:  # none run by this page: the last one recorded
+            with reading(self.source) as conn:
+                stored = runs.last(conn)
+        return {
+            "state": state,
+            "stored": stored,
+            "findings": [f for f in ordered if f.status != NOT_CHECKED],
+            "in_flight": [f for f in ordered if f.status == NOT_CHECKED],
+        }
 
     async def drift_page(self, request: Request) -> Response:
         return self.render(request, "drift.html", page="drift", **self._drift())
@@ -272,6 +315,11 @@ class Pages:
             SESSION_COOKIE, session_value(self.key, self.token), httponly=True, samesite="strict", path=root
         )
         return response
+
+
+def natural(text: str) -> tuple[tuple[int, int | str], ...]:
+    """A sort key reading runs of digits as numbers: ``n2`` before ``n10``."""
+    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in _DIGITS.split(text) if part)
 
 
 def _pretty(value: Any) -> str:

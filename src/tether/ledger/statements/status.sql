@@ -3,9 +3,9 @@
 -- without loading SQLAlchemy; :now, :cutoff, :since are the times it binds.
 
 -- name: backlog
-SELECT tether_jobs.type, tether_jobs.status, count(*) AS count_1, min(CASE WHEN (tether_jobs.run_at <= :now) THEN tether_jobs.run_at END) AS min_1, min(tether_jobs.created_at) AS min_2, max(tether_jobs.payload_bytes) AS max_1
+SELECT tether_jobs.type, tether_jobs.status, count(*) AS count_1, min(CASE WHEN (tether_jobs.run_at <= :now) THEN tether_jobs.run_at END) AS min_1, min(tether_jobs.created_at) AS min_2, max(tether_jobs.payload_bytes) AS max_1, count(CASE WHEN (tether_jobs.status = 'pending' AND tether_jobs.run_at > :now AND tether_jobs.attempts = 0) THEN 1 END) AS count_2, count(CASE WHEN (tether_jobs.status = 'pending' AND tether_jobs.run_at > :now AND tether_jobs.attempts > 0) THEN 1 END) AS count_3
 FROM tether_jobs
-WHERE status = 'pending' GROUP BY tether_jobs.type, tether_jobs.status UNION ALL SELECT tether_jobs.type, tether_jobs.status, count(*) AS count_2, min(CASE WHEN (tether_jobs.run_at <= :now) THEN tether_jobs.run_at END) AS min_1, min(tether_jobs.created_at) AS min_3, max(tether_jobs.payload_bytes) AS max_1
+WHERE status = 'pending' GROUP BY tether_jobs.type, tether_jobs.status UNION ALL SELECT tether_jobs.type, tether_jobs.status, count(*) AS count_4, min(CASE WHEN (tether_jobs.run_at <= :now) THEN tether_jobs.run_at END) AS min_1, min(tether_jobs.created_at) AS min_3, max(tether_jobs.payload_bytes) AS max_1, count(CASE WHEN (tether_jobs.status = 'pending' AND tether_jobs.run_at > :now AND tether_jobs.attempts = 0) THEN 1 END) AS count_2, count(CASE WHEN (tether_jobs.status = 'pending' AND tether_jobs.run_at > :now AND tether_jobs.attempts > 0) THEN 1 END) AS count_3
 FROM tether_jobs
 WHERE status = 'claimed' GROUP BY tether_jobs.type, tether_jobs.status
 
