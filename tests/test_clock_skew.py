@@ -73,7 +73,7 @@ def registry() -> Registry:
 def ledger(pg_database: str) -> str:
     engine = sa.create_engine(pg_database)
     with engine.begin() as conn:
-        for table in ("tether_jobs", "tether_meta", "tether_schedules"):
+        for table in ("tether_jobs", "tether_meta", "tether_schedules", "tether_workers"):
             conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
     engine.dispose()
     return pg_database

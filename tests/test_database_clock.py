@@ -119,7 +119,7 @@ def test_a_right_machine_clock_reports_no_skew(caplog: pytest.LogCaptureFixture)
 def pg_ledger(pg_database: str) -> Iterator[str]:
     engine = sa.create_engine(pg_database)
     with engine.begin() as conn:
-        for table in ("tether_jobs", "tether_meta", "tether_schedules"):
+        for table in ("tether_jobs", "tether_meta", "tether_schedules", "tether_workers"):
             conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
     yield pg_database
     engine.dispose()

@@ -39,7 +39,7 @@ def test_every_second_slot_has_one_job_across_processes_and_a_kill(ledger: str, 
 
         engine = sa.create_engine(ledger)
         with engine.begin() as conn:
-            for table in ("tether_jobs", "tether_meta", "tether_schedules"):
+            for table in ("tether_jobs", "tether_meta", "tether_schedules", "tether_workers"):
                 conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
         engine.dispose()
     root = tmp_path / "data"

@@ -196,6 +196,26 @@ def test_a_completed_jobs_earlier_error_is_history_not_its_state(ledger, clock):
     assert '<td class="history"' in row and "earlier: " in row and 'class="err"' not in row
 
 
+def test_the_workers_view_shows_each_worker_its_jobs_with_progress_and_the_gone_ones(ledger, clock):
+    from tether.ledger import workers as register
+
+    register.register(ledger.queue, "dead-host:7:aaaaaa", 4)
+    clock.advance(ledger.lock_timeout + 1)
+    register.register(ledger.queue, "live-host:8:bbbbbb", 2)
+    job = ledger.enqueue(Note(name="busy")).id
+    [held] = ledger.queue.claim("live-host:8:bbbbbb")
+    ledger.queue.record_progress(held, "live-host:8:bbbbbb", '{"done": 40, "total": 100, "note": "copying"}')
+    with client(ledger) as web:
+        page = web.get("/workers").text
+        live = web.get("/live/workers").text
+    rows = dict(re.findall(r'<tr data-worker="([^"]+)">(.*?)</tr>', page, re.S))
+    assert '<span class="badge gone">gone</span>' in rows["dead-host:7:aaaaaa"]
+    live_row = rows["live-host:8:bbbbbb"]
+    assert '<span class="badge running">running</span>' in live_row and job in live_row
+    assert "40/100 (40%) copying" in live_row and ">2</td>" in live_row
+    assert "<html" not in live and "live-host:8:bbbbbb" in live
+
+
 def test_jobs_filter_by_key_finds_the_keyed_job(ledger, clock):
     kept = ledger.enqueue(CreateFile(path="k.json", content={}), key="the-key").id
     other = ledger.enqueue(CreateFile(path="j.json", content={}), key="other").id

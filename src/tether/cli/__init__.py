@@ -31,6 +31,7 @@ from . import (  # noqa: F401  (imported for the commands they register)
     stuck,
     ui,
     worker,
+    workers,
 )
 from .app import app, err, is_database_error
 from .pipe import quiet_closed_stdout

@@ -76,6 +76,10 @@ class Statements:
     RUNNING_OF_TYPE: str
     LOCK_TYPE_CLAIMS: str
     DATABASE_TIME: str
+    WORKER_START: str
+    WORKER_BEAT: str
+    WORKER_STOP: str
+    WORKER_FORGET: str
     RECONCILE_PAGE: str
     RECONCILE_PAGE_PAYLOADS: str
 

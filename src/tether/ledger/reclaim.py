@@ -98,13 +98,13 @@ def verdicts(stale: Iterable[JobRecord]) -> list[Verdict]:
 
 
 def renew(queue: Queue, worker: str, jobs: Sequence[JobRecord], now: datetime | None) -> list[str]:
-    """Renew ``worker``'s locks on ``jobs`` (a heartbeat: they are not stale while it beats); the
-    ids it no longer holds."""
-    if not jobs:
-        return []
+    """Renew ``worker``'s locks on ``jobs`` (a heartbeat: they are not stale while it beats), and
+    its row in the register of workers (``workers.py``), with or without jobs; the ids it no
+    longer holds."""
 
     def renew_in(cur: Any) -> list[str]:
         params = {"worker": worker, "now": now or lock_time(queue, cur)}
+        cur.execute(queue.sql.WORKER_BEAT, {"id": worker, "now": params["now"]})
         renewed = [cur.execute(queue.sql.HEARTBEAT, {**params, "id": j.id, "attempt": j.attempts}) for j in jobs]
         return [job.id for job, n in zip(jobs, renewed, strict=True) if n == 0]
 

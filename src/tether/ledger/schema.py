@@ -21,6 +21,7 @@ from .status import JobStatus
 
 TABLE = "tether_jobs"
 RECONCILE_TABLE = "tether_reconcile_runs"
+WORKERS_TABLE = "tether_workers"
 
 
 class UTCDateTime(sa.TypeDecorator[datetime]):
@@ -149,6 +150,21 @@ reconcile_runs = sa.Table(
     _text("counts", nullable=False),  # JSON {status: n}
 )
 
+workers = sa.Table(
+    WORKERS_TABLE,
+    metadata,
+    # One worker process (ledger/workers.py): written when it starts, its beat_at renewed by the
+    # heartbeat that renews its jobs' locks, stopped_at set when it stops. A row whose beat_at is
+    # older than the lock timeout is a worker that died. Never read or written by a claim.
+    sa.Column("id", sa.String(128), primary_key=True),  # the worker's id, as tether_jobs.locked_by
+    sa.Column("host", sa.String(128), nullable=False),
+    sa.Column("pid", sa.Integer, nullable=False),
+    sa.Column("threads", sa.Integer, nullable=False),
+    sa.Column("version", sa.String(64), nullable=False),
+    _time("started_at", nullable=False),
+    _time("beat_at", nullable=False),
+    _time("stopped_at"),
+)
 
 # Most jobs carry no idempotency key, ordering key or parent, and most rows are finished: every
 # index below is partial to the rows its queries ask about, so a job without them is in one index

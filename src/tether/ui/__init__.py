@@ -61,6 +61,8 @@ def app(
         Route("/live/overview", pages.overview_live),
         Route("/jobs", pages.jobs),
         Route("/jobs/{job_id}", pages.job),
+        Route("/workers", pages.workers),
+        Route("/live/workers", pages.workers_live),
         Route("/failed", pages.failed),
         Route("/durations", pages.durations),
         Route("/aws", pages.aws),

@@ -32,6 +32,7 @@ from ..observe.states import CLAIMED_STATES, PENDING_STATES, STATES, state_of
 from ..observe.stuck import stuck
 from ..observe.throughput import per_minute
 from ..observe.verdict import Thresholds
+from ..observe.workers import workers
 from ..reconcile import runs
 from ..reconcile.drift import DRIFT, NOT_CHECKED, UNKNOWN
 from .chart import duration_bars, throughput_columns
@@ -132,6 +133,18 @@ class Pages:
 
     async def overview_live(self, request: Request) -> Response:
         return self.render(request, "overview_live.html", **self._overview())
+
+    # -- workers ---------------------------------------------------------------------------------
+
+    def _workers(self) -> dict[str, Any]:
+        now = now_of(self.source, None)
+        return {"workers": workers(self.source, now=now), "now": now}
+
+    async def workers(self, request: Request) -> Response:
+        return self.render(request, "workers.html", page="workers", **self._workers())
+
+    async def workers_live(self, request: Request) -> Response:
+        return self.render(request, "workers_live.html", **self._workers())
 
     # -- jobs ------------------------------------------------------------------------------------
 

@@ -172,6 +172,7 @@ class Worker:
         start_count = self.processed
         self.producer.drained = False
         events.emit("worker_started", worker=self.id, threads=self.config.threads, until_idle=until_idle)
+        self.supervisor.register()
         threads = [
             threading.Thread(target=self._loop, args=(until_idle,), name=f"tether-worker-{i}", daemon=True)
             for i in range(self.config.threads)
@@ -188,6 +189,7 @@ class Worker:
             self.supervisor.join(threads)
             if watcher is not None:
                 watcher.stop()
+            self.supervisor.unregister()
         fault = self.fault
         events.emit(
             "worker_stopped",

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from .. import events
 from ..errors import LedgerFault
 from ..jobtypes.context import LEASE_LOST, SHUTDOWN
-from ..ledger import faults
+from ..ledger import faults, workers
 from ..ledger.backend import LostConnection
 from ..ledger.record import JobRecord
 
@@ -106,6 +106,28 @@ class Supervisor:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+    # -- the register of workers ----------------------------------------------------------------
+
+    def register(self) -> None:
+        """This worker's row in the ledger's register of workers (its heartbeats renew it). A
+        ledger fault stops the worker here; another database error is logged and the worker runs
+        unlisted, as a page is no reason to refuse work."""
+        try:
+            workers.register(self.queue, self.worker_id, self.config.threads)
+        except sa.exc.SQLAlchemyError as e:
+            if self.fatal(e):
+                raise self.fault from e  # type: ignore[misc]
+            self.db_error(e, step="register")
+
+    def unregister(self) -> None:
+        """Mark this worker stopped (an error only logged: the worker is stopping anyway)."""
+        if self.fault is not None:
+            return
+        try:
+            workers.stopped(self.queue, self.worker_id)
+        except sa.exc.SQLAlchemyError as e:
+            self.db_error(e, step="unregister")
 
     # -- locks: heartbeats and the sweep -------------------------------------------------------
 

@@ -389,3 +389,23 @@ WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (%(after_key)s, %(after_
   AND status IN ('pending', 'claimed', 'completed')
 ORDER BY ordering_key, id
 LIMIT %(limit)s
+
+-- name: WORKER_START
+-- A worker process registers itself (ledger/workers.py); its id is unique per process, so a
+-- conflict is the same worker starting its loop again.
+INSERT INTO tether_workers (id, host, pid, threads, version, started_at, beat_at, stopped_at)
+VALUES (%(id)s, %(host)s, %(pid)s, %(threads)s, %(version)s, %(now)s, %(now)s, NULL)
+ON CONFLICT (id) DO UPDATE SET threads = EXCLUDED.threads, started_at = EXCLUDED.started_at,
+  beat_at = EXCLUDED.beat_at, stopped_at = NULL
+
+-- name: WORKER_BEAT
+-- The heartbeat's mark that this worker is alive, in the transaction that renews its locks.
+UPDATE tether_workers SET beat_at = %(now)s WHERE id = %(id)s
+
+-- name: WORKER_STOP
+UPDATE tether_workers SET beat_at = %(now)s, stopped_at = %(now)s WHERE id = %(id)s
+
+-- name: WORKER_FORGET
+-- Workers last heard of before the cutoff (stopped or dead), dropped when another starts, so the
+-- table holds the workers of about a day.
+DELETE FROM tether_workers WHERE beat_at < %(before)s

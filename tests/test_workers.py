@@ -1,0 +1,104 @@
+"""The register of worker processes (``tether_workers``): a worker writes its row when it
+starts, its heartbeat renews it, it marks itself stopped; one silent for the lock timeout is
+gone. Read by ``tether workers`` and the web page's workers view. On each backend."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+
+import sqlalchemy as sa
+
+from jobkit import Block, BlockType, Note, NoteType, registry_with
+from tether.ledger import workers as register
+from tether.ledger.engine import ensure_schema
+from tether.observe.workers import GONE, RUNNING, STOPPED, workers
+
+
+def test_a_worker_registers_itself_and_marks_itself_stopped(make_coordinator, clock):
+    c = make_coordinator(registry_with(NoteType()))
+    c.enqueue(Note(name="a"))
+    assert workers(c) == []
+    c.run_until_idle()
+    [w] = workers(c)
+    assert (w.state, w.host, w.pid, w.threads, w.version) == (
+        STOPPED,
+        socket.gethostname(),
+        os.getpid(),
+        1,
+        register.tether_version(),
+    )
+    assert w.started_at == w.beat_at == w.stopped_at == clock.now() and w.jobs == []
+
+
+def test_a_running_worker_shows_the_jobs_it_runs_with_their_progress_and_its_heartbeat(make_coordinator, clock):
+    blocker = BlockType()
+    c = make_coordinator(registry_with(blocker))
+    job = c.enqueue(Block(name="long")).id
+    worker = c.worker(threads=2)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    thread.start()
+    try:
+        assert blocker.started.wait(30), "the job never started"
+        held = c.get(job)
+        assert c.queue.record_progress(held, worker.id, '{"done": 3, "total": 4, "note": "copying"}')
+        [w] = workers(c)
+        assert (w.id, w.state, w.threads, [j.id for j in w.jobs]) == (worker.id, RUNNING, 2, [job])
+        assert w.jobs[0].progress is not None and json.loads(w.jobs[0].progress)["done"] == 3
+        clock.advance(60)
+        worker.heartbeat_once()
+        assert workers(c)[0].beat_at == clock.now()
+    finally:
+        blocker.release.set()
+        worker.stop()
+        thread.join(30)
+    assert workers(c)[0].state == STOPPED
+
+
+def test_a_worker_whose_heartbeat_stopped_is_shown_as_gone(make_coordinator, clock):
+    c = make_coordinator()
+    register.register(c.queue, "dead-host:1:aaaaaa", 4)
+    clock.advance(c.lock_timeout - 1)
+    assert workers(c)[0].state == RUNNING
+    clock.advance(2)
+    register.register(c.queue, "live-host:2:bbbbbb", 1)
+    states = {w.id: w.state for w in workers(c)}
+    assert states == {"dead-host:1:aaaaaa": GONE, "live-host:2:bbbbbb": RUNNING}
+    assert [w.state for w in workers(c)] == [RUNNING, GONE]  # the live ones first
+
+
+def test_workers_not_heard_of_for_a_day_are_forgotten_when_another_starts(make_coordinator, clock):
+    c = make_coordinator()
+    register.register(c.queue, "old:1:aaaaaa", 1)
+    clock.advance(register.FORGET_AFTER.total_seconds() + 1)
+    register.register(c.queue, "new:2:bbbbbb", 1)
+    assert [w.id for w in workers(c)] == ["new:2:bbbbbb"]
+
+
+def test_an_older_ledger_gets_the_register_of_workers(make_coordinator, clock):
+    c = make_coordinator(registry_with(NoteType()))
+    with c.engine.begin() as conn:
+        conn.exec_driver_sql("DROP TABLE tether_workers")
+    assert workers(c) == []  # read as empty, not an error
+    ensure_schema(c.engine)
+    assert sa.inspect(c.engine).has_table("tether_workers")
+    c.enqueue(Note(name="a"))
+    c.run_until_idle()
+    assert [w.state for w in workers(c)] == [STOPPED]
+
+
+def test_tether_workers_prints_each_worker_and_its_json(make_coordinator, clock, monkeypatch, capsys):
+    from clikit import run_split
+
+    c = make_coordinator(registry_with(NoteType()))
+    c.enqueue(Note(name="a"))
+    c.run_until_idle()
+    url = c.engine.url.render_as_string(hide_password=False)
+    code, out, _ = run_split(monkeypatch, capsys, "--db", url, "workers", "--json")
+    assert code == 0
+    [w] = json.loads(out)["workers"]
+    assert (w["state"], w["pid"], w["threads"], w["jobs"]) == ("stopped", os.getpid(), 1, [])
+    code, out, _ = run_split(monkeypatch, capsys, "--db", url, "workers")
+    assert code == 0 and "stopped" in out and socket.gethostname()[:10] in out
