@@ -29,6 +29,7 @@ from starlette.testclient import TestClient
 from _common import machine
 from status import SCRATCH, build
 from tether import Coordinator, SystemClock, ui
+from tether.ledger import workers
 from tether.observe import durations, finished
 from tether.observe.health import health
 from tether.ui.web import DURATIONS_SAMPLE
@@ -69,9 +70,13 @@ def main() -> None:
         key = c.execute("SELECT idempotency_key FROM tether_jobs WHERE idempotency_key IS NOT NULL LIMIT 1").fetchone()[
             0
         ]
-    print(f"ledger: {sum(counts.values()):,} jobs {counts}; {machine()}")
+        holders = [w for (w,) in c.execute("SELECT DISTINCT locked_by FROM tether_jobs WHERE status = 'claimed'")]
+    print(f"ledger: {sum(counts.values()):,} jobs {counts}; {len(holders)} workers; {machine()}")
 
     coordinator = Coordinator.open(f"sqlite:///{path}", root=path.parent / "data")
+    # The workers that hold the ledger's claimed jobs, registered as running workers register.
+    for holder in holders:
+        workers.register(coordinator.queue, holder, 4)
     web = TestClient(ui.app(coordinator), base_url="http://127.0.0.1:8787")
     second = web.get("/jobs", params={"status": "completed"}).text
     after = second.split("after=", 1)[1].split('"', 1)[0].replace("&amp;", "&") if "after=" in second else ""
@@ -82,6 +87,11 @@ def main() -> None:
         "jobs, page 2 of completed": f"/jobs?status=completed&after={after}",
         "jobs, failed": "/jobs?status=failed",
         "jobs, pending": "/jobs?status=pending",
+        "jobs, ready (an overview counter's link)": "/jobs?status=ready",
+        "jobs, scheduled": "/jobs?status=scheduled",
+        "jobs, retrying": "/jobs?status=retrying",
+        "jobs, running": "/jobs?status=running",
+        "jobs, stuck": "/jobs?status=stuck",
         "jobs, claimed, oldest first": "/jobs?status=claimed&order=oldest",
         "jobs, type notify": "/jobs?type=notify",
         "jobs, failed of a type": "/jobs?status=failed&type=sync_aws",
@@ -93,6 +103,8 @@ def main() -> None:
         "durations (1h, the page's default)": "/durations",
         "durations (24h)": "/durations?window=24h",
         "drift (no check run)": "/drift",
+        "workers": "/workers",
+        "workers (live part)": "/live/workers",
         "aws resources (first page)": "/aws",
         "aws resources (a page deep in)": "/aws?after=aws:s3_bucket:eu-west-1:bucket-5",
         "extractions (1h, the page's default)": "/extractions",

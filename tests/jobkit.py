@@ -110,8 +110,10 @@ def seed_states(c: Any, clock: Any) -> dict[str, int]:
     """A ledger with jobs in every state the overview counts (a ``FakeClock`` fixes the page's
     now): 2 completed files and one edited by hand since, 2 failed, and outstanding jobs that are
     ready, scheduled, retrying, running and stuck; a recorded reconcile check sees the one file
-    drifted. Returns the counts the overview should show."""
+    drifted; two workers registered, one gone (it held the stuck job), one running. Returns the
+    counts the overview should show."""
     from tether.jobtypes import DeleteFile
+    from tether.ledger import workers
     from tether.reconcile.check import reconcile
 
     for i in range(2):
@@ -121,13 +123,16 @@ def seed_states(c: Any, clock: Any) -> dict[str, int]:
     c.run_until_idle()
     (c.root / "notes" / "n9.json").write_text('{"n": "edited by hand"}\n')
     c.enqueue(Note(name="held-by-the-dead"))
+    workers.register(c.queue, "gone-host:1:dead", 2)
     c.queue.claim("gone-host:1:dead")
-    clock.advance(c.lock_timeout + 10)  # that lock is now stale: stuck
+    clock.advance(c.lock_timeout + 10)  # that lock is now stale: stuck, and its worker gone
+    workers.register(c.queue, "live-host:2:alive", 4)
     c.enqueue(Note(name="flaky", fail_times=1))
     c.worker().run_once()  # fails once: waits out its backoff
     for i in range(3):
         c.enqueue(Note(name=f"ready-{i}"))
-    c.queue.claim("live-host:2:alive")  # the oldest of the three: running
+    [running] = c.queue.claim("live-host:2:alive")  # the oldest of the three: running
+    c.queue.record_progress(running, "live-host:2:alive", '{"done": 40, "total": 100, "note": "copying"}')
     for i in range(2):
         c.enqueue(DeleteFile(path=f"later/{i}.json"), delay=3600)
     reconcile(c)

@@ -3,7 +3,11 @@ driven by Playwright against a real uvicorn server. It opens the overview, filte
 opens one, retries it (actions enabled) and sees it pending; it runs a drift check; the page's
 own script (htmx) must run under the Content-Security-Policy without one violation.
 
-Screenshots go to ``$TETHER_UI_SHOTS`` (default: the test's temporary directory), never to git.
+Another test opens every page of a ledger with jobs in every state, on a fake clock the page
+reads, and checks the overview's counters against the jobs each one links to.
+
+Screenshots go to ``$TETHER_UI_SHOTS`` (default: the test's temporary directory), never to git;
+the README's (docs/ui-*.png) are copied from them by hand.
 Without Chromium the test is skipped, unless ``TETHER_TEST_BROWSER=1`` (set by .ci/run, which
 installs Chromium), where it fails.
 """
@@ -18,8 +22,8 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from jobkit import Note, NoteType, registry_with
-from tether import Coordinator, ui
+from jobkit import Note, NoteType, registry_with, seed_states
+from tether import Coordinator, FakeClock, ui
 from tether.jobtypes import CreateFile
 from tether.ledger.status import JobStatus
 from tether.observe import finished
@@ -73,8 +77,18 @@ def ledger(tmp_path) -> Iterator[tuple[Coordinator, str]]:
 
 
 @pytest.fixture
-def server(ledger) -> Iterator[str]:
-    coordinator, _ = ledger
+def seeded(tmp_path) -> Iterator[tuple[Coordinator, dict[str, int]]]:
+    """A ledger with jobs in every state the overview counts, on a fake clock the page reads."""
+    clock = FakeClock()
+    c = Coordinator.open(
+        f"sqlite:///{tmp_path / 'states.db'}", root=tmp_path / "states", clock=clock, registry=registry_with(NoteType())
+    )
+    expected = seed_states(c, clock)
+    yield c, expected
+    c.close()
+
+
+def serve(coordinator: Coordinator) -> Iterator[str]:
     app = ui.app(coordinator, allow_actions=True, allowed_hosts=ui.bind_hosts("127.0.0.1", None))
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning")
     srv = uvicorn.Server(config)
@@ -91,6 +105,64 @@ def server(ledger) -> Iterator[str]:
     yield f"http://127.0.0.1:{port}"
     srv.should_exit = True
     thread.join(10)
+
+
+@pytest.fixture
+def server(ledger) -> Iterator[str]:
+    yield from serve(ledger[0])
+
+
+@pytest.fixture
+def seeded_server(seeded) -> Iterator[str]:
+    yield from serve(seeded[0])
+
+
+def test_every_page_shows_a_ledger_in_every_state_and_the_counters_count_it(browser, seeded_server, seeded, shots):
+    from playwright.sync_api import expect
+
+    server = seeded_server
+    _, expected = seeded
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    page.on("response", lambda r: problems.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+
+    page.goto(server + "/")
+    counters = {
+        li.get_attribute("data-state"): int(li.locator(".n").inner_text().replace("-", "-1"))
+        for li in page.locator("li.counter").all()
+    }
+    assert counters == expected
+    expect(page.locator("svg.throughput rect.completed")).not_to_have_count(0)
+    page.screenshot(path=str(shots / "states-overview.png"), full_page=True)
+    for state, n in expected.items():
+        if state == "drift":
+            continue
+        page.goto(server + "/")
+        page.click(f"li.counter[data-state={state}] a")
+        page.wait_for_url(f"{server}/jobs?status={state}")
+        expect(page.locator("table.jobs tbody tr")).to_have_count(n)
+        assert set(page.locator("table.jobs .badge").all_inner_texts()) == {state}
+    page.goto(server + "/jobs")
+    page.screenshot(path=str(shots / "states-jobs.png"), full_page=True)
+    page.click("nav >> text=workers")
+    expect(page.locator("tr[data-worker] .badge")).to_have_text(
+        ["running", "stopped", "gone"]
+    )  # run_until_idle stopped
+    expect(page.locator("tr[data-worker='live-host:2:alive']")).to_contain_text("40/100 (40%) copying")
+    page.screenshot(path=str(shots / "states-workers.png"), full_page=True)
+    page.goto(server + "/")
+    page.click("li.counter[data-state=drift] a")
+    expect(page.locator("#drift")).to_contain_text("last recorded check")
+    page.click("button:has-text('run a check')")
+    expect(page.locator("#drift")).to_contain_text("last report", timeout=30_000)
+    expect(page.locator("#drift button[type=submit]")).to_be_enabled()  # ready for another check
+    expect(page.locator("#drift")).to_contain_text("notes/n9.json")
+    page.screenshot(path=str(shots / "states-drift.png"), full_page=True)
+    for path in ("/failed", "/durations", "/jobs?status=failed"):
+        page.goto(server + path)
+    assert problems == []
 
 
 def test_an_operator_filters_failed_jobs_opens_one_and_retries_it(browser, server, ledger, shots):
