@@ -76,7 +76,8 @@ def counters_of(page: str) -> dict[str, int]:
     return {state: -1 if n == "-" else int(n) for state, n in found}
 
 
-def test_overview_leads_with_a_counter_per_state_each_linking_to_its_jobs(ledger, clock):
+def test_overview_leads_with_a_counter_per_state_each_linking_to_its_jobs(any_ledger, clock):
+    ledger = any_ledger
     expected = seed_states(ledger, clock)
     with client(ledger) as web:
         page = web.get("/").text
@@ -88,6 +89,9 @@ def test_overview_leads_with_a_counter_per_state_each_linking_to_its_jobs(ledger
     assert counters_of(page) == expected
     assert {state: len(ids) for state, ids in listed.items()} == {k: v for k, v in expected.items() if k != "drift"}
     assert 'href="/jobs?status=retrying"' in page and 'href="/drift"' in page
+    # By type too: the two scheduled jobs are delete_file's, the one retrying a note.
+    assert 'href="/jobs?status=scheduled&amp;type=delete_file">2</a>' in page
+    assert 'href="/jobs?status=retrying&amp;type=note">1</a>' in page
 
 
 def test_the_drift_counter_says_when_no_check_was_recorded(ledger, clock):
