@@ -34,10 +34,11 @@ def test_a_draining_worker_claims_the_next_batch_in_the_commit_that_records_the_
         c.enqueue_many([Note(name=str(i)) for i in range(60)])
         statements = write_transactions(c)
         assert c.worker(batch=20, flush_after=60).run_until_idle() == 60
-        # the stale sweep, one claim, three record-and-claim commits (the last finds nothing),
-        # one empty claim; recording and claiming apart would take three more
+        # the stale sweep, the worker's row in the register, one claim, three record-and-claim
+        # commits (the last finds nothing), one empty claim, the register's stop mark; recording
+        # and claiming apart would take three more
         writes = [s for s in statements if s == "BEGIN IMMEDIATE"]
-        assert len(writes) == 6, statements
+        assert len(writes) == 8, statements
         assert {c.get(r).status for r in _ids(c)} == {JobStatus.COMPLETED}
 
 
