@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -188,14 +189,19 @@ def test_status_on_an_unreadable_ledger_prints_unknown_on_stdout(tether: Callabl
 def test_a_read_command_on_a_ledger_damaged_past_its_header_names_the_ledger_of_its_db_and_exits_74(
     tether: Callable[..., Run], site: dict[str, str]
 ) -> None:
-    """The ledger opens (its header page is whole), then a read meets the damage: the fault is
+    """The ledger opens (its schema is whole), then a read meets the damage: the fault is
     named by the command line, which alone knows the --db it was given."""
     with Coordinator.open(site["db"], root=site["root"]) as c:
         c.enqueue_many([CreateFile(path=f"f{i}.json", content={"pad": "x" * 200}) for i in range(100)])
     path = Path(site["db"].removeprefix("sqlite:///"))
+    # The jobs table's root page: the schema, which may span more than the header page, stays whole.
+    with sqlite3.connect(path) as db:
+        root = db.execute("SELECT rootpage FROM sqlite_master WHERE name = 'tether_jobs'").fetchone()[0]
+        page = db.execute("PRAGMA page_size").fetchone()[0]
+    db.close()
     with open(path, "r+b") as f:
-        f.seek(4096)
-        f.write(b"\xde\xad\xbe\xef" * ((path.stat().st_size - 4096) // 4))
+        f.seek((root - 1) * page)
+        f.write(b"\xde\xad\xbe\xef" * (page // 4))
     r = tether("jobs")
     assert r.code == 74, r.err
     assert r.err.startswith(f"tether: ledger fault: the ledger at {site['db']} is corrupt ("), r.err
