@@ -201,6 +201,7 @@ def test_a_type_without_a_probe_is_reported_not_checked_never_in_sync(tmp_path: 
     db, root = f"sqlite:///{tmp_path / 'tether.db'}", tmp_path / "data"
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}, "PYTHONPATH": str(tmp_path)}
     tether = [sys.executable, "-m", "tether", "--db", db, "--root", str(root), "--import", "stamps"]
+    subprocess.run([*tether, "init"], env=env, check=True, timeout=60)
     subprocess.run([*tether, "enqueue", "stamp", "--payload", '{"path": "a.txt"}'], env=env, check=True, timeout=60)
     subprocess.run([*tether, "worker", "--until-idle", "-q"], env=env, check=True, timeout=60)
     (root / "a.txt").unlink()  # the effect is gone, and nothing can tell
