@@ -129,6 +129,21 @@ def test_a_worker_without_the_import_names_the_jobs_it_leaves_waiting(cli, tmp_p
     assert code == 0 and "does not have" not in err and (tmp_path / "data" / "a.txt").read_bytes() == b"stamped"
 
 
+def test_tether_import_takes_modules_separated_by_spaces_and_refuses_commas(cli, tmp_path: Path, monkeypatch) -> None:
+    db = ("--db", f"sqlite:///{tmp_path / 'tether.db'}", "--root", str(tmp_path / "data"))
+    assert cli(*db, "init")[0] == 0
+    stamp = ("enqueue", "stamp", "-p", '{"path": "a.txt"}', "-q")
+    monkeypatch.setenv("TETHER_IMPORT", "stamps,tether.demo.app")
+    code, _, err = cli(*db, *stamp)
+    assert (code, err.strip()) == (
+        1,
+        "tether: error: --import stamps,tether.demo.app: separate module names with spaces "
+        "(TETHER_IMPORT='a b'), not commas",
+    )
+    monkeypatch.setenv("TETHER_IMPORT", "stamps tether.demo.app")
+    assert cli(*db, *stamp)[0] == 0
+
+
 def test_a_running_worker_names_them_each_time_it_runs_out_of_work(tmp_path: Path, caplog, monkeypatch) -> None:
     (tmp_path / "stamps.py").write_text(STAMPS)
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -167,6 +167,8 @@ def register_module(module: str, registry: Any) -> Any:
     and call its ``register(registry)``; any failure is a ConfigError naming the module."""
     import importlib
 
+    if "," in module:  # TETHER_IMPORT="a,b" arrives as one name
+        raise ConfigError(f"--import {module}: separate module names with spaces (TETHER_IMPORT='a b'), not commas")
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
