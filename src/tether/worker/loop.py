@@ -275,7 +275,7 @@ class Worker:
             if ran < 0:
                 producer.stopping.wait(backoff)
                 continue
-            if self._worked and not until_idle:  # out of work: once per busy spell, for all threads
+            if self._worked and not until_idle:  # out of work: the threads share the flag
                 self._worked = False
                 self._report_unserved()
             if not producer.wait_for_work(seen, until_idle):
