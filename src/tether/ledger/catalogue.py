@@ -75,6 +75,7 @@ class Statements:
     ACQUIT: str
     RUNNING_OF_TYPE: str
     LOCK_TYPE_CLAIMS: str
+    PENDING_UNSERVED: str
     DATABASE_TIME: str
     WORKER_START: str
     WORKER_BEAT: str
