@@ -118,12 +118,14 @@ def test_concurrent_claimers_never_get_the_same_job(c):
     assert len(got) == 40 == len(set(got))
 
 
-def test_completed_job_keeps_the_handler_result(c):
+def test_completed_job_keeps_the_handler_result_and_the_worker_that_ran_it(c):
     job_id = c.enqueue(Note(name="a")).id
-    assert c.worker().run_once() == 1
+    worker = c.worker()
+    assert worker.run_once() == 1
     done = c.get(job_id)
     assert done.status is JobStatus.COMPLETED and done.result_data == {"name": "a"}
-    assert done.completed_at is not None and done.locked_by is None
+    # The lock is gone; the worker stays, as the completing attempt's (no attempt row tells it).
+    assert done.completed_at is not None and done.locked_at is None and done.locked_by == worker.id
 
 
 def test_retryable_error_returns_the_job_to_pending_with_backoff(c, clock):

@@ -23,6 +23,7 @@ from ..observe.durations import duration_sample
 from ..observe.extractions import extractions
 from ..observe.finished import failed_by_error, recent
 from ..observe.health import health
+from ..observe.history import ATTEMPT, history, job_attempts
 from ..observe.jobs import children, on_target, show
 from ..observe.pages import JobFilter, jobs_page
 from ..observe.readonly import engine_of, now_of
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
 HERE = Path(__file__).parent
 HTMX = "htmx-2.0.11.min.js"
 PAGE_SIZE = 50
+HISTORY_JOBS = 20
+"""The newest jobs on a job's target whose history its page shows."""
 DURATIONS_SAMPLE = 2_000
 """Completed jobs the durations page measures at most per request (a busy window is sampled)."""
 
@@ -79,6 +82,7 @@ class Pages:
             first_line=first_line,
             progress_text=progress_text,
             display=display,
+            ATTEMPT=ATTEMPT,
             htmx=HTMX,
             statuses=[s.value for s in JobStatus],
             # DB URLs are only ever shown with the password masked.
@@ -162,6 +166,8 @@ class Pages:
             except JobNotFound:
                 parent = None
         neighbours = on_target(self.source, job.ordering_key) if job.ordering_key else []
+        # The target's history (every job on it, every attempt), or the job's own attempts.
+        told = history(self.source, job.ordering_key, limit=HISTORY_JOBS).entries if job.ordering_key else None
         return self.render(
             request,
             "job.html",
@@ -174,6 +180,8 @@ class Pages:
             payload=_pretty(job.payload_data) if self.show_payloads else None,
             show_payloads=self.show_payloads,
             timings=_timings(job),
+            attempts=job_attempts(self.source, job),
+            history=told,
         )
 
     # -- failed, durations -------------------------------------------------------------------------
@@ -287,6 +295,6 @@ def _timings(job: JobRecord) -> list[tuple[str, str]]:
         out.append((f"{job.status.value} at", when(job.completed_at)))
         if job.claimed_at:
             out.append(("last attempt took", seconds((job.completed_at - job.claimed_at).total_seconds())))
-    if job.locked_by:
+    if job.status is JobStatus.CLAIMED:  # a completed job keeps the worker that ran it, not a lock
         out.append(("held by", f"{job.locked_by} since {when(job.locked_at)}"))
     return out
