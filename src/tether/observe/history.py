@@ -116,7 +116,7 @@ def job_attempts(source: Source, job: JobRecord) -> list[Entry]:
 
 
 def enqueues(jobs: Iterable[JobRecord]) -> list[Entry]:
-    return [Entry(j.created_at, ENQUEUED, j.id, j.type, detail=j.status.value) for j in jobs]
+    return [Entry(j.created_at, ENQUEUED, j.id, j.type, detail=f"now {j.status.value}") for j in jobs]
 
 
 def job_row_attempts(jobs: Iterable[JobRecord]) -> list[Entry]:
