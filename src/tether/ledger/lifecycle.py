@@ -79,6 +79,7 @@ class Decision(NamedTuple):
     duration: float | None = None
     finished_at: datetime | None = None  # when the handler returned (not when the group committed)
     outcome: Outcome | None = None  # the attempt's, where the edge does not tell it (a timeout)
+    ran: bool = True  # False: the handler never started, so there is no attempt to record
 
     def after(self) -> JobRecord:
         """The job as this decision leaves it (for its event, when the row was not read back)."""
@@ -93,7 +94,7 @@ class Decision(NamedTuple):
     def attempt(self) -> Outcome | None:
         """How the attempt ended, as its row records it; None: the job row tells it."""
         edge = EDGES[self.edge].attempt
-        return None if edge is None else self.outcome or edge
+        return None if edge is None or not self.ran else self.outcome or edge
 
     @classmethod
     def retry(
@@ -119,9 +120,11 @@ class Decision(NamedTuple):
         return cls(job, "fail", {"error": error}, (), duration, finished_at, outcome)
 
     @classmethod
-    def release(cls, job: JobRecord, duration: float | None = None) -> Decision:
-        """Given back untouched (shutdown, a batch that turned slow): the attempt is not counted."""
-        return cls(job, "release", {}, duration=duration)
+    def release(cls, job: JobRecord, duration: float | None = None, *, ran: bool = True) -> Decision:
+        """Given back (cancelled at shutdown), or, with ``ran`` false, given back before its
+        handler started (shutdown, a batch that turned slow): the attempt is not counted, and one
+        that never started is no attempt at all (no attempt row)."""
+        return cls(job, "release", {}, duration=duration, ran=ran)
 
     @classmethod
     def defer(cls, job: JobRecord, error: str, run_at: datetime, duration: float | None = None) -> Decision:

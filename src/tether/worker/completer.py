@@ -70,7 +70,7 @@ class Completer:
                 self._full_streak = 0
                 return Decision(job, "complete", {"result": outcome.result}, outcome.children, duration, clock.now())
             if isinstance(outcome, (NotRun, Cancelled)):
-                return Decision.release(job, duration)
+                return Decision.release(job, duration, ran=not isinstance(outcome, NotRun))
             if isinstance(outcome, Unrecordable):
                 error = f"tether could not record this job's outcome ({outcome.edge}): {faults.describe(outcome.error)}"
                 return Decision.fail(job, error, duration)
