@@ -5,9 +5,11 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -193,9 +195,16 @@ def test_a_read_command_on_a_ledger_damaged_past_its_header_names_the_ledger_of_
     with Coordinator.open(site["db"], root=site["root"]) as c:
         c.enqueue_many([CreateFile(path=f"f{i}.json", content={"pad": "x" * 200}) for i in range(100)])
     path = Path(site["db"].removeprefix("sqlite:///"))
+    # The schema's pages stay whole (the tables' and indexes' roots, and the pages sqlite_master
+    # split into as they were created, the last of them at most two past the last root); the
+    # rows written after them are damaged.
+    with closing(sqlite3.connect(path)) as raw:
+        last_root, page = raw.execute(
+            "SELECT max(rootpage), (SELECT page_size FROM pragma_page_size) FROM sqlite_master"
+        ).fetchone()
     with open(path, "r+b") as f:
-        f.seek(4096)
-        f.write(b"\xde\xad\xbe\xef" * ((path.stat().st_size - 4096) // 4))
+        f.seek((last_root + 2) * page)
+        f.write(b"\xde\xad\xbe\xef" * ((path.stat().st_size - (last_root + 2) * page) // 4))
     r = tether("jobs")
     assert r.code == 74, r.err
     assert r.err.startswith(f"tether: ledger fault: the ledger at {site['db']} is corrupt ("), r.err
