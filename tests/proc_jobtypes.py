@@ -9,12 +9,17 @@ Job types added by ``register``:
 - ``poison_or_not``: appends ``<job id> <pid>`` to ``log`` like ``append_id``; then, if the payload
   says ``poison``, ends its own process with ``os._exit(1)`` (as a segfaulting C extension or the
   OOM killer would end it: no exception, no finally, no outcome recorded).
+- ``scripted``: acts on the data path ``path`` (writing nothing); what each attempt does is the
+  payload's ``script`` entry for its attempt number: ``error`` raises, ``hang`` waits at
+  checkpoints until the job's timeout cancels it, ``die`` SIGKILLs its own process mid-run (as
+  the OOM killer would), ``ok`` returns.
 - ``slow``: appends ``<job id> <pid>`` to ``started`` (one line per run), then waits until
   ``release`` exists, calling ``ctx.checkpoint()`` every few milliseconds (the shape of a
   cancellable long job).
 
 Fault hooks, switched on per worker process by environment variables (the test process, and any
 worker started without them, get the plain behaviour):
+- ``TETHER_TEST_FAST_RETRY=<seconds>``: a retried job waits this long instead of the backoff.
 - ``TETHER_TEST_HANG_BEFORE_RENAME=<marker>``: ``DataFile.write`` writes and fsyncs its temp
   file as usual, then, instead of renaming it, writes the temp path to ``<marker>`` and blocks
   forever, so the test can SIGKILL the worker in the middle of the atomic write.
@@ -35,6 +40,7 @@ import signal
 import stat
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -42,6 +48,7 @@ from tether.errors import PermanentError
 from tether.jobtypes import JobType, Payload, Registry
 from tether.jobtypes.create_file import CreateFile, CreateFileType
 from tether.jobtypes.datafiles import durable
+from tether.jobtypes.target import Target
 
 if TYPE_CHECKING:
     from tether.jobtypes.context import JobContext
@@ -50,6 +57,7 @@ HANG_ENV = "TETHER_TEST_HANG_BEFORE_RENAME"
 KILL_ENV = "TETHER_TEST_KILL_AFTER_WRITE"
 SYNC_LOG_ENV = "TETHER_TEST_SYNC_LOG"
 KILL_AT_DIR_SYNC_ENV = "TETHER_TEST_KILL_AT_DIR_SYNC"
+FAST_RETRY_ENV = "TETHER_TEST_FAST_RETRY"
 KILL_AT_ENV = "TETHER_TEST_KILL_AT_APPEND"  # SIGKILL this process right after its Nth append_id effect
 SLOW_JOB_DEADLINE = 60.0  # a slow job never outlives a broken test by more than this
 
@@ -107,6 +115,34 @@ class PoisonOrNotType(JobType[PoisonOrNot]):
         if payload.poison:
             os._exit(1)
         return {"n": payload.n}
+
+
+class Scripted(Payload):
+    job_type: ClassVar[str] = "scripted"
+
+    path: str  # the data path it acts on (its target); nothing is written there
+    script: list[str]  # per attempt number: error, hang, die or ok (the last entry repeats)
+
+
+class ScriptedType(JobType[Scripted]):
+    name = "scripted"
+    payload_model = Scripted
+
+    def target(self, payload: Scripted) -> Target:
+        return Target.file(payload.path)
+
+    def run(self, payload: Scripted, ctx: JobContext) -> dict[str, Any]:
+        attempt = ctx.job.attempts
+        step = payload.script[min(attempt, len(payload.script)) - 1]
+        if step == "error":
+            raise RuntimeError(f"scripted error on attempt {attempt}")
+        if step == "die":
+            os.kill(os.getpid(), signal.SIGKILL)
+        deadline = time.monotonic() + SLOW_JOB_DEADLINE
+        while step != "ok" and time.monotonic() < deadline:  # hang: the job's timeout cancels it
+            ctx.checkpoint()
+            time.sleep(0.005)
+        return {"attempt": attempt}
 
 
 class Slow(Payload):
@@ -225,6 +261,11 @@ def register(registry: Registry) -> None:
     kill_at = os.environ.get(KILL_AT_ENV)
     registry.register(AppendIdType(int(kill_at) if kill_at else None))
     registry.register(SlowType())
+    registry.register(ScriptedType())
+    if fast := os.environ.get(FAST_RETRY_ENV):
+        from tether.worker.retry import RetryPolicy
+
+        setattr(RetryPolicy, "delay", lambda self, attempt: timedelta(seconds=float(fast)))  # noqa: B010  # a test's stand-in
     registry.register(PoisonOrNotType())
     if marker := os.environ.get(KILL_ENV):
         registry.register(KillAfterWriteType(marker))

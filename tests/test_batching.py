@@ -186,7 +186,8 @@ def test_a_group_commit_completes_many_in_one_statement_fenced_job_by_job(make_c
     assert [j.status for j in jobs[1:]] == [JobStatus.COMPLETED] * 4
     assert [j.result_data for j in jobs[1:]] == [{"n": i, "text": 'quote " and \\'} for i in range(1, 5)]
     assert [j.completed_at for j in jobs[1:]] == [start + timedelta(seconds=i) for i in range(1, 5)]
-    assert all(j.locked_by is None and j.locked_at is None for j in jobs[1:])
+    # The lock goes; the worker stays, as the completing attempt's (no attempt row tells it).
+    assert all(j.locked_by == "w1" and j.locked_at is None for j in jobs[1:])
 
 
 def test_a_stale_attempt_beside_the_current_one_in_a_group_commit_is_refused(make_coordinator, clock):

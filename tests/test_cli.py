@@ -386,6 +386,7 @@ def test_every_json_field_printed_is_documented(ledger: Ledger, tether) -> None:
         "purge": tether("purge", "--completed", "--older-than", "1d", "--dry-run", "--json").json(),
         "enqueue": tether("enqueue", "create_file", "--payload", '{"path": "e.json", "content": 1}', "--json").json(),
         "init": tether("init", "--json").json(),
+        "history": tether("history", "notes/a.json", "--json").json(),
     }
     for command, data in outputs.items():
         assert f"## `tether {command}" in doc

@@ -142,6 +142,7 @@ def test_orm_rows_are_the_core_tables(tmp_path: Path) -> None:
         assert model.__table__ is table
         assert list(model.model_fields) == list(table.c.keys())
     assert list(orm.ReconcileRun.model_fields) == list(schema.reconcile_runs.c.keys())
+    assert list(orm.Attempt.model_fields) == list(schema.attempts.c.keys())
     with Coordinator.open(f"sqlite:///{tmp_path / 'tether.db'}", root=tmp_path / "data") as c:
         job = c.enqueue(CreateFile(path="a.json", content={"a": 1}))
         with Session(c.engine) as session:

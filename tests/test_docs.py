@@ -24,6 +24,12 @@ def test_the_lifecycle_table_names_each_edges_event_as_the_code_does():
     assert rows == {name: edge.event for name, edge in EDGES.items()}
 
 
+def test_the_attempts_table_names_the_row_each_edge_writes_as_the_code_does():
+    section = DOC.read_text().split("## Attempts", 1)[1]
+    rows = dict(re.findall(r"^\| `(\w+)` \| `(\w+)`", section, re.M))
+    assert rows == {name: edge.attempt.value for name, edge in EDGES.items() if edge.attempt is not None}
+
+
 def test_the_readme_lists_every_edges_event():
     readme = (DOC.parent.parent / "README.md").read_text()
     listed = re.search(r"\*\*Lifecycle events\*\*(.*?)\n\n", readme, re.S)

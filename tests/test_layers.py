@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, ...]] = [
         "exports",
         "ledger.status",
         "ledger.lifecycle",
+        "ledger.attempts",
         "ledger.ids",
         "ledger.record",
         "ledger.faults",

@@ -118,12 +118,14 @@ def test_concurrent_claimers_never_get_the_same_job(c):
     assert len(got) == 40 == len(set(got))
 
 
-def test_completed_job_keeps_the_handler_result(c):
+def test_completed_job_keeps_the_handler_result_and_the_worker_that_ran_it(c):
     job_id = c.enqueue(Note(name="a")).id
-    assert c.worker().run_once() == 1
+    worker = c.worker()
+    assert worker.run_once() == 1
     done = c.get(job_id)
     assert done.status is JobStatus.COMPLETED and done.result_data == {"name": "a"}
-    assert done.completed_at is not None and done.locked_by is None
+    # The lock is gone; the worker stays, as the completing attempt's (no attempt row tells it).
+    assert done.completed_at is not None and done.locked_at is None and done.locked_by == worker.id
 
 
 def test_retryable_error_returns_the_job_to_pending_with_backoff(c, clock):
@@ -269,24 +271,35 @@ def test_cancel_at_checkpoint_releases_the_job_and_gives_the_attempt_back(make_c
     assert job.status is JobStatus.PENDING and job.attempts == 0 and job.locked_by is None
 
 
-def test_decide_maps_each_outcome_to_its_transition(c):
+def test_decide_maps_each_outcome_to_its_transition_and_its_attempt_row(c):
     w = c.worker()
     refused = sa.exc.DataError("INSERT", {}, ValueError("a value it cannot store"))
+    # The attempt row each writes: none for a completion (the job row tells it) nor for a job
+    # given back before its handler started (no attempt ran).
     outcomes = [
-        (Returned('{"ok": 1}', []), JobStatus.COMPLETED, 1, None),
-        (Cancelled("stop"), JobStatus.PENDING, 0, None),
-        (NOT_RUN, JobStatus.PENDING, 0, None),
-        (RuntimeError("boom"), JobStatus.PENDING, 1, "RuntimeError: boom"),
-        (PermanentError("no"), JobStatus.FAILED, 1, "PermanentError: no"),
-        (Unrecordable("complete", refused), JobStatus.FAILED, 1, "could not record this job's outcome (complete)"),
+        (Returned('{"ok": 1}', []), JobStatus.COMPLETED, 1, None, []),
+        (Cancelled("stop"), JobStatus.PENDING, 0, None, ["given_back"]),
+        (NOT_RUN, JobStatus.PENDING, 0, None, []),
+        (RuntimeError("boom"), JobStatus.PENDING, 1, "RuntimeError: boom", ["error"]),
+        (PermanentError("no"), JobStatus.FAILED, 1, "PermanentError: no", ["error"]),
+        (
+            Unrecordable("complete", refused),
+            JobStatus.FAILED,
+            1,
+            "could not record this job's outcome (complete)",
+            ["error"],
+        ),
     ]
-    for n, (outcome, status, attempts, error) in enumerate(outcomes):
+    for n, (outcome, status, attempts, error, rows) in enumerate(outcomes):
         c.enqueue(Note(name=str(n)))
         [job] = c.queue.claim(w.id)
         c.queue.finish_and_claim(w.id, [w.completer.decide(job, outcome, 0.0)])
         after = c.get(job.id)
         assert (after.status, after.attempts) == (status, attempts), outcome
         assert error is None or error in (after.last_error or ""), (outcome, after.last_error)
+        with c.engine.connect() as conn:
+            written = conn.execute(sa.text("SELECT outcome FROM tether_attempts WHERE job_id = :id"), {"id": job.id})
+            assert [o for (o,) in written] == rows, outcome
         if status is not JobStatus.COMPLETED:
             with c.engine.begin() as conn:
                 conn.execute(sa.text("DELETE FROM tether_jobs WHERE id = :id"), {"id": job.id})

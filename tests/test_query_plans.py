@@ -40,6 +40,10 @@ PARAMS = {
     "acquitted": "a",
     "types": '["create_file", "delete_file"]',
     "lock": "l",
+    "job_id": "x",
+    "started_at": NOW,
+    "ended_at": NOW,
+    "outcome": "error",
 }
 
 # Every statement that asks whether an older job on a target is active (the blocked flag, the
@@ -74,6 +78,7 @@ HOT = {
     "acquit": (SQLITE.ACQUIT, "ix_tether_jobs_quarantined"),
     "complete_many": (SQLITE.COMPLETE_MANY, "sqlite_autoindex_tether_jobs_1"),
     "insert_payloads": (SQLITE.INSERT_PAYLOADS, None),
+    "insert_attempt": (SQLITE.INSERT_ATTEMPT, None),
     "insert_targeted": (SQLITE.INSERT_TARGETED, TARGET),
     # the sweep's safety net, and the upgrade of a ledger from before the flag: every active job
     # with a target once, through their partial index (SQLite: SEARCH ... (ordering_key>?))

@@ -277,6 +277,26 @@ def test_one_job_shows_error_timings_target_neighbours_and_hides_the_payload(led
     assert missing.status_code == 404
 
 
+def test_a_jobs_page_shows_its_attempts_and_its_targets_history(ledger, clock):
+    first = ledger.enqueue(Note(name="flaky", fail_times=1, target="file:notes/flaky.json")).id
+    worker = ledger.worker()
+    worker.run_once()
+    clock.advance(3600)
+    worker.run_once()
+    later = ledger.enqueue(Note(name="after", target="file:notes/flaky.json")).id
+    with client(ledger) as web:
+        page = web.get(f"/jobs/{first}").text
+        unrun = web.get(f"/jobs/{later}").text
+    attempts = page.split("<h2>Attempts</h2>", 1)[1].split("</section>", 1)[0]
+    assert attempts.count("<tr>") == 3  # the header, the failed attempt, the completing one
+    assert "RuntimeError: flaky failed on run 1" in attempts and worker.id in attempts
+    assert '<span class="badge error">error</span>' in attempts
+    assert '<span class="badge completed">completed</span>' in attempts
+    told = page.split("<h2>History of this target</h2>", 1)[1].split("</section>", 1)[0]
+    assert told.index(first) < told.index(later) and "tether history notes/flaky.json" in told
+    assert "not run yet" in unrun
+
+
 def test_payloads_are_shown_only_with_show_payloads(ledger, clock):
     ids = fill(ledger, clock)
     with client(ledger, show_payloads=True) as web:

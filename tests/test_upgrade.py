@@ -11,6 +11,7 @@ from tether import Coordinator, CreateFile, JobStatus
 from tether.jobtypes import default_registry
 from tether.ledger import meta
 from tether.ledger.engine import create_engine, ensure_schema, layout
+from tether.ledger.lifecycle import Decision
 from tether.ledger.schema import RECORD_COLUMNS as COLUMNS
 from tether.ledger.schema import jobs
 
@@ -203,5 +204,33 @@ def test_an_open_that_finds_another_layout_recorded_ensures_the_schema_and_recor
     try:
         with engine.connect() as conn:
             assert meta.read(conn)[meta.LAYOUT] == layout()
+    finally:
+        engine.dispose()
+
+
+def test_an_older_ledger_gets_the_attempts_table_and_its_retried_jobs_leave_rows(db_url, tmp_path):
+    with Coordinator.open(db_url, root=tmp_path / "data", registry=default_registry()) as c:
+        job_id = c.enqueue(CreateFile(path="a.json", text="a")).id
+    engine = create_engine(db_url)
+    with engine.begin() as conn:  # as schema 5 left it
+        forget_layout(conn)
+        conn.exec_driver_sql("DROP TABLE tether_attempts")
+        conn.exec_driver_sql(f"UPDATE tether_meta SET value = '5' WHERE key = '{meta.VERSION}'")
+    engine.dispose()
+    assert "tether_attempts" not in table_names(db_url)
+
+    with Coordinator.open(db_url, root=tmp_path / "data", registry=default_registry()) as c:
+        [job] = c.queue.claim("w1")
+        c.queue.finish_and_claim("w1", [Decision.release(job)])
+        assert [e.outcome for e in c.history("a.json").entries[1:]] == ["given_back"]
+        assert c.get(job_id).status is JobStatus.PENDING
+
+    assert "tether_attempts" in table_names(db_url)
+
+
+def table_names(url: str) -> set[str]:
+    engine = create_engine(url)
+    try:
+        return set(sa.inspect(engine).get_table_names())
     finally:
         engine.dispose()

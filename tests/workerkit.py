@@ -82,13 +82,19 @@ class WorkerProc:
 
 
 def start_worker(
-    db: str, root: Path, output: Path, *args: str, env: dict[str, str] | None = None, quiet: bool = False
+    db: str,
+    root: Path,
+    output: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    quiet: bool = False,
+    module: str = "tests.proc_pause",
 ) -> WorkerProc:
-    """``tether --db DB --root ROOT --import tests.proc_pause worker ARGS``, its output to ``output``."""
+    """``tether --db DB --root ROOT --import MODULE worker ARGS``, its output to ``output``."""
     full_env = {k: v for k, v in os.environ.items() if k not in ("TETHER_DB", "TETHER_ROOT", *_HOOKS)}
     full_env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
     full_env.update(env or {})
-    argv = [*TETHER, "--db", db, "--root", str(root), "--import", "tests.proc_pause", "worker", *args]
+    argv = [*TETHER, "--db", db, "--root", str(root), "--import", module, "worker", *args]
     if quiet:
         argv.append("--quiet")
     with open(output, "ab") as out:

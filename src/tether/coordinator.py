@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from .observe.backlog import Stats
+    from .observe.history import History
     from .observe.retention import PurgeResult
     from .observe.verdict import Health, Thresholds
     from .reconcile.check import Report
@@ -301,10 +302,18 @@ class Coordinator:
 
         return health(self, thresholds)
 
+    def history(self, target: str, *, limit: int | None = 50) -> History:
+        """Every job that touched ``target`` (a data path, an AWS resource, a stored ordering key)
+        and every attempt of each, in time order (see ``tether.observe.history``)."""
+        from .observe.history import history
+
+        return history(self, target, limit=limit)
+
     def purge(
         self, *, older_than: timedelta, statuses: Sequence[str] = ("completed",), dry_run: bool = False
     ) -> PurgeResult:
-        """Delete finished jobs older than ``older_than`` (keeping what reconcile needs)."""
+        """Delete finished jobs older than ``older_than`` and their attempts (keeping what reconcile
+        and history need: each target's latest completed job)."""
         from .observe.retention import purge
 
         return purge(self, older_than=older_than, statuses=statuses, dry_run=dry_run)

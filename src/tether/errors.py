@@ -90,6 +90,17 @@ class JobNotFound(TetherError):
         super().__init__(f"no job with id {job_id!r}")
 
 
+class UnknownTarget(TetherError):
+    """No job in the ledger has touched the target named."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(
+            f"no job has touched the target {name!r}; name it as reconcile and jobs print it: a data "
+            "path (notes/a.json) or an AWS resource (s3_bucket:eu-west-1:logs)"
+        )
+
+
 class AmbiguousJobId(TetherError):
     """A shortened job id matches more than one job: give more of it."""
 

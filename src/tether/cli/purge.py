@@ -23,10 +23,11 @@ def purge(
     dry_run: bool = typer.Option(False, "--dry-run", help="Only print what would be deleted."),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Delete completed (and/or failed) jobs that finished before a cutoff.
+    """Delete completed (and/or failed) jobs that finished before a cutoff, with their attempts.
 
     Pending and claimed jobs are never touched; the latest completed job of each target (file
-    path) is kept whatever its age, so reconcile can still prove that file.
+    path) is kept whatever its age, with its attempts, so reconcile can still prove that file
+    and `tether history` still tells how it came to be.
 
     Example: tether purge --completed --older-than 7d --dry-run
     """

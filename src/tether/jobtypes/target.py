@@ -62,3 +62,17 @@ def file_key(rel: str) -> str:
 def display(key: str) -> str:
     """``Target.parse(key).display``."""
     return Target.parse(key).display
+
+
+def named(name: str) -> list[str]:
+    """The ordering keys an operator's name for a target may mean, most likely first: a key as
+    stored (``file:notes/a.json``, ``aws:s3_bucket:eu-west-1:logs``) means itself; a target as
+    reconcile prints it means a data path, or an AWS resource without its kind; last, an
+    application's own ordering key, as given."""
+    kind, sep, _ = name.partition(_SEPARATOR)
+    if sep and kind in (FILE, AWS):
+        return [name]
+    keys = [Target.file(name).key]
+    if sep:
+        keys.append(Target(AWS, name).key)
+    return [*keys, name]

@@ -57,6 +57,7 @@ class Statements:
     FAIL_NO_RETURN: str
     RELEASE_NO_RETURN: str
     DEFER_NO_RETURN: str
+    INSERT_ATTEMPT: str
     DEFER_TYPE: str
     HEARTBEAT: str
     PROGRESS: str

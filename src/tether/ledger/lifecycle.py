@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from ..errors import PermanentError, TetherError
+from .attempts import Outcome
 from .record import JobRecord
 from .status import ACTIVE, JobStatus
 
@@ -36,20 +37,23 @@ class Edge(NamedTuple):
     fence: str | None = None
     """OWNER: only the worker holding the job for this attempt takes it; SWEEP: the stale-lock
     sweep takes it for a dead worker, fenced on that worker, its attempt and the stale lock."""
+    attempt: Outcome | None = None
+    """The attempt row this edge writes with the change (attempts.py): how the attempt ended, or
+    for an operator's retry, that it happened. None: the job row tells it (a claim, a completion)."""
 
 
 # Every status change in tether is one of these edges.
 EDGES: dict[str, Edge] = {
     "claim": Edge(_P, _C, "claimed"),
     "complete": Edge(_C, _D, "completed", OWNER),
-    "retry": Edge(_C, _P, "retried", OWNER),
-    "fail": Edge(_C, _F, "failed", OWNER),
-    "reclaim": Edge(_C, _P, "reclaimed", SWEEP),
-    "reclaim_exhausted": Edge(_C, _F, "reclaimed_exhausted", SWEEP),
-    "release": Edge(_C, _P, "released", OWNER),
-    "defer": Edge(_C, _P, "deferred", OWNER),
-    "snooze": Edge(_C, _P, "snoozed", OWNER),
-    "manual_retry": Edge(_F, _P, "manually_retried"),
+    "retry": Edge(_C, _P, "retried", OWNER, Outcome.ERROR),
+    "fail": Edge(_C, _F, "failed", OWNER, Outcome.ERROR),
+    "reclaim": Edge(_C, _P, "reclaimed", SWEEP, Outcome.RECLAIMED),
+    "reclaim_exhausted": Edge(_C, _F, "reclaimed_exhausted", SWEEP, Outcome.RECLAIMED),
+    "release": Edge(_C, _P, "released", OWNER, Outcome.GIVEN_BACK),
+    "defer": Edge(_C, _P, "deferred", OWNER, Outcome.GIVEN_BACK),
+    "snooze": Edge(_C, _P, "snoozed", OWNER, Outcome.GIVEN_BACK),
+    "manual_retry": Edge(_F, _P, "manually_retried", attempt=Outcome.MANUAL_RETRY),
 }
 
 # Edges that leave ``claimed`` on behalf of the worker holding the job: fenced by owner and attempt.
@@ -74,6 +78,8 @@ class Decision(NamedTuple):
     children: Sequence[JobRecord] = ()
     duration: float | None = None
     finished_at: datetime | None = None  # when the handler returned (not when the group committed)
+    outcome: Outcome | None = None  # the attempt's, where the edge does not tell it (a timeout)
+    ran: bool = True  # False: the handler never started, so there is no attempt to record
 
     def after(self) -> JobRecord:
         """The job as this decision leaves it (for its event, when the row was not read back)."""
@@ -84,20 +90,41 @@ class Decision(NamedTuple):
             last_error=self.values.get("error", self.job.last_error),
         )
 
+    @property
+    def attempt(self) -> Outcome | None:
+        """How the attempt ended, as its row records it; None: the job row tells it."""
+        edge = EDGES[self.edge].attempt
+        return None if edge is None or not self.ran else self.outcome or edge
+
     @classmethod
-    def retry(cls, job: JobRecord, error: str, run_at: datetime, duration: float | None = None) -> Decision:
-        return cls(job, "retry", {"error": error, "run_at": run_at}, duration=duration)
+    def retry(
+        cls,
+        job: JobRecord,
+        error: str,
+        run_at: datetime,
+        duration: float | None = None,
+        finished_at: datetime | None = None,
+        outcome: Outcome | None = None,
+    ) -> Decision:
+        return cls(job, "retry", {"error": error, "run_at": run_at}, (), duration, finished_at, outcome)
 
     @classmethod
     def fail(
-        cls, job: JobRecord, error: str, duration: float | None = None, finished_at: datetime | None = None
+        cls,
+        job: JobRecord,
+        error: str,
+        duration: float | None = None,
+        finished_at: datetime | None = None,
+        outcome: Outcome | None = None,
     ) -> Decision:
-        return cls(job, "fail", {"error": error}, duration=duration, finished_at=finished_at)
+        return cls(job, "fail", {"error": error}, (), duration, finished_at, outcome)
 
     @classmethod
-    def release(cls, job: JobRecord, duration: float | None = None) -> Decision:
-        """Given back untouched (shutdown, a batch that turned slow): the attempt is not counted."""
-        return cls(job, "release", {}, duration=duration)
+    def release(cls, job: JobRecord, duration: float | None = None, *, ran: bool = True) -> Decision:
+        """Given back (cancelled at shutdown), or, with ``ran`` false, given back before its
+        handler started (shutdown, a batch that turned slow): the attempt is not counted, and one
+        that never started is no attempt at all (no attempt row)."""
+        return cls(job, "release", {}, duration=duration, ran=ran)
 
     @classmethod
     def defer(cls, job: JobRecord, error: str, run_at: datetime, duration: float | None = None) -> Decision:

@@ -19,6 +19,7 @@ from sqlmodel import Field, SQLModel
 from . import schema
 
 _jobs, _meta, _schedules, _runs = schema.jobs.c, schema.meta.c, schema.schedules.c, schema.reconcile_runs.c
+_attempts = schema.attempts.c
 
 
 def _field(column: sa.Column[Any]) -> Any:
@@ -108,3 +109,18 @@ class ReconcileRun(TetherModel, table=True):
     exit_code: int = _field(_runs.exit_code)
     drift: int = _field(_runs.drift)
     counts: str = _field(_runs.counts)
+
+
+class Attempt(TetherModel, table=True):
+    """How one attempt that did not complete its job ended (``tether_attempts``, see attempts.py)."""
+
+    __table__ = schema.attempts
+
+    id: int = _field(_attempts.id)
+    job_id: str = _field(_attempts.job_id)
+    attempt: int = _field(_attempts.attempt)
+    started_at: datetime = _field(_attempts.started_at)
+    ended_at: datetime = _field(_attempts.ended_at)
+    worker: str | None = _field(_attempts.worker)
+    outcome: str = _field(_attempts.outcome)
+    error: str | None = _field(_attempts.error)

@@ -20,7 +20,7 @@ from ..config import DEFAULT_BATCH_BYTES
 from ..errors import DuplicateActiveJob, InvalidTransition, JobNotFound, Superseded
 from ..jobtypes import Payload, Registry
 from ..jobtypes.target import display
-from . import drivers, reclaim
+from . import attempts, drivers, reclaim
 from .build import Builder
 from .catalogue import Statements
 from .claim import Claimer
@@ -226,9 +226,19 @@ class Queue:
             moved.append(job)
             if job is not None and d.children:
                 inserted.extend(self.enqueuer.insert_all(cur, d.children))
+        ended: list[dict[str, Any]] = []  # the attempt rows of the jobs that moved but did not complete
         for d, job in zip(decisions, moved, strict=True):
-            if job is not None and d.edge == "defer":  # after the batch's releases: they wait too
+            if job is None or d.edge == "complete":
+                continue
+            if d.edge == "defer":  # after the batch's releases: they wait too
                 cur.execute(self.sql.DEFER_TYPE, {"type": d.job.type, "run_at": d.values["run_at"]})
+            outcome = d.attempt
+            if outcome is not None:
+                ended.append(
+                    attempts.row(d.job, outcome, d.finished_at or now, worker=worker, error=d.values.get("error"))
+                )
+        if ended:
+            cur.executemany(self.sql.INSERT_ATTEMPT, ended)
         self.unblock_next(
             cur, [d.job for d, job in zip(decisions, moved, strict=True) if job is not None and d.edge in ENDING]
         )
@@ -290,6 +300,10 @@ class Queue:
         moved = self.transition(cur, "manual_retry", job_id, now=now)
         if moved is None:  # PostgreSQL: changed by another transaction since the read
             raise InvalidTransition(job_id, self.get(job_id, cur=cur).status.value, JobStatus.PENDING.value)
+        cur.execute(
+            self.sql.INSERT_ATTEMPT,
+            attempts.row(failed, attempts.Outcome.MANUAL_RETRY, now, worker=None, started_at=now),
+        )
         assert isinstance(moved, JobRecord)  # returning=True: the changed row, read back
         self.wakeup.notify_in(cur)
         return moved

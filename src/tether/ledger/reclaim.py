@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import events
 from ..clock import DatabaseClock
-from .lifecycle import ENDING
+from . import attempts
+from .lifecycle import EDGES, ENDING
 from .record import JobRecord
 
 if TYPE_CHECKING:
@@ -152,6 +153,10 @@ def _sweep_in(queue: Queue, cur: Any, lock_timeout: float, now: datetime | None)
             continue
         assert isinstance(job, JobRecord)
         moved.append((v.edge, job))
+        row = attempts.row(
+            v.job, EDGES[v.edge].attempt or attempts.Outcome.RECLAIMED, now, worker=v.job.locked_by, error=v.error
+        )
+        cur.execute(queue.sql.INSERT_ATTEMPT, row)
         if v.acquit is not None:
             cur.execute(queue.sql.ACQUIT, {"quarantine": v.acquit, "acquitted": SUSPECT})
     queue.unblock_next(cur, [job for edge, job in moved if edge in ENDING])

@@ -17,11 +17,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from .attempts import STORED
 from .status import JobStatus
 
 TABLE = "tether_jobs"
 RECONCILE_TABLE = "tether_reconcile_runs"
 WORKERS_TABLE = "tether_workers"
+ATTEMPTS_TABLE = "tether_attempts"
 
 
 class UTCDateTime(sa.TypeDecorator[datetime]):
@@ -49,6 +51,7 @@ metadata = sa.MetaData()
 """tether's own metadata, so an application's ``metadata.create_all`` never touches these tables."""
 
 _STATUSES = ", ".join(f"'{s.value}'" for s in JobStatus)
+_OUTCOMES = ", ".join(f"'{o.value}'" for o in STORED)
 ACTIVE_SQL = "status IN ('pending', 'claimed')"
 PENDING_SQL = "status = 'pending'"
 CLAIMED_SQL = "status = 'claimed'"
@@ -165,6 +168,25 @@ workers = sa.Table(
     _time("beat_at", nullable=False),
     _time("stopped_at"),
 )
+attempts = sa.Table(
+    ATTEMPTS_TABLE,
+    metadata,
+    # How one attempt of a job ended, written with the outcome by the transition that ends it
+    # (ledger/attempts.py); the attempt that completes a job is told by the job row instead.
+    # Purge deletes a job's attempts with it.
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("job_id", sa.String(26), nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),  # the job's attempt count while it ran
+    _time("started_at", nullable=False),  # when the claim took the job
+    _time("ended_at", nullable=False),
+    sa.Column("worker", sa.String(128)),  # None for an operator's retry
+    sa.Column("outcome", sa.String(16), nullable=False),
+    _text("error"),  # the first line only
+    sa.CheckConstraint(f"outcome IN ({_OUTCOMES})", name="ck_tether_attempts_outcome"),
+)
+# A job's attempts in the order they were written (history; purge deletes by job).
+sa.Index("ix_tether_attempts_job", attempts.c.job_id, attempts.c.id)
+
 
 # Most jobs carry no idempotency key, ordering key or parent, and most rows are finished: every
 # index below is partial to the rows its queries ask about, so a job without them is in one index

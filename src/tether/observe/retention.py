@@ -2,7 +2,10 @@
 
 Active jobs are never touched. A completed job that is the *latest* completed job for its
 target (``ordering_key``, e.g. a file path) is kept whatever its age, because the reconciler
-proves a file against exactly that job; purging it would leave the file unaccounted for.
+proves a file against exactly that job; purging it would leave the file unaccounted for. A
+job's attempts (``tether_attempts``) are deleted with it, in its transaction, and kept with it:
+a kept job's history stays whole. Reconcile's own runs are not purge's to delete: they are kept
+to their own bound.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import sqlalchemy as sa
 
 from .. import events
 from ..errors import ConfigError, DatabaseUnavailable
+from ..ledger.schema import attempts as attempts_table
 from ..ledger.schema import jobs as jobs_table
 from ..ledger.status import JobStatus
 from .readonly import Source, engine_of, now_of, reading
@@ -115,11 +119,11 @@ def _delete_batches(
             rows = conn.execute(query.order_by(jobs_table.c.completed_at).limit(batch_size)).all()
             if not rows:
                 return
+            ids = [r.id for r in rows]
             gone = conn.execute(
-                sa.delete(jobs_table)
-                .where(jobs_table.c.id.in_([r.id for r in rows]))
-                .returning(jobs_table.c.status, jobs_table.c.type)
+                sa.delete(jobs_table).where(jobs_table.c.id.in_(ids)).returning(jobs_table.c.status, jobs_table.c.type)
             ).all()
+            conn.execute(sa.delete(attempts_table).where(attempts_table.c.job_id.in_(ids)))  # a job's go with it
         for st, ty in gone:
             deleted[(st, ty)] = deleted.get((st, ty), 0) + 1
         if len(rows) < batch_size:

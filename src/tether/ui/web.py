@@ -24,6 +24,7 @@ from ..observe.durations import duration_sample
 from ..observe.extractions import extractions
 from ..observe.finished import failed_by_error, recent
 from ..observe.health import health
+from ..observe.history import ATTEMPT, history, job_attempts
 from ..observe.jobs import children, on_target, show
 from ..observe.pages import JobFilter, jobs_page
 from ..observe.readonly import engine_of, lock_timeout_of, now_of, reading
@@ -50,6 +51,8 @@ _DIGITS = re.compile(r"(\d+)")
 _SPLIT = {JobStatus.PENDING: PENDING_STATES, JobStatus.CLAIMED: CLAIMED_STATES}
 STATUS_CHOICES: tuple[str, ...] = tuple(name for s in JobStatus for name in (s.value, *_SPLIT.get(s, ())))
 """The jobs page's status filter: each status, each pending and claimed one by its states."""
+HISTORY_JOBS = 20
+"""The newest jobs on a job's target whose history its page shows."""
 DURATIONS_SAMPLE = 2_000
 """Completed jobs the durations page measures at most per request (a busy window is sampled)."""
 
@@ -89,6 +92,7 @@ class Pages:
             first_line=first_line,
             progress_text=progress_text,
             display=display,
+            ATTEMPT=ATTEMPT,
             htmx=HTMX,
             statuses=STATUS_CHOICES,
             state_of=state_of,
@@ -207,6 +211,8 @@ class Pages:
             except JobNotFound:
                 parent = None
         neighbours = on_target(self.source, job.ordering_key) if job.ordering_key else []
+        # The target's history (every job on it, every attempt), or the job's own attempts.
+        told = history(self.source, job.ordering_key, limit=HISTORY_JOBS).entries if job.ordering_key else None
         return self.render(
             request,
             "job.html",
@@ -219,6 +225,8 @@ class Pages:
             payload=_pretty(job.payload_data) if self.show_payloads else None,
             show_payloads=self.show_payloads,
             timings=_timings(job),
+            attempts=job_attempts(self.source, job),
+            history=told,
         )
 
     # -- failed, durations -------------------------------------------------------------------------
@@ -348,6 +356,6 @@ def _timings(job: JobRecord) -> list[tuple[str, str]]:
         out.append((f"{job.status.value} at", when(job.completed_at)))
         if job.claimed_at:
             out.append(("last attempt took", seconds((job.completed_at - job.claimed_at).total_seconds())))
-    if job.locked_by:
+    if job.status is JobStatus.CLAIMED:  # a completed job keeps the worker that ran it, not a lock
         out.append(("held by", f"{job.locked_by} since {when(job.locked_at)}"))
     return out

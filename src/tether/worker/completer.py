@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, NamedTuple
 import sqlalchemy as sa
 
 from .. import events
-from ..errors import Cancelled, Deferred, InvalidPayload, PermanentError, StorageFull
+from ..errors import Cancelled, Deferred, InvalidPayload, JobTimedOut, PermanentError, StorageFull
 from ..jobtypes.datafiles.effects import file_error
-from ..ledger import faults
+from ..ledger import attempts, faults
 from ..ledger.backend import LostCommit
 from ..ledger.lifecycle import Decision, error_text
 from ..ledger.recheck import unsettled
@@ -70,7 +70,7 @@ class Completer:
                 self._full_streak = 0
                 return Decision(job, "complete", {"result": outcome.result}, outcome.children, duration, clock.now())
             if isinstance(outcome, (NotRun, Cancelled)):
-                return Decision.release(job, duration)
+                return Decision.release(job, duration, ran=not isinstance(outcome, NotRun))
             if isinstance(outcome, Unrecordable):
                 error = f"tether could not record this job's outcome ({outcome.edge}): {faults.describe(outcome.error)}"
                 return Decision.fail(job, error, duration)
@@ -79,9 +79,11 @@ class Completer:
                 return Decision.defer(job, error_text(outcome), outcome.until, duration)
             if isinstance(outcome, StorageFull):
                 return Decision.snooze(job, error_text(outcome), now + self._storage_wait(), duration)
+            ended = attempts.Outcome.TIMEOUT if isinstance(outcome, JobTimedOut) else None  # else the edge's: an error
             if isinstance(outcome, (PermanentError, InvalidPayload)) or job.attempts >= job.max_attempts:
-                return Decision.fail(job, error_text(outcome), duration, now)
-            return Decision.retry(job, error_text(outcome), now + self.config.retry.delay(job.attempts), duration)
+                return Decision.fail(job, error_text(outcome), duration, now, ended)
+            run_at = now + self.config.retry.delay(job.attempts)
+            return Decision.retry(job, error_text(outcome), run_at, duration, now, ended)
         except Exception as e:  # e.g. a retry policy that raises: the job fails, visibly
             return Decision.fail(job, error_text(e), duration, clock.now())
 

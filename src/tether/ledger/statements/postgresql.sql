@@ -145,7 +145,7 @@ RETURNING t.id, t.type, CASE WHEN coalesce(t.payload_bytes, 0) <= 16384 THEN t.p
 -- (id, status 'claimed', locked_by, attempts), and a caller that gets no row back lost the job.
 
 -- name: COMPLETE
-UPDATE tether_jobs SET status = 'completed', locked_by = NULL, locked_at = NULL,
+UPDATE tether_jobs SET status = 'completed', locked_at = NULL,
                        completed_at = %(now)s, result = %(result)s
 WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts = %(attempt)s
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
@@ -155,7 +155,7 @@ RETURNING id, type, payload, status, priority, attempts, max_attempts, last_erro
 -- name: COMPLETE_MANY
 -- :rows as in sqlite.sql; JSON read by json_each and ->>. No unary + here: PostgreSQL has
 -- none on text, and its planner looks each id up by primary key without it.
-UPDATE tether_jobs AS t SET status = 'completed', locked_by = NULL, locked_at = NULL,
+UPDATE tether_jobs AS t SET status = 'completed', locked_at = NULL,
                             completed_at = CAST(r.value ->> 1 AS timestamptz), result = r.value ->> 2
 FROM json_each(CAST(%(rows)s AS json)) AS r
 WHERE t.id = r.key AND t.status = 'claimed' AND t.locked_by = %(worker)s
@@ -203,7 +203,7 @@ RETURNING id, type, payload, status, priority, attempts, max_attempts, last_erro
 -- one the statement it is named after, up to RETURNING.
 
 -- name: COMPLETE_NO_RETURN
-UPDATE tether_jobs SET status = 'completed', locked_by = NULL, locked_at = NULL,
+UPDATE tether_jobs SET status = 'completed', locked_at = NULL,
                        completed_at = %(now)s, result = %(result)s
 WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts = %(attempt)s
 
@@ -226,6 +226,10 @@ WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts
 UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
                        attempts = attempts - 1, run_at = %(run_at)s, last_error = %(error)s
 WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts = %(attempt)s
+
+-- name: INSERT_ATTEMPT
+INSERT INTO tether_attempts (job_id, attempt, started_at, ended_at, worker, outcome, error)
+VALUES (%(job_id)s, %(attempt)s, %(started_at)s, %(ended_at)s, %(worker)s, %(outcome)s, %(error)s)
 
 -- name: DEFER_TYPE
 -- With DEFER: the type's other pending jobs wait until the reset too (not a status change).

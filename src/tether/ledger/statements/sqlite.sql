@@ -165,7 +165,9 @@ RETURNING id, type, CASE WHEN coalesce(payload_bytes, 0) <= 16384 THEN payload E
 -- (id, status 'claimed', locked_by, attempts), and a caller that gets no row back lost the job.
 
 -- name: COMPLETE
-UPDATE tether_jobs SET status = 'completed', locked_by = NULL, locked_at = NULL,
+-- locked_by stays, naming the worker that ran the completing attempt: no attempt row is written
+-- for it (INSERT_ATTEMPT). The lock itself is locked_at with status 'claimed'.
+UPDATE tether_jobs SET status = 'completed', locked_at = NULL,
                        completed_at = :now, result = :result
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
@@ -178,7 +180,7 @@ RETURNING id, type, payload, status, priority, attempts, max_attempts, last_erro
 -- attempts) returned are the jobs that moved (the others lost their lease). The unary + keeps
 -- the planner from walking every claimed job's status entry once per row: it reads the JSON and
 -- looks each id up by primary key.
-UPDATE tether_jobs SET status = 'completed', locked_by = NULL, locked_at = NULL,
+UPDATE tether_jobs SET status = 'completed', locked_at = NULL,
                        completed_at = json_extract(r.value, '$[1]'), result = json_extract(r.value, '$[2]')
 FROM json_each(:rows) AS r
 WHERE tether_jobs.id = r.key AND +tether_jobs.status = 'claimed' AND tether_jobs.locked_by = :worker
@@ -226,7 +228,7 @@ RETURNING id, type, payload, status, priority, attempts, max_attempts, last_erro
 -- one the statement it is named after, up to RETURNING.
 
 -- name: COMPLETE_NO_RETURN
-UPDATE tether_jobs SET status = 'completed', locked_by = NULL, locked_at = NULL,
+UPDATE tether_jobs SET status = 'completed', locked_at = NULL,
                        completed_at = :now, result = :result
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
 
@@ -249,6 +251,14 @@ WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :at
 UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
                        attempts = attempts - 1, run_at = :run_at, last_error = :error
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
+
+-- name: INSERT_ATTEMPT
+-- How an attempt that did not complete its job ended (attempts.py), written by the transition
+-- that ends it, in its transaction: the worker's group commit, the sweep, an operator's retry.
+-- A completion writes none: the completed row keeps the attempt whole, locked_by included
+-- (COMPLETE leaves it as the worker that ran the job; locked_at, the lock, goes).
+INSERT INTO tether_attempts (job_id, attempt, started_at, ended_at, worker, outcome, error)
+VALUES (:job_id, :attempt, :started_at, :ended_at, :worker, :outcome, :error)
 
 -- name: DEFER_TYPE
 -- With DEFER: the type's other pending jobs wait until the reset too (not a status change).
