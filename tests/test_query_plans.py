@@ -40,6 +40,8 @@ PARAMS = {
     "acquitted": "a",
     "types": '["create_file", "delete_file"]',
     "lock": "l",
+    "ids": '["a", "b"]',
+    "reason": "r",
 }
 
 # Every statement that asks whether an older job on a target is active (the blocked flag, the
@@ -73,6 +75,12 @@ HOT = {
     "reclaim_exhausted": (SQLITE.RECLAIM_EXHAUSTED, "sqlite_autoindex_tether_jobs_1"),
     "acquit": (SQLITE.ACQUIT, "ix_tether_jobs_quarantined"),
     "complete_many": (SQLITE.COMPLETE_MANY, "sqlite_autoindex_tether_jobs_1"),
+    # an operator's cancel, and a worker's read of the requests for the jobs it runs: by id
+    "cancel": (SQLITE.CANCEL, "sqlite_autoindex_tether_jobs_1"),
+    "cancel_running": (SQLITE.CANCEL_RUNNING, "sqlite_autoindex_tether_jobs_1"),
+    "cancel_running_no_return": (SQLITE.CANCEL_RUNNING_NO_RETURN, "sqlite_autoindex_tether_jobs_1"),
+    "request_cancel": (SQLITE.REQUEST_CANCEL, "sqlite_autoindex_tether_jobs_1"),
+    "cancel_requests": (SQLITE.CANCEL_REQUESTS, "sqlite_autoindex_tether_jobs_1"),
     "insert_payloads": (SQLITE.INSERT_PAYLOADS, None),
     "insert_targeted": (SQLITE.INSERT_TARGETED, TARGET),
     # the sweep's safety net, and the upgrade of a ledger from before the flag: every active job

@@ -19,10 +19,12 @@ from ..errors import ConfigError
 from .engine import READ_ONLY
 from .schema import meta
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """tether's ledger layout: 1 the first table, 2 partial indexes, 3 timeout/progress and tether_meta,
 4 quarantine (a job a dead worker held is claimed alone), 5 blocked (a job waiting behind an
-older one on its target is kept apart from the claim)."""
+older one on its target is kept apart from the claim), 6 the ``cancelled`` status in the status
+CHECK, ``cancel_reason`` (an operator's cancel of a running job) and ``tether_paused`` (job types
+no worker claims)."""
 
 ROOT = "root"
 LEDGER_ID = "ledger_id"

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from .status import JobStatus
 
 TABLE = "tether_jobs"
+STATUS_CHECK = "ck_tether_jobs_status"
 RECONCILE_TABLE = "tether_reconcile_runs"
 
 
@@ -99,7 +100,23 @@ jobs = sa.Table(
     # end a job; derived from the other columns, never part of a JobRecord. Added after the first
     # release: ensure_schema adds it, with its default, and sets it for the jobs waiting then.
     sa.Column("blocked", sa.Boolean, nullable=False, default=False, server_default=sa.false()),
-    sa.CheckConstraint(f"status IN ({_STATUSES})", name="ck_tether_jobs_status"),
+    # An operator's cancel of the running job, with its reason (NULL: none asked): its worker
+    # reads it for the jobs it runs (CANCEL_REQUESTS) and ends the attempt ``cancelled``. Set
+    # only while the job is claimed by the attempt the operator saw; never part of a JobRecord.
+    # Added after the first release: ensure_schema adds it.
+    _text("cancel_reason"),
+    sa.CheckConstraint(f"status IN ({_STATUSES})", name=STATUS_CHECK),
+)
+
+paused = sa.Table(
+    "tether_paused",
+    metadata,
+    # A job type an operator paused: no worker claims its jobs until it is resumed (its running
+    # jobs finish). Workers read the whole table at most every ``pausing.REFRESH`` seconds and
+    # leave these types out of the claim's ``types``.
+    sa.Column("job_type", sa.String(64), primary_key=True),
+    _text("reason"),
+    _time("paused_at", nullable=False),
 )
 
 meta = sa.Table(
@@ -155,8 +172,8 @@ reconcile_runs = sa.Table(
 # besides its primary key at every step: pending, then claimed, then done (the drain and bulk
 # enqueue figures in benchmarks/ISSUE7.md).
 
-# The columns of a JobRecord: every column but ``blocked``, in table order.
-RECORD_COLUMNS = tuple(name for name in jobs.c.keys() if name != "blocked")
+# The columns of a JobRecord: every column but ``blocked`` and ``cancel_reason``, in table order.
+RECORD_COLUMNS = tuple(name for name in jobs.c.keys() if name not in ("blocked", "cancel_reason"))
 
 # The claim walks this index in exactly its ORDER BY (priority DESC, created_at, id) after the
 # equality on ``blocked``: no sort step, it holds only the waiting jobs however many finished ones

@@ -27,7 +27,7 @@ from ..jobtypes.datafiles.dirsync import DirSyncs
 from ..ledger.lifecycle import Decision
 from ..ledger.record import JobRecord
 from ..ledger.walwatch import WalWatcher
-from .completer import NOT_RUN, Completer
+from .completer import NOT_RUN, Completer, Outcome, Stopped
 from .executor import Executor
 from .producer import Claimed, Producer
 from .retry import RetryPolicy
@@ -302,7 +302,10 @@ class Worker:
             if pending and time.perf_counter() >= flush_at:
                 self._record(completer.synced(pending, syncs.flush()))
                 pending = progress.pending = []
+            outcome: Outcome
             outcome, duration = run(job, ctx)
+            if ctx.cancel_note is not None:  # an operator's cancel decides, whatever the handler did
+                outcome = Stopped(ctx.cancel_note)
             decision = decide(job, outcome, duration)
             pending.append(decision)
             progress.edges[decision.edge] += 1
