@@ -438,3 +438,23 @@ def test_tether_ui_refuses_a_public_address_without_a_token_before_serving(tmp_p
         app, ["--db", url, "ui", "--host", "192.0.2.1", "--token-file", str(token)], catch_exceptions=True
     )
     assert isinstance(result.exception, ConfigError) and "at least 16" in str(result.exception)
+
+
+def test_cancel_is_confirmed_then_needs_the_csrf_token_and_a_paused_type_is_shown(ledger, clock):
+    ids = fill(ledger, clock)
+    with client(ledger, allow_actions=True) as web:
+        assert "cancel this job" in web.get(f"/jobs/{ids['pending']}").text
+        assert "cancel this job" not in web.get(f"/jobs/{ids['boom']}").text  # failed: nothing to cancel
+        confirm = web.get("/actions/cancel", params={"job": ids["pending"]})
+        assert ledger.get(ids["pending"]).status is JobStatus.PENDING  # showing the question changes nothing
+        forged = web.post("/actions/cancel", data={"job": ids["pending"], "csrf": "0" * 64})
+        assert forged.status_code == 403 and ledger.get(ids["pending"]).status is JobStatus.PENDING
+        done = web.post("/actions/cancel", data={"job": ids["pending"], "csrf": csrf_of(confirm.text), "reason": "r"})
+        assert done.status_code == 200 and "cancelled" in done.text
+        refused = web.post("/actions/cancel", data={"job": ids["boom"], "csrf": csrf_of(confirm.text)})
+        assert refused.status_code == 409 and "only a pending or running job can be cancelled" in refused.text
+        ledger.enqueue(Note(name="waiting"))
+        ledger.pause("note", "quota")
+        live = web.get("/live/overview").text
+    assert ledger.get(ids["pending"]).status is JobStatus.CANCELLED
+    assert re.search(r">note</a> <span class=\"badge paused\"", live), live

@@ -68,6 +68,7 @@ def app(
         Route("/drift/run", pages.drift_run, methods=["POST"]),
         Route("/actions/retry", actions.guarded(actions.retry), methods=["GET", "POST"]),
         Route("/actions/retry-failed", actions.guarded(actions.retry_failed), methods=["GET", "POST"]),
+        Route("/actions/cancel", actions.guarded(actions.cancel), methods=["GET", "POST"]),
         Route("/actions/purge", actions.guarded(actions.purge), methods=["GET", "POST"]),
         Route("/login", pages.login, methods=["GET", "POST"]),
         # The ledger's Prometheus numbers, behind the same Host check and sign-in as the pages: one
