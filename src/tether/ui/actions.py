@@ -1,6 +1,7 @@
 """The page's operator actions (only with ``--allow-actions``): retry one failed job, retry every
-failed job of a type, cancel a pending or running job, purge finished jobs older than a cutoff. Each is a GET that shows what will
-happen and asks to confirm, then a POST with the CSRF token that does it; each is an event."""
+failed job of a type, cancel a pending or running job, purge finished jobs older than a cutoff.
+Each is a GET that shows what will happen and asks to confirm, then a POST with the CSRF token
+that does it; each is an event."""
 
 from __future__ import annotations
 
