@@ -107,6 +107,7 @@ class NotCancellable(TetherError):
     """Only a pending or running job can be cancelled: a finished one keeps its outcome."""
 
     def __init__(self, job_id: str, current: str) -> None:
+        self.current = current
         super().__init__(f"job {job_id} is {current}; only a pending or running job can be cancelled")
 
 

@@ -33,7 +33,8 @@ DEFAULT_REASON = "cancelled by an operator"
 
 class CancelResult(NamedTuple):
     """What a cancel did to one job: ``cancelled`` (it was pending, or its worker has recorded
-    it), ``requested`` (running: its worker has not recorded it yet) or ``refused`` (``error``)."""
+    it), ``requested`` (running: its worker has not recorded it yet), ``refused`` (``error``), or,
+    for a job chosen by type or key, the status it ended in before the cancel reached it."""
 
     job_id: str
     outcome: str
@@ -79,13 +80,16 @@ def cancel(
     job_ids = list(job_ids)
     if bool(job_ids) == (job_type is not None or key is not None):
         raise ConfigError("cancel: give job ids, or a type and/or a key (not both, not neither)")
+    chosen = not job_ids  # chosen by type or key: one that ends meanwhile is no error
     job_ids = job_ids or selected(queue, job_type, key)
     note = (reason or DEFAULT_REASON).strip()[:500] or DEFAULT_REASON
     results = []
     for job_id in job_ids:
         try:
             results.append(queue.backend.transact(partial(_cancel_in, queue, job_id=job_id, note=note)))
-        except (NotCancellable, JobNotFound) as e:
+        except NotCancellable as e:
+            results.append(CancelResult(job_id, e.current) if chosen else CancelResult(job_id, REFUSED, error=str(e)))
+        except JobNotFound as e:
             results.append(CancelResult(job_id, REFUSED, error=str(e)))
     for result in results:
         if result.outcome == CANCELLED and result.job is not None:

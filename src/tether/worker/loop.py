@@ -299,6 +299,9 @@ class Worker:
             if (stopping.is_set() and progress.ran) or progress.slow:
                 pending.append(decide(job, NOT_RUN))
                 continue
+            if ctx.cancel_note is not None:  # cancelled by an operator before its handler started
+                pending.append(decide(job, Stopped(ctx.cancel_note)))
+                continue
             if pending and time.perf_counter() >= flush_at:
                 self._record(completer.synced(pending, syncs.flush()))
                 pending = progress.pending = []
