@@ -5,14 +5,17 @@
 cancellation before (``write_first`` false) or after (true) writing its file, appending
 ``<job id> <pid>`` to ``started`` once it is waiting; with ``children`` it first enqueues one
 ``create_file`` follow-up job per name. It gives up waiting after ``hold`` seconds.
+
+``tick``: sleeps ``sleep`` seconds (the pause tests' second type).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, ClassVar
 
-from tether import JobContext
+from tether import JobContext, JobType, Payload
 from tether.jobtypes import CreateFile
 from tether.jobtypes.create_file import CreateFileType
 
@@ -42,5 +45,22 @@ class SlowWriteType(CreateFileType):
         return written or super().run(payload, ctx)
 
 
+class Tick(Payload):
+    job_type: ClassVar[str] = "tick"
+    n: int
+    sleep: float = 0.01
+
+
+class TickType(JobType[Tick]):
+    """Sleeps ``sleep`` seconds: a job with no effect, for the pause tests."""
+
+    name = "tick"
+    payload_model = Tick
+
+    def run(self, payload: Tick, ctx: JobContext) -> None:
+        time.sleep(payload.sleep)
+
+
 def register(registry: Any) -> None:
     registry.register(SlowWriteType())
+    registry.register(TickType())
