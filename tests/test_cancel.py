@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from jobkit import registry_with
 from proc_cancel import SlowWrite, SlowWriteType
 from tether import Coordinator
+from tether.errors import InvalidTransition, JobNotFound
 from tether.jobtypes import CreateFile
 from tether.ledger.status import JobStatus
 from tether.worker.loop import Worker
@@ -122,3 +124,14 @@ def test_a_cancel_request_is_fenced_on_the_attempt_it_saw(c: Coordinator):
     with c.queue.backend.read() as cur:
         rows = cur.rows(c.queue.sql.CANCEL_REQUESTS, {"ids": c.queue.sql.types([job_id]), "worker": "w1"})
     assert rows == [(claimed.id, "cancelled by an operator")]
+
+
+def test_a_cancelled_job_is_never_retried_and_purge_deletes_it(c: Coordinator, clock):
+    job_id = c.enqueue(CreateFile(path="p.json", content=1)).id
+    c.cancel(job_id)
+    with pytest.raises(InvalidTransition, match=f"job {job_id} is cancelled; it cannot become pending"):
+        c.retry(job_id)
+    clock.advance(60)
+    assert c.purge(older_than=timedelta(seconds=1), statuses=("cancelled",)).total == 1
+    with pytest.raises(JobNotFound):
+        c.get(job_id)
