@@ -263,6 +263,19 @@ sa.Index(
 )
 
 
+# The running jobs an operator asked to cancel, by the worker holding them: what each worker asks
+# about twice a second while it runs jobs (CANCEL_REQUESTS), one probe of an index that is empty
+# while nobody cancels. A claim or an outcome changes ``status``, so each checks this condition
+# for its row; none adds an entry.
+CANCEL_REQUESTED_SQL = f"cancel_reason IS NOT NULL AND {CLAIMED_SQL}"
+sa.Index(
+    "ix_tether_jobs_cancel_requested",
+    jobs.c.locked_by,
+    sqlite_where=sa.text(CANCEL_REQUESTED_SQL),
+    postgresql_where=sa.text(CANCEL_REQUESTED_SQL),
+)
+
+
 # The worker's one query per poll: "which schedules are due?" reads only active schedules' next slots.
 DUE_SQL = "NOT paused AND next_slot IS NOT NULL"
 sa.Index(

@@ -1,9 +1,10 @@
 """An operator's cancel of a running job, as its worker carries it out.
 
 The operator's side (``ledger/cancel.py``) marks the running job's row with a reason, fenced on
-the attempt it saw. The worker asks the ledger about the jobs it runs (``watch_once``: one read of
-their rows by primary key, made by the supervising thread about twice a second while any job
-runs, so a cancel from any machine is seen within a second without a heartbeat's write); it
+the attempt it saw. The worker asks the ledger about the jobs it holds (``watch_once``: one probe
+of a partial index that is empty while nobody cancels, made by the supervising thread about twice
+a second while any job runs, so a cancel from any machine is seen within a second without a
+heartbeat's write); it
 cancels each one asked for (``ctx.cancelled`` is set, the reason ``cancelled``; an assistant's
 process group is ended as at a timeout). However the handler then ends, the attempt is recorded
 ``cancelled`` with the verdict of the type's probe on its effect (``effect_of``), and its
@@ -51,16 +52,19 @@ def effect_of(queue: Queue, job: JobRecord) -> str:
 
 def watch_once(queue: Queue, executor: Executor, worker: str) -> list[str]:
     """Cancel the running jobs an operator asked to cancel; returns their ids. Nothing is read
-    while no job runs."""
-    running = {ctx.job.id: ctx for ctx in executor.running() if ctx.cancel_note is None}
-    if not running:
+    while no job runs; the read is one probe of an index that is empty while nobody cancels."""
+    if not executor.busy():
         return []
-    params = {"ids": queue.sql.types(running), "worker": worker}
     with queue.backend.read() as cur:
-        asked = cur.rows(queue.sql.CANCEL_REQUESTS, params)
+        asked = cur.rows(queue.sql.CANCEL_REQUESTS, {"worker": worker})
+    if not asked:
+        return []
+    running = {ctx.job.id: ctx for ctx in executor.running()}
+    seen = []
     for job_id, reason in asked:
         ctx = running.get(job_id)
-        if ctx is not None:
+        if ctx is not None and ctx.cancel_note is None:
             events.emit("cancel_seen", job_id=job_id, type=ctx.job.type, attempt=ctx.job.attempts, worker=worker)
             ctx.cancel(CANCELLED, reason)
-    return [job_id for job_id, _ in asked]
+            seen.append(job_id)
+    return seen

@@ -242,8 +242,7 @@ UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
                        attempts = attempts - 1, run_at = %(run_at)s, last_error = %(error)s
 WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts = %(attempt)s
 
--- An operator's cancel (ledger/cancel.py), as in sqlite.sql; the ids of CANCEL_REQUESTS are
--- an array (= ANY), as CLAIM's types are.
+-- An operator's cancel (ledger/cancel.py), as in sqlite.sql.
 
 -- name: CANCEL
 UPDATE tether_jobs SET status = 'cancelled', completed_at = %(now)s, last_error = %(error)s
@@ -258,7 +257,7 @@ WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts
 
 -- name: CANCEL_REQUESTS
 SELECT id, cancel_reason FROM tether_jobs
-WHERE id = ANY(%(ids)s) AND cancel_reason IS NOT NULL AND status = 'claimed' AND locked_by = %(worker)s
+WHERE locked_by = %(worker)s AND cancel_reason IS NOT NULL AND status = 'claimed'
 
 -- name: PAUSED_TYPES
 SELECT job_type FROM tether_paused

@@ -268,8 +268,8 @@ WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :at
 -- An operator's cancel (ledger/cancel.py). A pending job is cancelled at once (CANCEL, which
 -- takes it out of the active set: the caller then runs UNBLOCK_NEXT); a running one is asked to
 -- stop (REQUEST_CANCEL), fenced on the attempt the operator saw, and its worker reads the
--- requests for the jobs it runs (CANCEL_REQUESTS: each id looked up by primary key) about twice
--- a second while it runs any.
+-- requests for the jobs it holds (CANCEL_REQUESTS, through the partial index of exactly those
+-- rows: empty while nobody cancels) about twice a second while it runs any.
 
 -- name: CANCEL
 UPDATE tether_jobs SET status = 'cancelled', completed_at = :now, last_error = :error
@@ -283,9 +283,8 @@ UPDATE tether_jobs SET cancel_reason = :reason
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
 
 -- name: CANCEL_REQUESTS
-SELECT id, cancel_reason FROM tether_jobs
-WHERE id IN (SELECT value FROM json_each(:ids)) AND cancel_reason IS NOT NULL
-  AND status = 'claimed' AND locked_by = :worker
+SELECT id, cancel_reason FROM tether_jobs INDEXED BY ix_tether_jobs_cancel_requested
+WHERE locked_by = :worker AND cancel_reason IS NOT NULL AND status = 'claimed'
 
 -- name: PAUSED_TYPES
 -- The job types an operator paused (ledger/pausing.py): a worker leaves them out of CLAIM's
