@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 CANCELLED, REQUESTED, REFUSED = "cancelled", "requested", "refused"
 DEFAULT_REASON = "cancelled by an operator"
+CHUNK = 100  # jobs cancelled per transaction: one commit each, never a long hold on the write lock
 
 
 class CancelResult(NamedTuple):
@@ -83,14 +84,10 @@ def cancel(
     chosen = not job_ids  # chosen by type or key: one that ends meanwhile is no error
     job_ids = job_ids or selected(queue, job_type, key)
     note = (reason or DEFAULT_REASON).strip()[:500] or DEFAULT_REASON
-    results = []
-    for job_id in job_ids:
-        try:
-            results.append(queue.backend.transact(partial(_cancel_in, queue, job_id=job_id, note=note)))
-        except NotCancellable as e:
-            results.append(CancelResult(job_id, e.current) if chosen else CancelResult(job_id, REFUSED, error=str(e)))
-        except JobNotFound as e:
-            results.append(CancelResult(job_id, REFUSED, error=str(e)))
+    results: list[CancelResult] = []
+    for start in range(0, len(job_ids), CHUNK):
+        chunk = job_ids[start : start + CHUNK]
+        results += queue.backend.transact(partial(_cancel_all_in, queue, job_ids=chunk, note=note, chosen=chosen))
     for result in results:
         if result.outcome == CANCELLED and result.job is not None:
             queue.emit_edge("cancel", result.job, None)
@@ -102,7 +99,21 @@ def cancel(
     return _waited(queue, results, wait) if wait > 0 else results
 
 
-def _cancel_in(queue: Queue, cur: Any, *, job_id: str, note: str) -> CancelResult:
+def _cancel_all_in(queue: Queue, cur: Any, *, job_ids: list[str], note: str, chosen: bool) -> list[CancelResult]:
+    """The cancels of ``job_ids`` in ``cur``'s transaction. A job that cannot be cancelled is
+    refused, or, when ``chosen`` by type or key, reported in the status it ended in meanwhile."""
+    results = []
+    for job_id in job_ids:
+        try:
+            results.append(_cancel_in(queue, cur, job_id, note))
+        except NotCancellable as e:
+            results.append(CancelResult(job_id, e.current) if chosen else CancelResult(job_id, REFUSED, error=str(e)))
+        except JobNotFound as e:
+            results.append(CancelResult(job_id, REFUSED, error=str(e)))
+    return results
+
+
+def _cancel_in(queue: Queue, cur: Any, job_id: str, note: str) -> CancelResult:
     """One job's cancel in ``cur``'s transaction; read again if a worker moved it meanwhile."""
     for _ in range(5):
         job = queue.get(job_id, cur=cur)
