@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -193,9 +194,12 @@ def test_a_read_command_on_a_ledger_damaged_past_its_header_names_the_ledger_of_
     with Coordinator.open(site["db"], root=site["root"]) as c:
         c.enqueue_many([CreateFile(path=f"f{i}.json", content={"pad": "x" * 200}) for i in range(100)])
     path = Path(site["db"].removeprefix("sqlite:///"))
+    with sqlite3.connect(path) as conn:  # the jobs table's root page: the schema's pages stay whole
+        root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'tether_jobs'").fetchone()[0]
+        page = conn.execute("PRAGMA page_size").fetchone()[0]
     with open(path, "r+b") as f:
-        f.seek(4096)
-        f.write(b"\xde\xad\xbe\xef" * ((path.stat().st_size - 4096) // 4))
+        f.seek((root - 1) * page)
+        f.write(b"\xde\xad\xbe\xef" * (page // 4))
     r = tether("jobs")
     assert r.code == 74, r.err
     assert r.err.startswith(f"tether: ledger fault: the ledger at {site['db']} is corrupt ("), r.err
