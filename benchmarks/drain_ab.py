@@ -1,6 +1,6 @@
 """The small-job drain of two tether source trees, alternated: did a change slow the hot path?
 
-    .venv/bin/python benchmarks/drain_ab.py BASE_SRC [--jobs 20000] [--rounds 8]
+    .venv/bin/python benchmarks/drain_ab.py BASE_SRC [--jobs 20000] [--rounds 8] [--claims]
 
 BASE_SRC is another checkout's ``src`` (e.g. ``git worktree add /tmp/base main``, or
 ``git archive main src | tar -x -C /tmp/base``); this checkout's ``src`` is the other side. Each
@@ -8,6 +8,10 @@ round drains ``--jobs`` no-op jobs (enqueued untimed with ``enqueue_many``) with
 thread at full durability, once per side in a fresh process and ledger, the side that goes first
 alternating from round to round. Prints each side's median jobs/s (wall and per CPU-second of
 the process) and the median of the per-round ratios (this checkout / base).
+
+With ``--claims`` each round times the claim path alone instead: ``--jobs`` claims of one job
+each (``queue.claim``, its own transaction, as a worker's claim while jobs are slow), nothing
+recorded, so every claim walks past the ones before it in the claimed set.
 """
 
 from __future__ import annotations
@@ -40,13 +44,16 @@ class NoopType(JobType[Noop]):
     def run(self, payload, ctx):
         return None
 
-directory, jobs = sys.argv[1], int(sys.argv[2])
+directory, jobs, claims = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "claims"
 c = Coordinator.open(f"sqlite:///{directory}/ledger.db", root=f"{directory}/data")
 c.register(NoopType())
 c.enqueue_many([Noop(n=i) for i in range(jobs)])
 w = c.worker(threads=1)
 wall, cpu = time.perf_counter(), time.process_time()
-ran = w.run_until_idle(install_signals=False)
+if claims:
+    ran = sum(len(c.queue.claim("w")) for _ in range(jobs))
+else:
+    ran = w.run_until_idle(install_signals=False)
 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
 assert ran == jobs, ran
 import tether
@@ -54,12 +61,16 @@ print(json.dumps({"wall": wall, "cpu": cpu, "tether": tether.__file__}))
 """
 
 
-def drain(src: Path, jobs: int) -> dict[str, float]:
+def drain(src: Path, jobs: int, claims: bool = False) -> dict[str, float]:
     SCRATCH.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(dir=SCRATCH, prefix="drain-ab-") as d:
         env = {**os.environ, "PYTHONPATH": str(src)}
         done = subprocess.run(
-            [sys.executable, "-c", _CHILD, d, str(jobs)], env=env, capture_output=True, text=True, check=True
+            [sys.executable, "-c", _CHILD, d, str(jobs), "claims" if claims else "drain"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
         )
     result: dict[str, float] = json.loads(done.stdout)
     return result
@@ -70,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("base", type=Path, help="the other tree's src directory")
     ap.add_argument("--jobs", type=int, default=20_000)
     ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--claims", action="store_true", help="time single claims instead of a drain")
     args = ap.parse_args(argv)
     sides = {"base": args.base.resolve(), "this": REPO / "src"}
     wall: dict[str, list[float]] = {s: [] for s in sides}
@@ -77,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(args.rounds):
         order = list(sides) if r % 2 == 0 else list(reversed(sides))
         for side in order:
-            got = drain(sides[side], args.jobs)
+            got = drain(sides[side], args.jobs, args.claims)
             assert str(sides[side]) in str(got["tether"]), got  # the side's own tree ran
             wall[side].append(args.jobs / got["wall"])
             cpu[side].append(args.jobs / got["cpu"])

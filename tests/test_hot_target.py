@@ -171,7 +171,15 @@ def test_the_sweep_unblocks_a_target_whose_oldest_job_was_left_blocked(
 def pg(pg_database: str, tmp_path: Any, notes: NoteType) -> Any:
     engine = sa.create_engine(pg_database)
     with engine.begin() as conn:
-        for table in ("tether_jobs", "tether_meta", "tether_schedules", "tether_reconcile_runs", "tether_workers"):
+        for table in (
+            "tether_jobs",
+            "tether_meta",
+            "tether_schedules",
+            "tether_reconcile_runs",
+            "tether_workers",
+            "tether_attempts",
+            "tether_paused",
+        ):
             conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
     engine.dispose()
     with Coordinator.open(pg_database, root=tmp_path / "data", registry=registry_with(notes)) as c:

@@ -326,3 +326,11 @@ def test_metrics_serve_runs_until_sigterm(c: Coordinator, db_url: str) -> None:
         timeout=60,
     )
     assert refused.returncode == 1 and "--allow-remote" in refused.stderr
+
+
+def test_a_cancelled_job_is_counted_finished_as_cancelled(c: Coordinator, clock: FakeClock) -> None:
+    collector = metrics.LedgerCollector(c, settle=timedelta(0))
+    clock.advance(1)  # cancelled after the collector started
+    c.cancel(c.enqueue(Nap(seconds=1)).id)
+    clock.advance(1)
+    assert finished(scrape(collector), "cancelled", "nap") == 1

@@ -23,12 +23,14 @@ from tether.observe import durations, finished, health, jobs, metrics, pages, re
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 STATUSES = ["pending", "claimed", "completed", "completed", "completed", "failed"]
 
-# Walks that read only the backlog: partial indexes of pending and of claimed jobs; and the
-# newest of the few reconcile verdicts kept, by its primary key.
+# Walks that read only the backlog: partial indexes of pending and of claimed jobs; the newest
+# of the few reconcile verdicts kept, by its primary key; and the paused types (a row for each
+# type an operator paused), by theirs.
 BACKLOG_WALKS = (
     "USING INDEX ix_tether_jobs_queue",
     "USING INDEX ix_tether_jobs_claimed_lock",
     "SCAN tether_reconcile_runs USING INDEX sqlite_autoindex_tether_reconcile_runs_1",
+    "SCAN tether_paused USING INDEX sqlite_autoindex_tether_paused_1",
 )
 # Listings of finished jobs, newest first: each walks its window in order and stops at the limit.
 NEWEST_FINISHED = ("failed", "failed since", "recent", "jobs completed", "jobs failed")

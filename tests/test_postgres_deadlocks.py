@@ -147,7 +147,15 @@ def test_postgres_batch_enqueues_beside_two_draining_workers_are_never_refused_a
 def pg(pg_database: str, tmp_path: Path) -> Iterator[Coordinator]:
     engine = sa.create_engine(pg_database)
     with engine.begin() as conn:
-        for table in ("tether_jobs", "tether_meta", "tether_schedules", "tether_reconcile_runs", "tether_workers"):
+        for table in (
+            "tether_jobs",
+            "tether_meta",
+            "tether_schedules",
+            "tether_reconcile_runs",
+            "tether_workers",
+            "tether_attempts",
+            "tether_paused",
+        ):
             conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
     engine.dispose()
     with Coordinator.open(pg_database, root=tmp_path / "data") as c:

@@ -44,6 +44,8 @@ PARAMS = {
     "started_at": NOW,
     "ended_at": NOW,
     "outcome": "error",
+    "ids": '["a", "b"]',
+    "reason": "r",
 }
 
 # Every statement that asks whether an older job on a target is active (the blocked flag, the
@@ -77,6 +79,13 @@ HOT = {
     "reclaim_exhausted": (SQLITE.RECLAIM_EXHAUSTED, "sqlite_autoindex_tether_jobs_1"),
     "acquit": (SQLITE.ACQUIT, "ix_tether_jobs_quarantined"),
     "complete_many": (SQLITE.COMPLETE_MANY, "sqlite_autoindex_tether_jobs_1"),
+    # an operator's cancel by id; a worker's read of the requests for the jobs it holds, through
+    # the partial index of exactly those rows
+    "cancel": (SQLITE.CANCEL, "sqlite_autoindex_tether_jobs_1"),
+    "cancel_running": (SQLITE.CANCEL_RUNNING, "sqlite_autoindex_tether_jobs_1"),
+    "cancel_running_no_return": (SQLITE.CANCEL_RUNNING_NO_RETURN, "sqlite_autoindex_tether_jobs_1"),
+    "request_cancel": (SQLITE.REQUEST_CANCEL, "sqlite_autoindex_tether_jobs_1"),
+    "cancel_requests": (SQLITE.CANCEL_REQUESTS, "ix_tether_jobs_cancel_requested"),
     "insert_payloads": (SQLITE.INSERT_PAYLOADS, None),
     "insert_attempt": (SQLITE.INSERT_ATTEMPT, None),
     "insert_targeted": (SQLITE.INSERT_TARGETED, TARGET),

@@ -671,3 +671,23 @@ def test_tether_ui_prints_the_port_it_got_and_writes_the_events_of_its_actions(l
             _, rest = proc.communicate(timeout=30)
     events = [json.loads(line) for line in rest.splitlines() if line.startswith("{")]
     assert any(e["event"] == "ui_action" and e.get("job_id") == ids["boom"] for e in events), rest
+
+
+def test_cancel_is_confirmed_then_needs_the_csrf_token_and_a_paused_type_is_shown(ledger, clock):
+    ids = fill(ledger, clock)
+    with client(ledger, allow_actions=True) as web:
+        assert "cancel this job" in web.get(f"/jobs/{ids['pending']}").text
+        assert "cancel this job" not in web.get(f"/jobs/{ids['boom']}").text  # failed: nothing to cancel
+        confirm = web.get("/actions/cancel", params={"job": ids["pending"]})
+        assert ledger.get(ids["pending"]).status is JobStatus.PENDING  # showing the question changes nothing
+        forged = web.post("/actions/cancel", data={"job": ids["pending"], "csrf": "0" * 64})
+        assert forged.status_code == 403 and ledger.get(ids["pending"]).status is JobStatus.PENDING
+        done = web.post("/actions/cancel", data={"job": ids["pending"], "csrf": csrf_of(confirm.text), "reason": "r"})
+        assert done.status_code == 200 and "cancelled" in done.text
+        refused = web.post("/actions/cancel", data={"job": ids["boom"], "csrf": csrf_of(confirm.text)})
+        assert refused.status_code == 409 and "only a pending or running job can be cancelled" in refused.text
+        ledger.enqueue(Note(name="waiting"))
+        ledger.pause("note", "quota")
+        live = web.get("/live/overview").text
+    assert ledger.get(ids["pending"]).status is JobStatus.CANCELLED
+    assert re.search(r">note</a> <span class=\"badge paused\"", live), live

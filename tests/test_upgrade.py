@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from tether import Coordinator, CreateFile, JobStatus
@@ -234,3 +235,31 @@ def table_names(url: str) -> set[str]:
         return set(sa.inspect(engine).get_table_names())
     finally:
         engine.dispose()
+
+
+def test_an_older_ledger_gets_the_cancelled_status_its_cancel_column_and_paused_table(db_url, tmp_path):
+    from tether.ledger.schema import STATUS_CHECK, TABLE
+
+    old = sa.MetaData()  # the jobs table as version 5 made it: four statuses, no cancel_reason
+    sa.Table(
+        TABLE,
+        old,
+        *[column._copy() for column in jobs.columns if column.name != "cancel_reason"],
+        sa.CheckConstraint("status IN ('pending', 'claimed', 'completed', 'failed')", name=STATUS_CHECK),
+    )
+    if db_url.startswith("sqlite"):
+        (tmp_path / "ledger").mkdir(exist_ok=True)
+    engine = sa.create_engine(db_url)  # not tether's: it would make a new SQLite ledger as this version does
+    old.create_all(engine)
+    engine.dispose()
+    with Coordinator.open(db_url, root=tmp_path / "data", registry=default_registry()) as c:
+        job_id = c.enqueue(CreateFile(path="a.json", content=1)).id
+        [result] = c.cancel(job_id)
+        assert c.get(job_id).status is JobStatus.CANCELLED, result
+        c.pause("create_file")
+        assert c.resume("create_file")
+        with c.engine.begin() as conn, pytest.raises(sa.exc.IntegrityError):
+            conn.exec_driver_sql(f"UPDATE tether_jobs SET status = 'lost' WHERE id = '{job_id}'")
+        if c.engine.dialect.name == "sqlite":
+            with c.engine.connect() as conn:
+                assert conn.exec_driver_sql("PRAGMA integrity_check").scalar() == "ok"

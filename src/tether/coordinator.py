@@ -17,7 +17,8 @@ from .clock import Clock, DatabaseClock, SystemClock
 from .errors import ConfigError
 from .jobtypes import JobType, Payload, Registry, default_registry
 from .jobtypes.datafiles.durable import make_root
-from .ledger import conflict, meta
+from .ledger import cancel as cancelling
+from .ledger import conflict, meta, pausing
 from .ledger.catalogue import POSTGRESQL
 from .ledger.engine import Durability, create_engine, opening_error, schema_of
 from .ledger.queue import Queue
@@ -274,6 +275,20 @@ class Coordinator:
     def retry(self, job_id: str) -> JobRecord:
         """Put a failed job back to pending with its attempts reset (explicit operator action)."""
         return self.queue.manual_retry(job_id)
+
+    def cancel(self, *job_ids: str, **options: Any) -> list[cancelling.CancelResult]:
+        """Cancel jobs by id, or every active job of ``job_type`` and/or idempotency ``key``: a
+        pending one at once, a running one by its worker within a second, with the verdict on its
+        effect; a finished one is refused. Options: ``reason``, ``wait`` (see ledger/cancel.py)."""
+        return cancelling.cancel(self.queue, job_ids, **options)
+
+    def pause(self, job_type: str, reason: str | None = None) -> pausing.Pause:
+        """Stop every worker claiming ``job_type`` (within a second); its running jobs finish."""
+        return pausing.pause(self.queue, job_type, reason)
+
+    def resume(self, job_type: str) -> bool:
+        """Let workers claim ``job_type`` again; False if it was not paused."""
+        return pausing.resume(self.queue, job_type)
 
     def reclaim_stale(self, *, now: datetime | None = None) -> list[JobRecord]:
         return self.queue.reclaim_stale(self.lock_timeout, now=now)

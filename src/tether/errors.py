@@ -117,6 +117,14 @@ class InvalidTransition(TetherError):
         super().__init__(f"job {job_id} is {current}; it cannot become {wanted}")
 
 
+class NotCancellable(TetherError):
+    """Only a pending or running job can be cancelled: a finished one keeps its outcome."""
+
+    def __init__(self, job_id: str, current: str) -> None:
+        self.current = current
+        super().__init__(f"job {job_id} is {current}; only a pending or running job can be cancelled")
+
+
 class DuplicateActiveJob(TetherError):
     """A job cannot become active while another active job holds its idempotency key."""
 

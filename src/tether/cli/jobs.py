@@ -11,7 +11,7 @@ from ..clock import SystemClock
 from ..errors import ConfigError
 from ..ledger.record import JobRecord
 from ..ledger.status import JobStatus
-from .app import JSON_OPTION, app, print_json
+from .app import JSON_OPTION, app, out, print_json
 from .output import (
     LIMIT_HELP,
     first_line,
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 @app.command()
 def jobs(
     ctx: typer.Context,
-    status: str | None = typer.Option(None, "--status", "-s", help="pending, claimed, completed or failed."),
+    status: str | None = typer.Option(None, "--status", "-s", help="pending, claimed, completed, failed or cancelled."),
     job_type: str | None = typer.Option(None, "--type", "-t", help="Only jobs of this type."),
     since: str | None = typer.Option(None, "--since", help="Only jobs enqueued within this window, e.g. 30m, 2d."),
     schedule_name: str | None = typer.Option(
@@ -51,6 +51,7 @@ def jobs(
     Example: tether jobs --status pending --type create_file --limit 20
     """
     from ..observe.jobs import jobs as find_jobs
+    from ..observe.jobs import paused_types
 
     if status is not None and status not in {s.value for s in JobStatus}:
         raise ConfigError(f"--status: {status!r} is not a status; use one of {', '.join(s.value for s in JobStatus)}")
@@ -62,10 +63,14 @@ def jobs(
             found = _schedule_runs(engine, schedule_name, status, job_type, start)[:n]
         else:
             found = find_jobs(engine, status=status, job_type=job_type, since=start, limit=n)
+        paused = paused_types(engine)
     if as_json:
-        print_json({"jobs": job_dicts(found)})
+        print_json({"jobs": job_dicts(found), "paused": paused})
         return
     _print_jobs(found)
+    for p in paused:
+        because = f": {p['reason']}" if p["reason"] else ""
+        out.print(f"paused: {p['type']} ({p['pending']} pending, not claimed){because}", markup=False)
 
 
 def _schedule_runs(

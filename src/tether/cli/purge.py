@@ -20,10 +20,11 @@ def purge(
         False, "--completed", help="Delete completed jobs (the latest per file/target is kept)."
     ),
     failed: bool = typer.Option(False, "--failed", help="Delete failed jobs."),
+    cancelled: bool = typer.Option(False, "--cancelled", help="Delete cancelled jobs."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only print what would be deleted."),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Delete completed (and/or failed) jobs that finished before a cutoff, with their attempts.
+    """Delete completed (and/or failed, cancelled) jobs that finished before a cutoff, with their attempts.
 
     Pending and claimed jobs are never touched; the latest completed job of each target (file
     path) is kept whatever its age, with its attempts, so reconcile can still prove that file
@@ -33,9 +34,10 @@ def purge(
     """
     from ..observe.retention import purge as purge_jobs
 
-    statuses = [s for s, on in ((JobStatus.COMPLETED, completed), (JobStatus.FAILED, failed)) if on]
+    chosen = ((JobStatus.COMPLETED, completed), (JobStatus.FAILED, failed), (JobStatus.CANCELLED, cancelled))
+    statuses = [s for s, on in chosen if on]
     if not statuses:
-        raise ConfigError("say what to purge: --completed and/or --failed")
+        raise ConfigError("say what to purge: --completed, --failed and/or --cancelled")
     window = parse_duration(older_than, "--older-than")
     with ledger(ctx.obj) as engine:
         result = purge_jobs(engine, older_than=window, statuses=statuses, dry_run=dry_run)

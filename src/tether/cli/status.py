@@ -224,10 +224,16 @@ def _render(h: Health) -> None:
             "or fails (tether jobs --json: quarantine, last_error)",
             markup=False,
         )
+    for p in s.paused:
+        because = f": {p.reason}" if p.reason else ""
+        out.print(f"  paused: {p.type} since {when(p.paused_at)} UTC{because} (tether resume {p.type})", markup=False)
     table(
         "Outstanding by type",
         ["type", "pending", "claimed", "outstanding", "largest pending payload"],
-        [(b.type, b.pending, b.claimed, b.outstanding, size(b.largest_payload)) for b in s.by_type],
+        [
+            (f"{b.type} (paused)" if b.paused else b.type, b.pending, b.claimed, b.outstanding, size(b.largest_payload))
+            for b in s.by_type
+        ],
         empty="no outstanding jobs",
     )
     table(

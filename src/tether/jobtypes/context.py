@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 TIMEOUT = "timeout"
 SHUTDOWN = "shutdown"
 LEASE_LOST = "lease_lost"
+CANCELLED = "cancelled"  # an operator cancelled the job (``tether cancel``): ``cancel_note`` says why
 
 PROGRESS_EVERY = 1.0
 """Seconds between two writes of one job's progress."""
@@ -31,6 +32,7 @@ _MESSAGES = {
     TIMEOUT: "ran past its timeout",
     SHUTDOWN: "cancelled at shutdown",
     LEASE_LOST: "lost its lock to another worker",
+    CANCELLED: "was cancelled by an operator",
 }
 
 # Creating a context's Event lazily: most handlers never ask for it, and a threading.Event (a
@@ -56,8 +58,9 @@ class JobContext:
     """The running job and what its handler may do besides its effect.
 
     ``cancelled`` is set, with ``cancel_reason``, when the handler should stop: its timeout
-    passed (``timeout``), the worker is shutting down hard (``shutdown``), or this worker lost
-    the job's lock (``lease_lost``). A handler that waits (a subprocess, a network call) waits
+    passed (``timeout``), the worker is shutting down hard (``shutdown``), this worker lost
+    the job's lock (``lease_lost``), or an operator cancelled the job (``cancelled``, their
+    reason in ``cancel_note``). A handler that waits (a subprocess, a network call) waits
     on it; ``checkpoint()`` raises Cancelled once it is set."""
 
     # Slots, and the follow-up list made on the first ``enqueue``: a worker keeps a batch's
@@ -75,6 +78,7 @@ class JobContext:
         "_progress_written",
         "_shutdown",
         "_reason",
+        "cancel_note",
         "_event",
         "_trusted_until",
         "dir_syncs",
@@ -102,6 +106,8 @@ class JobContext:
         self._progress_written = time.monotonic()  # a job's first second writes nothing
         self._shutdown = shutdown
         self._reason: str | None = None
+        # The operator's reason, once an operator cancelled the job (reason ``cancelled``).
+        self.cancel_note: str | None = None
         self._event: threading.Event | None = None
         # Until then (clock.elapsed()), the worker knows without asking that it holds the job.
         self._trusted_until = trusted_until
@@ -122,17 +128,22 @@ class JobContext:
 
     # -- cancellation ------------------------------------------------------------------------
 
-    def cancel(self, reason: str) -> None:
-        """Ask the handler to stop (the worker calls this); the first reason is kept."""
-        if self._reason is None:
+    def cancel(self, reason: str, note: str | None = None) -> None:
+        """Ask the handler to stop (the worker calls this); the first reason is kept. An
+        operator's cancel (``CANCELLED``, with its ``note``) is kept over any other: it decides
+        how the attempt ends."""
+        if self._reason is None or (reason == CANCELLED and self.cancel_note is None):
             self._reason = reason
+        if reason == CANCELLED and self.cancel_note is None:
+            self.cancel_note = note or "no reason given"
         event = self._event
         if event is not None:
             event.set()
 
     @property
     def cancel_reason(self) -> str | None:
-        """``timeout``, ``shutdown`` or ``lease_lost`` once cancelled, else None."""
+        """``timeout``, ``shutdown``, ``lease_lost`` or ``cancelled`` (an operator's) once
+        cancelled, else None."""
         if self._reason is None and self._shutdown is not None and self._shutdown.is_set():
             self.cancel(SHUTDOWN)
         return self._reason

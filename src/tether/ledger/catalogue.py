@@ -50,15 +50,21 @@ class Statements:
     COMPLETE_MANY: str
     RETRY: str
     FAIL: str
+    CANCEL_RUNNING: str
     RELEASE: str
     DEFER: str
     COMPLETE_NO_RETURN: str
     RETRY_NO_RETURN: str
     FAIL_NO_RETURN: str
+    CANCEL_RUNNING_NO_RETURN: str
     RELEASE_NO_RETURN: str
     DEFER_NO_RETURN: str
     INSERT_ATTEMPT: str
     DEFER_TYPE: str
+    CANCEL: str
+    REQUEST_CANCEL: str
+    CANCEL_REQUESTS: str
+    PAUSED_TYPES: str
     HEARTBEAT: str
     PROGRESS: str
     HOLDS: str

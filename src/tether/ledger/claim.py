@@ -4,7 +4,8 @@
 own; ``finish_and_claim`` shares the one that records a batch's outcomes). It takes ready jobs
 highest priority first, then oldest, within a byte budget (CLAIM in ``statements/sqlite.sql``: a job larger than the
 batch's share waits for the claim it leads), each registered type with a ``max_running`` limit
-only up to its room, and gives each claim of a worker a time of its own.
+only up to its room, leaves out the types an operator paused (pausing.py), and gives each claim
+of a worker a time of its own.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from ..jobtypes import Registry
 from .catalogue import Statements
+from .pausing import PausedTypes
 from .record import JobRecord
 
 
@@ -25,7 +27,8 @@ class Claimer:
     def __init__(self, registry: Registry, statements: Statements) -> None:
         self.registry = registry
         self.sql = statements
-        self._claim_types: tuple[int, Any] = (-1, None)  # (registry generation, CLAIM's types)
+        self._claim_types: tuple[tuple[int, frozenset[str]], Any] = ((-1, frozenset()), None)  # see _claimed_types
+        self.paused = PausedTypes(statements.PAUSED_TYPES)
         self._limits: dict[str, int] = {}
         self._limits_generation = -1
         self._last_claim_at: dict[str, datetime] = {}  # by worker id
@@ -35,18 +38,21 @@ class Claimer:
         """Take up to ``limit`` ready jobs for ``worker`` in ``cur``'s transaction, holding at most
         ``max_bytes`` of payload between them (or one larger job), each with its payload."""
         now = self._claim_time(worker, now)
+        paused = self.paused.current(cur)
         limited = self._limited()
         if limited:
-            return self._with_payloads(cur, self._claim_limited(cur, worker, now, limit, max_bytes, limited))
-        params = {"worker": worker, "now": now, "limit": limit, "max_bytes": max_bytes, "types": self._claimed_types()}
+            return self._with_payloads(cur, self._claim_limited(cur, worker, now, limit, max_bytes, limited, paused))
+        types = self._claimed_types(paused)
+        params = {"worker": worker, "now": now, "limit": limit, "max_bytes": max_bytes, "types": types}
         return self._with_payloads(cur, cur.records(self.sql.CLAIM, params))
 
-    def _claimed_types(self) -> Any:
-        """CLAIM's ``types``: this registry's types, bound again only when a type is registered."""
-        generation, types = self._claim_types
-        if generation != self.registry.generation:
-            types = self.sql.types(self.registry.names())
-            self._claim_types = (self.registry.generation, types)
+    def _claimed_types(self, paused: frozenset[str]) -> Any:
+        """CLAIM's ``types``: this registry's types less the paused ones, bound again only when
+        a type is registered, paused or resumed."""
+        made_for, types = self._claim_types
+        if made_for != (self.registry.generation, paused):
+            types = self.sql.types(name for name in self.registry.names() if name not in paused)
+            self._claim_types = ((self.registry.generation, paused), types)
         return types
 
     def _claim_time(self, worker: str, now: datetime) -> datetime:
@@ -86,7 +92,14 @@ class Claimer:
         return self._limits
 
     def _claim_limited(
-        self, cur: Any, worker: str, now: datetime, limit: int, max_bytes: int, limited: dict[str, int]
+        self,
+        cur: Any,
+        worker: str,
+        now: datetime,
+        limit: int,
+        max_bytes: int,
+        limited: dict[str, int],
+        paused: frozenset[str],
     ) -> list[JobRecord]:
         """The claim, with each limited type taken only up to its room: ``max_running`` minus its
         jobs claimed now, across every worker (counted in the claiming transaction). The byte cap
@@ -94,9 +107,11 @@ class Claimer:
         job while any is left (a batch may end one job past ``max_bytes``, never starving a
         limited type of large jobs)."""
         params: dict[str, Any] = {"worker": worker, "now": now, "limit": limit, "max_bytes": max_bytes}
-        unlimited = [name for name in self.registry.names() if name not in limited]
+        unlimited = [name for name in self.registry.names() if name not in limited and name not in paused]
         claimed: list[JobRecord] = cur.records(self.sql.CLAIM, {**params, "types": self.sql.types(unlimited)})
         for name, cap in limited.items():
+            if name in paused:
+                continue
             left = max_bytes - sum(job.payload_bytes or 0 for job in claimed)
             if len(claimed) >= limit or (claimed and left <= 0):
                 break

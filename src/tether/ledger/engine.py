@@ -15,10 +15,11 @@ import sqlalchemy as sa
 
 from .. import config
 from ..errors import ConfigError, DatabaseUnavailable, LedgerFault
-from . import faults
+from . import faults, statuscheck
 from .catalogue import catalogue_for
 from .ledgerfile import missing_file, no_table, not_a_file
 from .schema import RETIRED_INDEXES, TABLE, metadata
+from .status import JobStatus
 from .url import mask_url, parse_url
 
 Durability = Literal["full", "normal"]
@@ -272,6 +273,7 @@ def layout() -> str:
             for t in metadata.sorted_tables
         ]
         parts.append("-" + ",".join(RETIRED_INDEXES))
+        parts.append("|".join(status.value for status in JobStatus))  # the status CHECK (statuscheck.py)
         _layout = hashlib.sha256(";".join(parts).encode()).hexdigest()[:16]
     return _layout
 
@@ -294,6 +296,8 @@ def ensure_schema(engine: sa.Engine) -> bool:
             created = not sa.inspect(conn).has_table(TABLE)
             metadata.create_all(conn, checkfirst=True)
             added = _add_missing_columns(conn, engine.dialect)
+            if not created:
+                statuscheck.widen(conn, engine.dialect)
             # create_all builds indexes only with a table it creates: a ledger from an earlier
             # version gets the indexes added since here. Only missing ones: on PostgreSQL even
             # CREATE INDEX IF NOT EXISTS locks the table against writers first.

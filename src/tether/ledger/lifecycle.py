@@ -21,6 +21,7 @@ from .record import JobRecord
 from .status import ACTIVE, JobStatus
 
 _P, _C, _D, _F = JobStatus.PENDING, JobStatus.CLAIMED, JobStatus.COMPLETED, JobStatus.FAILED
+_X = JobStatus.CANCELLED
 
 # Who may take an edge, which the guarded UPDATE checks (see FENCED and SWEPT below).
 OWNER = "owner"
@@ -54,6 +55,8 @@ EDGES: dict[str, Edge] = {
     "defer": Edge(_C, _P, "deferred", OWNER, Outcome.GIVEN_BACK),
     "snooze": Edge(_C, _P, "snoozed", OWNER, Outcome.GIVEN_BACK),
     "manual_retry": Edge(_F, _P, "manually_retried", attempt=Outcome.MANUAL_RETRY),
+    "cancel": Edge(_P, _X, "cancelled"),
+    "cancel_running": Edge(_C, _X, "cancelled_running", OWNER, Outcome.CANCELLED),
 }
 
 # Edges that leave ``claimed`` on behalf of the worker holding the job: fenced by owner and attempt.
@@ -125,6 +128,18 @@ class Decision(NamedTuple):
         handler started (shutdown, a batch that turned slow): the attempt is not counted, and one
         that never started is no attempt at all (no attempt row)."""
         return cls(job, "release", {}, duration=duration, ran=ran)
+
+    @classmethod
+    def cancel_running(
+        cls, job: JobRecord, error: str, effect: str, duration: float | None = None, finished_at: datetime | None = None
+    ) -> Decision:
+        """An operator cancelled the job while it ran: it ends ``cancelled`` with the verdict of
+        whether its effect landed (``landed``, ``absent``, ``unknown``); its follow-up jobs are
+        dropped."""
+        result = orjson.dumps({"effect": effect}).decode()
+        return cls(
+            job, "cancel_running", {"error": error, "result": result}, duration=duration, finished_at=finished_at
+        )
 
     @classmethod
     def defer(cls, job: JobRecord, error: str, run_at: datetime, duration: float | None = None) -> Decision:

@@ -64,6 +64,7 @@ class Job(TetherModel, table=True):
     quarantine: str | None = _field(_jobs.quarantine)
     payload_bytes: int | None = _field(_jobs.payload_bytes)
     blocked: bool = _field(_jobs.blocked)  # an older job on its target is active (statements/sqlite.sql)
+    cancel_reason: str | None = _field(_jobs.cancel_reason)  # an operator's cancel of the running job
 
 
 class Meta(TetherModel, table=True):

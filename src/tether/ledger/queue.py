@@ -36,6 +36,8 @@ _EDGE_SQL = {  # each edge's statement, by its name in the catalogue
     "complete": "COMPLETE",
     "retry": "RETRY",
     "fail": "FAIL",
+    "cancel_running": "CANCEL_RUNNING",
+    "cancel": "CANCEL",
     "release": "RELEASE",
     "defer": "DEFER",
     "snooze": "DEFER",  # the same row change, without holding back the type's other jobs
@@ -218,7 +220,7 @@ class Queue:
                 job: JobRecord | bool | None = True if (d.job.id, d.job.attempts) in completed else None
             else:
                 values = dict(d.values)
-                if d.edge in ("complete", "fail"):
+                if d.edge in ("complete", "fail", "cancel_running"):
                     values["now"] = d.finished_at or now
                 job = self.transition(
                     cur, d.edge, d.job.id, worker=worker, attempt=d.job.attempts, returning=records, **values

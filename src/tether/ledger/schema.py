@@ -21,6 +21,7 @@ from .attempts import STORED
 from .status import JobStatus
 
 TABLE = "tether_jobs"
+STATUS_CHECK = "ck_tether_jobs_status"
 RECONCILE_TABLE = "tether_reconcile_runs"
 WORKERS_TABLE = "tether_workers"
 ATTEMPTS_TABLE = "tether_attempts"
@@ -103,7 +104,23 @@ jobs = sa.Table(
     # end a job; derived from the other columns, never part of a JobRecord. Added after the first
     # release: ensure_schema adds it, with its default, and sets it for the jobs waiting then.
     sa.Column("blocked", sa.Boolean, nullable=False, default=False, server_default=sa.false()),
-    sa.CheckConstraint(f"status IN ({_STATUSES})", name="ck_tether_jobs_status"),
+    # An operator's cancel of the running job, with its reason (NULL: none asked): its worker
+    # reads it for the jobs it runs (CANCEL_REQUESTS) and ends the attempt ``cancelled``. Set
+    # only while the job is claimed by the attempt the operator saw; never part of a JobRecord.
+    # Added after the first release: ensure_schema adds it.
+    _text("cancel_reason"),
+    sa.CheckConstraint(f"status IN ({_STATUSES})", name=STATUS_CHECK),
+)
+
+paused = sa.Table(
+    "tether_paused",
+    metadata,
+    # A job type an operator paused: no worker claims its jobs until it is resumed (its running
+    # jobs finish). Workers read the whole table at most every ``pausing.REFRESH`` seconds and
+    # leave these types out of the claim's ``types``.
+    sa.Column("job_type", sa.String(64), primary_key=True),
+    _text("reason"),
+    _time("paused_at", nullable=False),
 )
 
 meta = sa.Table(
@@ -193,8 +210,8 @@ sa.Index("ix_tether_attempts_job", attempts.c.job_id, attempts.c.id)
 # besides its primary key at every step: pending, then claimed, then done (the drain and bulk
 # enqueue figures in benchmarks/ISSUE7.md).
 
-# The columns of a JobRecord: every column but ``blocked``, in table order.
-RECORD_COLUMNS = tuple(name for name in jobs.c.keys() if name != "blocked")
+# The columns of a JobRecord: every column but ``blocked`` and ``cancel_reason``, in table order.
+RECORD_COLUMNS = tuple(name for name in jobs.c.keys() if name not in ("blocked", "cancel_reason"))
 
 # The claim walks this index in exactly its ORDER BY (priority DESC, created_at, id) after the
 # equality on ``blocked``: no sort step, it holds only the waiting jobs however many finished ones
@@ -281,6 +298,19 @@ sa.Index(
     jobs.c.quarantine,
     sqlite_where=sa.text(QUARANTINED_SQL),
     postgresql_where=sa.text(QUARANTINED_SQL),
+)
+
+
+# The running jobs an operator asked to cancel, by the worker holding them: what each worker asks
+# about twice a second while it runs jobs (CANCEL_REQUESTS), one probe of an index that is empty
+# while nobody cancels. A claim or an outcome changes ``status``, so each checks this condition
+# for its row; none adds an entry.
+CANCEL_REQUESTED_SQL = f"cancel_reason IS NOT NULL AND {CLAIMED_SQL}"
+sa.Index(
+    "ix_tether_jobs_cancel_requested",
+    jobs.c.locked_by,
+    sqlite_where=sa.text(CANCEL_REQUESTED_SQL),
+    postgresql_where=sa.text(CANCEL_REQUESTED_SQL),
 )
 
 

@@ -14,6 +14,9 @@ class JobStatus(StrEnum):
     """The handler returned; terminal."""
     FAILED = "failed"
     """Attempts exhausted, permanent error or invalid payload; only an operator retries it."""
+    CANCELLED = "cancelled"
+    """An operator cancelled it: before it ran, or while it ran (its effect's verdict is kept);
+    terminal, never retried."""
 
 
 # The statuses of a job that is still to run: its idempotency key and its target are taken.

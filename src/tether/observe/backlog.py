@@ -9,7 +9,7 @@ rows through ``stats_of``.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,6 +26,8 @@ class TypeBacklog:
     largest_payload: int | None = None
     """Bytes of the largest pending payload (stored JSON): what a worker will hold to run it.
     Jobs enqueued before tether kept payload sizes are not counted."""
+    paused: bool = False
+    """An operator paused the type (``tether pause``): no worker claims its pending jobs."""
     scheduled: int = 0
     """Pending jobs not due yet that never ran: enqueued with a delay, or a schedule's slot."""
     retrying: int = 0
@@ -56,6 +58,22 @@ class TargetBacklog:
 
 
 @dataclass(frozen=True)
+class PausedType:
+    """A job type an operator paused: since when, and why."""
+
+    type: str
+    paused_at: datetime | None
+    reason: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "paused_at": self.paused_at.isoformat() if self.paused_at else None,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
 class Stats:
     """The ledger at one instant: outstanding work by type, failures, stuck locks."""
 
@@ -67,6 +85,7 @@ class Stats:
     oldest_pending_at: datetime | None
     quarantined: int = 0  # outstanding jobs a worker died holding: each runs alone (reclaim.py)
     deepest_target: TargetBacklog | None = None  # the target with the most outstanding jobs
+    paused: list[PausedType] = field(default_factory=list)  # types no worker claims, by name
 
     @property
     def pending(self) -> int:
@@ -124,6 +143,7 @@ class Stats:
             "stuck": self.stuck,
             "quarantined": self.quarantined,
             "deepest_target": None if self.deepest_target is None else self.deepest_target.to_dict(),
+            "paused": [p.to_dict() for p in self.paused],
             "oldest_pending_at": self.oldest_pending_at.isoformat() if self.oldest_pending_at else None,
             "oldest_pending_age": self.oldest_pending_age,
             "largest_pending_payload": self.largest_pending_payload,
@@ -154,11 +174,14 @@ def stats_of(
     stuck: int,
     quarantined: int,
     deepest: Any | None,
+    paused: Iterable[Any] = (),
 ) -> Stats:
     """``Stats`` from the rows of the backlog queries: ``per_status`` rows of (type, status,
     count, oldest ready run_at, oldest created_at, largest payload_bytes), one per type and
     active status; the failed, stuck and quarantined counts; the deepest target's (key, count)
-    row or None."""
+    row or None; the paused types' (type, paused_at, reason) rows, each listed with its backlog
+    (none too)."""
+    stopped = [PausedType(name, utc(at), reason) for name, at, reason in paused]
     backlog: dict[str, dict[str, Any]] = {}
     oldest = None
     for job_type, status, n, ready_at, enqueued, most, scheduled, retrying in per_status:
@@ -167,6 +190,9 @@ def stats_of(
             backlog[job_type].update(ready=utc(ready_at), largest=most, scheduled=scheduled, retrying=retrying)
             first = utc(enqueued)
             oldest = first if oldest is None or (first is not None and first < oldest) else oldest
+    names = {p.type for p in stopped}
+    for name in names:
+        backlog.setdefault(name, {})
     by_type = [
         TypeBacklog(
             k,
@@ -174,10 +200,11 @@ def stats_of(
             v.get("claimed", 0),
             v.get("ready"),
             v.get("largest"),
+            k in names,
             v.get("scheduled", 0),
             v.get("retrying", 0),
         )
         for k, v in sorted(backlog.items())
     ]
     target = None if deepest is None else TargetBacklog(deepest[0], deepest[1])
-    return Stats(now, lock_timeout, by_type, failed, stuck, oldest, quarantined, target)
+    return Stats(now, lock_timeout, by_type, failed, stuck, oldest, quarantined, target, stopped)

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from ..ledger.schema import ACTIVE_TARGETED_SQL, CLAIMED_SQL, PENDING_SQL, QUARANTINED_SQL
 from ..ledger.schema import jobs as jobs_table
+from ..ledger.schema import paused as paused_table
 from ..ledger.status import JobStatus
 from .backlog import Stats, stats_of
 from .readonly import Source, done, lock_timeout_of, now_of, reading, seconds_between
@@ -25,7 +26,7 @@ from .verdict import Activity, Health, Thresholds, activity_of, assess
 
 def stats_statements(now: datetime, cutoff: datetime) -> dict[str, sa.Select[Any] | sa.CompoundSelect[Any]]:
     """The statements ``stats`` runs, by name (``backlog``, ``failed``, ``stuck``, ``quarantined``,
-    ``deepest``): ``now``, and ``cutoff``, the lock time before which a claimed job is stuck.
+    ``deepest``, ``paused``): ``now``, and ``cutoff``, the lock time before which a claimed job is stuck.
     ``lite`` runs the same, compiled for SQLite ahead of time (``compile_lite``)."""
     # Each status through its own partial index, so only the backlog is read: the condition
     # is written as the index's own literal, which both databases match when they plan.
@@ -67,6 +68,10 @@ def stats_statements(now: datetime, cutoff: datetime) -> dict[str, sa.Select[Any
         .group_by(jobs_table.c.ordering_key)
         .order_by(n.desc(), jobs_table.c.ordering_key)
         .limit(1),
+        # Read last: a ledger from before pausing has no such table (paused_of).
+        "paused": sa.select(paused_table.c.job_type, paused_table.c.paused_at, paused_table.c.reason).order_by(
+            paused_table.c.job_type
+        ),
     }
 
 
@@ -119,7 +124,17 @@ def stats(source: Source, *, lock_timeout: float | None = None, now: datetime | 
         per_status = conn.execute(query["backlog"]).all()
         failed, stuck, quarantined = (conn.execute(query[k]).scalar_one() for k in ("failed", "stuck", "quarantined"))
         deepest = conn.execute(query["deepest"]).first()
-    return stats_of(now, lock_timeout, per_status, failed, stuck, quarantined, deepest)
+        paused = paused_of(conn, query["paused"])
+    return stats_of(now, lock_timeout, per_status, failed, stuck, quarantined, deepest, paused)
+
+
+def paused_of(conn: sa.Connection, query: Any) -> list[Any]:
+    """The paused types' rows; none on a ledger from before pausing (read-only commands never
+    upgrade a ledger), whose missing table is the last statement of the read."""
+    try:
+        return list(conn.execute(query).all())
+    except (sa.exc.OperationalError, sa.exc.ProgrammingError):
+        return []
 
 
 def activity(source: Source, window: float, *, now: datetime | None = None) -> Activity:

@@ -4,16 +4,38 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 
 from ..errors import AmbiguousJobId, JobNotFound
-from ..ledger import ids
+from ..ledger import ids, pausing
 from ..ledger.record import JobRecord
+from ..ledger.schema import PENDING_SQL
 from ..ledger.schema import jobs as jobs_table
 from ..ledger.status import JobStatus
 from .finished import newest_finished
 from .readonly import Source, reading, records, select_jobs
+
+
+def paused_types(source: Source) -> list[dict[str, Any]]:
+    """Each paused type with its pending jobs (which no worker claims) and the operator's reason;
+    none on a ledger from before pausing."""
+    with reading(source) as conn:
+        try:
+            found = pausing.paused(conn)
+        except (sa.exc.OperationalError, sa.exc.ProgrammingError):
+            return []
+        count = sa.select(sa.func.count()).select_from(jobs_table).where(sa.text(PENDING_SQL))
+        return [
+            {
+                "type": p.job_type,
+                "pending": conn.execute(count.where(jobs_table.c.type == p.job_type)).scalar_one(),
+                "paused_at": p.paused_at,
+                "reason": p.reason,
+            }
+            for p in found
+        ]
 
 
 def jobs(
@@ -28,7 +50,7 @@ def jobs(
     otherwise newest enqueued first (``since`` filters on enqueue time)."""
     status = JobStatus(status).value if status is not None else None
     with reading(source) as conn:
-        if status in ("completed", "failed") and since is None:
+        if status in ("completed", "failed", "cancelled") and since is None:
             return newest_finished(conn, (JobStatus(status),), job_type, None, None, limit)
         query = select_jobs()
         if status is not None:

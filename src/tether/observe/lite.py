@@ -78,6 +78,16 @@ def _rows(conn: sqlite3.Connection, name: str, times: dict[str, str]) -> list[An
     return conn.execute(STATUS[name], times).fetchall()
 
 
+def _paused(conn: sqlite3.Connection, times: dict[str, str]) -> list[Any]:
+    """The paused types' rows; none on a ledger from before pausing (``health.paused_of``)."""
+    try:
+        return _rows(conn, "paused", times)
+    except sqlite3.OperationalError as e:
+        if "no such table" in str(e):
+            return []
+        raise
+
+
 def health(
     database: str,
     thresholds: Thresholds | None = None,
@@ -101,7 +111,8 @@ def health(
         backlog = _rows(conn, "backlog", times)
         failed, stuck, quarantined = (_rows(conn, k, times)[0][0] for k in ("failed", "stuck", "quarantined"))
         deepest = _rows(conn, "deepest", times)
-        s = stats_of(now, lock_timeout, backlog, failed, stuck, quarantined, deepest[0] if deepest else None)
+        paused = _paused(conn, times)
+        s = stats_of(now, lock_timeout, backlog, failed, stuck, quarantined, deepest[0] if deepest else None, paused)
         act = activity_of(th.window, _rows(conn, "finished", times), _rows(conn, "run_times", times))
     except sqlite3.OperationalError as e:
         raise DatabaseUnavailable(f"could not read the ledger: {' '.join(str(e).split())}") from e

@@ -24,7 +24,7 @@ from ..ledger.schema import jobs as jobs_table
 from ..ledger.status import JobStatus
 from .readonly import Source, engine_of, now_of, reading
 
-FINISHED = (JobStatus.COMPLETED, JobStatus.FAILED)
+FINISHED = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
 
 
 @dataclass(frozen=True)
@@ -72,15 +72,15 @@ def purge(
     now: datetime | None = None,
     batch_size: int = 1000,
 ) -> PurgeResult:
-    """Delete jobs with a status in ``statuses`` (completed and/or failed) that finished more
+    """Delete jobs with a status in ``statuses`` (completed, failed, cancelled) that finished more
     than ``older_than`` ago, in batches of ``batch_size`` so writers are never held up long.
     With ``dry_run``, only count them by status and type."""
     chosen = tuple(dict.fromkeys(JobStatus(s) for s in statuses))
     if not chosen:
-        raise ConfigError("purge needs at least one status: completed and/or failed")
+        raise ConfigError("purge needs at least one status: completed, failed and/or cancelled")
     bad = [s.value for s in chosen if s not in FINISHED]
     if bad:
-        raise ConfigError(f"purge deletes finished jobs only (completed, failed), not {', '.join(bad)}")
+        raise ConfigError(f"purge deletes finished jobs only (completed, failed, cancelled), not {', '.join(bad)}")
     if older_than < timedelta(0):
         raise ConfigError(f"--older-than must not be negative, got {older_than}")
     cutoff = now_of(source, now) - older_than

@@ -69,6 +69,10 @@ class SpendSum:
         self.output_tokens += int(output_tokens or 0)
 
 
+# Every status a job finishes in: each is counted (tether_jobs_finished_total{status}).
+_FINISHED = (JobStatus.COMPLETED.value, JobStatus.FAILED.value, JobStatus.CANCELLED.value)
+
+
 class FinishedTally:
     """Jobs that finished after ``since``, accumulated as they are read: counts by outcome and
     type; run time, queue wait and attempts of completed jobs by type; and what completed jobs
@@ -87,7 +91,7 @@ class FinishedTally:
         if until <= self.upto:
             return
         window = (
-            jobs_table.c.status.in_((JobStatus.COMPLETED.value, JobStatus.FAILED.value)),
+            jobs_table.c.status.in_(_FINISHED),
             done(),
             jobs_table.c.completed_at > self.upto,
             jobs_table.c.completed_at <= until,

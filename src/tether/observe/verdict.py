@@ -266,9 +266,10 @@ def assess(s: Stats, thresholds: Thresholds | None = None, act: Activity | None 
     )
     checks = [backlog, stuck, failed]
     for b in s.by_type:
-        # A worker claims only the types it has: jobs of a type no running worker has wait.
+        # A worker claims only the types it has: jobs of a type no running worker has wait. A
+        # paused type's jobs wait because an operator said so: no warning.
         waited = (s.now - b.oldest_ready_at).total_seconds() if b.oldest_ready_at else 0.0
-        if b.pending and not b.claimed and waited > th.unclaimed_grace:
+        if b.pending and not b.claimed and not b.paused and waited > th.unclaimed_grace:
             checks.append(
                 HealthCheck(
                     f"unclaimed:{b.type}",

@@ -72,6 +72,7 @@ def app(
         Route("/drift/run", pages.drift_run, methods=["POST"]),
         Route("/actions/retry", actions.guarded(actions.retry), methods=["GET", "POST"]),
         Route("/actions/retry-failed", actions.guarded(actions.retry_failed), methods=["GET", "POST"]),
+        Route("/actions/cancel", actions.guarded(actions.cancel), methods=["GET", "POST"]),
         Route("/actions/purge", actions.guarded(actions.purge), methods=["GET", "POST"]),
         Route("/login", pages.login, methods=["GET", "POST"]),
         # Browsers ask for /favicon.ico on every page whatever the page links: answered, not a 404.

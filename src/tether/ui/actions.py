@@ -1,6 +1,7 @@
 """The page's operator actions (only with ``--allow-actions``): retry one failed job, retry every
-failed job of a type, purge finished jobs older than a cutoff. Each is a GET that shows what will
-happen and asks to confirm, then a POST with the CSRF token that does it; each is an event."""
+failed job of a type, cancel a pending or running job, purge finished jobs older than a cutoff.
+Each is a GET that shows what will happen and asks to confirm, then a POST with the CSRF token
+that does it; each is an event."""
 
 from __future__ import annotations
 
@@ -60,6 +61,19 @@ class Actions:
         assert self.pages.coordinator is not None  # guarded
         moved = self.pages.coordinator.retry(job.id)
         return self._done(request, "retry", job_id=moved.id, type=moved.type, status=moved.status.value)
+
+    # -- cancel one -------------------------------------------------------------------------------
+
+    async def cancel(self, request: Request, fields: dict[str, str]) -> Response:
+        job = show(self.pages.source, fields.get("job", ""))
+        if request.method == "GET":
+            return self.pages.render(request, "confirm_cancel.html", job=job)
+        assert self.pages.coordinator is not None  # guarded
+        # No wait: a running job's worker records it within a second; the job's page shows it.
+        [result] = self.pages.coordinator.cancel(job.id, reason=fields.get("reason") or "cancelled from the ui")
+        if result.error is not None:
+            raise TetherError(result.error)
+        return self._done(request, "cancel", job_id=job.id, type=job.type, outcome=result.outcome)
 
     # -- retry all failed of a type ----------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from ..ledger.backend import LostCommit
 from ..ledger.lifecycle import Decision, error_text
 from ..ledger.recheck import unsettled
 from ..ledger.record import JobRecord
+from .cancels import effect_of
 from .executor import Returned
 
 if TYPE_CHECKING:
@@ -45,7 +46,14 @@ class Unrecordable(NamedTuple):
     error: BaseException
 
 
-Outcome = Returned | Exception | NotRun | Unrecordable
+class Stopped(NamedTuple):
+    """An operator cancelled the job while it ran (``note``: their reason); however the handler
+    ended, the attempt ends ``cancelled``."""
+
+    note: str
+
+
+Outcome = Returned | Exception | NotRun | Unrecordable | Stopped
 
 
 class Completer:
@@ -59,13 +67,18 @@ class Completer:
         self._full_streak = 0  # jobs in a row that met a full data root (see _storage_wait)
 
     def decide(self, job: JobRecord, outcome: Outcome, duration: float | None = None) -> Decision:
-        """The one place an attempt's outcome becomes a transition: a handler that returned
+        """The one place an attempt's outcome becomes a transition: an operator's cancel seen
+        while it ran ends it cancelled, with its effect's verdict; a handler that returned
         completes; one not run, or cancelled, gives its attempt back; a rate limit defers its
         type; a full data root snoozes the job; a permanent error, an invalid payload or the last
         attempt fails it; any other error retries it after the backoff. An outcome the database
         refused to store, or an error in deciding, fails the job visibly."""
         clock = self.queue.clock
         try:
+            if isinstance(outcome, Stopped):
+                effect = effect_of(self.queue, job)
+                error = f"Cancelled: {outcome.note} (effect: {effect})"
+                return Decision.cancel_running(job, error, effect, duration, clock.now())
             if isinstance(outcome, Returned):
                 self._full_streak = 0
                 return Decision(job, "complete", {"result": outcome.result}, outcome.children, duration, clock.now())

@@ -70,6 +70,10 @@ class Executor:
         with self._lock:
             return [self._running[i] for i in ids if i in self._running and i not in self._settling]
 
+    def busy(self) -> bool:
+        """Whether any job is running (no copy of the running set is made)."""
+        return bool(self._running)
+
     def running(self) -> list[JobContext]:
         """The contexts of the jobs running now (claimed, not yet recorded)."""
         with self._lock:

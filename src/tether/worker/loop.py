@@ -28,7 +28,7 @@ from ..ledger.engine import ledger_url, schema_of
 from ..ledger.lifecycle import Decision
 from ..ledger.record import JobRecord
 from ..ledger.walwatch import WalWatcher
-from .completer import NOT_RUN, Completer
+from .completer import NOT_RUN, Completer, Outcome, Stopped
 from .executor import Executor
 from .producer import Claimed, Producer
 from .retry import RetryPolicy
@@ -339,10 +339,16 @@ class Worker:
             if (stopping.is_set() and progress.ran) or progress.slow:
                 pending.append(decide(job, NOT_RUN))
                 continue
+            if ctx.cancel_note is not None:  # cancelled by an operator before its handler started
+                pending.append(decide(job, Stopped(ctx.cancel_note)))
+                continue
             if pending and time.perf_counter() >= flush_at:
                 self._record(completer.synced(pending, syncs.flush()))
                 pending = progress.pending = []
+            outcome: Outcome
             outcome, duration = run(job, ctx)
+            if ctx.cancel_note is not None:  # an operator's cancel decides, whatever the handler did
+                outcome = Stopped(ctx.cancel_note)
             decision = decide(job, outcome, duration)
             pending.append(decision)
             progress.edges[decision.edge] += 1

@@ -20,6 +20,7 @@ from ..jobtypes.context import LEASE_LOST, SHUTDOWN
 from ..ledger import faults, workers
 from ..ledger.backend import LostConnection
 from ..ledger.record import JobRecord
+from . import cancels
 
 if TYPE_CHECKING:
     from ..ledger.queue import Queue
@@ -156,6 +157,18 @@ class Supervisor:
             if time.monotonic() - self._last_beat > self.config.lock_timeout / 2:
                 self.executor.cancel_running(LEASE_LOST)
 
+    def watch_once(self) -> list[str]:
+        """Cancel the running jobs an operator asked to cancel (worker/cancels.py); their ids."""
+        return cancels.watch_once(self.queue, self.executor, self.worker_id)
+
+    def watch_quietly(self) -> None:
+        """``watch_once``; a database error is logged and the next turn asks again."""
+        try:
+            self.watch_once()
+        except sa.exc.SQLAlchemyError as e:
+            if not self.fatal(e):
+                self.db_error(e)
+
     def sweep_once(self, now: datetime | None = None) -> list[JobRecord]:
         """Give back (or fail) the jobs whose locks went stale: their workers died."""
         return self.queue.reclaim_stale(self.config.lock_timeout, now=now)
@@ -164,12 +177,16 @@ class Supervisor:
         """Heartbeats and sweeps while the claiming threads run."""
         next_beat = time.monotonic() + self.config.heartbeat_every
         next_sweep = time.monotonic() + self.config.sweep_every
+        next_watch = time.monotonic() + cancels.WATCH_EVERY
         while any(t.is_alive() for t in threads):
             threads[0].join(timeout=min(0.2, self.config.heartbeat_every))
             self.end_grace_once()
             if self.fault is None:
                 self.fatal(self.queue.backend.file_fault())
             now = time.monotonic()
+            if now >= next_watch:
+                self.watch_quietly()
+                next_watch = now + cancels.WATCH_EVERY
             if now >= next_beat:
                 self.beat_quietly()
                 next_beat = now + self.config.heartbeat_every

@@ -162,6 +162,16 @@ WHERE t.id = r.key AND t.status = 'claimed' AND t.locked_by = %(worker)s
   AND t.attempts = CAST(r.value ->> 0 AS integer)
 RETURNING t.id, t.attempts
 
+-- name: CANCEL_RUNNING
+-- An operator's cancel, seen by the worker running the job: cancelled, with the probe's verdict
+-- on its effect in ``result``; its follow-up jobs are never inserted.
+UPDATE tether_jobs SET status = 'cancelled', locked_by = NULL, locked_at = NULL,
+                       completed_at = %(now)s, last_error = %(error)s, result = %(result)s
+WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts = %(attempt)s
+RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
+          created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
+          timeout, progress, quarantine, payload_bytes
+
 -- name: RETRY
 UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
                        run_at = %(run_at)s, last_error = %(error)s
@@ -207,6 +217,11 @@ UPDATE tether_jobs SET status = 'completed', locked_at = NULL,
                        completed_at = %(now)s, result = %(result)s
 WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts = %(attempt)s
 
+-- name: CANCEL_RUNNING_NO_RETURN
+UPDATE tether_jobs SET status = 'cancelled', locked_by = NULL, locked_at = NULL,
+                       completed_at = %(now)s, last_error = %(error)s, result = %(result)s
+WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts = %(attempt)s
+
 -- name: RETRY_NO_RETURN
 UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
                        run_at = %(run_at)s, last_error = %(error)s
@@ -230,6 +245,25 @@ WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts
 -- name: INSERT_ATTEMPT
 INSERT INTO tether_attempts (job_id, attempt, started_at, ended_at, worker, outcome, error)
 VALUES (%(job_id)s, %(attempt)s, %(started_at)s, %(ended_at)s, %(worker)s, %(outcome)s, %(error)s)
+-- An operator's cancel (ledger/cancel.py), as in sqlite.sql.
+
+-- name: CANCEL
+UPDATE tether_jobs SET status = 'cancelled', completed_at = %(now)s, last_error = %(error)s
+WHERE id = %(id)s AND status = 'pending'
+RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
+          created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
+          timeout, progress, quarantine, payload_bytes
+
+-- name: REQUEST_CANCEL
+UPDATE tether_jobs SET cancel_reason = %(reason)s
+WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts = %(attempt)s
+
+-- name: CANCEL_REQUESTS
+SELECT id, cancel_reason FROM tether_jobs
+WHERE locked_by = %(worker)s AND cancel_reason IS NOT NULL AND status = 'claimed'
+
+-- name: PAUSED_TYPES
+SELECT job_type FROM tether_paused
 
 -- name: DEFER_TYPE
 -- With DEFER: the type's other pending jobs wait until the reset too (not a status change).
@@ -265,7 +299,7 @@ ORDER BY id LIMIT 1
 
 -- name: MANUAL_RETRY
 UPDATE tether_jobs SET status = 'pending', attempts = 0, run_at = %(now)s, completed_at = NULL,
-                       locked_by = NULL, locked_at = NULL, quarantine = NULL,
+                       locked_by = NULL, locked_at = NULL, quarantine = NULL, cancel_reason = NULL,
                        blocked = EXISTS (
                            SELECT 1 FROM tether_jobs AS b
                            WHERE b.ordering_key >= tether_jobs.ordering_key AND b.ordering_key IS NOT NULL

@@ -187,6 +187,16 @@ WHERE tether_jobs.id = r.key AND +tether_jobs.status = 'claimed' AND tether_jobs
   AND tether_jobs.attempts = json_extract(r.value, '$[0]')
 RETURNING tether_jobs.id, tether_jobs.attempts
 
+-- name: CANCEL_RUNNING
+-- An operator's cancel, seen by the worker running the job: cancelled, with the probe's verdict
+-- on its effect in ``result``; its follow-up jobs are never inserted.
+UPDATE tether_jobs SET status = 'cancelled', locked_by = NULL, locked_at = NULL,
+                       completed_at = :now, last_error = :error, result = :result
+WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
+RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
+          created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
+          timeout, progress, quarantine, payload_bytes
+
 -- name: RETRY
 UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
                        run_at = :run_at, last_error = :error
@@ -232,6 +242,11 @@ UPDATE tether_jobs SET status = 'completed', locked_at = NULL,
                        completed_at = :now, result = :result
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
 
+-- name: CANCEL_RUNNING_NO_RETURN
+UPDATE tether_jobs SET status = 'cancelled', locked_by = NULL, locked_at = NULL,
+                       completed_at = :now, last_error = :error, result = :result
+WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
+
 -- name: RETRY_NO_RETURN
 UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
                        run_at = :run_at, last_error = :error
@@ -259,6 +274,31 @@ WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :at
 -- (COMPLETE leaves it as the worker that ran the job; locked_at, the lock, goes).
 INSERT INTO tether_attempts (job_id, attempt, started_at, ended_at, worker, outcome, error)
 VALUES (:job_id, :attempt, :started_at, :ended_at, :worker, :outcome, :error)
+-- An operator's cancel (ledger/cancel.py). A pending job is cancelled at once (CANCEL, which
+-- takes it out of the active set: the caller then runs UNBLOCK_NEXT); a running one is asked to
+-- stop (REQUEST_CANCEL), fenced on the attempt the operator saw, and its worker reads the
+-- requests for the jobs it holds (CANCEL_REQUESTS, through the partial index of exactly those
+-- rows: empty while nobody cancels) about twice a second while it runs any.
+
+-- name: CANCEL
+UPDATE tether_jobs SET status = 'cancelled', completed_at = :now, last_error = :error
+WHERE id = :id AND status = 'pending'
+RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
+          created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
+          timeout, progress, quarantine, payload_bytes
+
+-- name: REQUEST_CANCEL
+UPDATE tether_jobs SET cancel_reason = :reason
+WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
+
+-- name: CANCEL_REQUESTS
+SELECT id, cancel_reason FROM tether_jobs INDEXED BY ix_tether_jobs_cancel_requested
+WHERE locked_by = :worker AND cancel_reason IS NOT NULL AND status = 'claimed'
+
+-- name: PAUSED_TYPES
+-- The job types an operator paused (ledger/pausing.py): a worker leaves them out of CLAIM's
+-- :types, so the claim's plan is the same whatever is paused.
+SELECT job_type FROM tether_paused
 
 -- name: DEFER_TYPE
 -- With DEFER: the type's other pending jobs wait until the reset too (not a status change).
@@ -296,7 +336,7 @@ ORDER BY id LIMIT 1
 -- An operator's retry of a failed job: back in the active set, blocked if an older job on its
 -- target is active (a newer one cannot be: NEWER_ON_TARGET refuses the retry first).
 UPDATE tether_jobs SET status = 'pending', attempts = 0, run_at = :now, completed_at = NULL,
-                       locked_by = NULL, locked_at = NULL, quarantine = NULL,
+                       locked_by = NULL, locked_at = NULL, quarantine = NULL, cancel_reason = NULL,
                        blocked = EXISTS (
                            SELECT 1 FROM tether_jobs AS b INDEXED BY ix_tether_jobs_target_active
                            WHERE b.ordering_key >= tether_jobs.ordering_key AND b.ordering_key IS NOT NULL

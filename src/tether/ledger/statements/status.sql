@@ -30,6 +30,10 @@ FROM tether_jobs
 WHERE status IN ('pending', 'claimed') AND ordering_key IS NOT NULL GROUP BY tether_jobs.ordering_key ORDER BY n DESC, tether_jobs.ordering_key
  LIMIT 1 OFFSET 0
 
+-- name: paused
+SELECT tether_paused.job_type, tether_paused.paused_at, tether_paused.reason
+FROM tether_paused ORDER BY tether_paused.job_type
+
 -- name: finished
 SELECT tether_jobs.status, count(*) AS count_1
 FROM tether_jobs
