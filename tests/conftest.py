@@ -61,6 +61,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         conn.exec_driver_sql("DROP TABLE IF EXISTS tether_meta")
         conn.exec_driver_sql("DROP TABLE IF EXISTS tether_schedules")
         conn.exec_driver_sql("DROP TABLE IF EXISTS tether_reconcile_runs")
+        conn.exec_driver_sql("DROP TABLE IF EXISTS tether_job_tags")
     engine.dispose()
     yield url
 

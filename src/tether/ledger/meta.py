@@ -19,10 +19,12 @@ from ..errors import ConfigError
 from .engine import READ_ONLY
 from .schema import meta
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """tether's ledger layout: 1 the first table, 2 partial indexes, 3 timeout/progress and tether_meta,
 4 quarantine (a job a dead worker held is claimed alone), 5 blocked (a job waiting behind an
-older one on its target is kept apart from the claim)."""
+older one on its target is kept apart from the claim), 6 snoozes (a job's count of snoozes, which
+the worker caps), meta and retry_of (what a caller attached; the failed job a corrected retry
+replaces) and the tether_job_tags table."""
 
 ROOT = "root"
 LEDGER_ID = "ledger_id"

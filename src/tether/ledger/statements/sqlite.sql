@@ -54,7 +54,7 @@ VALUES (:id, :type, :payload, 'pending', :priority, 0, :max_attempts,
 ON CONFLICT (type, idempotency_key) WHERE status IN ('pending', 'claimed') AND idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes
+          timeout, progress, quarantine, payload_bytes, snoozes
 
 -- name: INSERT_PAYLOADS
 -- Many unkeyed jobs of one type that share their options, without a target, in one statement:
@@ -86,14 +86,14 @@ FROM json_each(:rows)
 -- name: ACTIVE_BY_KEY
 SELECT id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
        created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-       timeout, progress, quarantine, payload_bytes
+       timeout, progress, quarantine, payload_bytes, snoozes
 FROM tether_jobs
 WHERE type = :type AND idempotency_key = :idempotency_key AND status IN ('pending', 'claimed')
 
 -- name: GET
 SELECT id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
        created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-       timeout, progress, quarantine, payload_bytes
+       timeout, progress, quarantine, payload_bytes, snoozes
 FROM tether_jobs WHERE id = :id
 
 -- name: PAYLOAD
@@ -159,7 +159,7 @@ WHERE +status = 'pending' AND id IN (
                ELSE min(:limit, max(1, :max_bytes / (SELECT fits FROM first))) END)
 RETURNING id, type, CASE WHEN coalesce(payload_bytes, 0) <= 16384 THEN payload END, status, priority,
           attempts, max_attempts, last_error, locked_by, locked_at, created_at, claimed_at, completed_at,
-          run_at, idempotency_key, ordering_key, parent_id, result, timeout, progress, quarantine, payload_bytes
+          run_at, idempotency_key, ordering_key, parent_id, result, timeout, progress, quarantine, payload_bytes, snoozes
 
 -- The transitions out of 'claimed' are fenced: they apply only to the worker's own attempt
 -- (id, status 'claimed', locked_by, attempts), and a caller that gets no row back lost the job.
@@ -170,7 +170,7 @@ UPDATE tether_jobs SET status = 'completed', locked_by = NULL, locked_at = NULL,
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes
+          timeout, progress, quarantine, payload_bytes, snoozes
 
 -- name: COMPLETE_MANY
 -- COMPLETE for many of one worker's jobs in one statement, fenced row by row exactly as
@@ -191,7 +191,7 @@ UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes
+          timeout, progress, quarantine, payload_bytes, snoozes
 
 -- name: FAIL
 UPDATE tether_jobs SET status = 'failed', locked_by = NULL, locked_at = NULL,
@@ -199,7 +199,7 @@ UPDATE tether_jobs SET status = 'failed', locked_by = NULL, locked_at = NULL,
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes
+          timeout, progress, quarantine, payload_bytes, snoozes
 
 -- name: RELEASE
 -- Cancelled at shutdown: the attempt is given back.
@@ -208,16 +208,19 @@ UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes
+          timeout, progress, quarantine, payload_bytes, snoozes
 
 -- name: DEFER
--- A rate limit with a reset time: the attempt is given back and the job waits until the reset.
+-- A snooze (a handler's Snooze, a rate limit's hold, a full data root): the attempt is given back
+-- and the job waits until :run_at; :snoozed (1, or 0 for a full data root) counts it against
+-- the worker's cap on snoozes.
 UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
-                       attempts = attempts - 1, run_at = :run_at, last_error = :error
+                       attempts = attempts - 1, run_at = :run_at, last_error = :error,
+                       snoozes = snoozes + :snoozed
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes
+          timeout, progress, quarantine, payload_bytes, snoozes
 
 -- A worker's group commit records its jobs' outcomes without reading the rows back (it knows
 -- them, and reading each back is a large part of a short job's cost): the same fenced row
@@ -247,7 +250,8 @@ WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :at
 
 -- name: DEFER_NO_RETURN
 UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
-                       attempts = attempts - 1, run_at = :run_at, last_error = :error
+                       attempts = attempts - 1, run_at = :run_at, last_error = :error,
+                       snoozes = snoozes + :snoozed
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
 
 -- name: DEFER_TYPE
@@ -295,7 +299,7 @@ UPDATE tether_jobs SET status = 'pending', attempts = 0, run_at = :now, complete
 WHERE id = :id AND status = 'failed'
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes
+          timeout, progress, quarantine, payload_bytes, snoozes
 
 -- name: UNBLOCK_NEXT
 -- A job on target :ordering_key left the active set (completed, failed): the oldest active job
@@ -350,7 +354,7 @@ WHERE status IN ('pending', 'claimed') AND ordering_key IS NOT NULL AND status =
 -- name: STALE
 SELECT id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
        created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-       timeout, progress, quarantine, payload_bytes
+       timeout, progress, quarantine, payload_bytes, snoozes
 FROM tether_jobs WHERE status = 'claimed' AND locked_at < :cutoff
 
 -- name: RECLAIM
@@ -359,7 +363,7 @@ UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt AND locked_at < :cutoff
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes
+          timeout, progress, quarantine, payload_bytes, snoozes
 
 -- name: RECLAIM_EXHAUSTED
 UPDATE tether_jobs SET status = 'failed', locked_by = NULL, locked_at = NULL, completed_at = :now,
@@ -367,7 +371,7 @@ UPDATE tether_jobs SET status = 'failed', locked_by = NULL, locked_at = NULL, co
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt AND locked_at < :cutoff
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes
+          timeout, progress, quarantine, payload_bytes, snoozes
 
 -- name: ACQUIT
 -- A crashed batch's crash was charged to one of its jobs: the others no longer owe it (they stay
