@@ -40,6 +40,11 @@ PARAMS = {
     "acquitted": "a",
     "types": '["create_file", "delete_file"]',
     "lock": "l",
+    "snoozed": 1,
+    "tag": "tenant:acme",
+    "job_id": "x",
+    "meta": None,
+    "retry_of": None,
 }
 
 # Every statement that asks whether an older job on a target is active (the blocked flag, the
@@ -68,6 +73,9 @@ HOT = {
     "defer_no_return": (SQLITE.DEFER_NO_RETURN, "sqlite_autoindex_tether_jobs_1"),
     "manual_retry": (SQLITE.MANUAL_RETRY, ("sqlite_autoindex_tether_jobs_1", TARGET)),
     "newer_on_target": (SQLITE.NEWER_ON_TARGET, "ix_tether_jobs_targeted"),
+    "retried_as": (SQLITE.RETRIED_AS, "ix_tether_jobs_retry_of"),
+    "tag": (SQLITE.TAG, None),
+    "note": (SQLITE.NOTE, "sqlite_autoindex_tether_jobs_1"),
     "stale": (SQLITE.STALE, "ix_tether_jobs_claimed_lock"),
     "reclaim": (SQLITE.RECLAIM, "sqlite_autoindex_tether_jobs_1"),
     "reclaim_exhausted": (SQLITE.RECLAIM_EXHAUSTED, "sqlite_autoindex_tether_jobs_1"),

@@ -11,12 +11,13 @@ them. tether never reads meta: it is the caller's, shown as given (never the pay
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import orjson
 
 from ..errors import InvalidPayload
+from .record import JobRecord
 
 MAX_TAGS = 16
 MAX_TAG_CHARS = 64
@@ -57,8 +58,20 @@ def note(
     return Note(tuple(dict.fromkeys(tags or ())), text, retry_of)
 
 
+def notes_for(
+    jobs: Sequence[JobRecord], tags: Iterable[str] | None, meta: Mapping[str, Any] | None
+) -> dict[str, Note] | None:
+    """The note of each of ``jobs`` enqueued together with ``tags`` and ``meta`` (None: none)."""
+    if not tags and meta is None or not jobs:
+        return None
+    shared = note(jobs[0].type, tags, meta)
+    return None if shared is None else {job.id: shared for job in jobs}
+
+
 def tags_problem(tags: Iterable[str]) -> str | None:
     """What is wrong with ``tags`` (too many, one too long or holding a character a tag may not), or None."""
+    if isinstance(tags, str):
+        return f"tags: a list of tags, got the string {tags!r}"
     tags = list(tags)
     if len(set(tags)) > MAX_TAGS:
         return f"tags: at most {MAX_TAGS} per job, got {len(set(tags))}"
@@ -68,7 +81,7 @@ def tags_problem(tags: Iterable[str]) -> str | None:
     return None
 
 
-def write(cur: Any, sql: Any, notes: Mapping[str, Note]) -> None:
+def write_notes(cur: Any, sql: Any, notes: Mapping[str, Note]) -> None:
     """Record the notes of jobs just inserted in this transaction (``notes`` by job id, each
     for a job that was inserted, not one found by its idempotency key)."""
     tags = [{"tag": tag, "job_id": job_id} for job_id, n in notes.items() for tag in n.tags]

@@ -253,7 +253,7 @@ _keyed = sa.text("idempotency_key IS NOT NULL")
 sa.Index("ix_tether_jobs_key", jobs.c.type, jobs.c.idempotency_key, sqlite_where=_keyed, postgresql_where=_keyed)
 # "Was this failed job retried with a corrected payload, and as which job?" (``tether show``).
 _retried = sa.text("retry_of IS NOT NULL")
-sa.Index("ix_tether_jobs_retry_of", jobs.c.retry_of, sqlite_where=_retried, postgresql_where=_retried)
+sa.Index("ix_tether_jobs_retry_of", jobs.c.retry_of, jobs.c.id, sqlite_where=_retried, postgresql_where=_retried)
 sa.Index(
     "ix_tether_jobs_parent",
     jobs.c.parent_id,

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from .. import events
 from ..errors import ConfigError, DatabaseUnavailable
+from ..ledger.schema import job_tags
 from ..ledger.schema import jobs as jobs_table
 from ..ledger.status import JobStatus
 from .readonly import Source, engine_of, now_of, reading
@@ -115,6 +116,8 @@ def _delete_batches(
             rows = conn.execute(query.order_by(jobs_table.c.completed_at).limit(batch_size)).all()
             if not rows:
                 return
+            # A job's tags go with it (tether_job_tags: schema.py).
+            conn.execute(sa.delete(job_tags).where(job_tags.c.job_id.in_([r.id for r in rows])))
             gone = conn.execute(
                 sa.delete(jobs_table)
                 .where(jobs_table.c.id.in_([r.id for r in rows]))

@@ -85,6 +85,15 @@ SELECT value ->> 0, %(type)s, value ->> 1, 'pending', %(priority)s, 0, %(max_att
                  ORDER BY b.ordering_key DESC, b.id DESC LIMIT 1 FOR SHARE SKIP LOCKED) END
 FROM json_array_elements(CAST(%(rows)s AS json)) AS r(value)
 
+-- name: TAG
+-- A tag of a job inserted in this transaction (ledger/notes.py): only jobs given tags pay for it.
+INSERT INTO tether_job_tags (tag, job_id) VALUES (%(tag)s, %(job_id)s)
+
+-- name: NOTE
+-- The meta, and the failed job it retries, of a job inserted in this transaction: only jobs
+-- given either pay for it.
+UPDATE tether_jobs SET meta = %(meta)s, retry_of = %(retry_of)s WHERE id = %(id)s
+
 -- name: ACTIVE_BY_KEY
 SELECT id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
        created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
@@ -262,6 +271,10 @@ FROM tether_jobs WHERE id = %(id)s
 SELECT id FROM tether_jobs
 WHERE ordering_key = %(ordering_key)s AND id > %(id)s AND status IN ('pending', 'claimed', 'completed')
 ORDER BY id LIMIT 1
+
+-- name: RETRIED_AS
+-- The job that already retried a failed job with a corrected payload, if any (ledger/corrected.py).
+SELECT id FROM tether_jobs WHERE retry_of = %(id)s AND retry_of IS NOT NULL ORDER BY id LIMIT 1
 
 -- name: MANUAL_RETRY
 UPDATE tether_jobs SET status = 'pending', attempts = 0, run_at = %(now)s, completed_at = NULL,

@@ -83,6 +83,15 @@ SELECT json_extract(value, '$[0]'), :type, json_extract(value, '$[1]'), 'pending
                    AND (b.ordering_key, b.id) < (json_extract(value, '$[2]'), json_extract(value, '$[0]'))) END
 FROM json_each(:rows)
 
+-- name: TAG
+-- A tag of a job inserted in this transaction (ledger/notes.py): only jobs given tags pay for it.
+INSERT INTO tether_job_tags (tag, job_id) VALUES (:tag, :job_id)
+
+-- name: NOTE
+-- The meta, and the failed job it retries, of a job inserted in this transaction: only jobs
+-- given either pay for it.
+UPDATE tether_jobs SET meta = :meta, retry_of = :retry_of WHERE id = :id
+
 -- name: ACTIVE_BY_KEY
 SELECT id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
        created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
@@ -285,6 +294,10 @@ FROM tether_jobs WHERE id = :id
 SELECT id FROM tether_jobs
 WHERE ordering_key = :ordering_key AND id > :id AND status IN ('pending', 'claimed', 'completed')
 ORDER BY id LIMIT 1
+
+-- name: RETRIED_AS
+-- The job that already retried failed job :id with a corrected payload, if any (ledger/corrected.py).
+SELECT id FROM tether_jobs WHERE retry_of = :id AND retry_of IS NOT NULL ORDER BY id LIMIT 1
 
 -- name: MANUAL_RETRY
 -- An operator's retry of a failed job: back in the active set, blocked if an older job on its
