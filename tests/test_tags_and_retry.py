@@ -8,11 +8,13 @@ import re
 
 import orjson
 import pytest
+import sqlalchemy as sa
 
 from clikit import run_split
 from tether import Coordinator, InvalidPayload, JobStatus, Superseded
 from tether.jobtypes import CreateFile
 from tether.ledger.corrected import AlreadyRetried
+from tether.ledger.schema import job_tags
 from tether.observe.jobs import jobs
 from tether.observe.tags import job_ids_tagged, notes, tagged_jobs
 
@@ -39,6 +41,10 @@ def test_a_duplicate_by_key_gets_no_second_set_of_tags(coordinator: Coordinator)
     again = coordinator.enqueue(CreateFile(path="k.txt", text="k"), key="k", tags=["two"])
     assert again.duplicate and again.id == first.id
     assert notes(coordinator.engine, [first.id])[first.id]["tags"] == ["one"]
+    with coordinator.engine.connect() as conn:  # no tag row written for the job never inserted
+        assert (
+            conn.execute(sa.select(sa.func.count()).select_from(job_tags).where(job_tags.c.tag == "two")).scalar() == 0
+        )
 
 
 @pytest.mark.parametrize(
@@ -123,3 +129,17 @@ def test_the_cli_tags_filters_shows_and_retries_with_a_corrected_payload(
     assert re.search(rf"retry_of +{job_id}", out)
     code, _, err = run_split(monkeypatch, capsys, *base, "enqueue", "create_file", "--payload", "{}", "--tag", "a b")
     assert code == 1 and err.count("\n") == 1 and "a tag is 1 to 64" in err
+
+
+def test_a_purged_job_takes_its_tags_with_it(coordinator: Coordinator, clock) -> None:
+    from datetime import timedelta
+
+    old = coordinator.enqueue(CreateFile(path="p.txt", text="1", overwrite=True), tags=["gone"]).job
+    coordinator.enqueue(CreateFile(path="p.txt", text="2", overwrite=True), tags=["kept"])
+    coordinator.run_until_idle()
+    clock.advance(3 * 86400)
+    assert coordinator.purge(older_than=timedelta(days=1)).total == 1
+    with pytest.raises(Exception, match="no job"):
+        coordinator.get(old.id)
+    with coordinator.engine.connect() as conn:
+        assert [t for (t,) in conn.execute(sa.select(job_tags.c.tag).order_by(job_tags.c.tag))] == ["kept"]
