@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from ..errors import ConfigError
 from ..ledger import ids
 from ..ledger.record import JobRecord
+from ..ledger.schema import job_tags
 from ..ledger.schema import jobs as jobs_table
 from ..ledger.status import JobStatus
 from .readonly import COLUMNS, Source, done, reading, records, select_jobs
@@ -29,6 +30,7 @@ class JobFilter:
     key: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+    tag: str | None = None  # jobs carrying this tag (observe/tags.py)
 
     def __post_init__(self) -> None:
         if self.status is not None:
@@ -98,6 +100,8 @@ def _selected(where: JobFilter) -> sa.Select[Any]:
     ):
         if value is not None:
             query = query.where(column == value)
+    if where.tag is not None:  # the tag's range of tether_job_tags' primary key, each job by its id
+        query = query.where(jobs_table.c.id.in_(sa.select(job_tags.c.job_id).where(job_tags.c.tag == where.tag)))
     if where.by_finish:
         query = query.where(done())
         if where.since is not None:

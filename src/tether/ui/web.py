@@ -28,6 +28,7 @@ from ..observe.pages import JobFilter, jobs_page
 from ..observe.readonly import engine_of, now_of
 from ..observe.resources import aws_resources
 from ..observe.stuck import stuck
+from ..observe.tags import notes
 from ..observe.verdict import Thresholds
 from ..reconcile.drift import DRIFT, UNKNOWN
 from .chart import duration_bars
@@ -120,7 +121,7 @@ class Pages:
 
     async def jobs(self, request: Request) -> Response:
         q = request.query_params
-        args = {k: q.get(k, "").strip() for k in ("status", "type", "target", "key", "window", "order", "after")}
+        args = {k: q.get(k, "").strip() for k in ("status", "type", "target", "key", "tag", "window", "order", "after")}
         try:
             if args["status"] and args["status"] not in {s.value for s in JobStatus}:
                 raise ConfigError(f"status {args['status']!r} is not one of {', '.join(s.value for s in JobStatus)}")
@@ -136,6 +137,7 @@ class Pages:
                 target=target,
                 key=args["key"] or None,
                 since=since,
+                tag=args["tag"] or None,
             )
             page = jobs_page(
                 self.source, where, after=args["after"] or None, oldest_first=args["order"] == "oldest", limit=PAGE_SIZE
@@ -169,6 +171,7 @@ class Pages:
             job=job,
             children=kids,
             parent=parent,
+            noted=notes(self.source, [job.id])[job.id],
             neighbours=neighbours,
             result=_pretty(job.result_data) if job.result is not None else None,
             payload=_pretty(job.payload_data) if self.show_payloads else None,
