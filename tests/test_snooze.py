@@ -4,10 +4,12 @@ saying so. On each backend."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import timedelta
 from typing import ClassVar
 
+import orjson
 import pytest
 
 from tether import Coordinator, Deferred, FakeClock, JobContext, JobStatus, JobType, Payload, Snooze
@@ -41,12 +43,16 @@ def napping(make_coordinator: Callable[..., Coordinator]) -> Coordinator:
 
 
 def test_a_job_that_snoozes_three_times_then_completes_spends_one_attempt(
-    make_coordinator: Callable[..., Coordinator], clock: FakeClock
+    make_coordinator: Callable[..., Coordinator], clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="tether.events")
     c = napping(make_coordinator)
     job = c.enqueue(Nap(name="a", naps=3)).job
     for n in range(1, 4):
+        caplog.clear()
         assert c.run_until_idle() == 1
+        [snoozed_event] = [e for e in map(orjson.loads, caplog.messages) if e["event"] == "snoozed"]
+        assert snoozed_event["snoozes"] == n and snoozed_event["attempt"] == 0
         snoozed = c.get(job.id)
         assert (snoozed.status, snoozed.attempts, snoozed.snoozes) == (JobStatus.PENDING, 0, n)
         assert snoozed.run_at == clock.now() + timedelta(seconds=30)

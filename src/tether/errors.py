@@ -177,6 +177,12 @@ class Snooze(JobError):
     def __init__(
         self, seconds: float | None = None, *, until: datetime | None = None, scope: str = "job", reason: str = ""
     ) -> None:
+        self._hold(seconds, until, scope)
+        when = f"for {seconds:g}s" if until is None else f"until {until.isoformat()}"
+        super().__init__(f"snoozed {when}" + (f": {reason}" if reason else ""))
+
+    def _hold(self, seconds: float | None, until: datetime | None, scope: str) -> None:
+        """Check and keep when the snooze ends and who waits; a ValueError names what is wrong."""
         if (seconds is None) == (until is None):
             raise ValueError("Snooze: give seconds or until, not both and not neither")
         if seconds is not None and not 0 <= seconds < 1e9:
@@ -186,8 +192,6 @@ class Snooze(JobError):
         if scope not in self.SCOPES:
             raise ValueError(f"Snooze: scope must be one of {', '.join(self.SCOPES)}, got {scope!r}")
         self.seconds, self.until, self.scope = seconds, until, scope
-        when = f"for {seconds:g}s" if until is None else f"until {until.isoformat()}"
-        super().__init__(f"snoozed {when}" + (f": {reason}" if reason else ""))
 
     def wakes_at(self, now: datetime) -> datetime:
         """When the job may run again, for a snooze raised at ``now``."""
@@ -200,11 +204,8 @@ class Deferred(Snooze):
     (a Snooze of scope "type" whose message is the limit's own)."""
 
     def __init__(self, message: str, until: datetime) -> None:
-        super().__init__(until=until, scope="type")
-        self.args = (message,)
-
-    def __str__(self) -> str:
-        return str(self.args[0])
+        self._hold(None, until, "type")
+        JobError.__init__(self, message)  # the limit's own words, not a snooze's
 
 
 class SnoozedTooOften(PermanentError):

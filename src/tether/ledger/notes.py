@@ -62,7 +62,7 @@ def notes_for(
     jobs: Sequence[JobRecord], tags: Iterable[str] | None, meta: Mapping[str, Any] | None
 ) -> dict[str, Note] | None:
     """The note of each of ``jobs`` enqueued together with ``tags`` and ``meta`` (None: none)."""
-    if not tags and meta is None or not jobs:
+    if not jobs or (not tags and meta is None):
         return None
     shared = note(jobs[0].type, tags, meta)
     return None if shared is None else {job.id: shared for job in jobs}
