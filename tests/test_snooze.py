@@ -7,13 +7,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import ClassVar
 
 import orjson
 import pytest
 
+from clikit import run_split
 from tether import Coordinator, Deferred, FakeClock, JobContext, JobStatus, JobType, Payload, Snooze
-from tether.jobtypes import default_registry
+from tether.jobtypes import Registry, default_registry
 
 
 class Nap(Payload):
@@ -123,3 +125,23 @@ def test_a_full_data_root_snooze_is_not_counted_against_the_cap(make_coordinator
 def test_snooze_refuses_what_it_cannot_mean(make: Callable[[], Snooze]) -> None:
     with pytest.raises(ValueError, match="Snooze: "):
         make()
+
+
+def register(registry: Registry) -> None:
+    """``tether --import test_snooze``: the napping type, for the command line below."""
+    registry.register(NapType())
+
+
+def test_the_worker_command_caps_snoozes_with_max_snoozes(
+    db_url: str, root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ("--db", db_url, "--root", str(root), "--import", "test_snooze")
+    code, job_id, _ = run_split(
+        monkeypatch, capsys, *base, "enqueue", "nap", "-q", "--payload", '{"name": "d", "naps": -1, "seconds": 0}'
+    )
+    assert code == 0
+    code, _, err = run_split(monkeypatch, capsys, *base, "worker", "--until-idle", "--max-snoozes", "2")
+    assert code == 0 and "1 failed, 2 snoozed" in err
+    shown = orjson.loads(run_split(monkeypatch, capsys, *base, "show", job_id.strip(), "--json")[1])
+    assert (shown["status"], shown["attempts"], shown["snoozes"]) == ("failed", 1, 2)
+    assert "max_snoozes=2" in shown["last_error"]
