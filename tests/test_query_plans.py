@@ -74,6 +74,7 @@ HOT = {
     "manual_retry": (SQLITE.MANUAL_RETRY, ("sqlite_autoindex_tether_jobs_1", TARGET)),
     "newer_on_target": (SQLITE.NEWER_ON_TARGET, "ix_tether_jobs_targeted"),
     "retried_as": (SQLITE.RETRIED_AS, "ix_tether_jobs_retry_of"),
+    "note_of": (SQLITE.NOTE_OF, ("sqlite_autoindex_tether_jobs_1", "ix_tether_job_tags_job")),
     "tag": (SQLITE.TAG, None),
     "note": (SQLITE.NOTE, "sqlite_autoindex_tether_jobs_1"),
     "stale": (SQLITE.STALE, "ix_tether_jobs_claimed_lock"),

@@ -5,15 +5,15 @@ one, which stays as evidence, with the order per target kept."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import orjson
 import pytest
 import sqlalchemy as sa
 
 from clikit import run_split
-from tether import Coordinator, InvalidPayload, JobStatus, Superseded
+from tether import AlreadyRetried, Coordinator, InvalidPayload, JobStatus, Superseded
 from tether.jobtypes import CreateFile
-from tether.ledger.corrected import AlreadyRetried
 from tether.ledger.schema import job_tags
 from tether.observe.jobs import jobs
 from tether.observe.tags import job_ids_tagged, notes, tagged_jobs
@@ -65,23 +65,24 @@ def test_tags_and_meta_past_their_bounds_are_refused_and_nothing_is_stored(
     assert jobs(coordinator.engine) == []
 
 
-def _failed(coordinator: Coordinator, path: str) -> str:
+def _failed(coordinator: Coordinator, path: str, **options: Any) -> str:
     """A create_file job on ``path`` that failed (different content there, overwrite off)."""
     (coordinator.root / path).write_text("someone else's")
-    job = coordinator.enqueue(CreateFile(path=path, text="mine", overwrite=False)).job
+    job = coordinator.enqueue(CreateFile(path=path, text="mine", overwrite=False), **options).job
     coordinator.run_until_idle()
     assert coordinator.get(job.id).status is JobStatus.FAILED
     return job.id
 
 
 def test_a_retry_with_a_corrected_payload_is_a_new_job_and_the_failed_one_stays(coordinator: Coordinator) -> None:
-    failed_id = _failed(coordinator, "a.txt")
+    failed_id = _failed(coordinator, "a.txt", tags=["tenant:acme", "t:2"], meta={"ticket": "OPS-9"})
     before = coordinator.get(failed_id)
     new = coordinator.retry(failed_id, CreateFile(path="a.txt", text="mine", overwrite=True))
     assert new.id != failed_id and new.status is JobStatus.PENDING and new.max_attempts == before.max_attempts
     assert coordinator.get(failed_id) == before  # the evidence, untouched
     noted = notes(coordinator.engine, [failed_id, new.id])
     assert noted[failed_id]["retried_as"] == [new.id] and noted[new.id]["retry_of"] == failed_id
+    assert (noted[new.id]["tags"], noted[new.id]["meta"]) == (["t:2", "tenant:acme"], {"ticket": "OPS-9"})
     coordinator.run_until_idle()
     assert coordinator.get(new.id).status is JobStatus.COMPLETED
     assert (coordinator.root / "a.txt").read_text() == "mine"

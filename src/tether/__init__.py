@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .clock import FakeClock as FakeClock
     from .clock import SystemClock as SystemClock
     from .coordinator import Coordinator as Coordinator
+    from .errors import AlreadyRetried as AlreadyRetried
     from .errors import Cancelled as Cancelled
     from .errors import CommitUnknown as CommitUnknown
     from .errors import ConfigError as ConfigError

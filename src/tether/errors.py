@@ -123,6 +123,17 @@ class Superseded(TetherError):
         )
 
 
+class AlreadyRetried(TetherError):
+    """A failed job was already retried with a corrected payload: look at that job (``tether
+    show``), and retry it instead if it failed too."""
+
+    def __init__(self, job_id: str, retry_id: str) -> None:
+        super().__init__(
+            f"job {job_id} was already retried with a corrected payload as job {retry_id}; "
+            f"see tether show {retry_id}, and retry that one if it failed too"
+        )
+
+
 class LostLease(TetherError):
     """This worker no longer owns the job (its lock was reclaimed); its outcome was not recorded."""
 

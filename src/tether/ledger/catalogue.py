@@ -46,6 +46,7 @@ class Statements:
     NOTE: str
     ACTIVE_BY_KEY: str
     RETRIED_AS: str
+    NOTE_OF: str
     GET: str
     PAYLOAD: str
     CLAIM: str

@@ -1,6 +1,6 @@
 """A retry with a corrected payload: a new job, validated as any enqueue, linked to the failed one
-(``retry_of``). The failed job and its payload stay as they are, as evidence of what was asked
-and why it failed; ``tether show`` names each from the other.
+(``retry_of``) and carrying its tags and meta. The failed job and its payload stay as they are,
+as evidence of what was asked and why it failed; ``tether show`` names each from the other.
 
 The order per target holds as for a plain retry (``Queue.manual_retry``): once a newer job on the
 failed job's target is queued or done, a retry would undo it, so it is refused (Superseded). A
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..errors import DuplicateActiveJob, InvalidPayload, InvalidTransition, Superseded, TetherError
+from ..errors import AlreadyRetried, DuplicateActiveJob, InvalidPayload, InvalidTransition, Superseded
 from ..jobtypes import Payload
 from ..jobtypes.target import display
 from .notes import Note
@@ -22,17 +22,6 @@ if TYPE_CHECKING:
     from .queue import Queue
 
 
-class AlreadyRetried(TetherError):
-    """A failed job was already retried with a corrected payload: look at that job (``tether
-    show``), and retry it instead if it failed too."""
-
-    def __init__(self, job_id: str, retry_id: str) -> None:
-        super().__init__(
-            f"job {job_id} was already retried with a corrected payload as job {retry_id}; "
-            f"see tether show {retry_id}, and retry that one if it failed too"
-        )
-
-
 def retry_with(queue: Queue, job_id: str, payload: Payload) -> JobRecord:
     """The new pending job that retries the failed job ``job_id`` with ``payload`` (of the same
     type), keeping its priority, attempts allowed and timeout; raises InvalidPayload (a payload of
@@ -41,9 +30,9 @@ def retry_with(queue: Queue, job_id: str, payload: Payload) -> JobRecord:
     failed = queue.get(job_id)
     if failed.status is not JobStatus.FAILED:
         raise InvalidTransition(job_id, failed.status.value, JobStatus.PENDING.value)
-    if payload.job_type != failed.type:
-        raise InvalidPayload(failed.type, [f"(payload): a {payload.job_type} payload cannot retry a {failed.type} job"])
     job = queue.build(payload, priority=failed.priority, max_attempts=failed.max_attempts, timeout=failed.timeout)
+    if job.type != failed.type:
+        raise InvalidPayload(failed.type, [f"(payload): a {job.type} payload cannot retry a {failed.type} job"])
     result = queue.backend.transact(lambda cur: _insert_in(queue, cur, failed, job))
     queue.enqueuer.committed([result])
     job_made: JobRecord = result.job
@@ -62,7 +51,10 @@ def _insert_in(queue: Queue, cur: Any, failed: JobRecord, job: JobRecord) -> Any
         newer = cur.scalar(queue.sql.NEWER_ON_TARGET, {"ordering_key": failed.ordering_key, "id": failed.id})
         if newer is not None:
             raise Superseded(failed.id, newer, display(failed.ordering_key))
-    [result] = queue.enqueuer.insert_all(cur, [job], {job.id: Note(retry_of=failed.id)})
+    # The retry carries the failed job's tags and meta: what found the one finds the other.
+    rows = cur.rows(queue.sql.NOTE_OF, {"id": failed.id})
+    carried = Note(tuple(tag for _, tag in rows if tag is not None), rows[0][0] if rows else None, failed.id)
+    [result] = queue.enqueuer.insert_all(cur, [job], {job.id: carried})
     if result.duplicate:  # an active job holds its idempotency key: that one is what runs
         raise DuplicateActiveJob(failed.id, result.id, job.idempotency_key or "")
     queue.wakeup.notify_in(cur)

@@ -276,6 +276,12 @@ ORDER BY id LIMIT 1
 -- The job that already retried a failed job with a corrected payload, if any (ledger/corrected.py).
 SELECT id FROM tether_jobs WHERE retry_of = %(id)s AND retry_of IS NOT NULL ORDER BY id LIMIT 1
 
+-- name: NOTE_OF
+-- A failed job's meta and tags (one row per tag, or one with a NULL tag, in no order), which its retry with a
+-- corrected payload carries on.
+SELECT j.meta, t.tag FROM tether_jobs AS j LEFT JOIN tether_job_tags AS t ON t.job_id = j.id
+WHERE j.id = %(id)s
+
 -- name: MANUAL_RETRY
 UPDATE tether_jobs SET status = 'pending', attempts = 0, run_at = %(now)s, completed_at = NULL,
                        locked_by = NULL, locked_at = NULL, quarantine = NULL,

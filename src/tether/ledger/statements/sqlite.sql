@@ -299,6 +299,12 @@ ORDER BY id LIMIT 1
 -- The job that already retried failed job :id with a corrected payload, if any (ledger/corrected.py).
 SELECT id FROM tether_jobs WHERE retry_of = :id AND retry_of IS NOT NULL ORDER BY id LIMIT 1
 
+-- name: NOTE_OF
+-- A failed job's meta and tags (one row per tag, or one with a NULL tag, in no order), which its retry with a
+-- corrected payload carries on.
+SELECT j.meta, t.tag FROM tether_jobs AS j LEFT JOIN tether_job_tags AS t ON t.job_id = j.id
+WHERE j.id = :id
+
 -- name: MANUAL_RETRY
 -- An operator's retry of a failed job: back in the active set, blocked if an older job on its
 -- target is active (a newer one cannot be: NEWER_ON_TARGET refuses the retry first).
