@@ -277,8 +277,8 @@ ORDER BY id LIMIT 1
 SELECT id FROM tether_jobs WHERE retry_of = %(id)s AND retry_of IS NOT NULL ORDER BY id LIMIT 1
 
 -- name: NOTE_OF
--- A failed job's meta and tags (one row per tag, or one with a NULL tag, in no order), which its retry with a
--- corrected payload carries on.
+-- A failed job's meta and tags (one row per tag, in no order; one row with a NULL tag if it has
+-- none), which its retry with a corrected payload carries on.
 SELECT j.meta, t.tag FROM tether_jobs AS j LEFT JOIN tether_job_tags AS t ON t.job_id = j.id
 WHERE j.id = %(id)s
 
