@@ -75,7 +75,9 @@ QUESTIONS: dict[str, Callable[[Coordinator], Any]] = {
         }.items()
     },
     "jobs of a tag": lambda c: jobs.jobs(c, tag="tenant:1"),
-    "failed of a tag": lambda c: tags.tagged_jobs(c, "tenant:1", statuses=["failed"], since=NOW - timedelta(1)),
+    "failed of a tag": lambda c: tags.tagged_jobs(
+        c, "tenant:1", statuses=["failed"], since=NOW - timedelta(1), finished_since=NOW - timedelta(seconds=100)
+    ),
     "ids of a tag": lambda c: tags.job_ids_tagged(c, "tenant:1", statuses=["pending", "claimed"]),
     "notes": lambda c: tags.notes(c, [f"{i:026d}" for i in range(0, 3000, 300)]),
     "failed by error": lambda c: finished.failed_by_error(c),

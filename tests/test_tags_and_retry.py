@@ -112,7 +112,7 @@ def test_the_cli_tags_filters_shows_and_retries_with_a_corrected_payload(
     assert code == 0
     job_id = out.strip()
     assert run_split(monkeypatch, capsys, *base, "worker", "--until-idle")[0] == 0
-    code, out, _ = run_split(monkeypatch, capsys, *base, "failed", "--tag", "tenant:acme", "--json")
+    code, out, _ = run_split(monkeypatch, capsys, *base, "failed", "--tag", "tenant:acme", "--since", "1h", "--json")
     [shown] = orjson.loads(out)["jobs"]
     assert (shown["id"], shown["tags"], shown["meta"]) == (job_id, ["batch:7", "tenant:acme"], {"ticket": "OPS-1"})
     assert "secret" not in out

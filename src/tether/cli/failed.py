@@ -36,8 +36,7 @@ def failed(
         else:
             from ..observe.tags import tagged_jobs
 
-            jobs = tagged_jobs(engine, tag, statuses=["failed"], job_type=job_type, limit=None)
-            jobs = [j for j in jobs if start is None or (j.completed_at and j.completed_at >= start)][:n]
+            jobs = tagged_jobs(engine, tag, statuses=["failed"], job_type=job_type, finished_since=start, limit=n)
         if as_json:
             print_json({"jobs": noted_dicts(engine, jobs)})
             return

@@ -35,12 +35,10 @@ class Note(NamedTuple):
     retry_of: str | None = None
 
 
-def note(
-    job_type: str, tags: Iterable[str] | None, meta: Mapping[str, Any] | None, retry_of: str | None = None
-) -> Note | None:
+def note(job_type: str, tags: Iterable[str] | None, meta: Mapping[str, Any] | None) -> Note | None:
     """The checked note of an enqueue's ``tags`` and ``meta`` (None when it has none); raises
     InvalidPayload naming the rule that one of them breaks, and nothing is stored."""
-    if not tags and meta is None and retry_of is None:
+    if not tags and meta is None:
         return None
     problem = tags_problem(tags or ())
     if problem:
@@ -55,7 +53,7 @@ def note(
             raise InvalidPayload(job_type, [f"meta: cannot be stored as JSON ({e})"]) from e
         if len(text.encode()) > MAX_META_BYTES:
             raise InvalidPayload(job_type, [f"meta: at most {MAX_META_BYTES} bytes of JSON, got {len(text.encode())}"])
-    return Note(tuple(dict.fromkeys(tags or ())), text, retry_of)
+    return Note(tuple(dict.fromkeys(tags or ())), text)
 
 
 def notes_for(

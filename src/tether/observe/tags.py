@@ -36,9 +36,11 @@ def tagged_jobs(
     statuses: Sequence[JobStatus | str] = (),
     job_type: str | None = None,
     since: datetime | None = None,
+    finished_since: datetime | None = None,
     limit: int | None = 50,
 ) -> list[JobRecord]:
-    """Jobs carrying ``tag`` that match the filters, newest enqueued first (``since``: enqueued since)."""
+    """Jobs carrying ``tag`` that match the filters, newest enqueued first (``since``: enqueued
+    since; ``finished_since``: completed or failed since)."""
     query = _tagged(select_jobs(), tag)
     if statuses:
         query = query.where(jobs_table.c.status.in_([JobStatus(s).value for s in statuses]))
@@ -46,6 +48,8 @@ def tagged_jobs(
         query = query.where(jobs_table.c.type == job_type)
     if since is not None:
         query = query.where(job_tags.c.job_id >= ids.floor_id(since), jobs_table.c.created_at >= since)
+    if finished_since is not None:
+        query = query.where(jobs_table.c.completed_at >= finished_since)
     with reading(source) as conn:
         return records(conn, query.order_by(job_tags.c.job_id.desc()).limit(limit))
 
