@@ -124,6 +124,8 @@ def test_the_cli_tags_filters_shows_and_retries_with_a_corrected_payload(
     code, out, err = run_split(monkeypatch, capsys, *base, "retry", job_id, "--payload", f"@{fixed}", "--json")
     assert code == 0, err
     [new] = orjson.loads(out)["retried"]
+    code, out, _ = run_split(monkeypatch, capsys, *base, "retry", job_id, "--payload", f"@{fixed}")
+    assert code == 1  # once only
     code, out, _ = run_split(monkeypatch, capsys, *base, "show", job_id)
     assert code == 0 and re.search(rf"retried_as +{new['id']}", out) and "tenant:acme" in out and "OPS-1" in out
     code, out, _ = run_split(monkeypatch, capsys, *base, "show", new["id"])

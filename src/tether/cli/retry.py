@@ -64,7 +64,9 @@ def retry(
             )
         for failure in errors:
             err.print(f"tether: error: {failure['error']}", markup=False, soft_wrap=True)
-        if retried:
+        if retried and payload is not None:
+            out.print(f"job {retried[0].id} retries {ids[0]} with the corrected payload; run a worker to process it")
+        elif retried:
             out.print(f"{len(retried)} job(s) back to pending; run a worker to process them")
     if errors:
         raise typer.Exit(1)
