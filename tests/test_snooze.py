@@ -136,6 +136,7 @@ def test_the_worker_command_caps_snoozes_with_max_snoozes(
     db_url: str, root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     base = ("--db", db_url, "--root", str(root), "--import", "test_snooze")
+    assert run_split(monkeypatch, capsys, *base, "init")[0] == 0  # the command line creates no ledger itself
     code, job_id, _ = run_split(
         monkeypatch, capsys, *base, "enqueue", "nap", "-q", "--payload", '{"name": "d", "naps": -1, "seconds": 0}'
     )

@@ -104,6 +104,7 @@ def test_the_cli_tags_filters_shows_and_retries_with_a_corrected_payload(
     tmp_path, root, db_url, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     base = ("--db", db_url, "--root", str(root))
+    assert run_split(monkeypatch, capsys, *base, "init")[0] == 0  # the command line creates no ledger itself
     (root / "c.txt").write_text("theirs")
     code, out, _ = run_split(
         monkeypatch, capsys, *base, "enqueue", "create_file", "-q", "--payload", '{"path": "c.txt", "text": "secret"}',

@@ -12,7 +12,7 @@ import typer
 
 from .. import events
 from ..clock import SystemClock
-from ..errors import ConfigError, InvalidPayload
+from ..errors import ConfigError, InvalidPayload, UnknownJobType
 from ..ledger.notes import note, notes_for
 from ..ledger.record import InsertResult, JobRecord
 from ..ledger.status import JobStatus
@@ -92,12 +92,17 @@ def enqueue(
         help="Return when the job(s) finished, run by a worker (this command runs none): exit 0 "
         "completed, 1 failed, 3 not finished within --timeout.",
     ),
-    timeout: float | None = typer.Option(None, "--timeout", help="With --wait: give up after this many seconds."),
+    timeout: float | None = typer.Option(
+        None, "--timeout", help="With --wait: stop waiting after this many seconds (the job runs on)."
+    ),
+    job_timeout: float | None = typer.Option(
+        None,
+        "--job-timeout",
+        help="Seconds each attempt may run before it is cancelled and retried (default: its type's).",
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the queued event (a JSON line on stderr)."),
     tags: list[str] = typer.Option([], "--tag", help="A tag to find the job by, e.g. tenant:acme (repeatable)."),
-    meta: str | None = typer.Option(
-        None, "--meta", help="A small JSON object shown with the job (or @file.json); never read by tether."
-    ),
+    meta: str | None = typer.Option(None, "--meta", help="A small JSON object (or @file) shown with the job."),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Record a job; prints its id (or the id of the active duplicate it matched) on stdout,
@@ -105,14 +110,13 @@ def enqueue(
 
     Example: tether enqueue create_file --payload '{"path": "notes/a.json", "content": {"a": 1}}'
 
-    Example: id=$(tether enqueue create_file --payload @job.json --wait --timeout 60)
+    Example: id=$(tether --import stamps enqueue stamp --payload @job.json --job-timeout 30 --wait --timeout 60)
     """
-    options = dict(priority=priority, key=key, max_attempts=max_attempts, delay=delay)
+    options = dict(priority=priority, key=key, max_attempts=max_attempts, delay=delay, timeout=job_timeout)
     # Check options, read and parse before the ledger is opened: bad input creates nothing.
     _check_options(payload, jsonl, wait, timeout, options)
     items = _items(job_type, payload, jsonl)
-    meta_data = None if meta is None else load_payload(job_type, meta, "--meta")
-    note(job_type, tags, meta_data)  # checked before the ledger is opened, as the payload is
+    meta_data = _meta(job_type, tags, meta)
     with events.to_stderr(not quiet), open_coordinator(ctx.obj) as coordinator:
         results = _enqueue(coordinator, job_type, items, options, tags, meta_data)
         if not as_json:
@@ -122,11 +126,23 @@ def enqueue(
             out.file.flush()
             finished = _wait(coordinator, [r.id for r in results], timeout)
     if as_json:
-        duplicate = {r.id: r.duplicate for r in results}
-        records = [{**j.to_dict(), "duplicate": duplicate[j.id]} for j in finished]
-        print_json(records[0] if payload is not None else records)
+        _print_records(results, finished, one=payload is not None)
     if wait:
         raise typer.Exit(_wait_exit_code(finished))
+
+
+def _meta(job_type: str, tags: list[str], meta: str | None) -> dict[str, Any] | None:
+    """--meta's object, with --tag checked beside it before the ledger is opened, as the payload is."""
+    meta_data = None if meta is None else load_payload(job_type, meta, "--meta")
+    note(job_type, tags, meta_data)
+    return meta_data
+
+
+def _print_records(results: list[InsertResult], finished: list[JobRecord], *, one: bool) -> None:
+    """--json: each job with whether it was a duplicate (one object for --payload, a list for --jsonl)."""
+    duplicate = {r.id: r.duplicate for r in results}
+    records = [{**j.to_dict(), "duplicate": duplicate[j.id]} for j in finished]
+    print_json(records[0] if one else records)
 
 
 def _check_options(
@@ -136,7 +152,12 @@ def _check_options(
     if timeout is not None and (timeout != timeout or timeout < 0):
         raise ConfigError(f"--timeout: must be a number of seconds >= 0, got {timeout}")
     if timeout is not None and not wait:
-        raise ConfigError("--timeout needs --wait")
+        raise ConfigError(
+            "--timeout is how long --wait waits, and needs --wait; to limit how long the job may run, use --job-timeout"
+        )
+    job_timeout = options["timeout"]
+    if job_timeout is not None and not 0 < job_timeout < 1e9:
+        raise ConfigError(f"--job-timeout: must be a number of seconds > 0, got {job_timeout:g}")
     if (payload is None) == (jsonl is None):
         raise typer.BadParameter("give exactly one of --payload or --jsonl")
     from ..ledger.limits import option_problem
@@ -175,6 +196,8 @@ def _enqueue(
 ) -> list[InsertResult]:
     """Build every job, then enqueue them all in one transaction; a bad --jsonl line is named."""
     registry, queue = coordinator.registry, coordinator.queue
+    if job_type not in registry.names():  # as reconcile says it: the module that registers it is missing
+        raise UnknownJobType(job_type, registry.names(), hint="a type of your own needs --import MODULE")
     jobs = []
     for n, data in items:
         try:
