@@ -351,7 +351,8 @@ def one_round(r: int, trees: dict[str, Path], figures: list[str], jobs: int) -> 
                     if side != "bare":  # bare runs inside each tree's process
                         got[(figure, side)] = run_child(src, {"figure": figure, "dir": str(d), "jobs": jobs})
                 elif figure == "first":
-                    setup = run_child(after, {"figure": "setup", "dir": str(d)})
+                    # The ledger made by the side's own tree: an older tree refuses one a newer schema made.
+                    setup = run_child(src, {"figure": "setup", "dir": str(d)})
                     spec = {"figure": figure, "dir": str(d), "side": "bare" if side == "bare" else "tether"}
                     got[(figure, side)] = run_child(src, {**spec, "row": setup["row"]})
                 else:

@@ -64,6 +64,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         conn.exec_driver_sql("DROP TABLE IF EXISTS tether_workers")
         conn.exec_driver_sql("DROP TABLE IF EXISTS tether_attempts")
         conn.exec_driver_sql("DROP TABLE IF EXISTS tether_paused")
+        conn.exec_driver_sql("DROP TABLE IF EXISTS tether_job_tags")
     engine.dispose()
     yield url
 

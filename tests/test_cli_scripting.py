@@ -206,14 +206,17 @@ def test_a_read_command_on_a_ledger_damaged_past_its_header_names_the_ledger_of_
     with Coordinator.open(site["db"], root=site["root"]) as c:
         c.enqueue_many([CreateFile(path=f"f{i}.json", content={"pad": "x" * 200}) for i in range(100)])
     path = Path(site["db"].removeprefix("sqlite:///"))
-    # The jobs table's root page: the schema, which may span more than the header page, stays whole.
-    with sqlite3.connect(path) as db:
-        root = db.execute("SELECT rootpage FROM sqlite_master WHERE name = 'tether_jobs'").fetchone()[0]
-        page = db.execute("PRAGMA page_size").fetchone()[0]
-    db.close()
+    # Every page but the schema's (its first page and, once the schema outgrows it, the pages it
+    # spills onto): the ledger opens, and the read meets the damage.
+    with sqlite3.connect(path) as conn:
+        size = conn.execute("PRAGMA page_size").fetchone()[0]
+        schema = {n for (n,) in conn.execute("SELECT pageno FROM dbstat WHERE name = 'sqlite_schema'")}
+    conn.close()
     with open(path, "r+b") as f:
-        f.seek((root - 1) * page)
-        f.write(b"\xde\xad\xbe\xef" * (page // 4))
+        for page in range(2, path.stat().st_size // size + 1):
+            if page not in schema:
+                f.seek((page - 1) * size)
+                f.write(b"\xde\xad\xbe\xef" * (size // 4))
     r = tether("jobs")
     assert r.code == 74, r.err
     assert r.err.startswith(f"tether: ledger fault: the ledger at {site['db']} is corrupt ("), r.err

@@ -21,6 +21,7 @@ LAYERS: list[tuple[str, ...]] = [
         "errors",
         "events",
         "exports",
+        "version",
         "ledger.status",
         "ledger.lifecycle",
         "ledger.attempts",

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from tether import Coordinator
 from tether.jobtypes import default_registry
-from tether.observe import durations, finished, health, jobs, metrics, pages, retention, stuck
+from tether.observe import durations, finished, health, jobs, metrics, pages, retention, stuck, tags
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 STATUSES = ["pending", "claimed", "completed", "completed", "completed", "failed"]
@@ -72,8 +72,16 @@ QUESTIONS: dict[str, Callable[[Coordinator], Any]] = {
             "key": pages.JobFilter(job_type="create_file", key="k7"),
             "window": pages.JobFilter(since=NOW - timedelta(seconds=100)),
             "completed window": pages.JobFilter(status="completed", since=NOW - timedelta(seconds=100)),
+            "tag": pages.JobFilter(tag="tenant:1"),
+            "failed of a tag": pages.JobFilter(status="failed", tag="tenant:1"),
         }.items()
     },
+    "jobs of a tag": lambda c: jobs.jobs(c, tag="tenant:1"),
+    "failed of a tag": lambda c: tags.tagged_jobs(
+        c, "tenant:1", statuses=["failed"], since=NOW - timedelta(1), finished_since=NOW - timedelta(seconds=100)
+    ),
+    "ids of a tag": lambda c: tags.job_ids_tagged(c, "tenant:1", statuses=["pending", "claimed"]),
+    "notes": lambda c: tags.notes(c, [f"{i:026d}" for i in range(0, 3000, 300)]),
     "failed by error": lambda c: finished.failed_by_error(c),
     "on target": lambda c: jobs.on_target(c, "file:7"),
     "purge dry run": lambda c: retention.purge(c, older_than=timedelta(seconds=1000), dry_run=True, now=NOW),
@@ -109,6 +117,10 @@ def ledger(request, tmp_path):
                     f"k{i % 40}" if i % 6 == 3 else None,  # completed jobs: a key may repeat
                 ),
             )
+            if i % 2 == 0:  # half the jobs carry a tag, of three tenants (as a ledger that uses tags)
+                conn.exec_driver_sql(
+                    "INSERT INTO tether_job_tags (tag, job_id) VALUES (?, ?)", (f"tenant:{i % 3}", f"{i:026d}")
+                )
         if request.param == "analyzed":
             conn.exec_driver_sql("ANALYZE")
     yield c

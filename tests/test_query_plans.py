@@ -46,6 +46,10 @@ PARAMS = {
     "outcome": "error",
     "ids": '["a", "b"]',
     "reason": "r",
+    "snoozed": 1,
+    "tag": "tenant:acme",
+    "meta": None,
+    "retry_of": None,
 }
 
 # Every statement that asks whether an older job on a target is active (the blocked flag, the
@@ -74,6 +78,10 @@ HOT = {
     "defer_no_return": (SQLITE.DEFER_NO_RETURN, "sqlite_autoindex_tether_jobs_1"),
     "manual_retry": (SQLITE.MANUAL_RETRY, ("sqlite_autoindex_tether_jobs_1", TARGET)),
     "newer_on_target": (SQLITE.NEWER_ON_TARGET, "ix_tether_jobs_targeted"),
+    "retried_as": (SQLITE.RETRIED_AS, "ix_tether_jobs_retry_of"),
+    "note_of": (SQLITE.NOTE_OF, ("sqlite_autoindex_tether_jobs_1", "ix_tether_job_tags_job")),
+    "tag": (SQLITE.TAG, None),
+    "note": (SQLITE.NOTE, "sqlite_autoindex_tether_jobs_1"),
     "stale": (SQLITE.STALE, "ix_tether_jobs_claimed_lock"),
     "reclaim": (SQLITE.RECLAIM, "sqlite_autoindex_tether_jobs_1"),
     "reclaim_exhausted": (SQLITE.RECLAIM_EXHAUSTED, "sqlite_autoindex_tether_jobs_1"),

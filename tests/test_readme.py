@@ -35,6 +35,7 @@ RUN_BY = {
     'c.schedule("nightly-sync"': "test_the_periodic_job_examples_run",
     "def schedules(coordinator):": "test_the_periodic_job_examples_run",
     'Mount("/ops/tether"': "test_the_ui_mount_fragment_runs",
+    "raise Snooze(60": "test_the_snooze_fragment_runs",
 }
 
 
@@ -170,3 +171,22 @@ def test_the_worker_events_transcript_replays(tmp_path: Path) -> None:
             assert done.returncode == 0, done.stdout
             printed += [line, done.stdout.rstrip("\n")]
     assert_same_output(shown, "\n".join(printed).replace(str(tmp_path), "/srv/app"), "the events transcript")
+
+
+def test_the_snooze_fragment_runs() -> None:
+    from types import SimpleNamespace
+
+    from tether import Snooze
+
+    ready = {"now": False}
+    namespace: dict[str, Any] = {"report_ready": lambda report_id: ready["now"]}
+    exec(block("raise Snooze(60"), namespace)
+    with pytest.raises(Snooze) as snoozed:
+        namespace["run"](None, SimpleNamespace(report_id=7), None)
+    assert (snoozed.value.seconds, snoozed.value.scope, str(snoozed.value)) == (
+        60,
+        "job",
+        "snoozed for 60s: the report is not ready",
+    )
+    ready["now"] = True
+    namespace["run"](None, SimpleNamespace(report_id=7), None)

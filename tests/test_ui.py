@@ -228,6 +228,20 @@ def test_jobs_filter_by_key_finds_the_keyed_job(ledger, clock):
     assert kept in page and other not in page
 
 
+def test_jobs_filter_by_tag_on_each_backend_and_a_job_shows_its_tags_and_meta_not_its_payload(any_ledger, clock):
+    acme = any_ledger.enqueue(
+        CreateFile(path="t.json", content={"secret": 1}), tags=["tenant:acme"], meta={"ticket": "OPS-7"}
+    )
+    other = any_ledger.enqueue(CreateFile(path="u.json", content={}), tags=["tenant:globex"]).id
+    with client(any_ledger) as web:
+        page = web.get("/jobs", params={"tag": "tenant:acme"}).text
+        failed_of_tag = web.get("/jobs", params={"tag": "tenant:acme", "status": "failed"}).text
+        shown = web.get(f"/jobs/{acme.id}").text
+    assert acme.id in page and other not in page
+    assert acme.id not in failed_of_tag
+    assert "tenant:acme" in shown and "OPS-7" in shown and "secret" not in shown
+
+
 @pytest.mark.parametrize("listing", ["type=create_file", "status=pending", ""])
 def test_keyset_pages_stay_stable_while_jobs_are_added(any_ledger, clock, listing):
     ledger = any_ledger

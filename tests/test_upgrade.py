@@ -263,3 +263,26 @@ def test_an_older_ledger_gets_the_cancelled_status_its_cancel_column_and_paused_
         if c.engine.dialect.name == "sqlite":
             with c.engine.connect() as conn:
                 assert conn.exec_driver_sql("PRAGMA integrity_check").scalar() == "ok"
+
+
+def test_a_ledger_from_before_snoozes_tags_and_meta_gets_them_and_keeps_its_jobs(db_url, tmp_path):
+    from tether import CreateFile
+    from tether.observe.tags import notes
+
+    with Coordinator.open(db_url, root=tmp_path / "data", registry=default_registry()) as c:
+        old = c.enqueue(CreateFile(path="a.json", content=1)).id
+    engine = create_engine(db_url)
+    with engine.begin() as conn:  # as schema 5 left it
+        forget_layout(conn)
+        conn.exec_driver_sql("DROP INDEX ix_tether_jobs_retry_of")
+        for column in ("snoozes", "meta", "retry_of"):
+            conn.exec_driver_sql(f"ALTER TABLE tether_jobs DROP COLUMN {column}")
+        conn.exec_driver_sql("DROP TABLE tether_job_tags")
+    engine.dispose()
+
+    with Coordinator.open(db_url, root=tmp_path / "data", registry=default_registry()) as c:
+        assert c.get(old).snoozes == 0
+        new = c.enqueue(CreateFile(path="b.json", content=2), tags=["t:1"], meta={"m": 1}).id
+        assert notes(c, [new])[new]["tags"] == ["t:1"] and notes(c, [new])[new]["meta"] == {"m": 1}
+        assert "ix_tether_jobs_retry_of" in index_names(db_url)
+        assert c.run_until_idle() == 2

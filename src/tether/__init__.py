@@ -9,7 +9,7 @@ the same statements to know where each name lives (``X as X`` marks an explicit 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import exports
 
@@ -18,10 +18,12 @@ if TYPE_CHECKING:
     from .clock import FakeClock as FakeClock
     from .clock import SystemClock as SystemClock
     from .coordinator import Coordinator as Coordinator
+    from .errors import AlreadyRetried as AlreadyRetried
     from .errors import Cancelled as Cancelled
     from .errors import CommitUnknown as CommitUnknown
     from .errors import ConfigError as ConfigError
     from .errors import DatabaseUnavailable as DatabaseUnavailable
+    from .errors import Deferred as Deferred
     from .errors import DuplicateActiveJob as DuplicateActiveJob
     from .errors import InvalidPayload as InvalidPayload
     from .errors import InvalidTransition as InvalidTransition
@@ -31,6 +33,8 @@ if TYPE_CHECKING:
     from .errors import LostLease as LostLease
     from .errors import PermanentError as PermanentError
     from .errors import RetryableError as RetryableError
+    from .errors import Snooze as Snooze
+    from .errors import SnoozedTooOften as SnoozedTooOften
     from .errors import Superseded as Superseded
     from .errors import TetherError as TetherError
     from .errors import TransactionConflict as TransactionConflict
@@ -60,4 +64,15 @@ if TYPE_CHECKING:
     from .worker.loop import WorkerConfig as WorkerConfig
     from .worker.retry import RetryPolicy as RetryPolicy
 
-__getattr__, __dir__ = exports.lazy(__name__)
+_exported, __dir__ = exports.lazy(__name__)
+
+
+def __getattr__(name: str) -> Any:
+    """The exports above, and ``__version__``: read from the installed package's metadata on
+    first use, which ``import tether`` need not pay for."""
+    if name == "__version__":
+        from .version import installed
+
+        globals()["__version__"] = value = installed()
+        return value
+    return _exported(name)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -18,9 +18,10 @@ from .errors import ConfigError
 from .jobtypes import JobType, Payload, Registry, default_registry
 from .jobtypes.datafiles.durable import make_root
 from .ledger import cancel as cancelling
-from .ledger import conflict, meta, pausing
+from .ledger import conflict, corrected, meta, pausing
 from .ledger.catalogue import POSTGRESQL
 from .ledger.engine import Durability, create_engine, opening_error, schema_of
+from .ledger.notes import Note, notes_for
 from .ledger.queue import Queue
 from .ledger.record import InsertResult, JobRecord
 from .ledger.wakeup import wakeup_for
@@ -158,13 +159,15 @@ class Coordinator:
         run_at: datetime | None = None,
         key: str | None = None,
         timeout: float | None = None,
+        tags: Sequence[str] | None = None,
+        meta: Mapping[str, Any] | None = None,
         session: Session | None = None,
     ) -> InsertResult:
         """Record a job. Returns once the job is durably committed, or, with an application
         ``session``, inside that session's transaction (it commits with the caller's rows).
         If an active job of the same type has the same idempotency ``key``, that job is returned
-        with ``duplicate=True``. ``timeout`` (seconds) overrides the job type's for this job.
-        Raises InvalidPayload (nothing stored) for bad input."""
+        with ``duplicate=True``. ``timeout`` (seconds) overrides the job type's for this job. ``tags``
+        and ``meta`` go with it (``tether.ledger.notes``). Raises InvalidPayload for bad input."""
         jobs = self.queue.enqueuer.build(
             [payload],
             priority=priority,
@@ -174,31 +177,39 @@ class Coordinator:
             key=key,
             timeout=timeout,
         )
+        notes = notes_for(jobs, tags, meta)
         if session is not None:
-            return self._in_session(session, jobs)[0]
-        return self.queue.enqueuer.enqueue(jobs)[0]
+            return self._in_session(session, jobs, notes)[0]
+        return self.queue.enqueuer.enqueue(jobs, notes)[0]
 
     def enqueue_many(
-        self, payloads: Sequence[Payload], *, session: Session | None = None, **options: Any
+        self,
+        payloads: Sequence[Payload],
+        *,
+        tags: Sequence[str] | None = None,
+        meta: Mapping[str, Any] | None = None,
+        session: Session | None = None,
+        **options: Any,
     ) -> list[InsertResult]:
         """Several jobs in one transaction: all are recorded or none. They share one enqueue
-        time (ids keep their order)."""
+        time (ids keep their order), and ``tags`` and ``meta`` if given."""
         jobs = self.queue.enqueuer.build(payloads, **options)
+        notes = notes_for(jobs, tags, meta)
         if session is not None:
-            return self._in_session(session, jobs)
-        return self.queue.enqueuer.enqueue(jobs)
+            return self._in_session(session, jobs, notes)
+        return self.queue.enqueuer.enqueue(jobs, notes)
 
     @contextmanager
     def transaction(self) -> Iterator[Transaction]:
         """``with coordinator.transaction() as tx: tx.enqueue(...)``: commits all at the end."""
         tx = Transaction(self)
         yield tx
-        tx.results = self.queue.enqueuer.enqueue(tx.jobs)
+        tx.results = self.queue.enqueuer.enqueue(tx.jobs, tx.notes)
 
-    def _in_session(self, session: Session, jobs: list[JobRecord]) -> list[InsertResult]:
+    def _in_session(self, session: Session, jobs: list[JobRecord], notes: dict[str, Note] | None) -> list[InsertResult]:
         try:
             with self.queue.backend.write(session.connection()) as cur:
-                results = self.queue.enqueuer.insert_all(cur, jobs)
+                results = self.queue.enqueuer.insert_all(cur, jobs, notes)
                 self.queue.wakeup.notify_in(cur)  # delivered only if the application commits
         except sa.exc.DBAPIError as e:
             # The transaction is the application's: only it can run the whole of it again.
@@ -272,9 +283,12 @@ class Coordinator:
     def get(self, job_id: str) -> JobRecord:
         return self.queue.get(job_id)
 
-    def retry(self, job_id: str) -> JobRecord:
-        """Put a failed job back to pending with its attempts reset (explicit operator action)."""
-        return self.queue.manual_retry(job_id)
+    def retry(self, job_id: str, payload: Payload | None = None) -> JobRecord:
+        """Put a failed job back to pending with its attempts reset (explicit operator action);
+        with a corrected ``payload``, a new job linked to it instead (``tether.ledger.corrected``)."""
+        if payload is None:
+            return self.queue.manual_retry(job_id)
+        return corrected.retry_with(self.queue, job_id, payload)
 
     def cancel(self, *job_ids: str, **options: Any) -> list[cancelling.CancelResult]:
         """Cancel jobs by id, or every active job of ``job_type`` and/or idempotency ``key``: a
@@ -391,7 +405,17 @@ class Transaction:
     def __init__(self, coordinator: Coordinator) -> None:
         self._coordinator = coordinator
         self.jobs: list[JobRecord] = []
+        self.notes: dict[str, Note] = {}
         self.results: list[InsertResult] = []
 
-    def enqueue(self, payload: Payload, **options: Any) -> None:
-        self.jobs.append(self._coordinator.queue.build(payload, **options))
+    def enqueue(
+        self,
+        payload: Payload,
+        *,
+        tags: Sequence[str] | None = None,
+        meta: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> None:
+        job = self._coordinator.queue.build(payload, **options)
+        self.notes.update(notes_for([job], tags, meta) or {})
+        self.jobs.append(job)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 
 class TetherError(Exception):
@@ -145,6 +145,17 @@ class Superseded(TetherError):
         )
 
 
+class AlreadyRetried(TetherError):
+    """A failed job was already retried with a corrected payload: look at that job (``tether
+    show``), and retry it instead if it failed too."""
+
+    def __init__(self, job_id: str, retry_id: str) -> None:
+        super().__init__(
+            f"job {job_id} was already retried with a corrected payload as job {retry_id}; "
+            f"see tether show {retry_id}, and retry that one if it failed too"
+        )
+
+
 class LostLease(TetherError):
     """This worker no longer owns the job (its lock was reclaimed); its outcome was not recorded."""
 
@@ -186,14 +197,60 @@ class JobTimedOut(RetryableError):
         super().__init__(f"{job_type} job {job_id} ran past its timeout of {timeout:g}s and was cancelled")
 
 
-class Deferred(JobError):
-    """The attempt could not start its work before ``until`` (an assistant's rate limit with a
-    reset time): the job, and every pending job of its type, waits until then; the attempt is
-    given back, not counted."""
+class Snooze(JobError):
+    """Raised by a handler: the job goes back to pending until ``until`` (or ``seconds`` from now)
+    without spending an attempt, as River's and Oban's snooze. ``scope`` says who waits with it:
+    "job" (the job alone; the later jobs on its target wait behind it anyway, by the order per
+    target) or "type" (every pending job of its type too: a limit the type's jobs share, such as
+    an API's rate limit). Each snooze is counted on the job; one that snoozes more often than its
+    worker allows (``WorkerConfig.max_snoozes``) fails, saying so (``SnoozedTooOften``)."""
+
+    SCOPES = ("job", "type")
+
+    def __init__(
+        self, seconds: float | None = None, *, until: datetime | None = None, scope: str = "job", reason: str = ""
+    ) -> None:
+        self._hold(seconds, until, scope)
+        when = f"for {seconds:g}s" if until is None else f"until {until.isoformat()}"
+        super().__init__(f"snoozed {when}" + (f": {reason}" if reason else ""))
+
+    def _hold(self, seconds: float | None, until: datetime | None, scope: str) -> None:
+        """Check and keep when the snooze ends and who waits; a ValueError names what is wrong."""
+        if (seconds is None) == (until is None):
+            raise ValueError("Snooze: give seconds or until, not both and not neither")
+        if seconds is not None and not 0 <= seconds < 1e9:
+            raise ValueError(f"Snooze: seconds must be >= 0, got {seconds!r}")
+        if until is not None and until.tzinfo is None:
+            raise ValueError("Snooze: until must be timezone-aware (UTC)")
+        if scope not in self.SCOPES:
+            raise ValueError(f"Snooze: scope must be one of {', '.join(self.SCOPES)}, got {scope!r}")
+        self.seconds, self.until, self.scope = seconds, until, scope
+
+    def wakes_at(self, now: datetime) -> datetime:
+        """When the job may run again, for a snooze raised at ``now``."""
+        return self.until if self.until is not None else now + timedelta(seconds=self.seconds or 0)
+
+
+class Deferred(Snooze):
+    """The rate-limit hold: the attempt could not start its work before ``until`` (an assistant's
+    rate limit with a reset time), so the job and every pending job of its type wait until then
+    (a Snooze of scope "type" whose message is the limit's own)."""
 
     def __init__(self, message: str, until: datetime) -> None:
-        self.until = until
-        super().__init__(message)
+        self._hold(None, until, "type")
+        JobError.__init__(self, message)  # the limit's own words, not a snooze's
+
+
+class SnoozedTooOften(PermanentError):
+    """A job snoozed as many times as its worker allows (``WorkerConfig.max_snoozes``) and asked
+    once more: it fails rather than wait forever. Look at why its handler keeps snoozing; retry
+    it (``tether retry ID``) once that is mended."""
+
+    def __init__(self, snoozes: int, cap: int, last: str) -> None:
+        super().__init__(
+            f"the job snoozed {snoozes} times, the most a job may (max_snoozes={cap}), and asked again "
+            f"({last}): it failed rather than wait forever; find out why its handler keeps snoozing, then retry it"
+        )
 
 
 class Cancelled(JobError):

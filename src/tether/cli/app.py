@@ -84,6 +84,13 @@ err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() el
 @app.callback()
 def _global(
     ctx: typer.Context,
+    version: bool = typer.Option(
+        False,
+        "--version",
+        is_eager=True,
+        callback=lambda shown: _print_version(shown),
+        help="Print tether's version (from the installed package) and exit.",
+    ),
     db: str | None = typer.Option(
         None,
         "--db",
@@ -124,6 +131,14 @@ def _global(
     ),
 ) -> None:
     ctx.obj = Settings(db, root, tuple(imports), durability, schema, moved)
+
+
+def _print_version(shown: bool) -> None:
+    if shown:
+        from .. import version
+
+        out.print(f"tether {version.installed()}", markup=False)
+        raise typer.Exit()
 
 
 def open_coordinator(settings: Settings, **kwargs: Any) -> Coordinator:

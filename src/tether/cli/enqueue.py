@@ -13,6 +13,7 @@ import typer
 from .. import events
 from ..clock import SystemClock
 from ..errors import ConfigError, InvalidPayload, UnknownJobType
+from ..ledger.notes import note, notes_for
 from ..ledger.record import InsertResult, JobRecord
 from ..ledger.status import JobStatus
 from .app import JSON_OPTION, app, err, open_coordinator, out, print_json
@@ -22,9 +23,10 @@ if TYPE_CHECKING:
     from ..coordinator import Coordinator
 
 
-def _load_payload(job_type: str, raw: str) -> dict[str, Any]:
+def load_payload(job_type: str, raw: str, flag: str = "--payload") -> dict[str, Any]:
+    """The JSON object ``raw`` gives for ``flag``: the text itself, or @file for a file's."""
     if raw.startswith("@"):
-        source = f"--payload {raw}"
+        source = f"{flag} {raw}"
         try:
             text = Path(raw[1:]).read_bytes()
         except OSError as e:
@@ -32,7 +34,7 @@ def _load_payload(job_type: str, raw: str) -> dict[str, Any]:
     else:
         # Arguments that are not UTF-8 arrive with their bytes escaped as surrogates: undone here,
         # so the check below names the byte.
-        source, text = "--payload", raw.encode("utf-8", "surrogateescape")
+        source, text = flag, raw.encode("utf-8", "surrogateescape")
     return _parse_object(job_type, source, text)
 
 
@@ -99,6 +101,8 @@ def enqueue(
         help="Seconds each attempt may run before it is cancelled and retried (default: its type's).",
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the queued event (a JSON line on stderr)."),
+    tags: list[str] = typer.Option([], "--tag", help="A tag to find the job by, e.g. tenant:acme (repeatable)."),
+    meta: str | None = typer.Option(None, "--meta", help="A small JSON object (or @file) shown with the job."),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Record a job; prints its id (or the id of the active duplicate it matched) on stdout,
@@ -112,8 +116,9 @@ def enqueue(
     # Check options, read and parse before the ledger is opened: bad input creates nothing.
     _check_options(payload, jsonl, wait, timeout, options)
     items = _items(job_type, payload, jsonl)
+    meta_data = _meta(job_type, tags, meta)
     with events.to_stderr(not quiet), open_coordinator(ctx.obj) as coordinator:
-        results = _enqueue(coordinator, job_type, items, options)
+        results = _enqueue(coordinator, job_type, items, options, tags, meta_data)
         if not as_json:
             _print_ids(results)
         finished = [r.job for r in results]
@@ -121,11 +126,23 @@ def enqueue(
             out.file.flush()
             finished = _wait(coordinator, [r.id for r in results], timeout)
     if as_json:
-        duplicate = {r.id: r.duplicate for r in results}
-        records = [{**j.to_dict(), "duplicate": duplicate[j.id]} for j in finished]
-        print_json(records[0] if payload is not None else records)
+        _print_records(results, finished, one=payload is not None)
     if wait:
         raise typer.Exit(_wait_exit_code(finished))
+
+
+def _meta(job_type: str, tags: list[str], meta: str | None) -> dict[str, Any] | None:
+    """--meta's object, with --tag checked beside it before the ledger is opened, as the payload is."""
+    meta_data = None if meta is None else load_payload(job_type, meta, "--meta")
+    note(job_type, tags, meta_data)
+    return meta_data
+
+
+def _print_records(results: list[InsertResult], finished: list[JobRecord], *, one: bool) -> None:
+    """--json: each job with whether it was a duplicate (one object for --payload, a list for --jsonl)."""
+    duplicate = {r.id: r.duplicate for r in results}
+    records = [{**j.to_dict(), "duplicate": duplicate[j.id]} for j in finished]
+    print_json(records[0] if one else records)
 
 
 def _check_options(
@@ -163,14 +180,19 @@ def _print_ids(results: list[InsertResult]) -> None:
 def _items(job_type: str, payload: str | None, jsonl: str | None) -> list[tuple[int | None, dict[str, Any]]]:
     """The payloads to enqueue, each with its --jsonl line number (None for --payload)."""
     if payload is not None:
-        return [(None, _load_payload(job_type, payload))]
+        return [(None, load_payload(job_type, payload))]
     assert jsonl is not None  # exactly one of the two, checked before
     source = "stdin" if jsonl == "-" else f"--jsonl {jsonl}"
     return [(n, _parse_object(job_type, f"{source} line {n}", line)) for n, line in _read_lines(job_type, jsonl)]
 
 
 def _enqueue(
-    coordinator: Coordinator, job_type: str, items: list[tuple[int | None, dict[str, Any]]], options: dict[str, Any]
+    coordinator: Coordinator,
+    job_type: str,
+    items: list[tuple[int | None, dict[str, Any]]],
+    options: dict[str, Any],
+    tags: list[str],
+    meta: dict[str, Any] | None,
 ) -> list[InsertResult]:
     """Build every job, then enqueue them all in one transaction; a bad --jsonl line is named."""
     registry, queue = coordinator.registry, coordinator.queue
@@ -184,7 +206,7 @@ def _enqueue(
             if n is None:
                 raise
             raise InvalidPayload(job_type, [f"line {n}: {p}" for p in e.problems]) from e
-    return queue.enqueuer.enqueue(jobs)
+    return queue.enqueuer.enqueue(jobs, notes_for(jobs, tags, meta))
 
 
 def _wait(coordinator: Any, ids: list[str], timeout: float | None) -> list[JobRecord]:

@@ -6,7 +6,7 @@ import typer
 
 from ..clock import SystemClock
 from .app import JSON_OPTION, app, print_json
-from .output import LIMIT_HELP, first_line, job_dicts, ledger, limit_value, parse_duration, table, when
+from .output import LIMIT_HELP, first_line, ledger, limit_value, noted_dicts, parse_duration, table, when
 
 
 @app.command()
@@ -14,6 +14,7 @@ def failed(
     ctx: typer.Context,
     job_type: str | None = typer.Option(None, "--type", "-t", help="Only jobs of this type."),
     since: str | None = typer.Option(None, "--since", help="Only jobs that failed within this window, e.g. 1h, 7d."),
+    tag: str | None = typer.Option(None, "--tag", help="Only jobs carrying this tag (newest enqueued first)."),
     limit: int = typer.Option(50, "--limit", "-n", help=LIMIT_HELP),
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -30,10 +31,15 @@ def failed(
     n = limit_value(limit)
     with ledger(ctx.obj) as engine:
         start = SystemClock().now() - window if window else None
-        jobs = failed(engine, job_type=job_type, since=start, limit=n)
-    if as_json:
-        print_json({"jobs": job_dicts(jobs)})
-        return
+        if tag is None:
+            jobs = failed(engine, job_type=job_type, since=start, limit=n)
+        else:
+            from ..observe.tags import tagged_jobs
+
+            jobs = tagged_jobs(engine, tag, statuses=["failed"], job_type=job_type, finished_since=start, limit=n)
+        if as_json:
+            print_json({"jobs": noted_dicts(engine, jobs)})
+            return
     table(
         "Failed jobs",
         ["type", "id", "attempts", "failed at (UTC)", "last error"],

@@ -15,9 +15,9 @@ from .app import JSON_OPTION, app, out, print_json
 from .output import (
     LIMIT_HELP,
     first_line,
-    job_dicts,
     ledger,
     limit_value,
+    noted_dicts,
     parse_duration,
     progress_text,
     table,
@@ -37,10 +37,11 @@ def jobs(
     schedule_name: str | None = typer.Option(
         None, "--schedule", help="Only the runs of this schedule (newest slot first; other filters apply too)."
     ),
+    tag: str | None = typer.Option(None, "--tag", help="Only jobs carrying this tag (newest enqueued first)."),
     limit: int = typer.Option(50, "--limit", "-n", help=LIMIT_HELP),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """List jobs with filters (status, type, since), newest first.
+    """List jobs with filters (status, type, since, tag), newest first.
 
     The "when" column is when a pending job may run, when a claimed job was claimed, or when a
     finished job completed or failed. Priority and every other column: --json.
@@ -49,6 +50,8 @@ def jobs(
     shown here; see `tether show ID --payload`.
 
     Example: tether jobs --status pending --type create_file --limit 20
+
+    Example: tether jobs --tag tenant:acme --json   (each job with its tags and meta)
     """
     from ..observe.jobs import jobs as find_jobs
     from ..observe.jobs import paused_types
@@ -62,11 +65,11 @@ def jobs(
         if schedule_name is not None:
             found = _schedule_runs(engine, schedule_name, status, job_type, start)[:n]
         else:
-            found = find_jobs(engine, status=status, job_type=job_type, since=start, limit=n)
+            found = find_jobs(engine, status=status, job_type=job_type, since=start, tag=tag, limit=n)
         paused = paused_types(engine)
-    if as_json:
-        print_json({"jobs": job_dicts(found), "paused": paused})
-        return
+        if as_json:
+            print_json({"jobs": noted_dicts(engine, found), "paused": paused})
+            return
     _print_jobs(found)
     for p in paused:
         because = f": {p['reason']}" if p["reason"] else ""

@@ -122,6 +122,14 @@ def job_dicts(jobs: Iterable[JobRecord]) -> list[dict[str, Any]]:
     return [j.to_dict() for j in jobs]
 
 
+def noted_dicts(engine: Any, jobs: list[JobRecord]) -> list[dict[str, Any]]:
+    """``job_dicts`` with each job's tags, meta and retry links (observe/tags.py; never the payload)."""
+    from ..observe.tags import notes
+
+    noted = notes(engine, [j.id for j in jobs])
+    return [{**j.to_dict(), **noted[j.id]} for j in jobs]
+
+
 def progress_text(progress: str | None) -> str:
     """A running job's progress as a person reads it: ``40/100 (40%) copying``."""
     if not progress:

@@ -29,13 +29,15 @@ def show(
     from rich.table import Table
 
     from ..observe.jobs import children, resolve_id, show
+    from ..observe.tags import notes
 
     with ledger(ctx.obj) as engine:
         job_id = resolve_id(engine, job_id)
         job = show(engine, job_id)
         kids = children(engine, job_id)
+        noted = notes(engine, [job_id])[job_id]
     if as_json:
-        print_json({**job.to_dict(include_payload=payload), "children": [k.id for k in kids]})
+        print_json({**job.to_dict(include_payload=payload), **noted, "children": [k.id for k in kids]})
         return
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
@@ -50,6 +52,10 @@ def show(
             value = when(getattr(job, name)) + " UTC"
         grid.add_row(name, "" if value is None else str(value))
     grid.add_row("children", " ".join(k.id for k in kids) or "")
+    grid.add_row("tags", " ".join(noted["tags"]))
+    grid.add_row("meta", "" if noted["meta"] is None else orjson.dumps(noted["meta"]).decode())
+    grid.add_row("retry_of", noted["retry_of"] or "")
+    grid.add_row("retried_as", " ".join(noted["retried_as"]))
     out.print(grid)
     if job.result is not None:
         out.print("[bold]result[/]")

@@ -34,6 +34,12 @@ def worker(
         min=0,
         help="Seconds running jobs get to finish after SIGINT/SIGTERM before they are cancelled and given back.",
     ),
+    max_snoozes: int | None = typer.Option(
+        None,
+        "--max-snoozes",
+        min=0,
+        help="Snoozes a job may take before its next one fails it (default 100; WorkerConfig.max_snoozes).",
+    ),
     quiet: bool = typer.Option(
         False, "--quiet", "-q", help="Do not print lifecycle events (JSON lines on stdout, the worker's log)."
     ),
@@ -45,7 +51,8 @@ def worker(
     Example: tether --root ./data worker --threads 4 --shutdown-grace 60
     """
     with events.to_stdout(not quiet), open_coordinator(ctx.obj, lock_timeout=lock_timeout) as coordinator:
-        w = coordinator.worker(threads=threads, poll_interval=poll_interval, shutdown_grace=shutdown_grace)
+        caps = {} if max_snoozes is None else {"max_snoozes": max_snoozes}
+        w = coordinator.worker(threads=threads, poll_interval=poll_interval, shutdown_grace=shutdown_grace, **caps)
         _say_unserved(w.unserved())
         w.run_until_idle() if until_idle else w.run()
         left = w.unserved() if until_idle else {}
@@ -74,7 +81,8 @@ _OUTCOMES = (
     ("retry", "to retry"),
     ("fail", "failed"),
     ("release", "given back"),
-    ("snooze", "waiting for space"),
+    ("snooze", "snoozed"),  # a handler's Snooze, or a full data root
+    ("defer", "snoozed with their type"),
 )
 
 

@@ -139,6 +139,7 @@ class Builder:
                 None,  # progress
                 None,  # quarantine
                 len(encoded),  # payload_bytes
+                0,  # snoozes
             ),
         )
 

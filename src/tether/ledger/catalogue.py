@@ -42,7 +42,11 @@ class Statements:
     INSERT: str
     INSERT_PAYLOADS: str
     INSERT_TARGETED: str
+    TAG: str
+    NOTE: str
     ACTIVE_BY_KEY: str
+    RETRIED_AS: str
+    NOTE_OF: str
     GET: str
     PAYLOAD: str
     CLAIM: str

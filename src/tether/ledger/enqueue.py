@@ -9,7 +9,7 @@ marked as a duplicate.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -22,6 +22,7 @@ from ..jobtypes import Payload
 from . import conflict, faults
 from .backend import Backend, LostCommit
 from .build import Builder
+from .notes import Note, write_notes
 from .record import InsertResult, JobRecord, make_tuple
 from .wakeup import Wakeup
 
@@ -83,33 +84,43 @@ class Enqueuer:
         ``build.Builder.build``."""
         return self.builder.build(payloads, **options)
 
-    def enqueue(self, jobs: Sequence[JobRecord]) -> list[InsertResult]:
-        """Insert ``jobs`` in one transaction; returns after the commit is durable."""
+    def enqueue(self, jobs: Sequence[JobRecord], notes: Mapping[str, Note] | None = None) -> list[InsertResult]:
+        """Insert ``jobs`` (with the ``notes`` of some, by id) in one transaction; returns after
+        the commit is durable."""
         try:
-            results = self.backend.transact(lambda cur: self._insert_and_notify(cur, jobs))
+            results = self.backend.transact(lambda cur: self._insert_and_notify(cur, jobs, notes))
         except sa.exc.SQLAlchemyError as e:
             raise self._not_recorded(e, jobs) from e
         self.committed(results)
         return results
 
-    def _insert_and_notify(self, cur: Any, jobs: Sequence[JobRecord]) -> list[InsertResult]:
-        results = self.insert_all(cur, jobs)
+    def _insert_and_notify(
+        self, cur: Any, jobs: Sequence[JobRecord], notes: Mapping[str, Note] | None
+    ) -> list[InsertResult]:
+        results = self.insert_all(cur, jobs, notes)
         if any(not r.duplicate for r in results):
             self.wakeup.notify_in(cur)
         return results
 
-    def insert_all(self, cur: Any, jobs: Sequence[JobRecord]) -> list[InsertResult]:
+    def insert_all(
+        self, cur: Any, jobs: Sequence[JobRecord], notes: Mapping[str, Note] | None = None
+    ) -> list[InsertResult]:
         """Insert many in the caller's transaction: unkeyed jobs that share their options in one
-        statement, keyed ones one at a time (each may meet an active job with its key)."""
+        statement, keyed ones one at a time (each may meet an active job with its key); then the
+        ``notes`` (by job id) of the jobs inserted, not of those found by their key."""
         unkeyed = [job for job in jobs if job.idempotency_key is None]
         if len(unkeyed) == 1:
             cur.execute(self._insert_one(unkeyed[0]), self.backend.insert_values(unkeyed[0]))
         elif unkeyed:
             self._insert_unkeyed(cur, unkeyed)
-        return [
+        results = [
             make_tuple(InsertResult, (job, False)) if job.idempotency_key is None else self._insert_keyed_job(cur, job)
             for job in jobs
         ]
+        if notes:
+            inserted = {r.job.id for r in results if not r.duplicate}
+            write_notes(cur, self.sql, {job_id: n for job_id, n in notes.items() if job_id in inserted})
+        return results
 
     def _insert_keyed_job(self, cur: Any, job: JobRecord) -> InsertResult:
         """Insert ``job`` (it has an idempotency key); an active job with the same key is returned."""

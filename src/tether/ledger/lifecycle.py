@@ -89,6 +89,7 @@ class Decision(NamedTuple):
         attempts = self.job.attempts - 1 if self.edge in GIVEN_BACK else self.job.attempts
         return self.job._replace(
             attempts=attempts,
+            snoozes=self.job.snoozes + self.values.get("snoozed", 0),
             run_at=self.values.get("run_at", self.job.run_at),
             last_error=self.values.get("error", self.job.last_error),
         )
@@ -143,15 +144,18 @@ class Decision(NamedTuple):
 
     @classmethod
     def defer(cls, job: JobRecord, error: str, run_at: datetime, duration: float | None = None) -> Decision:
-        """Given back until ``run_at`` (a rate limit's reset), with every pending job of its type:
-        the attempt is not counted."""
-        return cls(job, "defer", {"error": error, "run_at": run_at}, duration=duration)
+        """Given back until ``run_at`` (a rate limit's reset, a snooze of scope "type"), with every
+        pending job of its type: the attempt is not counted, the snooze is."""
+        return cls(job, "defer", {"error": error, "run_at": run_at, "snoozed": 1}, duration=duration)
 
     @classmethod
-    def snooze(cls, job: JobRecord, error: str, run_at: datetime, duration: float | None = None) -> Decision:
-        """Given back until ``run_at`` for a cause outside the job (its data root is full): the
-        attempt is not counted, and the type's other jobs are not held back."""
-        return cls(job, "snooze", {"error": error, "run_at": run_at}, duration=duration)
+    def snooze(
+        cls, job: JobRecord, error: str, run_at: datetime, duration: float | None = None, *, counted: bool = True
+    ) -> Decision:
+        """Given back until ``run_at`` (a handler's snooze; a full data root, not ``counted``
+        against the cap: a condition of the storage, not of the job): the attempt is not counted,
+        and the type's other jobs are not held back."""
+        return cls(job, "snooze", {"error": error, "run_at": run_at, "snoozed": int(counted)}, duration=duration)
 
 
 def error_text(exc: BaseException) -> str:

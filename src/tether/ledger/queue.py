@@ -332,7 +332,8 @@ class Queue:
             attempt=job.attempts,
             worker=worker,
             duration_ms=None if duration is None else round(duration * 1000, 3),
-            run_at=job.run_at.isoformat() if edge == "retry" else None,
+            run_at=job.run_at.isoformat() if edge in ("retry", "snooze", "defer") else None,
+            snoozes=job.snoozes if edge in ("snooze", "defer") else None,
             error=(job.last_error or "").split("\n", 1)[0][:200]
             if edge in ("retry", "fail", "reclaim", "reclaim_exhausted")
             else None,

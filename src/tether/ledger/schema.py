@@ -104,6 +104,15 @@ jobs = sa.Table(
     # end a job; derived from the other columns, never part of a JobRecord. Added after the first
     # release: ensure_schema adds it, with its default, and sets it for the jobs waiting then.
     sa.Column("blocked", sa.Boolean, nullable=False, default=False, server_default=sa.false()),
+    # How many times the job snoozed (a handler's Snooze, a rate limit's hold): the attempt was given
+    # back each time, so this is what stops a job that snoozes forever (WorkerConfig.max_snoozes).
+    sa.Column("snoozes", sa.Integer, nullable=False, default=0, server_default=sa.text("0")),
+    # What the caller attached to the job, shown beside it and never read by tether: a JSON object
+    # (ledger/notes.py bounds it). Written with the job, only when given; never part of a JobRecord.
+    _text("meta"),
+    # The failed job this one retries with a corrected payload (``tether retry ID --payload``); the
+    # failed job stays as it was, as evidence. Never part of a JobRecord.
+    sa.Column("retry_of", sa.String(26)),
     # An operator's cancel of the running job, with its reason (NULL: none asked): its worker
     # reads it for the jobs it runs (CANCEL_REQUESTS) and ends the attempt ``cancelled``. Set
     # only while the job is claimed by the attempt the operator saw; never part of a JobRecord.
@@ -210,8 +219,23 @@ sa.Index("ix_tether_attempts_job", attempts.c.job_id, attempts.c.id)
 # besides its primary key at every step: pending, then claimed, then done (the drain and bulk
 # enqueue figures in benchmarks/ISSUE7.md).
 
-# The columns of a JobRecord: every column but ``blocked`` and ``cancel_reason``, in table order.
-RECORD_COLUMNS = tuple(name for name in jobs.c.keys() if name not in ("blocked", "cancel_reason"))
+job_tags = sa.Table(
+    "tether_job_tags",
+    metadata,
+    # A job's tags ("tenant:acme"), one row each. A table of its own rather than a delimited text
+    # column: "the jobs tagged T" is then a range of this primary key joined to the jobs by theirs,
+    # where a membership test on a text column (LIKE '%,T,%') reads every row; and a job without
+    # tags, the common case, costs its enqueue nothing. Written with the job; purge removes them with it.
+    sa.Column("tag", sa.String(64), primary_key=True),
+    sa.Column("job_id", sa.String(26), primary_key=True),
+)
+sa.Index("ix_tether_job_tags_job", job_tags.c.job_id)
+
+# Columns of tether_jobs that are never part of a JobRecord: derived (``blocked``), a worker's
+# instruction (``cancel_reason``) or only shown.
+NOT_RECORDED = ("blocked", "cancel_reason", "meta", "retry_of")
+# The columns of a JobRecord: every column but those, in table order.
+RECORD_COLUMNS = tuple(name for name in jobs.c.keys() if name not in NOT_RECORDED)
 
 # The claim walks this index in exactly its ORDER BY (priority DESC, created_at, id) after the
 # equality on ``blocked``: no sort step, it holds only the waiting jobs however many finished ones
@@ -283,6 +307,9 @@ sa.Index(
 # "Which keys were used by more than one job?" (tether duplicates): only keyed jobs pay for it.
 _keyed = sa.text("idempotency_key IS NOT NULL")
 sa.Index("ix_tether_jobs_key", jobs.c.type, jobs.c.idempotency_key, sqlite_where=_keyed, postgresql_where=_keyed)
+# "Was this failed job retried with a corrected payload, and as which job?" (``tether show``).
+_retried = sa.text("retry_of IS NOT NULL")
+sa.Index("ix_tether_jobs_retry_of", jobs.c.retry_of, jobs.c.id, sqlite_where=_retried, postgresql_where=_retried)
 sa.Index(
     "ix_tether_jobs_parent",
     jobs.c.parent_id,

@@ -16,6 +16,7 @@ from ..ledger.schema import jobs as jobs_table
 from ..ledger.status import JobStatus
 from .finished import newest_finished
 from .readonly import Source, reading, records, select_jobs
+from .tags import tagged_jobs
 
 
 def paused_types(source: Source) -> list[dict[str, Any]]:
@@ -44,11 +45,15 @@ def jobs(
     status: JobStatus | str | None = None,
     job_type: str | None = None,
     since: datetime | None = None,
+    tag: str | None = None,
     limit: int | None = 50,
 ) -> list[JobRecord]:
     """Jobs matching the filters. With ``status`` completed/failed, newest finished first;
-    otherwise newest enqueued first (``since`` filters on enqueue time)."""
+    otherwise, or with a ``tag``, newest enqueued first (``since`` filters on enqueue time)."""
     status = JobStatus(status).value if status is not None else None
+    if tag is not None:
+        statuses = [] if status is None else [status]
+        return tagged_jobs(source, tag, statuses=statuses, job_type=job_type, since=since, limit=limit)
     with reading(source) as conn:
         if status in ("completed", "failed", "cancelled") and since is None:
             return newest_finished(conn, (JobStatus(status),), job_type, None, None, limit)

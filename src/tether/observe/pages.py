@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from ..errors import ConfigError
 from ..ledger import ids
 from ..ledger.record import JobRecord
+from ..ledger.schema import job_tags
 from ..ledger.schema import jobs as jobs_table
 from ..ledger.status import JobStatus
 from .readonly import COLUMNS, Source, done, reading, records, select_jobs
@@ -33,6 +34,7 @@ class JobFilter:
     state: str | None = None
     """One of ``states.STATES`` (it implies the status), judged at ``at``: (now, lock cutoff)."""
     at: tuple[datetime, datetime] | None = None
+    tag: str | None = None  # jobs carrying this tag (observe/tags.py)
 
     def __post_init__(self) -> None:
         if self.state is not None:
@@ -109,6 +111,8 @@ def _selected(where: JobFilter) -> sa.Select[Any]:
             query = query.where(column == value)
     if where.state is not None and where.at is not None:
         query = query.where(condition(where.state, *where.at))
+    if where.tag is not None:  # the tag's range of tether_job_tags' primary key, each job by its id
+        query = query.where(jobs_table.c.id.in_(sa.select(job_tags.c.job_id).where(job_tags.c.tag == where.tag)))
     if where.by_finish:
         query = query.where(done())
         if where.since is not None:

@@ -31,6 +31,7 @@ from ..observe.readonly import engine_of, lock_timeout_of, now_of, reading
 from ..observe.resources import aws_resources
 from ..observe.states import CLAIMED_STATES, PENDING_STATES, STATES, state_of
 from ..observe.stuck import stuck
+from ..observe.tags import notes
 from ..observe.throughput import per_minute
 from ..observe.verdict import Thresholds
 from ..observe.workers import workers
@@ -154,7 +155,7 @@ class Pages:
 
     async def jobs(self, request: Request) -> Response:
         q = request.query_params
-        args = {k: q.get(k, "").strip() for k in ("status", "type", "target", "key", "window", "order", "after")}
+        args = {k: q.get(k, "").strip() for k in ("status", "type", "target", "key", "tag", "window", "order", "after")}
         now = now_of(self.source, None)
         at = (now, now - timedelta(seconds=lock_timeout_of(self.source, None)))
         state = args["status"] if args["status"] in STATES else None
@@ -175,6 +176,7 @@ class Pages:
                 target=target,
                 key=args["key"] or None,
                 since=since,
+                tag=args["tag"] or None,
             )
             page = jobs_page(
                 self.source, where, after=args["after"] or None, oldest_first=args["order"] == "oldest", limit=PAGE_SIZE
@@ -220,6 +222,7 @@ class Pages:
             job=job,
             children=kids,
             parent=parent,
+            noted=notes(self.source, [job.id])[job.id],
             neighbours=neighbours,
             result=_pretty(job.result_data) if job.result is not None else None,
             payload=_pretty(job.payload_data) if self.show_payloads else None,

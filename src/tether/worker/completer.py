@@ -4,13 +4,13 @@ connections, lost commit answers and values the database refuses."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, NamedTuple
 
 import sqlalchemy as sa
 
 from .. import events
-from ..errors import Cancelled, Deferred, InvalidPayload, JobTimedOut, PermanentError, StorageFull
+from ..errors import Cancelled, InvalidPayload, JobTimedOut, PermanentError, Snooze, SnoozedTooOften, StorageFull
 from ..jobtypes.datafiles.effects import file_error
 from ..ledger import attempts, faults
 from ..ledger.backend import LostCommit
@@ -69,8 +69,9 @@ class Completer:
     def decide(self, job: JobRecord, outcome: Outcome, duration: float | None = None) -> Decision:
         """The one place an attempt's outcome becomes a transition: an operator's cancel seen
         while it ran ends it cancelled, with its effect's verdict; a handler that returned
-        completes; one not run, or cancelled, gives its attempt back; a rate limit defers its
-        type; a full data root snoozes the job; a permanent error, an invalid payload or the last
+        completes; one not run, or cancelled, gives its attempt back; a handler's snooze (a
+        rate limit's hold among them) snoozes the job or its type, up to the worker's cap; a full
+        data root snoozes the job, uncounted; a permanent error, an invalid payload or the last
         attempt fails it; any other error retries it after the backoff. An outcome the database
         refused to store, or an error in deciding, fails the job visibly."""
         clock = self.queue.clock
@@ -88,10 +89,10 @@ class Completer:
                 error = f"tether could not record this job's outcome ({outcome.edge}): {faults.describe(outcome.error)}"
                 return Decision.fail(job, error, duration)
             now = clock.now()
-            if isinstance(outcome, Deferred):
-                return Decision.defer(job, error_text(outcome), outcome.until, duration)
+            if isinstance(outcome, Snooze):
+                return self._snoozed(job, outcome, now, duration)
             if isinstance(outcome, StorageFull):
-                return Decision.snooze(job, error_text(outcome), now + self._storage_wait(), duration)
+                return Decision.snooze(job, error_text(outcome), now + self._storage_wait(), duration, counted=False)
             ended = attempts.Outcome.TIMEOUT if isinstance(outcome, JobTimedOut) else None  # else the edge's: an error
             if isinstance(outcome, (PermanentError, InvalidPayload)) or job.attempts >= job.max_attempts:
                 return Decision.fail(job, error_text(outcome), duration, now, ended)
@@ -99,6 +100,15 @@ class Completer:
             return Decision.retry(job, error_text(outcome), run_at, duration, now, ended)
         except Exception as e:  # e.g. a retry policy that raises: the job fails, visibly
             return Decision.fail(job, error_text(e), duration, clock.now())
+
+    def _snoozed(self, job: JobRecord, snooze: Snooze, now: datetime, duration: float | None) -> Decision:
+        """A handler's snooze: the job (scope "job") or its whole type (scope "type") waits, the
+        attempt given back and the snooze counted; past the worker's cap the job fails instead."""
+        cap = self.config.max_snoozes
+        if job.snoozes >= cap:
+            return Decision.fail(job, error_text(SnoozedTooOften(job.snoozes, cap, str(snooze))), duration, now)
+        edge = Decision.defer if snooze.scope == "type" else Decision.snooze
+        return edge(job, error_text(snooze), snooze.wakes_at(now), duration)
 
     def _storage_wait(self) -> timedelta:
         """How long a job that met a full data root waits: the retry policy's backoff over this

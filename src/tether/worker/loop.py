@@ -68,6 +68,10 @@ class WorkerConfig:
     they are cancelled at their next checkpoint and give their attempt back, as a second signal
     does at once. None: no limit."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    max_snoozes: int = 100
+    """Snoozes a job may take (a handler's ``Snooze``, a rate limit's hold; a full data root is not
+    counted): each gives its attempt back, so without a cap a job that always snoozes never ends.
+    The one after the last fails the job (``SnoozedTooOften``)."""
 
     @property
     def heartbeat_every(self) -> float:

@@ -60,7 +60,7 @@ VALUES (%(id)s, %(type)s, %(payload)s, 'pending', %(priority)s, 0, %(max_attempt
 ON CONFLICT (type, idempotency_key) WHERE status IN ('pending', 'claimed') AND idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes
+          timeout, progress, quarantine, payload_bytes, snoozes
 
 -- name: INSERT_PAYLOADS
 -- JSON read by json_each_text; octet_length counts a text's bytes.
@@ -85,17 +85,26 @@ SELECT value ->> 0, %(type)s, value ->> 1, 'pending', %(priority)s, 0, %(max_att
                  ORDER BY b.ordering_key DESC, b.id DESC LIMIT 1 FOR SHARE SKIP LOCKED) END
 FROM json_array_elements(CAST(%(rows)s AS json)) AS r(value)
 
+-- name: TAG
+-- A tag of a job inserted in this transaction (ledger/notes.py): only jobs given tags pay for it.
+INSERT INTO tether_job_tags (tag, job_id) VALUES (%(tag)s, %(job_id)s)
+
+-- name: NOTE
+-- The meta, and the failed job it retries, of a job inserted in this transaction: only jobs
+-- given either pay for it.
+UPDATE tether_jobs SET meta = %(meta)s, retry_of = %(retry_of)s WHERE id = %(id)s
+
 -- name: ACTIVE_BY_KEY
 SELECT id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
        created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-       timeout, progress, quarantine, payload_bytes
+       timeout, progress, quarantine, payload_bytes, snoozes
 FROM tether_jobs
 WHERE type = %(type)s AND idempotency_key = %(idempotency_key)s AND status IN ('pending', 'claimed')
 
 -- name: GET
 SELECT id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
        created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-       timeout, progress, quarantine, payload_bytes
+       timeout, progress, quarantine, payload_bytes, snoozes
 FROM tether_jobs WHERE id = %(id)s
 
 -- name: PAYLOAD
@@ -139,7 +148,7 @@ WHERE t.id = taken.id
 RETURNING t.id, t.type, CASE WHEN coalesce(t.payload_bytes, 0) <= 16384 THEN t.payload END, t.status,
           t.priority, t.attempts, t.max_attempts, t.last_error, t.locked_by, t.locked_at, t.created_at,
           t.claimed_at, t.completed_at, t.run_at, t.idempotency_key, t.ordering_key, t.parent_id, t.result,
-          t.timeout, t.progress, t.quarantine, t.payload_bytes
+          t.timeout, t.progress, t.quarantine, t.payload_bytes, t.snoozes
 
 -- The transitions out of 'claimed' are fenced: they apply only to the worker's own attempt
 -- (id, status 'claimed', locked_by, attempts), and a caller that gets no row back lost the job.
@@ -150,7 +159,7 @@ UPDATE tether_jobs SET status = 'completed', locked_at = NULL,
 WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts = %(attempt)s
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes
+          timeout, progress, quarantine, payload_bytes, snoozes
 
 -- name: COMPLETE_MANY
 -- :rows as in sqlite.sql; JSON read by json_each and ->>. No unary + here: PostgreSQL has
@@ -178,7 +187,7 @@ UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
 WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts = %(attempt)s
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes
+          timeout, progress, quarantine, payload_bytes, snoozes
 
 -- name: FAIL
 UPDATE tether_jobs SET status = 'failed', locked_by = NULL, locked_at = NULL,
@@ -186,7 +195,7 @@ UPDATE tether_jobs SET status = 'failed', locked_by = NULL, locked_at = NULL,
 WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts = %(attempt)s
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes
+          timeout, progress, quarantine, payload_bytes, snoozes
 
 -- name: RELEASE
 -- Cancelled at shutdown: the attempt is given back.
@@ -195,16 +204,19 @@ UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
 WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts = %(attempt)s
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes
+          timeout, progress, quarantine, payload_bytes, snoozes
 
 -- name: DEFER
--- A rate limit with a reset time: the attempt is given back and the job waits until the reset.
+-- A snooze (a handler's Snooze, a rate limit's hold, a full data root): the attempt is given back
+-- and the job waits until run_at; snoozed (1, or 0 for a full data root) counts it against
+-- the worker's cap on snoozes.
 UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
-                       attempts = attempts - 1, run_at = %(run_at)s, last_error = %(error)s
+                       attempts = attempts - 1, run_at = %(run_at)s, last_error = %(error)s,
+                       snoozes = snoozes + %(snoozed)s
 WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts = %(attempt)s
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes
+          timeout, progress, quarantine, payload_bytes, snoozes
 
 -- A worker's group commit records its jobs' outcomes without reading the rows back (it knows
 -- them, and reading each back is a large part of a short job's cost): the same fenced row
@@ -239,7 +251,8 @@ WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts
 
 -- name: DEFER_NO_RETURN
 UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
-                       attempts = attempts - 1, run_at = %(run_at)s, last_error = %(error)s
+                       attempts = attempts - 1, run_at = %(run_at)s, last_error = %(error)s,
+                       snoozes = snoozes + %(snoozed)s
 WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts = %(attempt)s
 
 -- name: INSERT_ATTEMPT
@@ -297,6 +310,16 @@ SELECT id FROM tether_jobs
 WHERE ordering_key = %(ordering_key)s AND id > %(id)s AND status IN ('pending', 'claimed', 'completed')
 ORDER BY id LIMIT 1
 
+-- name: RETRIED_AS
+-- The job that already retried a failed job with a corrected payload, if any (ledger/corrected.py).
+SELECT id FROM tether_jobs WHERE retry_of = %(id)s AND retry_of IS NOT NULL ORDER BY id LIMIT 1
+
+-- name: NOTE_OF
+-- A failed job's meta and tags (one row per tag, in no order; one row with a NULL tag if it has
+-- none), which its retry with a corrected payload carries on.
+SELECT j.meta, t.tag FROM tether_jobs AS j LEFT JOIN tether_job_tags AS t ON t.job_id = j.id
+WHERE j.id = %(id)s
+
 -- name: MANUAL_RETRY
 UPDATE tether_jobs SET status = 'pending', attempts = 0, run_at = %(now)s, completed_at = NULL,
                        locked_by = NULL, locked_at = NULL, quarantine = NULL, cancel_reason = NULL,
@@ -309,7 +332,7 @@ UPDATE tether_jobs SET status = 'pending', attempts = 0, run_at = %(now)s, compl
 WHERE id = %(id)s AND status = 'failed'
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes
+          timeout, progress, quarantine, payload_bytes, snoozes
 
 -- name: UNBLOCK_NEXT
 -- A job on target %(ordering_key)s left the active set (completed, failed): the oldest active job
@@ -363,7 +386,7 @@ WHERE status IN ('pending', 'claimed') AND ordering_key IS NOT NULL AND status =
 -- name: STALE
 SELECT id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
        created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-       timeout, progress, quarantine, payload_bytes
+       timeout, progress, quarantine, payload_bytes, snoozes
 FROM tether_jobs WHERE status = 'claimed' AND locked_at < %(cutoff)s
 
 -- name: RECLAIM
@@ -372,7 +395,7 @@ UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
 WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts = %(attempt)s AND locked_at < %(cutoff)s
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes
+          timeout, progress, quarantine, payload_bytes, snoozes
 
 -- name: RECLAIM_EXHAUSTED
 UPDATE tether_jobs SET status = 'failed', locked_by = NULL, locked_at = NULL, completed_at = %(now)s,
@@ -380,7 +403,7 @@ UPDATE tether_jobs SET status = 'failed', locked_by = NULL, locked_at = NULL, co
 WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts = %(attempt)s AND locked_at < %(cutoff)s
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes
+          timeout, progress, quarantine, payload_bytes, snoozes
 
 -- name: ACQUIT
 -- A crashed batch's crash was charged to one of its jobs: the others no longer owe it (they stay

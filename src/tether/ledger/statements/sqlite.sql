@@ -54,7 +54,7 @@ VALUES (:id, :type, :payload, 'pending', :priority, 0, :max_attempts,
 ON CONFLICT (type, idempotency_key) WHERE status IN ('pending', 'claimed') AND idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes
+          timeout, progress, quarantine, payload_bytes, snoozes
 
 -- name: INSERT_PAYLOADS
 -- Many unkeyed jobs of one type that share their options, without a target, in one statement:
@@ -83,17 +83,26 @@ SELECT json_extract(value, '$[0]'), :type, json_extract(value, '$[1]'), 'pending
                    AND (b.ordering_key, b.id) < (json_extract(value, '$[2]'), json_extract(value, '$[0]'))) END
 FROM json_each(:rows)
 
+-- name: TAG
+-- A tag of a job inserted in this transaction (ledger/notes.py): only jobs given tags pay for it.
+INSERT INTO tether_job_tags (tag, job_id) VALUES (:tag, :job_id)
+
+-- name: NOTE
+-- The meta, and the failed job it retries, of a job inserted in this transaction: only jobs
+-- given either pay for it.
+UPDATE tether_jobs SET meta = :meta, retry_of = :retry_of WHERE id = :id
+
 -- name: ACTIVE_BY_KEY
 SELECT id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
        created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-       timeout, progress, quarantine, payload_bytes
+       timeout, progress, quarantine, payload_bytes, snoozes
 FROM tether_jobs
 WHERE type = :type AND idempotency_key = :idempotency_key AND status IN ('pending', 'claimed')
 
 -- name: GET
 SELECT id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
        created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-       timeout, progress, quarantine, payload_bytes
+       timeout, progress, quarantine, payload_bytes, snoozes
 FROM tether_jobs WHERE id = :id
 
 -- name: PAYLOAD
@@ -159,7 +168,7 @@ WHERE +status = 'pending' AND id IN (
                ELSE min(:limit, max(1, :max_bytes / (SELECT fits FROM first))) END)
 RETURNING id, type, CASE WHEN coalesce(payload_bytes, 0) <= 16384 THEN payload END, status, priority,
           attempts, max_attempts, last_error, locked_by, locked_at, created_at, claimed_at, completed_at,
-          run_at, idempotency_key, ordering_key, parent_id, result, timeout, progress, quarantine, payload_bytes
+          run_at, idempotency_key, ordering_key, parent_id, result, timeout, progress, quarantine, payload_bytes, snoozes
 
 -- The transitions out of 'claimed' are fenced: they apply only to the worker's own attempt
 -- (id, status 'claimed', locked_by, attempts), and a caller that gets no row back lost the job.
@@ -172,7 +181,7 @@ UPDATE tether_jobs SET status = 'completed', locked_at = NULL,
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes
+          timeout, progress, quarantine, payload_bytes, snoozes
 
 -- name: COMPLETE_MANY
 -- COMPLETE for many of one worker's jobs in one statement, fenced row by row exactly as
@@ -203,7 +212,7 @@ UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes
+          timeout, progress, quarantine, payload_bytes, snoozes
 
 -- name: FAIL
 UPDATE tether_jobs SET status = 'failed', locked_by = NULL, locked_at = NULL,
@@ -211,7 +220,7 @@ UPDATE tether_jobs SET status = 'failed', locked_by = NULL, locked_at = NULL,
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes
+          timeout, progress, quarantine, payload_bytes, snoozes
 
 -- name: RELEASE
 -- Cancelled at shutdown: the attempt is given back.
@@ -220,16 +229,19 @@ UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes
+          timeout, progress, quarantine, payload_bytes, snoozes
 
 -- name: DEFER
--- A rate limit with a reset time: the attempt is given back and the job waits until the reset.
+-- A snooze (a handler's Snooze, a rate limit's hold, a full data root): the attempt is given back
+-- and the job waits until :run_at; :snoozed (1, or 0 for a full data root) counts it against
+-- the worker's cap on snoozes.
 UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
-                       attempts = attempts - 1, run_at = :run_at, last_error = :error
+                       attempts = attempts - 1, run_at = :run_at, last_error = :error,
+                       snoozes = snoozes + :snoozed
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes
+          timeout, progress, quarantine, payload_bytes, snoozes
 
 -- A worker's group commit records its jobs' outcomes without reading the rows back (it knows
 -- them, and reading each back is a large part of a short job's cost): the same fenced row
@@ -264,7 +276,8 @@ WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :at
 
 -- name: DEFER_NO_RETURN
 UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
-                       attempts = attempts - 1, run_at = :run_at, last_error = :error
+                       attempts = attempts - 1, run_at = :run_at, last_error = :error,
+                       snoozes = snoozes + :snoozed
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
 
 -- name: INSERT_ATTEMPT
@@ -332,6 +345,16 @@ SELECT id FROM tether_jobs
 WHERE ordering_key = :ordering_key AND id > :id AND status IN ('pending', 'claimed', 'completed')
 ORDER BY id LIMIT 1
 
+-- name: RETRIED_AS
+-- The job that already retried failed job :id with a corrected payload, if any (ledger/corrected.py).
+SELECT id FROM tether_jobs WHERE retry_of = :id AND retry_of IS NOT NULL ORDER BY id LIMIT 1
+
+-- name: NOTE_OF
+-- A failed job's meta and tags (one row per tag, in no order; one row with a NULL tag if it has
+-- none), which its retry with a corrected payload carries on.
+SELECT j.meta, t.tag FROM tether_jobs AS j LEFT JOIN tether_job_tags AS t ON t.job_id = j.id
+WHERE j.id = :id
+
 -- name: MANUAL_RETRY
 -- An operator's retry of a failed job: back in the active set, blocked if an older job on its
 -- target is active (a newer one cannot be: NEWER_ON_TARGET refuses the retry first).
@@ -345,7 +368,7 @@ UPDATE tether_jobs SET status = 'pending', attempts = 0, run_at = :now, complete
 WHERE id = :id AND status = 'failed'
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes
+          timeout, progress, quarantine, payload_bytes, snoozes
 
 -- name: UNBLOCK_NEXT
 -- A job on target :ordering_key left the active set (completed, failed): the oldest active job
@@ -400,7 +423,7 @@ WHERE status IN ('pending', 'claimed') AND ordering_key IS NOT NULL AND status =
 -- name: STALE
 SELECT id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
        created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-       timeout, progress, quarantine, payload_bytes
+       timeout, progress, quarantine, payload_bytes, snoozes
 FROM tether_jobs WHERE status = 'claimed' AND locked_at < :cutoff
 
 -- name: RECLAIM
@@ -409,7 +432,7 @@ UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt AND locked_at < :cutoff
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes
+          timeout, progress, quarantine, payload_bytes, snoozes
 
 -- name: RECLAIM_EXHAUSTED
 UPDATE tether_jobs SET status = 'failed', locked_by = NULL, locked_at = NULL, completed_at = :now,
@@ -417,7 +440,7 @@ UPDATE tether_jobs SET status = 'failed', locked_by = NULL, locked_at = NULL, co
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt AND locked_at < :cutoff
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes
+          timeout, progress, quarantine, payload_bytes, snoozes
 
 -- name: ACQUIT
 -- A crashed batch's crash was charged to one of its jobs: the others no longer owe it (they stay
