@@ -179,7 +179,7 @@ UPDATE tether_jobs SET status = 'cancelled', locked_by = NULL, locked_at = NULL,
 WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts = %(attempt)s
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes
+          timeout, progress, quarantine, payload_bytes, snoozes
 
 -- name: RETRY
 UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
@@ -265,7 +265,7 @@ UPDATE tether_jobs SET status = 'cancelled', completed_at = %(now)s, last_error 
 WHERE id = %(id)s AND status = 'pending'
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes
+          timeout, progress, quarantine, payload_bytes, snoozes
 
 -- name: REQUEST_CANCEL
 UPDATE tether_jobs SET cancel_reason = %(reason)s

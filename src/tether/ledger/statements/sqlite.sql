@@ -204,7 +204,7 @@ UPDATE tether_jobs SET status = 'cancelled', locked_by = NULL, locked_at = NULL,
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes
+          timeout, progress, quarantine, payload_bytes, snoozes
 
 -- name: RETRY
 UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
@@ -298,7 +298,7 @@ UPDATE tether_jobs SET status = 'cancelled', completed_at = :now, last_error = :
 WHERE id = :id AND status = 'pending'
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes
+          timeout, progress, quarantine, payload_bytes, snoozes
 
 -- name: REQUEST_CANCEL
 UPDATE tether_jobs SET cancel_reason = :reason
