@@ -13,18 +13,16 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from . import config, events
-from .clock import Clock, DatabaseClock, SystemClock
-from .errors import ConfigError
+from .clock import Clock
 from .jobtypes import JobType, Payload, Registry, default_registry
-from .jobtypes.datafiles.durable import make_root
 from .ledger import cancel as cancelling
 from .ledger import conflict, corrected, meta, pausing
-from .ledger.catalogue import POSTGRESQL
-from .ledger.engine import Durability, create_engine, opening_error, schema_of
+from .ledger.engine import Durability, create_engine
 from .ledger.notes import Note, notes_for
 from .ledger.queue import Queue
 from .ledger.record import InsertResult, JobRecord
 from .ledger.wakeup import wakeup_for
+from .opening import channel_of, ledger_clock, prepare_root
 
 if TYPE_CHECKING:
     # Imported where used: an application opens a coordinator to enqueue, often at start-up (a
@@ -69,7 +67,7 @@ class Coordinator:
             clock=clock,
             registry=registry,
             root=root,
-            wakeup=wakeup_for(engine, _channel(engine)),
+            wakeup=wakeup_for(engine, channel_of(engine)),
             ledger_id=config.ledger_id() or ledger_id,
             max_payload_bytes=max_payload_bytes,
         )
@@ -116,7 +114,7 @@ class Coordinator:
         ``$TETHER_ROOT``) that one is used, and a different one is refused (``meta.RootMismatch``)
         unless ``moved`` records it as the new root. Only a new ledger creates its root. ``max_payload_bytes``
         (default ``$TETHER_MAX_PAYLOAD_BYTES`` or 16 MiB): the largest payload (its stored JSON)
-        enqueue accepts. ``clock``: which one a ledger reads is ``_ledger_clock``'s choice."""
+        enqueue accepts. ``clock``: which one a ledger reads is ``opening.ledger_clock``'s choice."""
         max_payload_bytes = config.max_payload_bytes(max_payload_bytes)
         db_url = config.db_url(db_url)
         engine = create_engine(
@@ -128,8 +126,8 @@ class Coordinator:
         given = config.named_root(root)
         try:
             root_path, ledger_id, first = meta.ready(engine, given, moved=moved, create=create)
-            _prepare_root(root_path, create=first)
-            clock = _ledger_clock(engine, clock)
+            prepare_root(root_path, create=first)
+            clock = ledger_clock(engine, clock)
         except BaseException:
             engine.dispose()
             raise
@@ -357,46 +355,6 @@ class Coordinator:
 
     def __exit__(self, *_: object) -> None:
         self.close()
-
-
-def _ledger_clock(engine: sa.Engine, clock: Clock | None) -> Clock:
-    """The clock a ledger's times come from. On PostgreSQL workers on several machines share the
-    ledger and each machine's clock may be off, so the machine's clock (``SystemClock``, given or
-    not) gives way to the database's, which they all read alike (``DatabaseClock``); any other
-    clock (a test's ``FakeClock``) is used as given. On SQLite every process reads one machine's
-    clock. A database clock is read once here; sweeps and heartbeats read it again."""
-    if engine.dialect.name == "postgresql" and (clock is None or isinstance(clock, SystemClock)):
-        clock = DatabaseClock(machine=clock)
-    if isinstance(clock, DatabaseClock) and not clock.synced:
-        try:
-            with engine.connect() as conn:
-                clock.sync(conn.exec_driver_sql(POSTGRESQL.DATABASE_TIME).scalar_one)
-        except sa.exc.SQLAlchemyError as e:
-            raise opening_error(engine, e) from e
-    return clock or SystemClock()
-
-
-def _prepare_root(root: Path, *, create: bool) -> None:
-    """A data root must be a directory; only the open that records it first (a new ledger) makes
-    one (durably), so a mistyped path is an error rather than a new, empty root jobs write into."""
-    if root.is_dir():
-        return
-    if root.exists():
-        raise ConfigError(f"data root {root} is not a directory")
-    if not create:
-        raise ConfigError(
-            f"data root {root} does not exist; create it, or pass the right --root (a ledger creates "
-            "its root only when the ledger itself is new)"
-        )
-    try:
-        make_root(root)
-    except OSError as e:
-        raise ConfigError(f"cannot create the data root {root}: {e.strerror}") from e
-
-
-def _channel(engine: sa.Engine) -> str:
-    schema = schema_of(engine)
-    return f"tether_jobs_{schema}" if schema else "tether_jobs"
 
 
 class Transaction:

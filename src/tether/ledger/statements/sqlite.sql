@@ -469,7 +469,7 @@ GROUP BY type ORDER BY type
 
 -- name: DATABASE_TIME
 -- Every process on a SQLite ledger runs on one machine and reads its clock
--- (coordinator._ledger_clock); this is that clock, in the text form the ledger keeps.
+-- (opening.ledger_clock); this is that clock, in the text form the ledger keeps.
 SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')
 
 -- Reconcile (read-only): every job with a target, in target order and, within one target, in
