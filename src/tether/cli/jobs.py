@@ -103,7 +103,7 @@ def _print_jobs(found: list[JobRecord]) -> None:
                 f"{j.attempts}/{j.max_attempts}",
                 when(j.created_at),
                 _when(j),
-                j.locked_by,
+                j.locked_by if j.status is JobStatus.CLAIMED else None,  # who holds it (a finished job keeps its last)
                 first_line(j.last_error, 60),
             )
             for j in found

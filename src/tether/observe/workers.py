@@ -33,7 +33,8 @@ class WorkerView:
     stopped_at: datetime | None
     state: str
     """``running``; ``stopped`` (it said so); ``gone``: no heartbeat for the lock timeout, so it
-    died or hangs, and the stale-lock sweep gives its jobs back."""
+    died or hangs, and the stale-lock sweep gives its jobs back. A worker beats while it runs
+    jobs (``reclaim.renew``), so one idle for the lock timeout reads as gone too."""
     jobs: list[JobRecord]
     """The jobs it holds now, oldest claim first (their progress as the handler reported it)."""
 
