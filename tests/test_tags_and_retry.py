@@ -118,7 +118,8 @@ def test_the_cli_tags_filters_shows_and_retries_with_a_corrected_payload(
     assert (shown["id"], shown["tags"], shown["meta"]) == (job_id, ["batch:7", "tenant:acme"], {"ticket": "OPS-1"})
     assert "secret" not in out
     assert orjson.loads(run_split(monkeypatch, capsys, *base, "jobs", "--tag", "tenant:other", "--json")[1]) == {
-        "jobs": []
+        "jobs": [],
+        "paused": [],
     }
     fixed = tmp_path / "fixed.json"
     fixed.write_text('{"path": "c.txt", "text": "secret", "overwrite": true}')
