@@ -64,10 +64,10 @@ class Job(TetherModel, table=True):
     quarantine: str | None = _field(_jobs.quarantine)
     payload_bytes: int | None = _field(_jobs.payload_bytes)
     blocked: bool = _field(_jobs.blocked)  # an older job on its target is active (statements/sqlite.sql)
-    cancel_reason: str | None = _field(_jobs.cancel_reason)  # an operator's cancel of the running job
     snoozes: int = _field(_jobs.snoozes)  # times it snoozed, its attempt given back
     meta: str | None = _field(_jobs.meta)  # the caller's JSON object, shown with the job (ledger/notes.py)
     retry_of: str | None = _field(_jobs.retry_of)  # the failed job this one retries with a corrected payload
+    cancel_reason: str | None = _field(_jobs.cancel_reason)  # an operator's cancel of the running job
 
 
 class JobTag(TetherModel, table=True):
