@@ -57,16 +57,28 @@ def _profile(out: Path) -> None:
             spent["commit"] += time.perf_counter() - start
 
     when_unlocked = SQLiteBackend._when_unlocked
-    write = backend.Backend.write
     run_handler = executor.Executor.run
 
-    def timed_unlocked(self: Any, statement: Any) -> Any:
+    def timed_unlocked(self: Any, *args: Any) -> Any:
         start = time.perf_counter()
         try:
-            return when_unlocked(self, statement)
+            return when_unlocked(self, *args)
         finally:
             spent["lock_wait"] += time.perf_counter() - start
             spent["waits"] += 1
+
+    # A write transaction: Backend._transaction (one run of transact), or, in a tree from before
+    # it, the context manager Backend.write().
+    transaction = getattr(backend.Backend, "_transaction", None)
+    write = backend.Backend.write
+
+    def timed_transaction(self: Any, body: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return transaction(self, body)  # type: ignore[misc]
+        finally:
+            spent["in_write"] += time.perf_counter() - start
+            spent["writes"] += 1
 
     @contextmanager
     def timed_write(self: Any, conn: Any = None) -> Any:
@@ -85,7 +97,10 @@ def _profile(out: Path) -> None:
 
     SQLiteBackend._when_unlocked = timed_unlocked  # type: ignore[method-assign]
     SQLiteBackend._commit = timed_commit  # type: ignore[method-assign]
-    backend.Backend.write = timed_write  # type: ignore[method-assign,assignment]
+    if transaction is not None:
+        backend.Backend._transaction = timed_transaction  # type: ignore[method-assign]
+    else:
+        backend.Backend.write = timed_write  # type: ignore[method-assign,assignment]
     executor.Executor.run = timed_handler  # type: ignore[method-assign]
     atexit.register(lambda: out.write_text(json.dumps(spent)))
 

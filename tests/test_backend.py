@@ -6,6 +6,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+from typing import Any
 
 import pytest
 
@@ -15,8 +16,8 @@ from tether.ledger.sqlite import SQLiteBackend
 
 
 def _writer(c: Coordinator) -> sqlite3.Connection:
-    with c.queue.backend.write() as cur:
-        return cur._cur.connection  # type: ignore[attr-defined]  # sqlite3's; not in tether's cursor Protocol
+    # sqlite3's connection; not in tether's cursor Protocol
+    return c.queue.backend.transact(lambda cur: cur._cur.connection)  # type: ignore[attr-defined]
 
 
 def test_each_thread_writes_on_its_own_connection_and_reuses_it(tmp_path):
@@ -108,11 +109,13 @@ def test_a_write_inside_another_on_one_thread_is_refused_and_the_outer_one_survi
         f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())
     ) as c:
         [job] = c.queue.enqueuer.build([Note(name="a")])
-        with c.queue.backend.write() as cur:
+
+        def outer(cur: Any) -> None:
             c.queue.enqueuer.insert_all(cur, [job])
             with pytest.raises(RuntimeError, match="nested writes are not supported"):
-                with c.queue.backend.write():
-                    pass
+                c.queue.backend.transact(lambda _: None)
+
+        c.queue.backend.transact(outer)
         assert c.get(job.id).status.value == "pending"
 
 

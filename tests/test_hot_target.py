@@ -152,11 +152,12 @@ def test_the_sweep_unblocks_a_target_whose_oldest_job_was_left_blocked(
     second = c.enqueue(Note(name="second", target="t")).id
     [job] = c.queue.claim("w")
     # Completed as a tether from before the flag completes it: the job behind it stays blocked.
-    with c.queue.backend.write() as cur:
-        cur.execute(
+    c.queue.backend.transact(
+        lambda cur: cur.execute(
             c.queue.sql.COMPLETE,
             {"id": first, "worker": "w", "attempt": job.attempts, "now": c.queue.clock.now(), "result": None},
         )
+    )
     assert c.queue.claim("w") == [] and blocked(c, [second]) == [True]
     caplog.set_level(logging.INFO, logger="tether.events")
 

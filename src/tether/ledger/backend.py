@@ -10,7 +10,7 @@ connect-time set-up and every read that is not hot (the operator's reads, observ
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
@@ -57,14 +57,16 @@ class Backend:
     def insert_values(self, job: JobRecord) -> dict[str, Any]:
         """The named values of INSERT (and INSERT_UNKEYED, INSERT_ON_TARGET) for a new ``job``,
         already bound."""
+        created_at = self.time(job.created_at)
         return {
             "id": job.id,
             "type": job.type,
             "payload": job.payload,
             "priority": job.priority,
             "max_attempts": job.max_attempts,
-            "created_at": self.time(job.created_at),
-            "run_at": self.time(job.run_at),
+            "created_at": created_at,
+            # Most jobs may run as soon as they are enqueued (build gives them one time for both).
+            "run_at": created_at if job.run_at is job.created_at else self.time(job.run_at),
             "idempotency_key": job.idempotency_key,
             "ordering_key": job.ordering_key,
             "parent_id": job.parent_id,
@@ -78,15 +80,24 @@ class Backend:
 
     # -- transactions --------------------------------------------------------------------------
 
-    @contextmanager
-    def write(self, conn: Any = None) -> Iterator[_Cursor]:
-        """A cursor inside one write transaction, committed when the block ends. With ``conn``
-        (an application's SQLAlchemy connection), the caller's transaction is used instead.
-        A lost connection raises LostConnection, or LostCommit when it was lost during COMMIT."""
-        if conn is not None:
-            with self._in_session(conn) as cur:
-                yield cur
-            return
+    def transact(self, body: Callable[[_Cursor], _T]) -> _T:
+        """``body(cur)`` in one write transaction of tether's own, committed when it returns; run
+        again whole, in a new transaction, when the database ends it to break a conflict with
+        another one (a deadlock; conflict.py). ``body`` builds what it returns afresh on each
+        run, so nothing of a run the database ended is kept. A lost connection raises
+        LostConnection, or LostCommit when it was lost during COMMIT."""
+        attempt = 1
+        while True:
+            try:
+                return self._transaction(body)
+            except sa.exc.DBAPIError as e:
+                if not conflict.run_again(e, attempt):
+                    raise
+                attempt += 1
+
+    def _transaction(self, body: Callable[[_Cursor], _T]) -> _T:
+        """One run of ``transact``: a function rather than a context manager, since every
+        enqueue and every group commit runs one."""
         try:
             raw, driver = self._checkout_writer()
         except self._dbapi_error as e:
@@ -96,9 +107,10 @@ class Backend:
             cur = driver.cursor()
             try:
                 self._begin(cur)
-                yield _Cursor(self, cur)
+                result = body(_Cursor(self, cur))
                 committing = True
                 self._commit(driver, cur)
+                return result
             except BaseException:
                 self._rollback(driver, cur)
                 raise
@@ -110,9 +122,13 @@ class Backend:
             if raw is not None:
                 self._give_back(raw, driver)
 
+    def write(self, conn: Any) -> AbstractContextManager[_Cursor]:
+        """A cursor in an application's transaction: ``conn`` is its SQLAlchemy connection, and
+        what the cursor runs commits, or not, with the application's own rows."""
+        return self._in_session(conn)
+
     @contextmanager
     def _in_session(self, conn: Any) -> Iterator[_Cursor]:
-        """A cursor in an application's transaction (``write(conn)``)."""
         cur = conn.connection.driver_connection.cursor()
         try:
             yield _Cursor(self, cur)
@@ -120,23 +136,6 @@ class Backend:
             raise self._wrap(e) from e
         finally:
             cur.close()
-
-    # -- retry of a conflict (conflict.py): around write(), not inside it -------------------------
-
-    def transact(self, body: Callable[[_Cursor], _T]) -> _T:
-        """``body(cur)`` in one write transaction of tether's own (``write()``), run again whole,
-        in a new transaction, when the database ends it to break a conflict with another one
-        (a deadlock). ``body`` builds what it returns afresh on each run, so nothing of a run
-        the database ended is kept."""
-        attempt = 1
-        while True:
-            try:
-                with self.write() as cur:
-                    return body(cur)
-            except sa.exc.DBAPIError as e:
-                if not conflict.run_again(e, attempt):
-                    raise
-                attempt += 1
 
     def _checkout_writer(self) -> tuple[Any, Any]:
         """(pooled connection to return or None, driver connection) for one write transaction."""

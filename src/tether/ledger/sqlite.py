@@ -145,9 +145,9 @@ class SQLiteBackend(Backend):
             self._writers.add(writer)
         return None, writer.driver
 
-    def _when_unlocked(self, statement: Callable[[], _T]) -> _T:
-        """Run ``statement`` (one that takes the write lock) as soon as the lock is free: retried
-        after 50 us, doubling to 2 ms, until the busy timeout has passed. SQLite's own busy
+    def _when_unlocked(self, execute: Callable[[str], _T], statement: str) -> _T:
+        """``execute(statement)``, a statement that takes the write lock, as soon as the lock is
+        free: retried after 50 us, doubling to 2 ms, until the busy timeout has passed. SQLite's own busy
         handler cannot do this: its first sleep is a whole millisecond (which a worker woken by
         the WAL watch while the writer that woke it is still syncing would always pay), and it
         cannot tell this driver that it waited (``lock_waits``, by which a worker sizes its
@@ -156,7 +156,7 @@ class SQLiteBackend(Backend):
         pause = 0.00005
         while True:
             try:
-                return statement()
+                return execute(statement)
             except sqlite3.OperationalError as e:
                 if not _busy(e):
                     raise
@@ -176,9 +176,17 @@ class SQLiteBackend(Backend):
         self._writers.clear()
         self._local = threading.local()
 
-    def bind(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        # The same fixed-width text SQLAlchemy's DateTime writes, so ``<`` is time order.
-        return {k: sqlitetime.to_text(v) if isinstance(v, datetime) else v for k, v in params.items()}
+    def bind(self, params: Mapping[str, Any]) -> Mapping[str, Any]:
+        # Times as the same fixed-width text SQLAlchemy's DateTime writes, so ``<`` is time order.
+        # Most statements bind one time or none (insert_values gives its times bound already):
+        # the parameters are copied only when one needs converting.
+        bound = None
+        for name, value in params.items():
+            if isinstance(value, datetime):
+                if bound is None:
+                    bound = dict(params)
+                bound[name] = sqlitetime.to_text(value)
+        return params if bound is None else bound
 
     time = staticmethod(sqlitetime.to_text)
 
@@ -188,7 +196,7 @@ class SQLiteBackend(Backend):
     def _begin(self, cur: Any) -> None:
         # Take the write lock up front: a deferred transaction that upgrades later can fail with
         # "database is locked" without waiting for the busy timeout.
-        self._when_unlocked(lambda: cur.execute("BEGIN IMMEDIATE"))
+        self._when_unlocked(cur.execute, "BEGIN IMMEDIATE")
 
     def _commit(self, driver: sqlite3.Connection, cur: Any) -> None:
         cur.execute("COMMIT")  # the connection is in autocommit mode: BEGIN and COMMIT are ours
