@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .observe.retention import PurgeResult
     from .observe.verdict import Health, Thresholds
     from .reconcile.check import Report
+    from .reconcile.plan import Plan
     from .worker.loop import Worker
     from .worker.schedule import Scheduler
 
@@ -291,6 +292,28 @@ class Coordinator:
         report = reconcile(self, **options)
         events.emit("startup_check", reclaimed=len(reclaimed), **report.summary())
         return report
+
+    def plan_repairs(self, report: Report | None = None, **options: Any) -> Plan:
+        """The repair plan for ``report``'s findings (a new check with ``options`` if none is
+        given): per finding the job that restores the ledger's state, or why none can. Changes
+        nothing; ``apply_repairs`` enqueues it (see ``tether.reconcile.plan``)."""
+        from .reconcile.plan import plan_repairs
+
+        return plan_repairs(self, report, **options)
+
+    def apply_repairs(self, plan: Plan, *, only: Sequence[str] = ()) -> list[InsertResult]:
+        """Enqueue an approved plan's jobs (or those of the targets ``only`` names) in one
+        transaction; ``StalePlan`` (nothing enqueued) if a planned target has had a job since."""
+        from .reconcile.repair import apply_plan
+
+        return apply_plan(self, plan, only)
+
+    def accept(self, targets: Sequence[str], *, reason: str | None = None, by: str | None = None) -> list[JobRecord]:
+        """Record what each target holds now as its expected state: one completed ``adopt`` job
+        each, naming ``by`` (default: the user) and ``reason`` (see ``tether.reconcile.accept``)."""
+        from .reconcile.accept import accept
+
+        return accept(self, targets, reason=reason, by=by)
 
     def stats(self, **options: Any) -> Stats:
         """Outstanding, failed, stuck and oldest pending, by type (see ``tether.observe.health.stats``)."""

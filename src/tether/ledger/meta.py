@@ -19,10 +19,12 @@ from ..errors import ConfigError
 from .engine import READ_ONLY
 from .schema import meta
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """tether's ledger layout: 1 the first table, 2 partial indexes, 3 timeout/progress and tether_meta,
 4 quarantine (a job a dead worker held is claimed alone), 5 blocked (a job waiting behind an
-older one on its target is kept apart from the claim)."""
+older one on its target is kept apart from the claim), 6 tether_repairs (a repair job's link to the
+job it runs again) and tether_drift_findings (the findings of the newest reconcile runs): new
+tables, which ensure_schema creates on an existing ledger."""
 
 ROOT = "root"
 LEDGER_ID = "ledger_id"

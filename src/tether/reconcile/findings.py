@@ -1,0 +1,116 @@
+"""Drift remembered: the findings of the newest reconcile runs, kept in the ledger.
+
+Each run's findings (drift, unreadable, not checked, and the ignored ones with their rule) are
+written with its verdict (``runs.record``), in the same transaction; only the newest
+``config.drift_runs()`` runs' findings are kept, so the table's size follows the drift of a few
+runs, never the number of targets or of runs. ``tether drift`` reads the last run's findings
+without touching the disk; ``tether drift --target`` tells when a target first and last drifted
+within the kept runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+import sqlalchemy as sa
+
+from .. import config
+from ..ledger.engine import READ_ONLY
+from ..ledger.schema import drift_findings as table
+from ..ledger.schema import reconcile_runs as runs
+from .drift import DRIFT, Report
+
+
+def rows_of(run_id: str, report: Report) -> list[dict[str, Any]]:
+    """The rows one run's findings are stored as."""
+    reported = [(f, None) for f in report.findings]
+    return [
+        {
+            "run_id": run_id,
+            "target": f.path,
+            "status": f.status,
+            "job_id": f.job_id,
+            "ignored_by": rule,
+            "finding": orjson.dumps(f.to_dict()).decode(),
+        }
+        for f, rule in (*reported, *report.ignored)
+    ]
+
+
+def store(conn: sa.Connection, run_id: str, report: Report, keep: int | None = None) -> None:
+    """Write ``report``'s findings as run ``run_id``'s and delete those of runs older than the
+    newest ``keep`` (in the caller's transaction, after its run row was written)."""
+    rows = rows_of(run_id, report)
+    if rows:
+        conn.execute(sa.insert(table), rows)
+    kept = sa.select(runs.c.id).order_by(runs.c.id.desc()).limit(config.drift_runs(keep)).subquery()
+    oldest = conn.execute(sa.select(sa.func.min(kept.c.id))).scalar_one()
+    if oldest is not None:
+        conn.execute(sa.delete(table).where(table.c.run_id < oldest))
+
+
+@dataclass(frozen=True)
+class LastRun:
+    """The last recorded run: its id, when it checked, its exit code, its findings as stored."""
+
+    run_id: str
+    checked_at: datetime
+    exit_code: int
+    counts: dict[str, int]
+    findings: list[dict[str, Any]]
+    ignored: list[dict[str, Any]]
+
+
+def last_run(engine: sa.Engine) -> LastRun | None:
+    """The newest run and its findings; None if no run was recorded."""
+    with engine.connect().execution_options(**READ_ONLY) as conn:
+        if not sa.inspect(conn).has_table(table.name):
+            return None
+        run = conn.execute(sa.select(runs).order_by(runs.c.id.desc()).limit(1)).first()
+        if run is None:
+            return None
+        query = sa.select(table.c.finding, table.c.ignored_by).where(table.c.run_id == run.id).order_by(table.c.target)
+        found: list[dict[str, Any]] = []
+        ignored: list[dict[str, Any]] = []
+        for finding, rule in conn.execute(query):
+            data = orjson.loads(finding)
+            if rule is None:
+                found.append(data)
+            else:
+                ignored.append({**data, "rule": rule})
+    return LastRun(run.id, run.checked_at, run.exit_code, orjson.loads(run.counts), found, ignored)
+
+
+@dataclass(frozen=True)
+class TargetDrift:
+    """A target across the kept runs: when it first and last drifted, in how many runs, and its
+    latest finding (None if it never drifted in them)."""
+
+    target: str
+    runs_kept: int
+    drifted_runs: int
+    first_drift: datetime | None
+    last_drift: datetime | None
+    last_status: str | None
+    last_finding: dict[str, Any] | None
+
+
+def for_target(engine: sa.Engine, target: str) -> TargetDrift:
+    """``target``'s drift (a finding with a drift status, ignored or not) in the kept runs."""
+    with engine.connect().execution_options(**READ_ONLY) as conn:
+        recorded = conn.execute(sa.select(sa.func.count()).select_from(runs)).scalar_one()
+        kept = min(recorded, config.drift_runs())
+        query = (
+            sa.select(runs.c.checked_at, table.c.status, table.c.finding)
+            .join(runs, runs.c.id == table.c.run_id)
+            .where(table.c.target == target, table.c.status.in_(sorted(DRIFT)))
+            .order_by(table.c.run_id)
+        )
+        rows = conn.execute(query).all()
+    if not rows:
+        return TargetDrift(target, kept, 0, None, None, None, None)
+    last = rows[-1]
+    return TargetDrift(target, kept, len(rows), rows[0][0], last[0], last[1], orjson.loads(last[2]))
