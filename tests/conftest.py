@@ -61,6 +61,8 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         conn.exec_driver_sql("DROP TABLE IF EXISTS tether_meta")
         conn.exec_driver_sql("DROP TABLE IF EXISTS tether_schedules")
         conn.exec_driver_sql("DROP TABLE IF EXISTS tether_reconcile_runs")
+        conn.exec_driver_sql("DROP TABLE IF EXISTS tether_repairs")
+        conn.exec_driver_sql("DROP TABLE IF EXISTS tether_drift_findings")
     engine.dispose()
     yield url
 

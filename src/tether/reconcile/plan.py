@@ -4,7 +4,8 @@ enqueues its jobs once an operator approved them.
 
 What restores each finding: a missing or modified target (a file, an AWS resource), or one the
 ledger says is absent but exists, gets the target's latest completed job again (same type, same
-payload, linked to it as its repair); a leftover temp file gets its removal. An untracked file
+payload but for what ``JobType.repair`` changes: a ``create_file`` overwrites; linked to it as
+its repair); a leftover temp file gets its removal. An untracked file
 and a target that could not be read get no job: the ledger holds nothing to restore them to.
 The plan records the ledger's newest job id and each target's newest job id, so an apply can
 refuse a plan that another job on one of its targets made stale.
@@ -28,6 +29,7 @@ from .drift import LEFTOVER_TEMP, MISSING, MODIFIED, UNEXPECTED, UNKNOWN, UNTRAC
 
 if TYPE_CHECKING:
     from ..coordinator import Coordinator
+    from ..jobtypes import Registry
 
 FORMAT = 1
 """The plan file's format, written into it: a plan from another format is refused."""
@@ -103,13 +105,13 @@ def plan_repairs(coordinator: Coordinator, report: Report | None = None, **optio
     wanted = [f for f in report.findings if f.status in RESTORABLE | {LEFTOVER_TEMP, UNTRACKED, UNKNOWN}]
     with coordinator.engine.connect().execution_options(**READ_ONLY) as conn:
         deciding = _jobs(conn, [f.job_id for f in wanted if f.job_id and f.status in RESTORABLE])
-        steps = [_step(f, deciding) for f in wanted]
+        steps = [_step(f, deciding, coordinator.registry) for f in wanted]
         latest = latest_jobs(conn, sorted({s.target for s in steps if s.job_type is not None}))
     steps = [s if s.job_type is None else _with_latest(s, latest.get(s.target)) for s in steps]
     return Plan(coordinator.clock.now(), coordinator.queue.ledger_id, report.newest_job_id, steps)
 
 
-def _step(finding: Finding, deciding: dict[str, Any]) -> Step:
+def _step(finding: Finding, deciding: dict[str, Any], registry: Registry) -> Step:
     if finding.status == LEFTOVER_TEMP:
         if data_file_of(finding.path) is None:
             return Step(file_key(finding.path), finding.path, finding.status, reason=NOT_A_TEMP_REASON)
@@ -124,7 +126,12 @@ def _step(finding: Finding, deciding: dict[str, Any]) -> Step:
         return Step(file_key(finding.path), finding.path, finding.status, reason=f"not restorable: {why}")
     if job.type == "adopt":
         return Step(job.ordering_key, finding.path, finding.status, reason=ADOPTED_REASON)
-    payload = orjson.loads(job.payload)
+    if job.type not in registry.names():
+        why = f"job type {job.type!r} is not registered here (pass --import MODULE)"
+        return Step(job.ordering_key, finding.path, finding.status, reason=why)
+    job_type = registry.get(job.type)
+    repair = job_type.repair(job_type.payload_model.model_validate_json(job.payload))
+    payload = orjson.loads(repair.to_json())
     return Step(job.ordering_key, finding.path, finding.status, job.type, payload, repair_of=job.id)
 
 
