@@ -18,10 +18,11 @@ import orjson
 import sqlalchemy as sa
 
 from .. import config
+from ..jobtypes.base import Difference
 from ..ledger.engine import READ_ONLY
 from ..ledger.schema import drift_findings as table
 from ..ledger.schema import reconcile_runs as runs
-from .drift import DRIFT, Report
+from .drift import DRIFT, Finding, Report
 
 
 def rows_of(run_id: str, report: Report) -> list[dict[str, Any]]:
@@ -58,6 +59,8 @@ class LastRun:
 
     run_id: str
     checked_at: datetime
+    finished_at: datetime
+    mode: str
     exit_code: int
     counts: dict[str, int]
     findings: list[dict[str, Any]]
@@ -81,7 +84,26 @@ def last_run(engine: sa.Engine) -> LastRun | None:
                 found.append(data)
             else:
                 ignored.append({**data, "rule": rule})
-    return LastRun(run.id, run.checked_at, run.exit_code, orjson.loads(run.counts), found, ignored)
+    counts = orjson.loads(run.counts)
+    return LastRun(run.id, run.checked_at, run.finished_at, run.mode, run.exit_code, counts, found, ignored)
+
+
+def finding_of(data: dict[str, Any]) -> Finding:
+    """A stored finding (``Finding.to_dict``, perhaps with its ``rule``) as a Finding again."""
+    fields = {k: v for k, v in data.items() if k not in ("rule", "differences")}
+    return Finding(**fields, differences=tuple(Difference(**d) for d in data.get("differences") or ()))
+
+
+def last_report(engine: sa.Engine) -> Report | None:
+    """The last recorded run as a Report (what the ui's drift page shows before it runs a check)."""
+    last = last_run(engine)
+    if last is None:
+        return None
+    report = Report(last.checked_at, last.mode == "content", False, counts=dict(last.counts))
+    report.finished_at = last.finished_at
+    report.findings = [finding_of(f) for f in last.findings]
+    report.ignored = [(finding_of(f), f["rule"]) for f in last.ignored]
+    return report
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ RESTORABLE = frozenset({MISSING, MODIFIED, UNEXPECTED})
 REMOVE_TEMP = "remove_temp"
 UNTRACKED_REASON = "no job ever named it: the ledger holds no state to restore (remove it by hand, or enqueue a job)"
 NOT_A_TEMP_REASON = "its name is not one tether's writes give their temp files: remove it by hand"
+MOVED_REASON = "a job on it came after the check: check again"
 ADOPTED_REASON = "its expected state was accepted (drift accept): the ledger holds no content to restore"
 
 
@@ -136,6 +137,10 @@ def _step(finding: Finding, deciding: dict[str, Any], registry: Registry) -> Ste
 
 
 def _with_latest(step: Step, latest: str | None) -> Step:
+    """``step`` with its target's newest job; no job if one came after the job the check read (a
+    report older than the plan: its finding may be that job's effect)."""
+    if step.repair_of is not None and latest != step.repair_of:
+        return Step(step.target, step.path, step.finding, latest_job_id=latest, reason=MOVED_REASON)
     return Step(**{**asdict(step), "latest_job_id": latest})
 
 

@@ -69,6 +69,7 @@ def app(
         Route("/actions/retry", actions.guarded(actions.retry), methods=["GET", "POST"]),
         Route("/actions/retry-failed", actions.guarded(actions.retry_failed), methods=["GET", "POST"]),
         Route("/actions/purge", actions.guarded(actions.purge), methods=["GET", "POST"]),
+        Route("/actions/repair", actions.guarded(actions.repair), methods=["GET", "POST"]),
         Route("/login", pages.login, methods=["GET", "POST"]),
         # The ledger's Prometheus numbers, behind the same Host check and sign-in as the pages: one
         # collector for the app's life, as `tether metrics --serve` keeps, so its counters and

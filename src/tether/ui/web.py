@@ -29,6 +29,7 @@ from ..observe.readonly import engine_of, now_of
 from ..observe.resources import aws_resources
 from ..observe.stuck import stuck
 from ..observe.verdict import Thresholds
+from ..reconcile import runs
 from ..reconcile.drift import DRIFT, UNKNOWN
 from .chart import duration_bars
 from .driftrun import DriftRunner
@@ -108,6 +109,7 @@ class Pages:
             "stats": s,
             "recent": recent(self.source, since=timedelta(hours=1), limit=10, now=s.now),
             "stuck": stuck(self.source, now=s.now, limit=10),
+            "reconciled": _last_verdict(engine_of(self.source)),
         }
 
     async def overview(self, request: Request) -> Response:
@@ -290,3 +292,12 @@ def _timings(job: JobRecord) -> list[tuple[str, str]]:
     if job.locked_by:
         out.append(("held by", f"{job.locked_by} since {when(job.locked_at)}"))
     return out
+
+
+def _last_verdict(engine: sa.Engine) -> runs.Verdict | None:
+    """The last reconcile run the ledger recorded (None if none, or if it cannot be read)."""
+    try:
+        with engine.connect() as conn:
+            return runs.last(conn)
+    except sa.exc.SQLAlchemyError:
+        return None
