@@ -190,3 +190,15 @@ def test_remove_temp_refuses_a_path_that_is_not_a_temp_file(coordinator: Coordin
         coordinator.enqueue(RemoveTemp(path="people/a.json"))
     with pytest.raises(InvalidPayload):
         coordinator.enqueue(RemoveTemp(path="../.a.json.0123abcd.tether-tmp"))
+
+
+def test_a_plan_from_an_older_check_proposes_nothing_for_a_target_a_job_touched_since(
+    coordinator: Coordinator, root: Path, clock: FakeClock
+) -> None:
+    made(coordinator, clock)
+    (root / "people/a.json").unlink()
+    report = reconcile(coordinator)
+    coordinator.enqueue(CreateFile(path="people/a.json", content={"name": "a"}, overwrite=True))
+    coordinator.run_until_idle()
+    [step] = coordinator.plan_repairs(report).steps
+    assert step.job_type is None and "came after the check" in (step.reason or "")
