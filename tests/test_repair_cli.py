@@ -200,3 +200,14 @@ def test_accepted_hand_edit_and_ignored_findings_leave_the_check_in_sync(
     assert code == 0 and last["exit_code"] == 0 and len(last["ignored"]) == 2
     code, seen = cli.json("drift", "--target", "tmp/scratch.json")
     assert seen["drifted_runs"] == 2  # the run before the rule and the one it ignored
+    # AWS: a tag changed and a queue deleted by hand, accepted as they are
+    set_tag(cli.bucket, "gen", "hand")
+    sqs = boto3.client("sqs")
+    sqs.delete_queue(QueueUrl=sqs.get_queue_url(QueueName=cli.queue)["QueueUrl"])
+    assert cli("reconcile", "-q").returncode == 2
+    bucket, queue = f"s3_bucket:us-east-1:{cli.bucket}", f"sqs_queue:us-east-1:{cli.queue}"
+    code, accepted_aws = cli.json("drift", "accept", bucket, queue, "--reason", "changed in the console")
+    assert code == 0
+    configs = [j["payload"]["aws"]["config"] for j in accepted_aws["accepted"]]
+    assert configs[0]["tags"] == {"gen": "hand", "LastModifiedBy": "ops"} and configs[1] == {"state": "absent"}
+    assert cli("reconcile", "-q").returncode == 0

@@ -120,19 +120,26 @@ class TargetDrift:
     last_finding: dict[str, Any] | None
 
 
+def of_target(conn: sa.Connection, target: str) -> list[tuple[datetime, str, str | None, dict[str, Any]]]:
+    """Every kept finding on ``target`` (its path as a check names it), oldest run first: when the
+    run checked, the status, the ignore rule that matched (None: reported), the finding. What a
+    target's history interleaves with its jobs."""
+    query = (
+        sa.select(runs.c.checked_at, table.c.status, table.c.ignored_by, table.c.finding)
+        .join(runs, runs.c.id == table.c.run_id)
+        .where(table.c.target == target)
+        .order_by(table.c.run_id)
+    )
+    return [(when, status, rule, orjson.loads(f)) for when, status, rule, f in conn.execute(query)]
+
+
 def for_target(engine: sa.Engine, target: str) -> TargetDrift:
     """``target``'s drift (a finding with a drift status, ignored or not) in the kept runs."""
     with engine.connect().execution_options(**READ_ONLY) as conn:
         recorded = conn.execute(sa.select(sa.func.count()).select_from(runs)).scalar_one()
         kept = min(recorded, config.drift_runs())
-        query = (
-            sa.select(runs.c.checked_at, table.c.status, table.c.finding)
-            .join(runs, runs.c.id == table.c.run_id)
-            .where(table.c.target == target, table.c.status.in_(sorted(DRIFT)))
-            .order_by(table.c.run_id)
-        )
-        rows = conn.execute(query).all()
+        rows = [(when, status, finding) for when, status, _, finding in of_target(conn, target) if status in DRIFT]
     if not rows:
         return TargetDrift(target, kept, 0, None, None, None, None)
     last = rows[-1]
-    return TargetDrift(target, kept, len(rows), rows[0][0], last[0], last[1], orjson.loads(last[2]))
+    return TargetDrift(target, kept, len(rows), rows[0][0], last[0], last[1], last[2])
