@@ -7,7 +7,8 @@ benchmarks/reconcile.py: delete_file jobs of absent paths, which need no file on
 create_file); then ``--drift`` of the deleted paths are made again by hand, so each check finds
 that many ``unexpected`` targets. A full check (existence; what these targets ask) runs with its
 findings stored (as tether does) and with the store turned off (the baseline), alternating which
-goes first in each round; the figure is the median of the per-round ratios stored / baseline.
+goes first in each round; the figures: the median of the per-round ratios stored / baseline, and
+(steadier on a loaded machine) the median of the store's own time over the rest of its check.
 Then ``TETHER_DRIFT_RUNS`` runs are kept of more checks: the table's rows are counted.
 """
 
@@ -43,16 +44,26 @@ def drift_by_hand(root: Path, jobs: int, share: float) -> int:
     return made
 
 
+STORING: list[float] = []  # seconds spent in findings.store, per stored check
+
+
+def timed_store(*args: object, **kwargs: object) -> None:
+    start = time.perf_counter()
+    SAVED(*args, **kwargs)  # type: ignore[arg-type]
+    STORING.append(time.perf_counter() - start)
+
+
+SAVED = findings.store
+
+
 def timed_check(c: Coordinator, store: bool) -> tuple[float, int]:
-    saved = findings.store
-    if not store:
-        findings.store = lambda *args, **kwargs: None  # type: ignore[assignment]  # the baseline: verdict only
+    findings.store = timed_store if store else (lambda *args, **kwargs: None)  # type: ignore[assignment]
     try:
         start = time.perf_counter()
         report = reconcile(c, content=False)
         return time.perf_counter() - start, report.drift
     finally:
-        findings.store = saved  # type: ignore[assignment]
+        findings.store = SAVED  # type: ignore[assignment]
 
 
 def main() -> None:
@@ -83,6 +94,9 @@ def main() -> None:
                     samples[store].append(seconds)
                     print(f"round {n}: {'stored  ' if store else 'baseline'} {seconds:.2f}s", flush=True)
             ratios = [s / b for s, b in zip(samples[True], samples[False], strict=True)]
+            # The store's own share of each stored check (its time over the rest of that check):
+            # within one check, so the machine's load moves both sides alike.
+            shares = [t / (s - t) for t, s in zip(STORING[1:], samples[True], strict=True)]
             os.environ["TETHER_DRIFT_RUNS"] = str(args.keep)
             for _ in range(args.keep + 2):
                 timed_check(c, True)
@@ -98,6 +112,8 @@ def main() -> None:
         "baseline_s": statistics.median(samples[False]),
         "stored_vs_baseline": statistics.median(ratios),
         "ratios": ratios,
+        "store_s": statistics.median(STORING[1:]),
+        "store_share_of_its_check": statistics.median(shares),
         "kept_runs": runs,
         "rows_after_keep_plus_2_runs": rows,
         "bound": args.keep * made,
