@@ -8,7 +8,8 @@ create_file); then ``--drift`` of the deleted paths are made again by hand, so e
 that many ``unexpected`` targets. A full check (existence; what these targets ask) runs with its
 findings stored (as tether does) and with the store turned off (the baseline), alternating which
 goes first in each round; the figures: the median of the per-round ratios stored / baseline, and
-(steadier on a loaded machine) the median of the store's own time over the rest of its check.
+(steadier on a loaded machine) the same ratio of the process's CPU time, and the median of the
+store's own time over the rest of its check.
 Then ``TETHER_DRIFT_RUNS`` runs are kept of more checks: the table's rows are counted.
 """
 
@@ -56,11 +57,15 @@ def timed_store(*args: object, **kwargs: object) -> None:
 SAVED = findings.store
 
 
+CPU: dict[bool, list[float]] = {True: [], False: []}  # the process's CPU seconds per check
+
+
 def timed_check(c: Coordinator, store: bool) -> tuple[float, int]:
     findings.store = timed_store if store else (lambda *args, **kwargs: None)  # type: ignore[assignment]
     try:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         report = reconcile(c, content=False)
+        CPU[store].append(time.process_time() - cpu)
         return time.perf_counter() - start, report.drift
     finally:
         findings.store = SAVED  # type: ignore[assignment]
@@ -112,6 +117,7 @@ def main() -> None:
         "baseline_s": statistics.median(samples[False]),
         "stored_vs_baseline": statistics.median(ratios),
         "ratios": ratios,
+        "cpu_stored_vs_baseline": statistics.median(s / b for s, b in zip(CPU[True][1:], CPU[False], strict=True)),
         "store_s": statistics.median(STORING[1:]),
         "store_share_of_its_check": statistics.median(shares),
         "kept_runs": runs,
