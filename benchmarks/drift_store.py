@@ -101,7 +101,7 @@ def main() -> None:
             ratios = [s / b for s, b in zip(samples[True], samples[False], strict=True)]
             # The store's own share of each stored check (its time over the rest of that check):
             # within one check, so the machine's load moves both sides alike.
-            shares = [t / (s - t) for t, s in zip(STORING[1:], samples[True], strict=True)]
+            shares = [t / (s - t) for t, s in zip(STORING[1 : 1 + args.rounds], samples[True], strict=True)]
             os.environ["TETHER_DRIFT_RUNS"] = str(args.keep)
             for _ in range(args.keep + 2):
                 timed_check(c, True)
@@ -117,8 +117,10 @@ def main() -> None:
         "baseline_s": statistics.median(samples[False]),
         "stored_vs_baseline": statistics.median(ratios),
         "ratios": ratios,
-        "cpu_stored_vs_baseline": statistics.median(s / b for s, b in zip(CPU[True][1:], CPU[False], strict=True)),
-        "store_s": statistics.median(STORING[1:]),
+        "cpu_stored_vs_baseline": statistics.median(
+            [s / b for s, b in zip(CPU[True][1 : 1 + args.rounds], CPU[False], strict=True)]
+        ),
+        "store_s": statistics.median(STORING[1 : 1 + args.rounds]),
         "store_share_of_its_check": statistics.median(shares),
         "kept_runs": runs,
         "rows_after_keep_plus_2_runs": rows,
