@@ -42,6 +42,7 @@ def main(seconds: float) -> None:
             db = f"sqlite:///{work / label.replace(' ', '_') / 'tether.db'}"
             argv = [tether, "--db", db, "--root", str(work / label.replace(" ", "_")), *extra, "worker", "-q"]
             env = {**os.environ, "PYTHONPATH": str(work)}
+            subprocess.run([*argv[:5], "init"], env=env, check=True, stdout=subprocess.DEVNULL)
             procs[label] = subprocess.Popen(argv, cwd=work, env=env, stderr=subprocess.DEVNULL)
         time.sleep(5)  # past start-up (imports, schema)
         before = {label: cpu_seconds(p.pid) for label, p in procs.items()}

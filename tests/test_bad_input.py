@@ -169,6 +169,7 @@ def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     ],
 )
 def test_cli_bad_payload_exits_non_zero_with_one_clear_line(tmp_path, args, message):
+    assert run_cli(tmp_path, "init").returncode == 0
     proc = run_cli(tmp_path, *args)
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
@@ -179,6 +180,7 @@ def test_cli_bad_payload_exits_non_zero_with_one_clear_line(tmp_path, args, mess
 def test_cli_jsonl_enqueues_all_lines_in_one_transaction_or_none(tmp_path):
     good = tmp_path / "good.jsonl"
     good.write_text('{"path": "a.json", "content": 1}\n\n{"path": "b.json", "text": "hi"}\n')
+    assert run_cli(tmp_path, "init").returncode == 0
     proc = run_cli(tmp_path, "enqueue", "create_file", "--jsonl", str(good))
     assert proc.returncode == 0 and len(proc.stdout.split()) == 2
     bad = tmp_path / "bad.jsonl"
@@ -292,6 +294,7 @@ def test_cli_import_finds_modules_in_the_working_directory(tmp_path):
     # The console script's sys.path does not hold the working directory; python -m's does.
     script = "import sys; sys.path.pop(0); from tether.cli import main; sys.argv[0] = 'tether'; main()"
     env = {**os.environ, "TETHER_DB": f"sqlite:///{tmp_path / 'cli.db'}", "TETHER_ROOT": str(tmp_path / "data")}
+    assert run_cli(tmp_path, "init").returncode == 0
     proc = subprocess.run(
         [sys.executable, "-c", script, "--import", "my_types", "worker", "--until-idle", "--quiet"],
         env=env,

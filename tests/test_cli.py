@@ -23,6 +23,7 @@ from tether import Coordinator, FakeClock, SystemClock
 from tether.cli import app, main
 from tether.cli.app import JSON_OPTION
 
+NO_FILE = "the file does not exist; check --db or TETHER_DB, or create a ledger there with `tether init`"
 # The fake time the ledger builder spends: 3600 s backoff, 19 s of work, 400 s stuck.
 _BUILD_SECONDS = 3600 + 19 + 400
 
@@ -188,10 +189,7 @@ def test_status_exit_codes_follow_the_monitoring_plugin_convention(
     assert r.json()["thresholds"]["backlog_warn"] == 2
     r = tether("status", db_url=f"sqlite:///{tmp_path / 'missing.db'}")
     assert r.code == 3 and r.out.startswith("UNKNOWN  no ledger at")  # stdout: what monitoring plugins read
-    assert (
-        r.err.strip()
-        == f"tether: UNKNOWN: no ledger at {tmp_path / 'missing.db'} (the file does not exist; check --db or TETHER_DB)"
-    )
+    assert r.err.strip() == f"tether: UNKNOWN: no ledger at {tmp_path / 'missing.db'} ({NO_FILE})"
     assert not (tmp_path / "missing.db").exists()
     r = tether("status", "--json", db_url="postgresql://nobody@127.0.0.1:1/none")
     assert r.code == 3 and r.json()["verdict"] == "unknown"
@@ -355,12 +353,14 @@ def test_bad_input_is_one_clear_line_and_a_nonzero_exit(ledger: Ledger, tether, 
         ["metrics"],
         ["retry", "X"],
         ["purge", "--completed", "--older-than", "7d"],
+        # Write commands too: a typo in --db is refused, never a new ledger (only `tether init` makes one).
+        ["enqueue", "create_file", "--payload", '{"path": "a.json", "content": 1}'],
+        ["worker", "--until-idle"],
+        ["schedules"],
     ):
         r = tether(*command, db_url=f"sqlite:///{missing}")
         assert r.code == 1, command
-        assert (
-            r.err.strip() == f"tether: error: no ledger at {missing} (the file does not exist; check --db or TETHER_DB)"
-        )
+        assert r.err.strip().splitlines()[-1] == f"tether: error: no ledger at {missing} ({NO_FILE})", command
     assert not missing.parent.exists()
 
 
@@ -377,6 +377,7 @@ def test_every_json_field_printed_is_documented(ledger: Ledger, tether) -> None:
         "show": tether("show", ledger.ids["nightly1"], "--json").json(),
         "purge": tether("purge", "--completed", "--older-than", "1d", "--dry-run", "--json").json(),
         "enqueue": tether("enqueue", "create_file", "--payload", '{"path": "e.json", "content": 1}', "--json").json(),
+        "init": tether("init", "--json").json(),
     }
     for command, data in outputs.items():
         assert f"## `tether {command}" in doc

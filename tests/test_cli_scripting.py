@@ -33,7 +33,9 @@ class Run:
 @pytest.fixture
 def site(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "data").mkdir()
-    return {"db": f"sqlite:///{tmp_path / 'tether.db'}", "root": str(tmp_path / "data")}
+    site = {"db": f"sqlite:///{tmp_path / 'tether.db'}", "root": str(tmp_path / "data")}
+    Coordinator.open(site["db"], root=site["root"]).close()  # the ledger (`tether init` from a shell)
+    return site
 
 
 @pytest.fixture
@@ -185,6 +187,16 @@ def test_show_takes_any_case_and_any_unique_prefix_or_suffix(tether: Callable[..
 def test_status_on_an_unreadable_ledger_prints_unknown_on_stdout(tether: Callable[..., Run], tmp_path: Path) -> None:
     r = tether("status", prefix=("--db", f"sqlite:///{tmp_path / 'nope.db'}"))
     assert r.code == 3 and r.out.startswith("UNKNOWN  no ledger at")
+
+
+def test_status_on_a_terminal_names_an_unreadable_ledger_once(
+    tether: Callable[..., Run], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """stdout and stderr on one screen: the UNKNOWN line once, not again as an error line."""
+    monkeypatch.setattr(type(err), "is_terminal", property(lambda self: True))  # out and err alike
+    r = tether("status", prefix=("--db", f"sqlite:///{tmp_path / 'nope.db'}"))
+    assert r.code == 3
+    assert (r.out + r.err).count("no ledger at") == 1, r.out + r.err
 
 
 def test_a_read_command_on_a_ledger_damaged_past_its_header_names_the_ledger_of_its_db_and_exits_74(

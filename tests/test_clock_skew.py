@@ -97,6 +97,7 @@ def start_worker(tmp_path: Path, ledger: str, root: Path) -> Iterator[Callable[.
     """``start(shift, *types_modules)``: a ``tether worker --lock-timeout LOCK`` whose machine
     clock is ``shift`` seconds off; stopped (SIGTERM, then SIGKILL) at teardown."""
     procs: list[Proc] = []
+    Coordinator.open(ledger, root=root, registry=registry()).close()  # what `tether init` does; workers need it
 
     def start(shift: float, imports: tuple[str, ...] = ("tests.proc_jobtypes",)) -> Proc:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}

@@ -16,6 +16,7 @@ import orjson
 import pytest
 import sqlalchemy as sa
 
+from test_readme import BIN, BLOCKS, assert_same_output, block
 from tether import TetherError
 from tether.demo.walkthrough import DEFAULT_SAMPLE, MARKER, Demo
 
@@ -40,12 +41,16 @@ def test_demo_runs_end_to_end_from_a_fresh_directory(tmp_path):
     assert "REFUSED (InvalidModel), no job recorded" in out
     assert "DEDUPLICATED" in out
     assert "(attempt 1: simulated outage" in out
-    # The AWS part: its own moto server; drift made by hand found by reconcile.
-    assert "AWS reconcile exit codes: 0 (in sync), then 2 (drift found)" in out
+    # The AWS part, in the same ledger (its own moto server): drift made by hand in AWS is found
+    # by the one reconcile, beside the files'.
+    assert "checked 19 path(s)" in out and "drift found (4)" in out
     assert 'tags.project="hermes"' in out and "sqs_queue:us-east-1:apollo-jobs" in out
     assert "UNEXPECTED" not in out
     assert "reconcile exit codes: 0 (in sync), then 2 (drift found)" in out
     assert re.search(r"modified +people/alan.json", out) and re.search(r"missing +people/ada.json", out)
+    # The README's walk-through is this output, ids, times and measured figures aside.
+    [shown] = [text for kind, text in BLOCKS if text.startswith("tether demo: scratch directory")]
+    assert_same_output(shown, out, "make demo's output")
 
     data = tmp_path / "demo-run" / "data"
     alan = orjson.loads((data / "people/alan.json").read_bytes())
@@ -72,9 +77,26 @@ def test_demo_runs_end_to_end_from_a_fresh_directory(tmp_path):
         r"heartbeat +│ \* \* \* \* \* \*", out
     )  # fired; tether schedules lists it
     rows = [r for r in rows if r not in heartbeats]
-    assert len(rows) == 16 and sum(1 for r in rows if r.parent_id) == 8
+    assert len(heartbeats) == 3  # the schedule's limit: then it is finished
+    assert len(rows) == 19 and sum(1 for r in rows if r.parent_id) == 8  # 3 of them the AWS part's
+    assert sorted(r.type for r in rows if r.type == "sync_aws") == ["sync_aws"] * 2
     assert [r.attempts for r in rows if r.type == "publish_report"] == [2]  # one job despite two enqueues
     assert tree_digest(REPO / "sample_data") == sample_before
+    after_the_demo(tmp_path)
+
+
+def after_the_demo(work: Path) -> None:
+    """The README's shell lines on the demo's ledger, run where the demo ran, as written."""
+    shown = block("TETHER_IMPORT=tether.demo.app", "sh")
+    script = shown.replace(".venv/bin/tether", str(BIN / "tether"))
+    commands = [re.sub(r"\s+#.*$", "", line) for line in script.splitlines()]  # a comment would take the echo
+    lines = [f'{line}; echo "<exit $?>"' if not line.startswith("export") else line for line in commands]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TETHER_", "AWS_"))}
+    done = subprocess.run(["bash", "-c", "\n".join(lines)], cwd=work, env=env, capture_output=True, text=True)
+    assert re.findall(r"<exit (\d+)>", done.stdout) == ["0", "0", "2"], done.stdout + done.stderr
+    report = done.stdout.split("<exit 0>")[-1]  # reconcile's: the two files damaged by hand, AWS left alone
+    assert re.search(r"missing +people/ada.json", report) and re.search(r"modified +people/alan.json", report)
+    assert len(re.findall(r"not_checked +(s3_bucket|sqs_queue):", report)) == 2 and "notes/hello.json" not in report
 
 
 def test_demo_wipes_its_own_scratch_directory_on_every_run(tmp_path):

@@ -45,9 +45,7 @@ def test_cli_reports_the_network_filesystem_refusal_in_one_line(
 
     monkeypatch.setattr(tether.ledger.engine, "_filesystem_type", lambda _directory: "nfs4")
     ledger = tmp_path / "tether.db"
-    monkeypatch.setattr(
-        sys, "argv", ["tether", "--db", f"sqlite:///{ledger}", "--root", str(tmp_path), "worker", "--until-idle"]
-    )
+    monkeypatch.setattr(sys, "argv", ["tether", "--db", f"sqlite:///{ledger}", "--root", str(tmp_path), "init"])
     with pytest.raises(SystemExit) as info:
         main()
     assert info.value.code == 1

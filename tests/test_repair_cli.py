@@ -131,7 +131,9 @@ def change_by_hand(cli: Cli) -> dict[str, tuple[str, str]]:
 def the_cli(db_url: str, tmp_path: Path, endpoint: str) -> Cli:
     root = tmp_path / "data"
     root.mkdir(exist_ok=True)
-    return Cli(db_url, root, endpoint)
+    cli = Cli(db_url, root, endpoint)
+    assert cli("init").returncode == 0  # the command line creates a ledger only when asked
+    return cli
 
 
 def test_plan_lists_exactly_the_changed_targets_and_apply_restores_them(

@@ -3,6 +3,7 @@ limit and every catch-up mode, on both backends (a fake clock drives every step)
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -228,8 +229,12 @@ def test_operators_list_pause_resume_and_see_a_schedules_runs(
     assert (listed[0]["last_run"], listed[0]["last_status"]) == (base.isoformat(), "completed")
     assert listed[0]["next_run"] == (base + timedelta(minutes=15)).isoformat()
     code, out, _ = run_cli(capsys, monkeypatch, db_url, "schedules")
-    assert code == 0 and "sync" in out and "completed" in out
+    slot = (base + timedelta(minutes=15)).strftime("%Y-%m-%d %H:%M:%S")
+    assert code == 0 and "sync" in out and "completed" in out and slot in out
     assert run_cli(capsys, monkeypatch, db_url, "schedules", "pause", "sync")[0] == 0
+    # Paused, it has no next run: the slot it stopped at (soon past) is not shown as one.
+    code, out, _ = run_cli(capsys, monkeypatch, db_url, "schedules")
+    assert code == 0 and slot not in out and re.search(r"sync .* paused .* yes", out), out
     assert json.loads(run_cli(capsys, monkeypatch, db_url, "schedules", "--json")[1])["schedules"][0]["paused"] is True
     assert run_cli(capsys, monkeypatch, db_url, "schedules", "resume", "sync")[0] == 0
     code, _, err = run_cli(capsys, monkeypatch, db_url, "schedules", "pause", "nope")

@@ -46,6 +46,7 @@ def test_every_second_slot_has_one_job_across_processes_and_a_kill(ledger: str, 
     root.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
+    subprocess.run([*TETHER, "--db", ledger, "--root", str(root), "init"], env=env, check=True, timeout=60)
     argv = [*TETHER, "--db", ledger, "--root", str(root), "--import", "tests.proc_schedules", "worker"]
     procs: list[subprocess.Popen[bytes]] = []
 

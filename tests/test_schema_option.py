@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
+from clikit import run_split
 from tether import Coordinator, CreateFile, JobStatus
 from tether.errors import ConfigError, JobNotFound
 
@@ -76,3 +77,17 @@ def test_an_application_session_enqueues_into_the_ledgers_schema(shared_db, tmp_
     with admin.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM app_two.tether_jobs")).scalar() == 0
     app_engine.dispose()
+
+
+def test_a_mistyped_schema_is_named_where_the_ledger_is_not_found(shared_db, tmp_path, monkeypatch, capsys):
+    """status (a read) and enqueue (a write, which never creates a ledger from the command line)
+    both say which schema has no ledger, so a mistyped --schema reads as one."""
+    url, _ = shared_db
+    Coordinator.open(url, root=tmp_path, schema="app_one").close()
+    code, out, err = run_split(monkeypatch, capsys, "--db", url, "--schema", "app_onw", "status")
+    assert code == 3 and "its schema 'app_onw' has no tether_jobs table; check --db and --schema" in out
+    payload = '{"path": "a.json", "content": 1}'
+    code, _, err = run_split(
+        monkeypatch, capsys, "--db", url, "--schema", "app_onw", "enqueue", "create_file", "-p", payload
+    )
+    assert code == 1 and "its schema 'app_onw' has no tether_jobs table" in err.strip().splitlines()[-1]

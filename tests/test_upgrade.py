@@ -160,6 +160,7 @@ def opening_statements(monkeypatch: Any, db_url: str, root: Any) -> list[str]:
     """The statements one ``Coordinator.open`` sends (those SQLAlchemy sees), with ensure_schema
     made to fail: an open that needs it cannot pass."""
     import tether.coordinator
+    import tether.ledger.meta
 
     statements: list[str] = []
 
@@ -173,7 +174,7 @@ def opening_statements(monkeypatch: Any, db_url: str, root: Any) -> list[str]:
 
     with monkeypatch.context() as m:
         m.setattr(tether.coordinator, "create_engine", watched)
-        m.setattr(tether.coordinator, "ensure_schema", refused)
+        m.setattr(tether.ledger.meta, "ensure_schema", refused)
         Coordinator.open(db_url, root=root, registry=default_registry()).close()
     return statements
 

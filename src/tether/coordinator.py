@@ -19,7 +19,7 @@ from .jobtypes import JobType, Payload, Registry, default_registry
 from .jobtypes.datafiles.durable import make_root
 from .ledger import conflict, meta
 from .ledger.catalogue import POSTGRESQL
-from .ledger.engine import Durability, create_engine, ensure_schema, layout, opening_error, schema_of
+from .ledger.engine import Durability, create_engine, opening_error, schema_of
 from .ledger.queue import Queue
 from .ledger.record import InsertResult, JobRecord
 from .ledger.wakeup import wakeup_for
@@ -98,9 +98,13 @@ class Coordinator:
         schema: str | None = None,
         moved: bool = False,
         max_payload_bytes: int | None = None,
+        create: bool = True,
     ) -> Coordinator:
-        """Open (creating if needed) the ledger at ``db_url`` (default ``$TETHER_DB`` or
-        ``sqlite:///tether.db``) for the data root ``root`` (default ``$TETHER_ROOT`` or ``.``).
+        """Open the ledger at ``db_url`` (default ``$TETHER_DB`` or ``sqlite:///tether.db``) for
+        the data root ``root`` (default ``$TETHER_ROOT`` or ``.``), creating it if there is none:
+        an application opening its own ledger at start-up is the normal way one comes to be.
+        ``create=False`` raises NoLedger instead, as the command line does, where a mistyped
+        ``--db`` must not become a new, empty ledger that no worker serves.
         ``durability`` (default ``$TETHER_DURABILITY`` or ``"full"``): ``"normal"`` trades the
         last commits on power loss (never on a process crash) for speed, on SQLite. ``schema``
         (default ``$TETHER_SCHEMA``; PostgreSQL only) keeps the ledger in its own schema of a
@@ -117,18 +121,11 @@ class Coordinator:
             db_url,
             durability=config.durability(durability),  # type: ignore[arg-type]  # create_engine checks the value
             schema=config.schema(schema),
+            create=create,
         )
         given = config.named_root(root)
         try:
-            # A ledger this tether already set up and whose root is the one given: one read.
-            settled = meta.settled(engine, given, layout())
-            if settled is None:
-                ensure_schema(engine)
-                try:
-                    settled = meta.settle(engine, given, moved=moved, layout=layout())
-                except sa.exc.SQLAlchemyError as e:
-                    raise opening_error(engine, e) from e
-            root_path, ledger_id, first = settled
+            root_path, ledger_id, first = meta.ready(engine, given, moved=moved, create=create)
             _prepare_root(root_path, create=first)
             clock = _ledger_clock(engine, clock)
         except BaseException:

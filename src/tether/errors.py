@@ -56,9 +56,12 @@ class TransactionConflict(TetherError):
 
 
 class UnknownJobType(TetherError):
-    def __init__(self, name: str, known: list[str]) -> None:
+    """No job type of this name is registered; ``hint`` says how to register one where it is raised."""
+
+    def __init__(self, name: str, known: list[str], hint: str | None = None) -> None:
         self.name = name
-        super().__init__(f"unknown job type {name!r}; known types: {', '.join(sorted(known)) or '(none)'}")
+        text = f"unknown job type {name!r}; known types: {', '.join(sorted(known)) or '(none)'}"
+        super().__init__(f"{text}; {hint}" if hint else text)
 
 
 class InvalidPayload(TetherError):

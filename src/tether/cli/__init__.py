@@ -20,6 +20,7 @@ from . import (  # noqa: F401  (imported for the commands they register)
     durations,
     enqueue,
     failed,
+    init,
     jobs,
     metrics,
     purge,

@@ -127,7 +127,8 @@ def _global(
 
 
 def open_coordinator(settings: Settings, **kwargs: Any) -> Coordinator:
-    """The ledger named by --db/--root, with the job types of every --import module."""
+    """The ledger named by --db/--root, with the job types of every --import module. It must
+    exist: only ``tether init`` creates one (``create=True``), so a mistyped --db is an error."""
     from ..coordinator import Coordinator
     from ..jobtypes import default_registry
 
@@ -136,6 +137,7 @@ def open_coordinator(settings: Settings, **kwargs: Any) -> Coordinator:
     kwargs.setdefault("durability", settings.durability)
     kwargs.setdefault("schema", settings.schema)
     kwargs.setdefault("moved", settings.moved)
+    kwargs.setdefault("create", False)
     coordinator = Coordinator.open(settings.db, root=settings.root, registry=registry, **kwargs)
     try:
         for name, mod in zip(settings.imports, modules, strict=True):
@@ -165,6 +167,8 @@ def register_module(module: str, registry: Any) -> Any:
     and call its ``register(registry)``; any failure is a ConfigError naming the module."""
     import importlib
 
+    if "," in module:  # TETHER_IMPORT="a,b" arrives as one name
+        raise ConfigError(f"--import {module}: separate module names with spaces (TETHER_IMPORT='a b'), not commas")
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:

@@ -12,7 +12,7 @@ import typer
 
 from .. import events
 from ..clock import SystemClock
-from ..errors import ConfigError, InvalidPayload
+from ..errors import ConfigError, InvalidPayload, UnknownJobType
 from ..ledger.record import InsertResult, JobRecord
 from ..ledger.status import JobStatus
 from .app import JSON_OPTION, app, err, open_coordinator, out, print_json
@@ -90,7 +90,14 @@ def enqueue(
         help="Return when the job(s) finished, run by a worker (this command runs none): exit 0 "
         "completed, 1 failed, 3 not finished within --timeout.",
     ),
-    timeout: float | None = typer.Option(None, "--timeout", help="With --wait: give up after this many seconds."),
+    timeout: float | None = typer.Option(
+        None, "--timeout", help="With --wait: stop waiting after this many seconds (the job runs on)."
+    ),
+    job_timeout: float | None = typer.Option(
+        None,
+        "--job-timeout",
+        help="Seconds each attempt may run before it is cancelled and retried (default: its type's).",
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the queued event (a JSON line on stderr)."),
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -99,9 +106,9 @@ def enqueue(
 
     Example: tether enqueue create_file --payload '{"path": "notes/a.json", "content": {"a": 1}}'
 
-    Example: id=$(tether enqueue create_file --payload @job.json --wait --timeout 60)
+    Example: id=$(tether --import stamps enqueue stamp --payload @job.json --job-timeout 30 --wait --timeout 60)
     """
-    options = dict(priority=priority, key=key, max_attempts=max_attempts, delay=delay)
+    options = dict(priority=priority, key=key, max_attempts=max_attempts, delay=delay, timeout=job_timeout)
     # Check options, read and parse before the ledger is opened: bad input creates nothing.
     _check_options(payload, jsonl, wait, timeout, options)
     items = _items(job_type, payload, jsonl)
@@ -128,7 +135,12 @@ def _check_options(
     if timeout is not None and (timeout != timeout or timeout < 0):
         raise ConfigError(f"--timeout: must be a number of seconds >= 0, got {timeout}")
     if timeout is not None and not wait:
-        raise ConfigError("--timeout needs --wait")
+        raise ConfigError(
+            "--timeout is how long --wait waits, and needs --wait; to limit how long the job may run, use --job-timeout"
+        )
+    job_timeout = options["timeout"]
+    if job_timeout is not None and not 0 < job_timeout < 1e9:
+        raise ConfigError(f"--job-timeout: must be a number of seconds > 0, got {job_timeout:g}")
     if (payload is None) == (jsonl is None):
         raise typer.BadParameter("give exactly one of --payload or --jsonl")
     from ..ledger.limits import option_problem
@@ -162,6 +174,8 @@ def _enqueue(
 ) -> list[InsertResult]:
     """Build every job, then enqueue them all in one transaction; a bad --jsonl line is named."""
     registry, queue = coordinator.registry, coordinator.queue
+    if job_type not in registry.names():  # as reconcile says it: the module that registers it is missing
+        raise UnknownJobType(job_type, registry.names(), hint="a type of your own needs --import MODULE")
     jobs = []
     for n, data in items:
         try:

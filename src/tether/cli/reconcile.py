@@ -119,7 +119,7 @@ def reconcile(
         err.print("tether reconcile: interrupted; nothing was checked to the end")
         sys.exit(130)
     except Exception as e:  # a crash must never read as drift (exit 2)
-        err.print(f"tether reconcile: could not check: {_reason(e)}", markup=False, soft_wrap=True)
+        err.print(f"tether: error: could not check: {_reason(e)}", markup=False, soft_wrap=True)
         sys.exit(1)
     # sys.exit, not typer.Exit: the console entry runs typer without standalone mode, where an
     # Exit code is returned to it rather than raised.

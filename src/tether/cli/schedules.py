@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 from .app import JSON_OPTION, app, out, print_json
@@ -41,7 +43,7 @@ def schedules(ctx: typer.Context, as_json: bool = JSON_OPTION) -> None:
                 r["name"],
                 r["cron"],
                 r["timezone"],
-                when(r["next_run"]) if r["next_run"] else "finished",
+                _next_run(r),
                 when(r["last_run"]) if r["last_run"] else "never",
                 r["last_status"] or ("purged" if r["last_job_id"] else "-"),
                 f"{r['runs']}/{r['limit']}" if r["limit"] else str(r["runs"]),
@@ -51,6 +53,14 @@ def schedules(ctx: typer.Context, as_json: bool = JSON_OPTION) -> None:
         ],
         empty="no schedules",
     )
+
+
+def _next_run(row: dict[str, Any]) -> str:
+    """A paused schedule has no next run: the slot it stopped at is past, and resume computes the
+    next from then."""
+    if row["paused"]:
+        return "paused"
+    return when(row["next_run"]) if row["next_run"] else "finished"
 
 
 @schedules_app.command()

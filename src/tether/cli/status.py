@@ -196,7 +196,8 @@ def _print_unknown(reason: str, as_json: bool) -> None:
         print_json({"verdict": "unknown", "exit_code": _UNKNOWN_EXIT, "error": reason})
     else:  # on stdout, where monitoring plugins read the status line; stderr for a person
         out.print(f"UNKNOWN  {reason}", markup=False, soft_wrap=True)
-        err.print(f"tether: UNKNOWN: {reason}", markup=False, soft_wrap=True)
+        if not (out.is_terminal and err.is_terminal):  # both on one screen: once is enough
+            err.print(f"tether: UNKNOWN: {reason}", markup=False, soft_wrap=True)
 
 
 def _render(h: Health) -> None:

@@ -1,6 +1,7 @@
 """The end-to-end demo (``make demo``, ``python -m tether.demo``): the sample application's
-operations (``app.py``) on a scratch copy of ``sample_data``, a worker draining them, a drift the
-reconciler finds, the AWS part (``aws.py``) and a periodic job, each step shown as it runs."""
+operations (``app.py``) on a scratch copy of ``sample_data``, a worker draining them, the AWS part
+(``aws.py``) in the same ledger, a drift the reconciler finds in both, and a periodic job, each
+step shown as it runs."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +25,6 @@ from ..errors import TetherError
 from ..jobtypes import ClaudeExtractionType, CreateFile, default_registry
 from ..jobtypes.target import display
 from ..ledger.url import mask_url
-from ..observe import schedules as periodic
 from ..observe.health import stats
 from ..observe.jobs import jobs as find_jobs
 from ..store import JsonStore
@@ -89,17 +91,25 @@ class Demo:
             self.drain(c)
             self.show_jobs(c)
             self.check_files(store)
-        code = self.observe(rel)
-        code = max(code, self.aws(rel))
+            self.say("\n4. The operator's view")
+            self.cli(self.base(rel) + ["status"])
+            with self.aws(c, store) as damage_aws:
+                code = self.observe(rel, damage_aws)
         self.periodic(rel)
         exe = Path(sys.executable).parent / "tether"
         tether = os.path.relpath(exe) if exe.exists() else "tether"
         self.say(
             f"\ndone in {time.monotonic() - started:.1f} s. Explore the ledger, e.g.:\n"
-            f"   {tether} --db sqlite:///{rel}/tether.db --root {rel}/data --import tether.demo.app jobs"
-            "   (or: show ID, recent, reconcile --json)"
+            f"   {tether} {' '.join(self.base(rel))} --import tether.demo.app jobs"
+            "   (or: show ID, recent, reconcile --no-aws)"
         )
+        if damage_aws is not None:
+            self.say("   (--no-aws: the demo's AWS was a moto server, stopped now)")
         return code
+
+    def base(self, rel: str) -> list[str]:
+        """The global options that name the demo's one ledger and its data root."""
+        return ["--db", f"sqlite:///{rel}/tether.db", "--root", f"{rel}/data"]
 
     def operations(self, c: Coordinator, store: JsonStore) -> None:
         say = self.say
@@ -194,21 +204,22 @@ class Demo:
             f"{spent.get('input_tokens')} in / {spent.get('output_tokens')} out tokens"
         )
 
-    def observe(self, rel: str) -> int:
-        """``tether status``, then ``tether reconcile`` before and after files are damaged by hand,
-        through the real CLI."""
-        base = ["--db", f"sqlite:///{rel}/tether.db", "--root", f"{rel}/data"]
-        self.say("\n4. The operator's view")
-        self.cli(base + ["status"])
+    def observe(self, rel: str, damage_aws: Callable[[], str] | None) -> int:
+        """``tether reconcile`` before and after files (and, with ``damage_aws``, AWS resources)
+        are damaged by hand, through the real CLI."""
         # --import: the reconciler checks the sample job types' effects with their own probes.
-        reconcile = base + ["--import", "tether.demo.app", "reconcile", "--quiet"]
-        self.say("\n5. Does the disk agree with the ledger?")
+        reconcile = self.base(rel) + ["--import", "tether.demo.app", "reconcile", "--quiet"]
+        also = " (and AWS)" if damage_aws else ""
+        self.say(f"\n6. Does the disk{also} agree with the ledger?")
         first = self.cli(reconcile)
         damaged = self.root / person_path("alan")
         damaged.write_text(damaged.read_text().replace("Alan Turing", "A. M. Turing"))
         (self.root / person_path("ada")).unlink()
-        self.say("\n6. Damage two files by hand (an editor, a stray script), then reconcile again")
+        what = "two files (an editor, a stray script)" + (" and two AWS resources" if damage_aws else "")
+        self.say(f"\n7. Damage {what} by hand, then reconcile again")
         self.say(f"   edit {rel}/data/{person_path('alan')}; delete {rel}/data/{person_path('ada')}")
+        if damage_aws is not None:
+            self.say(f"   {damage_aws()}")
         second = self.cli(reconcile)
         ok = first == 0 and second == 2
         self.say(
@@ -217,40 +228,41 @@ class Demo:
         )
         return 0 if ok else 1
 
-    def aws(self, rel: str) -> int:
-        """The AWS part (tether.demo.aws), on a ledger of its own so the file drift above stays apart."""
+    @contextmanager
+    def aws(self, c: Coordinator, store: JsonStore) -> Iterator[Callable[[], str] | None]:
+        """Step 5, the AWS part (tether.demo.aws), in the same ledger: a moto server runs until the
+        block ends; yields how to damage its resources by hand (None: the part cannot run here)."""
         from . import aws as demo_aws
 
         why = demo_aws.available()
         if why is not None:
-            self.say(f"\n7. AWS part skipped: {why}")
-            return 0
-        base = ["--db", f"sqlite:///{rel}/aws/tether.db", "--root", f"{rel}/aws/data"]
+            self.say(f"\n5. AWS part skipped: {why}")
+            yield None
+            return
         with demo_aws.moto_server():
-            with Coordinator.open(
-                f"sqlite:///{self.workdir / 'aws' / 'tether.db'}", root=self.workdir / "aws" / "data"
-            ) as c:
-                project = (project_path("apollo"), Project(slug="apollo", name="Apollo", owner="ada"))
-                return demo_aws.run(c, JsonStore(c, retry=FAST_RETRY), project, self.say, self.cli, base)
+            project = (project_path("apollo"), Project(slug="apollo", name="Apollo", owner="ada"))
+            demo_aws.pair(c, store, project, self.say)
+            yield demo_aws.damage
 
     def periodic(self, rel: str) -> None:
-        """A schedule firing in a real worker for a few seconds, then the operator's view of it."""
-        self.say("\n8. A periodic job: `heartbeat` every second (cron `* * * * * *`), each slot enqueued once")
+        """A schedule firing in a real worker, then the operator's view of it."""
+        runs = 3
+        self.say(
+            f"\n8. A periodic job: `heartbeat` every second (cron `* * * * * *`), {runs} runs, each slot enqueued once"
+        )
         with Coordinator.open(self.db_url, root=self.root, registry=register(default_registry())) as c:
             payload = CreateFile(path="reports/heartbeat.json", content={"from": "schedule"})
-            c.schedule("heartbeat", "* * * * * *", payload, catch_up="none")
+            c.schedule("heartbeat", "* * * * * *", payload, catch_up="none", limit=runs)  # then finished: quiet
             worker = c.worker(poll_interval=0.2)
             thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
             thread.start()
             deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and worker.processed < 3:
-                time.sleep(0.05)  # a demo watching a clock: three slots, then stop
-            periodic.set_paused(c.engine, "heartbeat", True, c.clock.now())  # the demo's ledger stays quiet
+            while time.monotonic() < deadline and worker.processed < runs:
+                time.sleep(0.05)  # a demo watching a clock: its runs, then stop
             worker.stop()
             thread.join()
-        base = ["--db", f"sqlite:///{rel}/tether.db", "--root", f"{rel}/data"]
-        self.cli(base + ["schedules"])
-        self.cli(base + ["jobs", "--schedule", "heartbeat"])
+        self.cli(self.base(rel) + ["schedules"])
+        self.cli(self.base(rel) + ["jobs", "--schedule", "heartbeat"])
 
     def cli(self, args: list[str]) -> int:
         self.say(f"   $ tether {' '.join(args)}")

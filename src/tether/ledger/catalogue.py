@@ -75,6 +75,7 @@ class Statements:
     ACQUIT: str
     RUNNING_OF_TYPE: str
     LOCK_TYPE_CLAIMS: str
+    PENDING_UNSERVED: str
     DATABASE_TIME: str
     RECONCILE_PAGE: str
     RECONCILE_PAGE_PAYLOADS: str

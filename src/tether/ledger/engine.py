@@ -17,7 +17,7 @@ from .. import config
 from ..errors import ConfigError, DatabaseUnavailable, LedgerFault
 from . import faults
 from .catalogue import catalogue_for
-from .ledgerfile import not_a_file
+from .ledgerfile import missing_file, no_table, not_a_file
 from .schema import RETIRED_INDEXES, TABLE, metadata
 from .url import mask_url, parse_url
 
@@ -45,23 +45,31 @@ def ledger_name(engine: sa.Engine) -> str:
     return (engine.url.database or "") if engine.dialect.name == "sqlite" else mask_url(engine.url)
 
 
+def ledger_url(engine: sa.Engine) -> str:
+    """The ledger's URL as it may be printed: the plain scheme a user writes (``postgresql://``,
+    not the driver's), a SQLite file's absolute path, the password masked."""
+    return mask_url(engine.url.set(drivername=engine.url.get_backend_name()))
+
+
 def create_engine(
     url: str,
     *,
     durability: Durability = "full",
     busy_timeout: float = config.BUSY_TIMEOUT,
     schema: str | None = None,
+    create: bool = True,
 ) -> sa.Engine:
     """An engine for ``url``; SQLite files (and their directory) are created when missing, a new
-    file whole with its table; an empty (0-byte) one is refused as a LedgerFault.
-    ``schema`` (PostgreSQL) keeps the ledger in its own schema of a shared database."""
+    file whole with its table, unless ``create`` is false (then a missing file is NoLedger); an
+    empty (0-byte) one is refused as a LedgerFault. ``schema`` (PostgreSQL) keeps the ledger in
+    its own schema of a shared database."""
     if durability not in ("full", "normal"):
         raise ConfigError(f"durability must be 'full' or 'normal', not {durability!r}")
     parsed = parse_url(url)
     if parsed.get_backend_name() == "sqlite":
         if schema is not None:
             raise ConfigError("schema applies to PostgreSQL only: a SQLite ledger is its own file, use another file")
-        return _sqlite_engine(parsed, durability, busy_timeout)
+        return _sqlite_engine(parsed, durability, busy_timeout, create)
     parsed = parsed.set(drivername="postgresql+psycopg")
     connect_args = {}
     if schema is not None:
@@ -75,7 +83,7 @@ def create_engine(
     return engine
 
 
-def _sqlite_engine(url: sa.URL, durability: Durability, busy_timeout: float) -> sa.Engine:
+def _sqlite_engine(url: sa.URL, durability: Durability, busy_timeout: float, create: bool) -> sa.Engine:
     database = url.database
     if not database or database == ":memory:":
         raise ConfigError(
@@ -83,6 +91,8 @@ def _sqlite_engine(url: sa.URL, durability: Durability, busy_timeout: float) -> 
             "is lost with the process and cannot be shared by a worker"
         )
     path = Path(database).expanduser().absolute()
+    if not create and not path.exists():
+        raise missing_file(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -113,6 +123,8 @@ def _sqlite_engine(url: sa.URL, durability: Durability, busy_timeout: float) -> 
             "from a backup, or remove it to start an empty ledger",
         )
     if size is None:
+        if not create:  # gone since the check above
+            raise missing_file(path)
         _create_sqlite_ledger(url, path, durability, busy_timeout)
     return _sqlite_engine_at(url, path, durability, busy_timeout)
 
@@ -301,6 +313,18 @@ def ensure_schema(engine: sa.Engine) -> bool:
         raise opening_error(engine, e) from e
 
 
+def require_ledger(engine: sa.Engine) -> None:
+    """NoLedger unless the database holds tether's jobs table: what an open that must not create
+    a ledger checks before it would create one."""
+    try:
+        with engine.connect() as conn:
+            present = sa.inspect(conn).has_table(TABLE)
+    except sa.exc.SQLAlchemyError as e:
+        raise opening_error(engine, e) from e
+    if not present:
+        raise no_table(mask_url(engine.url), schema_of(engine))
+
+
 def opening_error(engine: sa.Engine, e: sa.exc.SQLAlchemyError) -> Exception:
     """What to raise for a database error met while opening a ledger: a LedgerFault (fatal), a
     DatabaseUnavailable (retry later), or the error itself when it is neither."""
@@ -309,4 +333,5 @@ def opening_error(engine: sa.Engine, e: sa.exc.SQLAlchemyError) -> Exception:
         return fault
     if not isinstance(e, sa.exc.OperationalError):
         return e
-    return DatabaseUnavailable(f"cannot open the database at {mask_url(engine.url)}: {e.orig}")
+    reason = " ".join(str(e.orig).split())  # drivers' messages span lines; ours are one
+    return DatabaseUnavailable(f"cannot open the database at {mask_url(engine.url)}: {reason}")

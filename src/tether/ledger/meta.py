@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from .. import events
 from ..errors import ConfigError
-from .engine import READ_ONLY
+from .engine import READ_ONLY, ensure_schema, layout, opening_error, require_ledger
 from .schema import meta
 
 SCHEMA_VERSION = 6
@@ -81,6 +81,24 @@ def settled(engine: sa.Engine, given: str | os.PathLike[str] | None, layout: str
     if str(root) != recorded:
         return None  # another root (refused, or recorded as moved), or another spelling of it
     return root, ledger_id, False
+
+
+def ready(
+    engine: sa.Engine, given: str | os.PathLike[str] | None, *, moved: bool, create: bool
+) -> tuple[Path, str, bool]:
+    """What ``settle`` returns, for a coordinator opening the ledger: one read when this tether
+    set the ledger up and ``given`` is its root (``settled``); else its schema ensured (created,
+    unless ``create`` is false: then NoLedger when there is none) and the root recorded."""
+    found = settled(engine, given, layout())
+    if found is not None:
+        return found
+    if not create:
+        require_ledger(engine)
+    ensure_schema(engine)
+    try:
+        return settle(engine, given, moved=moved, layout=layout())
+    except sa.exc.SQLAlchemyError as e:
+        raise opening_error(engine, e) from e
 
 
 def settle(

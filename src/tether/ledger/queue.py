@@ -100,6 +100,13 @@ class Queue:
         rows = self.backend.transact(lambda cur: self.claimer.claim_in(cur, worker, now, limit, max_bytes))
         return self._claimed(rows, worker)
 
+    def pending_unserved(self) -> dict[str, int]:
+        """Pending jobs of the types this queue's registry lacks, counted by type: jobs that a
+        worker on it never claims (a worker started without the module that registers them)."""
+        with self.backend.read() as cur:
+            rows = cur.rows(self.sql.PENDING_UNSERVED, {"types": self.sql.types(self.registry.names())})
+        return {name: count for name, count in rows}
+
     def _claimed(self, rows: list[JobRecord], worker: str) -> list[JobRecord]:
         jobs = sorted(rows, key=lambda j: (-j.priority, j.created_at, j.id))
         if events.enabled():

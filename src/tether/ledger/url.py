@@ -7,7 +7,6 @@ error at the first connection, which a worker would take for an outage and retry
 
 from __future__ import annotations
 
-import importlib.util
 import re
 
 import sqlalchemy as sa
@@ -96,9 +95,11 @@ def _authority_problem(shown: str) -> str:
 
 
 def _check_postgresql(url: sa.URL, shown: str) -> None:
-    if importlib.util.find_spec("psycopg") is None:
-        raise ConfigError(f"{shown!r} needs psycopg 3, which is not installed: pip install 'tether[postgres]'")
-    from psycopg import pq
+    try:
+        from psycopg import pq
+    except ImportError as e:  # not installed (no [postgres] extra), or installed without its libpq
+        why = "is not installed" if e.name in ("psycopg", None) else f"cannot be imported ({e})"
+        raise ConfigError(f"{shown!r} needs psycopg 3, which {why}: pip install 'tether[postgres]'") from None
 
     known = {option.keyword.decode() for option in pq.Conninfo.get_defaults()}
     unknown = sorted(set(url.query) - known)

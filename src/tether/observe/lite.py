@@ -19,10 +19,10 @@ from urllib.parse import quote
 
 from .. import config
 from ..clock import SystemClock
-from ..errors import DatabaseUnavailable, NoLedger
+from ..errors import DatabaseUnavailable
 from ..ledger import faults
 from ..ledger.catalogue import STATEMENTS, parse
-from ..ledger.ledgerfile import TABLE, ledger_file
+from ..ledger.ledgerfile import TABLE, ledger_file, no_table
 from ..ledger.sqlitetime import to_text
 from .backlog import stats_of
 from .verdict import Health, Thresholds, activity_of, assess
@@ -60,7 +60,7 @@ def connect(database: str) -> sqlite3.Connection:
         raise _opening_error(e, path) from e
     if present is None:
         conn.close()
-        raise NoLedger(f"no ledger at {_PLAIN}{path} (the database has no {TABLE} table)")
+        raise no_table(f"{_PLAIN}{path}")
     return conn
 
 

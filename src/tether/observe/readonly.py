@@ -18,14 +18,13 @@ from .. import config
 from ..clock import Clock, SystemClock
 from ..errors import DatabaseUnavailable
 from ..errors import NoLedger as NoLedger  # `X as X`: defined in errors, this module's API too
-from ..ledger import faults
 from ..ledger.catalogue import POSTGRESQL
-from ..ledger.engine import READ_ONLY, create_engine, ledger_name
+from ..ledger.engine import READ_ONLY, create_engine, require_ledger
 from ..ledger.ledgerfile import ledger_file
 from ..ledger.record import JobRecord
-from ..ledger.schema import FINISHED_SQL, RECORD_COLUMNS, TABLE
+from ..ledger.schema import FINISHED_SQL, RECORD_COLUMNS
 from ..ledger.schema import jobs as jobs_table
-from ..ledger.url import mask_url, parse_url
+from ..ledger.url import parse_url
 
 if TYPE_CHECKING:
     from ..coordinator import Coordinator
@@ -63,23 +62,13 @@ def open_ledger(db_url: str | None = None, *, schema: str | None = None) -> sa.E
     db_url = config.db_url(db_url)
     url = parse_url(db_url)
     if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-        ledger_file(url.database)
-    engine = create_engine(db_url, schema=config.schema(schema), busy_timeout=config.BUSY_TIMEOUT)
+        ledger_file(url.database)  # a reader refuses an empty file as no ledger, not as a fault
+    engine = create_engine(db_url, schema=config.schema(schema), busy_timeout=config.BUSY_TIMEOUT, create=False)
     try:
-        with engine.connect() as conn:
-            present = sa.inspect(conn).has_table(TABLE)
-    except sa.exc.SQLAlchemyError as e:
+        require_ledger(engine)
+    except BaseException:
         engine.dispose()
-        fault = faults.ledger_fault(e, ledger_name(engine))
-        if fault is not None:
-            raise fault from e
-        if not isinstance(e, sa.exc.OperationalError):
-            raise
-        reason = " ".join(str(e.orig).split())  # drivers' messages span lines; ours are one
-        raise DatabaseUnavailable(f"cannot open the database at {mask_url(engine.url)}: {reason}") from e
-    if not present:
-        engine.dispose()
-        raise NoLedger(f"no ledger at {mask_url(engine.url)} (the database has no {TABLE} table)")
+        raise
     return engine
 
 

@@ -24,6 +24,7 @@ from .. import config, events
 from ..errors import LedgerFault
 from ..jobtypes.context import JobContext
 from ..jobtypes.datafiles.dirsync import DirSyncs
+from ..ledger.engine import ledger_url, schema_of
 from ..ledger.lifecycle import Decision
 from ..ledger.record import JobRecord
 from ..ledger.walwatch import WalWatcher
@@ -109,6 +110,7 @@ class Worker:
         self.supervisor = Supervisor(queue, self.config, self.id, stopping, self.producer, self.executor)
         self.completer = Completer(queue, self.config, self.producer, self.supervisor)
         self.processed = 0
+        self._worked = False  # ran a job since it last ran out of work (_report_unserved)
         self.outcomes: Counter[str] = Counter()  # handlers run, by edge: complete, retry, fail, release
         self._tally = threading.Lock()  # the threads' counts
 
@@ -141,6 +143,27 @@ class Worker:
         """Give back (or fail) the jobs whose locks went stale."""
         return self.supervisor.sweep_once(now)
 
+    def unserved(self) -> dict[str, int]:
+        """Pending jobs of the types this worker has not registered, by type: it never claims them."""
+        return self.queue.pending_unserved()
+
+    def _report_unserved(self) -> None:
+        """An event naming the pending jobs this worker leaves waiting because it lacks their
+        types (started without the module that registers them), when there are any. A database
+        error here skips the remark: the claim meets the same error and handles it."""
+        try:
+            unserved = self.unserved()
+        except sa.exc.SQLAlchemyError:
+            return
+        if unserved:
+            events.emit(
+                "types_not_registered",
+                worker=self.id,
+                pending=sum(unserved.values()),
+                types=unserved,
+                hint="start the worker with --import MODULE (Python: coordinator.register)",
+            )
+
     def stop(self, *, cancel: bool = False) -> None:
         """Stop claiming; running jobs have ``shutdown_grace`` seconds to finish. With ``cancel``
         (or once the grace is over) they are cancelled: they stop at their next checkpoint and
@@ -171,7 +194,16 @@ class Worker:
     def _run(self, *, until_idle: bool) -> int:
         start_count = self.processed
         self.producer.drained = False
-        events.emit("worker_started", worker=self.id, threads=self.config.threads, until_idle=until_idle)
+        events.emit(
+            "worker_started",
+            worker=self.id,
+            threads=self.config.threads,
+            until_idle=until_idle,
+            ledger=ledger_url(self.queue.engine),
+            schema=schema_of(self.queue.engine),
+            root=str(self.queue.root),
+        )
+        self._report_unserved()
         threads = [
             threading.Thread(target=self._loop, args=(until_idle,), name=f"tether-worker-{i}", daemon=True)
             for i in range(self.config.threads)
@@ -189,6 +221,8 @@ class Worker:
             if watcher is not None:
                 watcher.stop()
         fault = self.fault
+        if until_idle and fault is None:
+            self._report_unserved()
         events.emit(
             "worker_stopped",
             worker=self.id,
@@ -236,10 +270,14 @@ class Worker:
                     producer.busy -= 1
                     producer.idle.notify_all()
             if ran > 0:
+                self._worked = True
                 continue
             if ran < 0:
                 producer.stopping.wait(backoff)
                 continue
+            if self._worked and not until_idle:  # out of work: the threads share the flag
+                self._worked = False
+                self._report_unserved()
             if not producer.wait_for_work(seen, until_idle):
                 return
 

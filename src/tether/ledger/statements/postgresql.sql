@@ -362,6 +362,12 @@ SELECT count(*) FROM tether_jobs WHERE type = %(type)s AND status = 'claimed'
 -- both see room for the last slot.
 SELECT pg_advisory_xact_lock(hashtext(%(lock)s))
 
+-- name: PENDING_UNSERVED
+-- As sqlite.sql's: the pending jobs of the types a worker lacks, by type.
+SELECT type, count(*) FROM tether_jobs
+WHERE status = 'pending' AND NOT (type = ANY(%(types)s))
+GROUP BY type ORDER BY type
+
 -- name: DATABASE_TIME
 -- The database's clock, which lock times are measured by when machines share the ledger
 -- (clock.DatabaseClock): the time of this statement, not of its transaction's start.

@@ -386,6 +386,14 @@ SELECT count(*) FROM tether_jobs WHERE type = :type AND status = 'claimed'
 -- SQLite's single writer already orders claims of one limited type: nothing to lock.
 SELECT :lock
 
+-- name: PENDING_UNSERVED
+-- The pending jobs of the types a worker lacks (:types, as CLAIM's), counted by type: what a
+-- worker says when it starts and when it runs out of work, so a job of a type no worker has
+-- registered does not wait unseen. Not on the claim path: read at those moments only.
+SELECT type, count(*) FROM tether_jobs
+WHERE status = 'pending' AND type NOT IN (SELECT value FROM json_each(:types))
+GROUP BY type ORDER BY type
+
 -- name: DATABASE_TIME
 -- Every process on a SQLite ledger runs on one machine and reads its clock
 -- (coordinator._ledger_clock); this is that clock, in the text form the ledger keeps.
