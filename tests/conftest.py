@@ -65,6 +65,8 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         conn.exec_driver_sql("DROP TABLE IF EXISTS tether_attempts")
         conn.exec_driver_sql("DROP TABLE IF EXISTS tether_paused")
         conn.exec_driver_sql("DROP TABLE IF EXISTS tether_job_tags")
+        conn.exec_driver_sql("DROP TABLE IF EXISTS tether_repairs")
+        conn.exec_driver_sql("DROP TABLE IF EXISTS tether_drift_findings")
     engine.dispose()
     yield url
 

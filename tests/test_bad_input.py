@@ -91,7 +91,8 @@ def test_paths_are_stored_in_canonical_form(coordinator):
 
 def test_unknown_job_type_names_the_known_ones(coordinator):
     with pytest.raises(
-        UnknownJobType, match="unknown job type 'send_fax'; known types: claude_extraction, create_file, delete_file"
+        UnknownJobType,
+        match="unknown job type 'send_fax'; known types: adopt, claude_extraction, create_file, delete_file",
     ):
         coordinator.registry.parse("send_fax", {"path": "x"})
 

@@ -40,7 +40,7 @@ LAYERS: list[tuple[str, ...]] = [
     # reading the ledger and the world: reconcile, the operator's questions
     ("reconcile", "observe"),
     # what applications hold
-    ("coordinator", "opening"),
+    ("coordinator", "opening", "transaction"),
     ("store",),
     # the edges: the command line, the web pages, the sample application, the package's front door
     ("demo.aws",),

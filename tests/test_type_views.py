@@ -154,7 +154,7 @@ def test_aws_page_shows_resources_identity_and_the_last_checks_drift(
     ids = aws_ledger(coordinator)
     before = web.get("/aws").text
     assert 'href="/aws"' in before  # in the navigation: the registry has sync_aws
-    assert "arn:aws:s3:::logs" in before and "no check has run" in before
+    assert "arn:aws:s3:::logs" in before and "no check recorded" in before
     assert f'href="/jobs/{ids["new"]}"' in before and "AccessDenied" not in before
     # A check found the logs bucket's tags changed by hand.
     tags = Difference("tags.team", "data", "web", NOT_EQUAL)

@@ -3,6 +3,7 @@ page's security (Host check, sign-in, CSRF, headers, escaping, read-only by defa
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -23,6 +24,7 @@ from tether.jobtypes import CreateFile, DeleteFile
 from tether.ledger.status import JobStatus
 from tether.observe.health import health
 from tether.observe.verdict import Thresholds
+from tether.reconcile.check import reconcile
 from tether.ui import web as web_module
 
 BASE = "http://127.0.0.1:8787"
@@ -417,6 +419,38 @@ def test_findings_are_sorted_naturally_and_the_in_flight_ones_folded_into_a_coun
     shown = re.findall(r'<td class="path">notes/(\w+)\.json</td>', page.split("<details", 1)[0])
     assert shown == ["n1", "n2", "n10"]
     assert "<summary>2 not checked" in page and reconcile(ledger).counts.get("not_checked") == 2
+
+
+def test_drift_and_overview_show_the_ledger_s_last_run_on_load(ledger, clock):
+    fill(ledger, clock)
+    (ledger.root / "notes" / "2.json").unlink()
+    reconcile(ledger)  # another process's check, recorded in the ledger
+    with client(ledger) as web:
+        drift = web.get("/drift").text
+        overview = web.get("/").text
+    assert "DRIFT" in drift and "notes/2.json" in drift and "no check recorded" not in drift
+    assert "last reconcile" in overview and "1 drifted" in overview
+
+
+def test_repair_from_the_drift_page_is_shown_then_applied_on_a_confirmed_post(ledger, clock):
+    ids = fill(ledger, clock)
+    (ledger.root / "notes" / "2.json").unlink()
+    reconcile(ledger)
+    with client(ledger, allow_actions=True) as web:
+        assert "plan repairs" in web.get("/drift").text
+        confirm = web.get("/actions/repair")
+        assert "notes/2.json" in confirm.text and f'repair of <a class="id" href="/jobs/{ids["file2"]}"' in confirm.text
+        plan = re.search(r'name="plan" value="([^"]+)"', confirm.text)
+        assert plan is not None
+        forged = web.post("/actions/repair", data={"plan": html.unescape(plan.group(1)), "csrf": "0" * 64})
+        assert forged.status_code == 403
+        done = web.post("/actions/repair", data={"plan": html.unescape(plan.group(1)), "csrf": csrf_of(confirm.text)})
+        assert done.status_code == 200 and "enqueued" in done.text
+        again = web.post("/actions/repair", data={"plan": html.unescape(plan.group(1)), "csrf": csrf_of(confirm.text)})
+    assert again.status_code == 409 and "stale" in again.text  # its own jobs made the plan stale
+    ledger.run_until_idle()
+    clock.advance(1)
+    assert reconcile(ledger).exit_code == 0
 
 
 def test_drift_refuses_a_post_without_the_csrf_token(ledger, clock):

@@ -139,3 +139,20 @@ def max_payload_bytes(given: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"max_payload_bytes must be a positive number of bytes, not {value!r}")
     return value
+
+
+ENV_DRIFT_RUNS = "TETHER_DRIFT_RUNS"
+
+DEFAULT_DRIFT_RUNS = 10
+"""How many reconcile runs' findings the ledger keeps (``tether drift``); older runs' are deleted."""
+
+
+def drift_runs(given: int | None = None) -> int:
+    """Runs whose findings are kept: ``given``, else ``$TETHER_DRIFT_RUNS``, else 10 (at least 1)."""
+    if given is not None:
+        return max(1, given)
+    value = _env(ENV_DRIFT_RUNS)
+    try:
+        return max(1, int(value)) if value else DEFAULT_DRIFT_RUNS
+    except ValueError:
+        raise ConfigError(f"{ENV_DRIFT_RUNS} must be a whole number of runs, got {value!r}") from None

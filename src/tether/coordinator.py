@@ -23,6 +23,7 @@ from .ledger.queue import Queue
 from .ledger.record import InsertResult, JobRecord
 from .ledger.wakeup import wakeup_for
 from .opening import channel_of, ledger_clock, prepare_root
+from .transaction import Transaction
 
 if TYPE_CHECKING:
     # Imported where used: an application opens a coordinator to enqueue, often at start-up (a
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from .observe.retention import PurgeResult
     from .observe.verdict import Health, Thresholds
     from .reconcile.check import Report
+    from .reconcile.plan import Plan
     from .worker.loop import Worker
     from .worker.schedule import Scheduler
 
@@ -317,6 +319,27 @@ class Coordinator:
         events.emit("startup_check", reclaimed=len(reclaimed), **report.summary())
         return report
 
+    def plan_repairs(self, report: Report | None = None, **options: Any) -> Plan:
+        """Per finding of ``report`` (else a new check with ``options``) the job that restores the
+        ledger's state, or why none can; changes nothing (see ``tether.reconcile.plan``)."""
+        from .reconcile.plan import plan_repairs
+
+        return plan_repairs(self, report, **options)
+
+    def apply_repairs(self, plan: Plan, *, only: Sequence[str] = ()) -> list[InsertResult]:
+        """Enqueue an approved plan's jobs (``only``: those targets') in one transaction, or raise
+        ``StalePlan`` and enqueue nothing if a planned target has had a job since."""
+        from .reconcile.repair import apply_plan
+
+        return apply_plan(self, plan, only)
+
+    def accept(self, targets: Sequence[str], *, reason: str | None = None, by: str | None = None) -> list[JobRecord]:
+        """Record what each target holds now as its expected state: one completed ``adopt`` job
+        each, naming ``by`` (default: the user) and ``reason`` (see ``tether.reconcile.accept``)."""
+        from .reconcile.accept import accept
+
+        return accept(self, targets, reason=reason, by=by)
+
     def stats(self, **options: Any) -> Stats:
         """Outstanding, failed, stuck and oldest pending, by type (see ``tether.observe.health.stats``)."""
         from .observe.health import stats
@@ -355,25 +378,3 @@ class Coordinator:
 
     def __exit__(self, *_: object) -> None:
         self.close()
-
-
-class Transaction:
-    """Jobs gathered in ``Coordinator.transaction()``; committed together when the block ends."""
-
-    def __init__(self, coordinator: Coordinator) -> None:
-        self._coordinator = coordinator
-        self.jobs: list[JobRecord] = []
-        self.notes: dict[str, Note] = {}
-        self.results: list[InsertResult] = []
-
-    def enqueue(
-        self,
-        payload: Payload,
-        *,
-        tags: Sequence[str] | None = None,
-        meta: Mapping[str, Any] | None = None,
-        **options: Any,
-    ) -> None:
-        job = self._coordinator.queue.build(payload, **options)
-        self.notes.update(notes_for([job], tags, meta) or {})
-        self.jobs.append(job)

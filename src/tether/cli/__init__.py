@@ -16,6 +16,7 @@ from ..ledger.faults import EXIT_LEDGER_FAULT, describe
 # Importing a command module registers its command.
 from . import (  # noqa: F401  (imported for the commands they register)
     cancel,
+    drift,
     duplicates,
     durations,
     enqueue,
@@ -27,6 +28,7 @@ from . import (  # noqa: F401  (imported for the commands they register)
     purge,
     recent,
     reconcile,
+    repair,
     retry,
     schedules,
     show,

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from rich.progress import Progress
 
     from ..reconcile.check import Report
+    from ..reconcile.plan import Plan
 
 
 def _reason(error: BaseException) -> str:
@@ -66,6 +67,13 @@ _QUIET = typer.Option(
     help="Do not print events (drift_detected, reconcile_finished: JSON lines on stderr; "
     "never on a terminal, where the report already lists every finding).",
 )
+_PLAN = typer.Option(
+    False,
+    "--plan",
+    help="Also propose, per finding, the job that restores the ledger's state (or why none can): "
+    "a table, or JSON with --json. Enqueues nothing: approve it with `tether repair apply`.",
+)
+_OUT = typer.Option(None, "--out", help="With --plan: write the plan (JSON) to this file for `tether repair apply`.")
 _DB = typer.Option(None, "--db", help="Ledger URL (same as the global --db / TETHER_DB).")
 _ROOT = typer.Option(None, "--root", help="Data root (same as the global --root / TETHER_ROOT).")
 
@@ -79,6 +87,8 @@ def reconcile(
     aws: bool | None = _AWS,
     startup: bool = _STARTUP,
     quiet: bool = _QUIET,
+    plan: bool = _PLAN,
+    out_file: Path | None = _OUT,
     db: str | None = _DB,
     root: str | None = _ROOT,
 ) -> None:
@@ -89,14 +99,19 @@ def reconcile(
     not check.
 
     Example: tether --db sqlite:///ledger/tether.db --root ./data reconcile --json
+
+    Example: tether reconcile --plan --out plan.json && tether repair apply plan.json
     """
     try:
         # Its own --db and --root (as the check script takes them) stand for the global ones.
         settings = replace(ctx.obj, db=ctx.obj.db if db is None else db, root=ctx.obj.root if root is None else root)
         _require_existing(settings)
         options: dict[str, Any] = {"content": not exists_only, "untracked": untracked, "aws": aws}
-        report = _check(settings, options, startup=startup, quiet=quiet, as_json=as_json)
-        if as_json:
+        options["plan"] = plan or out_file is not None
+        report, proposed = _check(settings, options, startup=startup, quiet=quiet, as_json=as_json)
+        if proposed is not None:
+            _show_plan(report, proposed, out_file, as_json=as_json)
+        elif as_json:
             print_json(report.to_dict())
         else:
             _print(report)
@@ -111,17 +126,21 @@ def reconcile(
     sys.exit(report.exit_code)
 
 
-def _check(settings: Settings, options: dict[str, Any], *, startup: bool, quiet: bool, as_json: bool) -> Report:
+def _check(
+    settings: Settings, options: dict[str, Any], *, startup: bool, quiet: bool, as_json: bool
+) -> tuple[Report, Plan | None]:
     """The check itself, with ``options`` for ``reconcile`` (or ``startup_check``, which first
-    reclaims stale locks)."""
+    reclaims stale locks), and its repair plan when ``options["plan"]``."""
     from ..reconcile.check import reconcile as run_reconcile
 
     # Events are for a log (stderr redirected, the journal); a person at a terminal reads the
     # report, which lists every finding already.
     with events.to_stderr(not quiet and not err.is_terminal), open_coordinator(settings) as coordinator:
         with _progress(coordinator, enabled=not as_json and err.is_terminal) as progress:
+            planning = options.pop("plan", False)
             options = {**options, "progress": progress}
-            return coordinator.startup_check(**options) if startup else run_reconcile(coordinator, **options)
+            report = coordinator.startup_check(**options) if startup else run_reconcile(coordinator, **options)
+        return report, coordinator.plan_repairs(report) if planning else None
 
 
 def _require_existing(settings: Settings) -> None:
@@ -200,10 +219,27 @@ def _print(report: Report) -> None:
                 actual = f.detail if actual == "-" else f"{actual} ({f.detail})"
             table.add_row(f.status, f.path, f.job_id or "-", expected, actual, style=style)
         out.print(table)
+    if report.ignored:
+        from .plan_table import print_ignored
+
+        print_ignored((f.path, f.status, rule) for f, rule in report.ignored)
     verdict = {0: "in sync", 1: "could not check every path", 2: f"drift found ({report.drift})"}[report.exit_code]
     if report.exit_code == 0 and report.counts["not_checked"]:
         verdict = f"in sync where checked; {report.counts['not_checked']} not checked (see the table)"
     out.print(verdict)
+
+
+def _show_plan(report: Report, plan: Plan, out_file: Path | None, *, as_json: bool) -> None:
+    """The plan as JSON or a table (target, finding, the job it would enqueue); written to
+    ``out_file`` too when given."""
+    if out_file is not None:
+        out_file.write_bytes(plan.to_json() + b"\n")
+    if as_json:
+        print_json({**plan.to_dict(), "exit_code": report.exit_code, "ignored": len(report.ignored)})
+        return
+    from .plan_table import print_plan
+
+    print_plan(plan, report, out_file)
 
 
 def _value(value: Any) -> str:

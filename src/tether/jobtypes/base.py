@@ -87,6 +87,12 @@ class JobType(ABC, Generic[P]):
         """A key derived from the payload itself (explicit keys passed to enqueue win)."""
         return None
 
+    def repair(self, payload: P) -> P:
+        """The payload of a repair of this job (a repair plan runs a target's latest completed job
+        again when its effect no longer holds): the same payload, unless one of its own guards
+        would refuse to restore what the job did."""
+        return payload
+
     @abstractmethod
     def run(self, payload: P, ctx: JobContext) -> dict[str, Any] | None:
         """Perform the effect. Return a small JSON-able result, raise PermanentError for what can

@@ -128,6 +128,11 @@ class CreateFileType(JobType[CreateFile]):
     def target(self, payload: CreateFile) -> Target:
         return Target.file(payload.path)
 
+    def repair(self, payload: CreateFile) -> CreateFile:
+        # The file holds other bytes: what the guard against clobbering them protects is what the
+        # operator, approving the repair, chose to replace.
+        return payload if payload.overwrite else payload.model_copy(update={"overwrite": True})
+
     def recheck(self, payload: CreateFile, root: Path) -> CreateFile:
         # ``prepare`` costs three path lookups an attempt. What it refuses or resolves (a symlink
         # on the way, a file where a directory must be) the write meets anyway, following no

@@ -194,6 +194,7 @@ workers = sa.Table(
     _time("beat_at", nullable=False),
     _time("stopped_at"),
 )
+
 attempts = sa.Table(
     ATTEMPTS_TABLE,
     metadata,
@@ -212,6 +213,33 @@ attempts = sa.Table(
 )
 # A job's attempts in the order they were written (history; purge deletes by job).
 sa.Index("ix_tether_attempts_job", attempts.c.job_id, attempts.c.id)
+
+repairs = sa.Table(
+    "tether_repairs",
+    metadata,
+    # A job enqueued by an applied repair plan (reconcile/repair.py): which completed job it runs
+    # again and the finding it answers. Written in the transaction that inserts the job, so a
+    # repair job and its link exist together; a target's history reads it.
+    sa.Column("job_id", sa.String(26), primary_key=True),
+    sa.Column("repair_of", sa.String(26)),  # None: a job made for the finding (a temp file's removal)
+    sa.Column("ordering_key", sa.String(1024), nullable=False),
+    sa.Column("finding", sa.String(32), nullable=False),  # the drift status it answers
+    _time("applied_at", nullable=False),
+)
+
+drift_findings = sa.Table(
+    "tether_drift_findings",
+    metadata,
+    # The findings of the newest reconcile runs (reconcile/findings.py), so ``tether drift`` and
+    # the pages show the last run without reading the disk, and a target's first and last drift
+    # can be told. Only the newest few runs' rows are kept: each run deletes the older ones.
+    sa.Column("run_id", sa.String(26), nullable=False),  # tether_reconcile_runs.id
+    sa.Column("target", sa.String(1024), nullable=False),  # as an operator names it (a file's path)
+    sa.Column("status", sa.String(32), nullable=False),
+    sa.Column("job_id", sa.String(26)),
+    sa.Column("ignored_by", sa.String(512)),  # the ignore rule that matched; None: reported
+    _text("finding", nullable=False),  # the finding's JSON (sizes, hashes, differing fields; never contents)
+)
 
 
 # Most jobs carry no idempotency key, ordering key or parent, and most rows are finished: every
@@ -346,6 +374,11 @@ DUE_SQL = "NOT paused AND next_slot IS NOT NULL"
 sa.Index(
     "ix_tether_schedules_due", schedules.c.next_slot, sqlite_where=sa.text(DUE_SQL), postgresql_where=sa.text(DUE_SQL)
 )
+
+
+# A run's findings, and a target's across the kept runs.
+sa.Index("ix_tether_drift_findings_run", drift_findings.c.run_id, drift_findings.c.target)
+sa.Index("ix_tether_drift_findings_target", drift_findings.c.target, drift_findings.c.run_id)
 
 
 # Indexes of earlier versions, replaced by the partial ones above; ensure_schema drops them.

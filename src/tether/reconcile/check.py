@@ -28,6 +28,7 @@ from .. import events
 from ..jobtypes.base import SYNCED, Check, Probe
 from ..jobtypes.datafiles.existence import listings
 from ..jobtypes.target import display
+from . import ignore
 from . import runs as reconcile_runs
 from .drift import DRIFT, IN_SYNC, NOT_CHECKED, STATUSES, UNKNOWN, UNTRACKED, Finding, Report
 from .reads import LedgerReads, count_targeted
@@ -54,7 +55,9 @@ def reconcile(
     aws: bool | None = None,
 ) -> Report:
     """Compare the ledger with the data root; change nothing (the one write is the check's
-    verdict, kept in ``tether_reconcile_runs`` for metrics and pages).
+    verdict and findings, kept in ``tether_reconcile_runs`` and ``tether_drift_findings`` for
+    metrics, pages and ``tether drift``). Findings an ignore rule of the data root matches
+    (``ignore.py``) are listed under ``report.ignored``, never counted as drift.
 
     ``content`` false checks existence only (no file is read). ``untracked`` also reports files
     under the root that no job ever named, and AWS resources carrying this ledger's ownership tag
@@ -68,10 +71,18 @@ def reconcile(
     reconciler.remote_asked = {"aws"} if aws else set()
     reconciler.ledger_id = coordinator.queue.ledger_id
     report = reconciler.run(coordinator.clock.now())
+    _ignore(report, ignore.load(coordinator.root))
     report.finished_at = coordinator.clock.now()
     events.emit("reconcile_finished", **report.summary())
     reconcile_runs.record(coordinator.engine, report)
     return report
+
+
+def _ignore(report: Report, rules: list[ignore.Rule]) -> None:
+    """Move the findings an ignore rule matches to ``report.ignored``, out of the counts."""
+    report.findings, report.ignored = ignore.split(report.findings, rules)
+    for finding, _ in report.ignored:
+        report.counts[finding.status] -= 1
 
 
 def count_targeted_jobs(coordinator: Coordinator) -> int:

@@ -78,6 +78,8 @@ class Report:
     findings: list[Finding] = field(default_factory=list)
     newest_job_id: str | None = None
     finished_at: datetime | None = None
+    ignored: list[tuple[Finding, str]] = field(default_factory=list)
+    """Findings an ignore rule matched, each with that rule: listed, never counted as drift."""
 
     @property
     def drift(self) -> int:
@@ -102,6 +104,7 @@ class Report:
             "drift": self.drift,
             "exit_code": self.exit_code,
             "counts": dict(self.counts),
+            "ignored": len(self.ignored),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -110,6 +113,7 @@ class Report:
             "finished_at": self.finished_at.isoformat() if self.finished_at else None,
             "untracked_checked": self.untracked,
             "findings": [f.to_dict() for f in self.findings],
+            "ignored_findings": [{**f.to_dict(), "rule": rule} for f, rule in self.ignored],
         }
 
 

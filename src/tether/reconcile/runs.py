@@ -1,6 +1,7 @@
 """The last reconcile verdicts, kept in the ledger: when disk and ledger were last compared, and
-whether they agreed. ``reconcile`` records each check's summary here (never its findings, which
-can be millions of paths); ``metrics`` and the operator's pages read the newest one.
+whether they agreed. ``reconcile`` records each check's summary here, and with it the check's
+findings (``findings.py``, which keeps fewer runs' of them); ``metrics`` and the operator's pages
+read the newest one.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sqlalchemy as sa
 from .. import events
 from ..ledger import ids
 from ..ledger.schema import reconcile_runs as runs
+from . import findings
 from .drift import Report
 
 KEEP = 100
@@ -36,8 +38,9 @@ def record(engine: sa.Engine, report: Report) -> bool:
     """Keep ``report``'s verdict; False (and a ``reconcile_not_recorded`` event) if the ledger
     refused the write, e.g. a read-only database user: the check itself still stands."""
     finished = report.finished_at or report.checked_at
+    run_id = ids.new_id(report.checked_at)
     row = {
-        "id": ids.new_id(report.checked_at),
+        "id": run_id,
         "checked_at": report.checked_at,
         "finished_at": finished,
         "mode": "content" if report.content else "exists",
@@ -51,6 +54,7 @@ def record(engine: sa.Engine, report: Report) -> bool:
             conn.execute(runs.insert().values(**row))
             oldest_kept = conn.execute(sa.select(sa.func.min(kept.c.id))).scalar_one()
             conn.execute(runs.delete().where(runs.c.id < oldest_kept))
+            findings.store(conn, run_id, report)
     except sa.exc.DBAPIError as e:
         events.emit("reconcile_not_recorded", reason=" ".join(str(e.orig).split()))
         return False

@@ -74,6 +74,7 @@ def app(
         Route("/actions/retry-failed", actions.guarded(actions.retry_failed), methods=["GET", "POST"]),
         Route("/actions/cancel", actions.guarded(actions.cancel), methods=["GET", "POST"]),
         Route("/actions/purge", actions.guarded(actions.purge), methods=["GET", "POST"]),
+        Route("/actions/repair", actions.guarded(actions.repair), methods=["GET", "POST"]),
         Route("/login", pages.login, methods=["GET", "POST"]),
         # Browsers ask for /favicon.ico on every page whatever the page links: answered, not a 404.
         Route("/favicon.ico", _favicon),

@@ -1,7 +1,7 @@
 """The page's operator actions (only with ``--allow-actions``): retry one failed job, retry every
-failed job of a type, cancel a pending or running job, purge finished jobs older than a cutoff.
-Each is a GET that shows what will happen and asks to confirm, then a POST with the CSRF token
-that does it; each is an event."""
+failed job of a type, cancel a pending or running job, purge finished jobs older than a cutoff,
+apply the repair plan of the drift page's last check. Each is a GET that shows what will happen
+and asks to confirm, then a POST with the CSRF token that does it; each is an event."""
 
 from __future__ import annotations
 
@@ -104,3 +104,24 @@ class Actions:
             return self.pages.render(request, "confirm_purge.html", older_than=older_text, statuses=statuses, plan=dry)
         done = purge(self.pages.source, older_than=older, statuses=statuses)
         return self._done(request, "purge", older_than=older_text, statuses=statuses, deleted=done.total)
+
+    # -- repair the drift page's findings ------------------------------------------------------------
+
+    async def repair(self, request: Request, fields: dict[str, str]) -> Response:
+        """GET: the plan for the drift page's last report, to confirm; POST: apply the plan the
+        confirmation showed (refused, nothing enqueued, if it went stale meanwhile)."""
+        from ..reconcile.plan import Plan
+
+        coordinator = self.pages.coordinator
+        assert coordinator is not None  # guarded
+        if request.method == "POST":
+            plan = Plan.from_json(fields.get("plan", ""), "the confirmed plan")
+            results = coordinator.apply_repairs(plan)
+            return self._done(request, "repair", enqueued=len(results), jobs=[r.id for r in results][:50])
+        state = self.pages.drift.state() if self.pages.drift else None
+        if state is None or state.report is None:
+            return self.pages.problem(request, "no check to repair from: run one on the drift page first", 409)
+        plan = coordinator.plan_repairs(state.report)
+        return self.pages.render(
+            request, "confirm_repair.html", plan=plan, plan_json=plan.to_json().decode(), report=state.report
+        )

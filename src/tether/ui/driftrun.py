@@ -1,5 +1,6 @@
 """The drift page's reconcile: run on demand in a background thread, one at a time; the last
-report (or the error that stopped it) is kept in this process's memory for the page."""
+report (or the error that stopped it) is kept in this process's memory for the page. Before the
+page's first check, the last report is the last run recorded in the ledger (by any process)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+import sqlalchemy as sa
+
 from .. import events
+from ..reconcile import findings
 from ..reconcile.check import Report, reconcile
 
 if TYPE_CHECKING:
@@ -31,11 +35,25 @@ class DriftRunner:
         self._started_at: datetime | None = None
         self._report: Report | None = None
         self._error: str | None = None
+        self._loaded = False
 
     def state(self) -> DriftState:
+        if not self._loaded:
+            self._load()
         with self._lock:
             running = self._thread is not None and self._thread.is_alive()
             return DriftState(running, self._started_at, self._report, self._error)
+
+    def _load(self) -> None:
+        """The last run the ledger recorded, read once (a page's own checks replace it)."""
+        try:
+            recorded = findings.last_report(self.coordinator.engine)
+        except sa.exc.SQLAlchemyError:  # a read-only or older ledger: the page runs its own check
+            recorded = None
+        with self._lock:
+            self._loaded = True
+            if self._report is None:
+                self._report = recorded
 
     def start(self, *, content: bool = True) -> bool:
         """Start a check unless one is running; returns whether this call started one."""
