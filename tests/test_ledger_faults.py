@@ -192,6 +192,16 @@ def test_a_ledger_deleted_or_emptied_under_a_running_worker_stops_it(tmp_path):
         assert expected in line, line
 
 
+def test_a_connection_made_after_the_ledger_was_deleted_never_recreates_it(tmp_path):
+    db, root = ledger_with_jobs(tmp_path, n=1)
+    with Coordinator.open(f"sqlite:///{db}", root=root) as c:
+        c.engine.dispose()  # the next read needs a new connection, as a thread's first one does
+        db.unlink()
+        with pytest.raises(sa.exc.OperationalError, match="unable to open database file"):
+            c.queue.pending_unserved()
+        assert not db.exists()
+
+
 # -- read-only -----------------------------------------------------------------------------------
 
 

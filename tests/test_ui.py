@@ -397,7 +397,7 @@ def test_the_drift_page_shows_the_last_recorded_check_on_load(ledger, clock):
     reconcile(ledger)  # as `tether reconcile` or another page's process would
     with client(ledger) as web:
         page = web.get("/drift").text
-    assert "last recorded check" in page and "1 drifted" in page and "1 modified" in page
+    assert "last report" in page and "1 drifted" in page and "1 modified" in page and "notes/1.json" in page
 
 
 def test_findings_are_sorted_naturally_and_the_in_flight_ones_folded_into_a_count(ledger, clock):

@@ -154,7 +154,7 @@ def test_every_page_shows_a_ledger_in_every_state_and_the_counters_count_it(brow
     page.screenshot(path=str(shots / "states-workers.png"), full_page=True)
     page.goto(server + "/")
     page.click("li.counter[data-state=drift] a")
-    expect(page.locator("#drift")).to_contain_text("last recorded check")
+    expect(page.locator("#drift")).to_contain_text("last report")
     page.click("button:has-text('run a check')")
     expect(page.locator("#drift")).to_contain_text("last report", timeout=30_000)
     expect(page.locator("#drift button[type=submit]")).to_be_enabled()  # ready for another check

@@ -139,8 +139,16 @@ class Backend:
 
     def _checkout_writer(self) -> tuple[Any, Any]:
         """(pooled connection to return or None, driver connection) for one write transaction."""
-        raw = self.engine.raw_connection()
+        raw = self.raw_connection()
         return raw, raw.driver_connection
+
+    def raw_connection(self) -> Any:
+        """A pooled connection; a driver error while opening one (the ledger's file is gone) is
+        SQLAlchemy's, as every other error is."""
+        try:
+            return self.engine.raw_connection()
+        except self._dbapi_error as e:
+            raise self._wrap(e) from e
 
     def close(self) -> None:
         """Close connections this backend holds outside the engine's pool."""
@@ -153,7 +161,7 @@ class Backend:
     @contextmanager
     def read(self) -> Iterator[_Cursor]:
         """A cursor for a single consistent read (no write lock taken)."""
-        raw = self.engine.raw_connection()
+        raw = self.raw_connection()
         driver = raw.driver_connection
         assert driver is not None  # None only once the connection is closed
         try:

@@ -6,7 +6,9 @@ import hashlib
 import os
 import re
 import secrets
+import sqlite3
 import stat
+import urllib.parse
 import weakref
 from pathlib import Path
 from typing import Any, Literal
@@ -135,7 +137,7 @@ def _create_sqlite_ledger(url: sa.URL, path: Path, durability: Durability, busy_
     linked into place, so no process ever finds tether's ledger empty (and an empty file at
     the path always means one was lost). A process that links first wins; the others use its."""
     temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tether-new")
-    engine = _sqlite_engine_at(url, temp, durability, busy_timeout)
+    engine = _sqlite_engine_at(url, temp, durability, busy_timeout, new=True)
     try:
         ensure_schema(engine)
     finally:
@@ -158,13 +160,19 @@ def _create_sqlite_ledger(url: sa.URL, path: Path, durability: Durability, busy_
             leftover.unlink(missing_ok=True)
 
 
-def _sqlite_engine_at(url: sa.URL, path: Path, durability: Durability, busy_timeout: float) -> sa.Engine:
-    engine = sa.create_engine(
-        url.set(database=str(path)),
-        connect_args={"timeout": busy_timeout, "check_same_thread": False, "isolation_level": None},
-        pool_size=8,
-        max_overflow=32,
-    )
+def _sqlite_engine_at(
+    url: sa.URL, path: Path, durability: Durability, busy_timeout: float, *, new: bool = False
+) -> sa.Engine:
+    # A ledger that exists is opened read-write only (``mode=rw``): a connection made after its
+    # file was deleted fails, where SQLite would create an empty file in its place and the
+    # worker holding the old one would take the loss for a replacement. Only a new ledger,
+    # built under its temporary name, is created by its first connection.
+    target = f"file:{urllib.parse.quote(str(path))}{'' if new else '?mode=rw'}"
+
+    def connect() -> sqlite3.Connection:
+        return sqlite3.connect(target, uri=True, timeout=busy_timeout, check_same_thread=False, isolation_level=None)
+
+    engine = sa.create_engine(url.set(database=str(path)), creator=connect, pool_size=8, max_overflow=32)
     synchronous = "FULL" if durability == "full" else "NORMAL"
 
     @sa.event.listens_for(engine, "connect")

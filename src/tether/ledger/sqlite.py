@@ -132,7 +132,7 @@ class SQLiteBackend(Backend):
         if writer is None or writer.pool is not self.engine.pool or writer.pid != _pid:
             if writer is not None and writer.pid != _pid:
                 _inherited.append(writer)
-            raw = self.engine.raw_connection()  # the engine's connect-time PRAGMAs included
+            raw = self.raw_connection()  # the engine's connect-time PRAGMAs included
             driver: sqlite3.Connection | None = raw.driver_connection
             assert driver is not None  # None only once the connection is closed
             raw.detach()
