@@ -62,6 +62,13 @@ def test_cancel_by_type_and_by_key_takes_only_the_active_jobs_chosen(c: Coordina
     assert c.get(other).status is JobStatus.PENDING
 
 
+def test_cancel_by_tag_takes_only_the_active_jobs_carrying_it(c: Coordinator):
+    tagged = [c.enqueue(CreateFile(path=f"t{i}.json", content=i), tags=["tenant:acme"]).id for i in range(2)]
+    other = c.enqueue(CreateFile(path="o.json", content=1), tags=["tenant:other"]).id
+    assert sorted(r.job_id for r in c.cancel(tag="tenant:acme")) == sorted(tagged)
+    assert c.get(other).status is JobStatus.PENDING and c.get(tagged[0]).status is JobStatus.CANCELLED
+
+
 def test_cancelling_a_finished_job_is_refused_and_leaves_it_as_it_was(c: Coordinator):
     done = c.enqueue(CreateFile(path="d.json", content=1)).id
     c.run_until_idle()

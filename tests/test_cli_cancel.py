@@ -38,11 +38,20 @@ def test_cancel_of_a_finished_job_is_refused_with_one_line_and_exit_1(
     assert r.out == ""
 
 
+def test_cancel_by_tag_cancels_the_jobs_carrying_it(coordinator: Coordinator, tether: Callable[..., Run]):
+    tagged = coordinator.enqueue(CreateFile(path="a.json", content=1), tags=["tenant:acme"]).id
+    other = coordinator.enqueue(CreateFile(path="b.json", content=1)).id
+    r = tether("cancel", "--tag", "tenant:acme")
+    assert r.code == 0, r.err
+    assert tagged in r.out and other not in r.out
+    assert coordinator.get(tagged).status is JobStatus.CANCELLED and coordinator.get(other).status is JobStatus.PENDING
+
+
 def test_cancel_with_ids_and_a_type_together_is_one_line_and_exit_1(tether: Callable[..., Run], coordinator):
     r = tether("cancel", "01ABC", "--type", "create_file")
     assert (r.code, r.err) == (
         1,
-        "tether: error: cancel: give job ids, or a type and/or a key (not both, not neither)\n",
+        "tether: error: cancel: give job ids, or a type, a key and/or a tag (not both, not neither)\n",
     )
 
 

@@ -291,7 +291,7 @@ class Coordinator:
         return corrected.retry_with(self.queue, job_id, payload)
 
     def cancel(self, *job_ids: str, **options: Any) -> list[cancelling.CancelResult]:
-        """Cancel jobs by id, or every active job of ``job_type`` and/or idempotency ``key``: a
+        """Cancel jobs by id, or every active job of ``job_type``, idempotency ``key``, ``tag``: a
         pending one at once, a running one by its worker within a second, with the verdict on its
         effect; a finished one is refused. Options: ``reason``, ``wait`` (see ledger/cancel.py)."""
         return cancelling.cancel(self.queue, job_ids, **options)

@@ -16,6 +16,7 @@ def cancel(
     job_ids: list[str] | None = typer.Argument(None, metavar="[ID]...", help="Ids of jobs to cancel."),
     job_type: str | None = typer.Option(None, "--type", "-t", help="Cancel every active job of this type."),
     key: str | None = typer.Option(None, "--key", "-k", help="Cancel every active job with this idempotency key."),
+    tag: str | None = typer.Option(None, "--tag", help="Cancel every active job carrying this tag."),
     reason: str | None = typer.Option(None, "--reason", help="Why, for the job's record (shown by show, failed)."),
     wait: float = typer.Option(
         5.0, "--wait", help="Seconds to wait for the workers of running jobs to stop them and record the effect."
@@ -28,9 +29,11 @@ def cancel(
     refused. Exits 1 if any job could not be cancelled (the others still are).
 
     Example: tether cancel --type claude_extraction --reason "wrong prompt"
+
+    Example: tether cancel --tag tenant:acme
     """
     with open_coordinator(ctx.obj) as coordinator:
-        results = coordinator.cancel(*(job_ids or ()), job_type=job_type, key=key, reason=reason, wait=wait)
+        results = coordinator.cancel(*(job_ids or ()), job_type=job_type, key=key, tag=tag, reason=reason, wait=wait)
     refused = [r for r in results if r.outcome == "refused"]
     if as_json:
         print_json(

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from .. import events
 from ..errors import ConfigError, JobNotFound, NotCancellable, TetherError
 from .record import JobRecord
-from .schema import jobs
+from .schema import job_tags, jobs
 from .status import ACTIVE, JobStatus
 
 if TYPE_CHECKING:
@@ -55,13 +55,16 @@ class CancelResult(NamedTuple):
         return str(effect) if effect is not None else None
 
 
-def selected(queue: Queue, job_type: str | None, key: str | None) -> list[str]:
-    """The ids of the active jobs of ``job_type`` and/or with idempotency key ``key``, oldest first."""
+def selected(queue: Queue, job_type: str | None, key: str | None, tag: str | None = None) -> list[str]:
+    """The ids of the active jobs of ``job_type``, with idempotency key ``key`` and carrying
+    ``tag`` (each when given), oldest first."""
     query = sa.select(jobs.c.id).where(jobs.c.status.in_([s.value for s in ACTIVE]))
     if job_type is not None:
         query = query.where(jobs.c.type == job_type)
     if key is not None:
         query = query.where(jobs.c.idempotency_key == key)
+    if tag is not None:  # the tag's range of tether_job_tags' primary key
+        query = query.where(jobs.c.id.in_(sa.select(job_tags.c.job_id).where(job_tags.c.tag == tag)))
     with queue.engine.connect() as conn:
         return list(conn.execute(query.order_by(jobs.c.id)).scalars())
 
@@ -72,17 +75,18 @@ def cancel(
     *,
     job_type: str | None = None,
     key: str | None = None,
+    tag: str | None = None,
     reason: str | None = None,
     wait: float = 0.0,
 ) -> list[CancelResult]:
-    """Cancel each of ``job_ids``, or every active job of ``job_type`` and/or with idempotency
-    ``key``; with ``wait``, wait up to that many seconds for the workers running some of them to
-    record their cancels."""
+    """Cancel each of ``job_ids``, or every active job of ``job_type``, with idempotency ``key``
+    and carrying ``tag`` (those given); with ``wait``, wait up to that many seconds for the
+    workers running some of them to record their cancels."""
     job_ids = list(job_ids)
-    if bool(job_ids) == (job_type is not None or key is not None):
-        raise ConfigError("cancel: give job ids, or a type and/or a key (not both, not neither)")
-    chosen = not job_ids  # chosen by type or key: one that ends meanwhile is no error
-    job_ids = job_ids or selected(queue, job_type, key)
+    if bool(job_ids) == (job_type is not None or key is not None or tag is not None):
+        raise ConfigError("cancel: give job ids, or a type, a key and/or a tag (not both, not neither)")
+    chosen = not job_ids  # chosen by type, key or tag: one that ends meanwhile is no error
+    job_ids = job_ids or selected(queue, job_type, key, tag)
     note = (reason or DEFAULT_REASON).strip()[:500] or DEFAULT_REASON
     results: list[CancelResult] = []
     for start in range(0, len(job_ids), CHUNK):
