@@ -26,6 +26,7 @@ class SlowWrite(CreateFile):
     children: list[str] = []
     started: str | None = None  # a file the handler appends "<job id> <pid>" to once it waits
     hold: float = 60.0
+    finish_anyway: bool = False  # return normally once cancelled (a handler that ignores it)
 
 
 class SlowWriteType(CreateFileType):
@@ -41,7 +42,8 @@ class SlowWriteType(CreateFileType):
             with open(payload.started, "a") as f:
                 f.write(f"{ctx.job.id} {os.getpid()}\n")
         ctx.cancelled.wait(payload.hold)
-        ctx.checkpoint()
+        if not payload.finish_anyway:
+            ctx.checkpoint()
         return written or super().run(payload, ctx)
 
 

@@ -92,6 +92,19 @@ def test_a_running_job_is_cancelled_by_its_worker_and_its_effect_is_absent(
     assert not (root / "slow.json").exists()
 
 
+def test_a_handler_that_returns_after_the_cancel_completes_its_job_as_the_data_root_shows(
+    c: Coordinator, running: Worker, root: Path, tmp_path: Path
+):
+    log = tmp_path / "started"
+    job_id = c.enqueue(
+        SlowWrite(path="late.json", content=1, write_first=True, started=str(log), finish_anyway=True)
+    ).id
+    wait_for(lambda: started(log, job_id), "the handler to start")
+    [result] = c.cancel(job_id, wait=10)
+    assert result.outcome == "completed"  # the cancel came too late: the work was done
+    assert c.get(job_id).status is JobStatus.COMPLETED and (root / "late.json").exists()
+
+
 def test_a_running_job_that_wrote_its_file_is_cancelled_with_its_effect_landed(
     c: Coordinator, running: Worker, root: Path, tmp_path: Path
 ):

@@ -54,6 +54,9 @@ def test_a_type_paused_midway_is_not_claimed_a_second_after_and_completes_once_r
             c.pause("tick", "load test")
             returned = c.clock.now()
             wait_for(lambda: count(c, "type = 'create_file' AND status != 'completed'") == 0, "the other type to drain")
+            # A worker may still claim within the second a pause promises: read the backlog once
+            # that second is over, so the figures compared below cannot move between reads.
+            wait_for(lambda: c.clock.now() > returned + timedelta(seconds=1.2), "the pause's second to pass")
             ticks = {b.type: b for b in c.stats().by_type}["tick"]
             last = latest_claim(c, "tick")
             status = status_json(db_url)

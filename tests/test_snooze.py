@@ -83,6 +83,21 @@ def test_a_job_that_snoozes_forever_fails_at_the_cap_saying_so(
     assert "b is not ready" in failed.last_error
 
 
+def test_an_operator_retry_of_a_job_failed_at_the_cap_starts_its_snoozes_again(
+    make_coordinator: Callable[..., Coordinator], clock: FakeClock
+) -> None:
+    c = napping(make_coordinator)
+    job = c.enqueue(Nap(name="c", naps=-1, seconds=1)).job
+    for _ in range(3):
+        c.run_until_idle(max_snoozes=2)
+        clock.advance(1)
+    assert c.get(job.id).status is JobStatus.FAILED
+    retried = c.retry(job.id)
+    assert retried.snoozes == 0
+    c.run_until_idle(max_snoozes=2)  # its first snooze since the retry is a snooze, not the cap
+    assert c.get(job.id).status is JobStatus.PENDING and c.get(job.id).snoozes == 1
+
+
 def test_a_snooze_of_its_type_holds_the_types_other_pending_jobs(
     make_coordinator: Callable[..., Coordinator], clock: FakeClock
 ) -> None:

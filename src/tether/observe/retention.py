@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from .. import events
 from ..errors import ConfigError, DatabaseUnavailable
 from ..ledger.schema import attempts as attempts_table
-from ..ledger.schema import job_tags
+from ..ledger.schema import job_tags, repairs
 from ..ledger.schema import jobs as jobs_table
 from ..ledger.status import JobStatus
 from .readonly import Source, engine_of, now_of, reading
@@ -123,6 +123,7 @@ def _delete_batches(
             ids = [r.id for r in rows]
             # A job's tags go with it (tether_job_tags: schema.py).
             conn.execute(sa.delete(job_tags).where(job_tags.c.job_id.in_(ids)))
+            conn.execute(sa.delete(repairs).where(repairs.c.job_id.in_(ids)))  # a repair job's link
             gone = conn.execute(
                 sa.delete(jobs_table).where(jobs_table.c.id.in_(ids)).returning(jobs_table.c.status, jobs_table.c.type)
             ).all()

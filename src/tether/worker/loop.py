@@ -29,7 +29,7 @@ from ..ledger.lifecycle import Decision
 from ..ledger.record import JobRecord
 from ..ledger.walwatch import WalWatcher
 from .completer import NOT_RUN, Completer, Outcome, Stopped
-from .executor import Executor
+from .executor import Executor, Returned
 from .producer import Claimed, Producer
 from .retry import RetryPolicy
 from .supervisor import Supervisor
@@ -351,7 +351,10 @@ class Worker:
                 pending = progress.pending = []
             outcome: Outcome
             outcome, duration = run(job, ctx)
-            if ctx.cancel_note is not None:  # an operator's cancel decides, whatever the handler did
+            if ctx.cancel_note is not None and not isinstance(outcome, Returned):
+                # An operator's cancel decides how an attempt that did not complete ends; a
+                # handler that returned has done its work, and its completion is the truth the
+                # data root and reconcile will show.
                 outcome = Stopped(ctx.cancel_note)
             decision = decide(job, outcome, duration)
             pending.append(decision)

@@ -321,7 +321,7 @@ SELECT j.meta, t.tag FROM tether_jobs AS j LEFT JOIN tether_job_tags AS t ON t.j
 WHERE j.id = %(id)s
 
 -- name: MANUAL_RETRY
-UPDATE tether_jobs SET status = 'pending', attempts = 0, run_at = %(now)s, completed_at = NULL,
+UPDATE tether_jobs SET status = 'pending', attempts = 0, snoozes = 0, run_at = %(now)s, completed_at = NULL,
                        locked_by = NULL, locked_at = NULL, quarantine = NULL, cancel_reason = NULL,
                        blocked = EXISTS (
                            SELECT 1 FROM tether_jobs AS b

@@ -358,7 +358,7 @@ WHERE j.id = :id
 -- name: MANUAL_RETRY
 -- An operator's retry of a failed job: back in the active set, blocked if an older job on its
 -- target is active (a newer one cannot be: NEWER_ON_TARGET refuses the retry first).
-UPDATE tether_jobs SET status = 'pending', attempts = 0, run_at = :now, completed_at = NULL,
+UPDATE tether_jobs SET status = 'pending', attempts = 0, snoozes = 0, run_at = :now, completed_at = NULL,
                        locked_by = NULL, locked_at = NULL, quarantine = NULL, cancel_reason = NULL,
                        blocked = EXISTS (
                            SELECT 1 FROM tether_jobs AS b INDEXED BY ix_tether_jobs_target_active
