@@ -202,6 +202,16 @@ def test_a_connection_made_after_the_ledger_was_deleted_never_recreates_it(tmp_p
         assert not db.exists()
 
 
+def test_a_connection_made_to_a_ledger_emptied_under_the_process_fails_at_once_naming_it(tmp_path):
+    db, root = ledger_with_jobs(tmp_path, n=1)
+    with Coordinator.open(f"sqlite:///{db}", root=root) as c:
+        c.queue.claim("w")  # this thread's write connection holds the file open, with its locks
+        os.truncate(db, 0)
+        c.engine.dispose()  # the next read needs a new connection
+        with pytest.raises(sa.exc.OperationalError, match=r"is empty \(0 bytes\)"):
+            c.queue.pending_unserved()
+
+
 # -- read-only -----------------------------------------------------------------------------------
 
 

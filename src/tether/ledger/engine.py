@@ -170,7 +170,13 @@ def _sqlite_engine_at(
     target = f"file:{urllib.parse.quote(str(path))}{'' if new else '?mode=rw'}"
 
     def connect() -> sqlite3.Connection:
-        return sqlite3.connect(target, uri=True, timeout=busy_timeout, check_same_thread=False, isolation_level=None)
+        conn = sqlite3.connect(target, uri=True, timeout=busy_timeout, check_same_thread=False, isolation_level=None)
+        if not new and path.stat().st_size == 0:
+            # Emptied under the process: the connect-time PRAGMAs would wait out the busy
+            # timeout on the other connections' locks before failing.
+            conn.close()
+            raise sqlite3.OperationalError(f"the ledger file {path} is empty (0 bytes)")
+        return conn
 
     engine = sa.create_engine(url.set(database=str(path)), creator=connect, pool_size=8, max_overflow=32)
     synchronous = "FULL" if durability == "full" else "NORMAL"
