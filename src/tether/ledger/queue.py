@@ -105,11 +105,8 @@ class Queue:
     def pending_unserved(self) -> dict[str, int]:
         """Pending jobs of the types this queue's registry lacks, counted by type: jobs that a
         worker on it never claims (a worker started without the module that registers them)."""
-        # On the calling thread's own write connection, which a worker's thread already holds:
-        # a new connection would run its connect-time PRAGMAs against a ledger file that may
-        # just have been emptied under the worker, and wait out the busy timeout there.
-        params = {"types": self.sql.types(self.registry.names())}
-        rows = self.backend.transact(lambda cur: cur.rows(self.sql.PENDING_UNSERVED, params))
+        with self.backend.read() as cur:
+            rows = cur.rows(self.sql.PENDING_UNSERVED, {"types": self.sql.types(self.registry.names())})
         return {name: count for name, count in rows}
 
     def _claimed(self, rows: list[JobRecord], worker: str) -> list[JobRecord]:
