@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from conftest import drop_ledger
 from tether import Coordinator
 from tether.clock import SystemClock
 from tether.jobtypes import Registry, default_registry
@@ -73,8 +74,7 @@ def registry() -> Registry:
 def ledger(pg_database: str) -> str:
     engine = sa.create_engine(pg_database)
     with engine.begin() as conn:
-        for table in ("tether_jobs", "tether_meta", "tether_schedules", "tether_workers"):
-            conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
+        drop_ledger(conn)
     engine.dispose()
     return pg_database
 

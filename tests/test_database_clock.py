@@ -15,6 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 import tether.clock
+from conftest import drop_ledger
 from jobkit import Note, NoteType, registry_with
 from tether import Coordinator, FakeClock
 from tether.clock import DatabaseClock, SystemClock
@@ -119,8 +120,7 @@ def test_a_right_machine_clock_reports_no_skew(caplog: pytest.LogCaptureFixture)
 def pg_ledger(pg_database: str) -> Iterator[str]:
     engine = sa.create_engine(pg_database)
     with engine.begin() as conn:
-        for table in ("tether_jobs", "tether_meta", "tether_schedules", "tether_workers"):
-            conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
+        drop_ledger(conn)
     yield pg_database
     engine.dispose()
 

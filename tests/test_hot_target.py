@@ -15,6 +15,7 @@ import orjson
 import pytest
 import sqlalchemy as sa
 
+from conftest import drop_ledger
 from jobkit import Note, NoteType, completed, registry_with
 from tether import Coordinator, FakeClock, JobStatus
 from tether.ledger.catalogue import SQLITE
@@ -172,16 +173,7 @@ def test_the_sweep_unblocks_a_target_whose_oldest_job_was_left_blocked(
 def pg(pg_database: str, tmp_path: Any, notes: NoteType) -> Any:
     engine = sa.create_engine(pg_database)
     with engine.begin() as conn:
-        for table in (
-            "tether_jobs",
-            "tether_meta",
-            "tether_schedules",
-            "tether_reconcile_runs",
-            "tether_workers",
-            "tether_attempts",
-            "tether_paused",
-        ):
-            conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
+        drop_ledger(conn)
     engine.dispose()
     with Coordinator.open(pg_database, root=tmp_path / "data", registry=registry_with(notes)) as c:
         yield c

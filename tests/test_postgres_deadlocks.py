@@ -28,7 +28,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from conftest import scratch_pg_database
+from conftest import drop_ledger, scratch_pg_database
 from jobkit import completed
 from tether import Coordinator, CreateFile, TetherError, TransactionConflict
 from tether.jobtypes import render
@@ -147,16 +147,7 @@ def test_postgres_batch_enqueues_beside_two_draining_workers_are_never_refused_a
 def pg(pg_database: str, tmp_path: Path) -> Iterator[Coordinator]:
     engine = sa.create_engine(pg_database)
     with engine.begin() as conn:
-        for table in (
-            "tether_jobs",
-            "tether_meta",
-            "tether_schedules",
-            "tether_reconcile_runs",
-            "tether_workers",
-            "tether_attempts",
-            "tether_paused",
-        ):
-            conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
+        drop_ledger(conn)
     engine.dispose()
     with Coordinator.open(pg_database, root=tmp_path / "data") as c:
         yield c
