@@ -72,10 +72,10 @@ def _profile(out: Path) -> None:
     transaction = getattr(backend.Backend, "_transaction", None)
     write = backend.Backend.write
 
-    def timed_transaction(self: Any, body: Any) -> Any:
+    def timed_transaction(self: Any, body: Any, *args: Any) -> Any:
         start = time.perf_counter()
         try:
-            return transaction(self, body)  # type: ignore[misc]
+            return transaction(self, body, *args)  # type: ignore[misc]
         finally:
             spent["in_write"] += time.perf_counter() - start
             spent["writes"] += 1

@@ -163,8 +163,9 @@ class Coordinator:
         meta: Mapping[str, Any] | None = None,
         session: Session | None = None,
     ) -> InsertResult:
-        """Record a job. Returns once the job is durably committed, or, with an application
-        ``session``, inside that session's transaction (it commits with the caller's rows).
+        """Record a job. Returns once the job is durably committed (in a commit shared with the
+        enqueues other threads of this process make meanwhile), or, with an application
+        ``session``, inside that session's transaction (it commits with the caller's rows only).
         If an active job of the same type has the same idempotency ``key``, that job is returned
         with ``duplicate=True``. ``timeout`` (seconds) overrides the job type's for this job. ``tags``
         and ``meta`` go with it (``tether.ledger.notes``). Raises InvalidPayload for bad input."""
@@ -201,10 +202,11 @@ class Coordinator:
 
     @contextmanager
     def transaction(self) -> Iterator[Transaction]:
-        """``with coordinator.transaction() as tx: tx.enqueue(...)``: commits all at the end."""
+        """``with coordinator.transaction() as tx: tx.enqueue(...)``: commits all at the end, in a
+        transaction of their own (never shared with other threads' enqueues)."""
         tx = Transaction(self)
         yield tx
-        tx.results = self.queue.enqueuer.enqueue(tx.jobs, tx.notes)
+        tx.results = self.queue.enqueuer.enqueue(tx.jobs, tx.notes, shared=False)
 
     def _in_session(self, session: Session, jobs: list[JobRecord], notes: dict[str, Note] | None) -> list[InsertResult]:
         try:

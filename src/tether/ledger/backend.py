@@ -34,12 +34,18 @@ class Backend:
     ledger on local storage). Then a pause that stops one worker's clocks (a suspend, a paused
     VM) stops every worker, and no other can have taken its jobs meanwhile."""
     reads_json = True  # can read many rows from one JSON value (INSERT_PAYLOADS, COMPLETE_MANY...)
+    commits_at_once = 1
+    """How many group commits of enqueues (groupcommit.py) one process runs at a time."""
 
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
         self.sql: Statements = catalogue_for(engine.dialect.name)
         """The statements this driver runs (its dialect's catalogue)."""
-        self._dbapi_error = engine.dialect.loaded_dbapi.Error
+        dbapi = engine.dialect.loaded_dbapi
+        self._dbapi_error = dbapi.Error
+        self.refusals: tuple[type[Exception], ...] = (dbapi.IntegrityError, dbapi.DataError)
+        """The driver's errors for a statement the database will not run on these values (a
+        constraint, a value out of range): the statement's own fault, not the connection's."""
         self.lock_waits = 0
         """Write transactions that found the ledger's write lock held and waited for it (SQLite:
         a whole-file lock; a worker claims larger batches while it is contended)."""
@@ -80,26 +86,29 @@ class Backend:
 
     # -- transactions --------------------------------------------------------------------------
 
-    def transact(self, body: Callable[[_Cursor], _T]) -> _T:
+    def transact(self, body: Callable[[_Cursor], _T], *, pipelined: bool = False) -> _T:
         """``body(cur)`` in one write transaction of tether's own, committed when it returns; run
         again whole, in a new transaction, when the database ends it to break a conflict with
         another one (a deadlock; conflict.py). ``body`` builds what it returns afresh on each
         run, so nothing of a run the database ended is kept. A lost connection raises
-        LostConnection, or LostCommit when it was lost during COMMIT."""
+        LostConnection, or LostCommit when it was lost during COMMIT. ``pipelined``: the body
+        reads nothing but the rows it fetches (no ``rowcount``), so a driver that can send its
+        statements ahead of their answers may (PostgreSQL), and a refusal may surface only when
+        the transaction ends."""
         attempt = 1
         while True:
             try:
-                return self._transaction(body)
+                return self._transaction(body, pipelined)
             except sa.exc.DBAPIError as e:
                 if not conflict.run_again(e, attempt):
                     raise
                 attempt += 1
 
-    def _transaction(self, body: Callable[[_Cursor], _T]) -> _T:
+    def _transaction(self, body: Callable[[_Cursor], _T], pipelined: bool) -> _T:
         """One run of ``transact``: a function rather than a context manager, since every
         enqueue and every group commit runs one."""
         try:
-            raw, driver = self._checkout_writer()
+            raw, driver = self._checkout_writer(pipelined)
         except self._dbapi_error as e:
             raise self._wrap(e) from e
         committing = False
@@ -108,6 +117,7 @@ class Backend:
             try:
                 self._begin(cur)
                 result = body(_Cursor(self, cur))
+                self._answered(driver)
                 committing = True
                 self._commit(driver, cur)
                 return result
@@ -137,8 +147,9 @@ class Backend:
         finally:
             cur.close()
 
-    def _checkout_writer(self) -> tuple[Any, Any]:
-        """(pooled connection to return or None, driver connection) for one write transaction."""
+    def _checkout_writer(self, pipelined: bool) -> tuple[Any, Any]:
+        """(pooled connection to return or None, driver connection) for one write transaction
+        (``pipelined``: as ``transact`` says)."""
         raw = self.raw_connection()
         return raw, raw.driver_connection
 
@@ -184,6 +195,10 @@ class Backend:
     def _begin(self, cur: Any) -> None:
         pass
 
+    def _answered(self, driver: Any) -> None:
+        """Wait for the answers of every statement sent so far (a pipelined transaction's), so
+        that an error among them is told apart from one at COMMIT."""
+
     def _commit(self, driver: Any, cur: Any) -> None:
         driver.commit()
 
@@ -207,6 +222,10 @@ class Backend:
             raw.close()
         else:
             raw.invalidate()
+
+    def wrap(self, error: Exception) -> sa.exc.StatementError:
+        """A driver error raised by a statement, as SQLAlchemy's (IntegrityError...)."""
+        return self._wrap(error)
 
     def _wrap(self, error: Exception, driver: Any = None, *, committing: bool = False) -> sa.exc.StatementError:
         """Driver errors as SQLAlchemy's (IntegrityError, OperationalError...), as everywhere else;

@@ -1,15 +1,17 @@
 """Inserting jobs: building them, inserting them in a transaction, and what follows the commit.
 
 One path for every enqueue: jobs are built as a list (``build.Builder``; one job is a list of
-one), inserted by ``insert_all`` in the caller's transaction or in one of their own
-(``enqueue``), and logged and announced to idle workers by ``committed`` once the commit stands.
-A job whose idempotency key an active job already holds is not inserted: that job is returned,
-marked as a duplicate.
+one), inserted by ``insert_all`` in the caller's transaction or in one of tether's own
+(``enqueue``: shared with the enqueues of other threads that arrive meanwhile, groupcommit.py),
+and logged and announced to idle workers by ``committed`` once the commit stands. A job whose
+idempotency key an active job already holds is not inserted: that job is returned, marked as a
+duplicate.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from functools import partial
 from operator import itemgetter
 from typing import Any
 
@@ -22,6 +24,7 @@ from ..jobtypes import Payload
 from . import conflict, faults
 from .backend import Backend, LostCommit
 from .build import Builder
+from .groupcommit import GroupCommit, Request, own_outcome
 from .notes import Note, write_notes
 from .record import InsertResult, JobRecord, make_tuple
 from .wakeup import Wakeup
@@ -67,6 +70,19 @@ def _by_size(jobs: list[JobRecord]) -> Iterator[list[JobRecord]]:
     yield jobs[start:]
 
 
+_REFUSALS = (sa.exc.IntegrityError, sa.exc.DataError)
+"""What the database raises for a job it will not store (a constraint, a value out of range)."""
+
+
+class _Refused(Exception):
+    """The database refused the jobs of request ``index`` of a batch (``error``, a refusal)."""
+
+    def __init__(self, index: int, error: sa.exc.StatementError) -> None:
+        super().__init__(index, error)
+        self.index = index
+        self.error = error
+
+
 class Enqueuer:
     """Builds and inserts jobs for one ledger; ``where`` is the ledger as messages name it."""
 
@@ -78,29 +94,65 @@ class Enqueuer:
         self.sql = backend.sql  # the statement catalogue of this ledger's dialect
         self._json_sql = (self.sql.INSERT_PAYLOADS, self.sql.INSERT_TARGETED) if backend.reads_json else None
         self._insert_keyed, self._insert_on_target = self.sql.INSERT, self.sql.INSERT_ON_TARGET
+        self.group = GroupCommit(self._commit, backend.commits_at_once)
 
     def build(self, payloads: Sequence[Payload], **options: Any) -> list[JobRecord]:
         """Validate jobs before a transaction opens; raises InvalidPayload. Options as
         ``build.Builder.build``."""
         return self.builder.build(payloads, **options)
 
-    def enqueue(self, jobs: Sequence[JobRecord], notes: Mapping[str, Note] | None = None) -> list[InsertResult]:
+    def enqueue(
+        self, jobs: Sequence[JobRecord], notes: Mapping[str, Note] | None = None, *, shared: bool = True
+    ) -> list[InsertResult]:
         """Insert ``jobs`` (with the ``notes`` of some, by id) in one transaction; returns after
-        the commit is durable."""
-        try:
-            results = self.backend.transact(lambda cur: self._insert_and_notify(cur, jobs, notes))
-        except sa.exc.SQLAlchemyError as e:
-            raise self._not_recorded(e, jobs) from e
+        the commit is durable. ``shared``: other threads' enqueues may commit in the same
+        transaction (group commit); without it the transaction holds these jobs alone."""
+        request = Request(jobs, notes)
+        if shared:
+            self.group.submit(request)
+        else:
+            self._commit([request])
+        results = own_outcome(request)
         self.committed(results)
         return results
 
-    def _insert_and_notify(
-        self, cur: Any, jobs: Sequence[JobRecord], notes: Mapping[str, Note] | None
-    ) -> list[InsertResult]:
-        results = self.insert_all(cur, jobs, notes)
-        if any(not r.duplicate for r in results):
+    def _commit(self, batch: list[Request]) -> None:
+        """One transaction for the requests of ``batch``, setting each one's outcome. A request
+        whose own jobs the database refuses (a constraint, a value it cannot store) is given that
+        error and the rest are committed without it; any other failure is every request's."""
+        while batch:
+            try:
+                outcomes = self.backend.transact(partial(self._insert_batch, batch=batch), pipelined=True)
+            except _Refused as refused:
+                batch[refused.index].error = self._not_recorded(refused.error, batch[refused.index].jobs)
+                batch = batch[: refused.index] + batch[refused.index + 1 :]
+                continue
+            except sa.exc.SQLAlchemyError as e:
+                if len(batch) > 1 and isinstance(e, _REFUSALS):
+                    # Refused where no request can be named (a pipelined driver answers at the
+                    # commit): each request alone says whose it was.
+                    for request in batch:
+                        self._commit([request])
+                    return
+                for request in batch:
+                    request.error = self._not_recorded(e, request.jobs)
+                return
+            for request, results in zip(batch, outcomes, strict=True):
+                request.results = results
+            return
+
+    def _insert_batch(self, cur: Any, *, batch: list[Request]) -> list[list[InsertResult]]:
+        """Each request's jobs in the transaction of ``cur`` (built afresh on each run of it:
+        Backend.transact); one wake-up for all, if any job is new."""
+        outcomes = []
+        for i, request in enumerate(batch):
+            try:
+                outcomes.append(self.insert_all(cur, request.jobs, request.notes))
+            except self.backend.refusals as e:
+                raise _Refused(i, self.backend.wrap(e)) from e
+        if any(not r.duplicate for results in outcomes for r in results):
             self.wakeup.notify_in(cur)
-        return results
+        return outcomes
 
     def insert_all(
         self, cur: Any, jobs: Sequence[JobRecord], notes: Mapping[str, Note] | None = None

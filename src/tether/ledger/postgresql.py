@@ -1,15 +1,19 @@
-"""The PostgreSQL driver: pooled connections for writes, and one connection per thread, in
-autocommit, for the worker's one-statement questions (``ask``)."""
+"""The PostgreSQL driver: pooled connections for writes; connections kept out of the pool, in
+pipeline mode, for enqueues' group commits (``transact(pipelined=True)``); and one connection per
+thread, in autocommit, for the worker's one-statement questions (``ask``)."""
 
 from __future__ import annotations
 
+import os
+import select
 import threading
+import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
-from psycopg import pq
+from psycopg import OperationalError, pq
 
 from .backend import Backend, _Cursor
 
@@ -20,8 +24,25 @@ _ENTER_SCHEMA = "SELECT current_setting('search_path'), set_config('search_path'
 _LEAVE_SCHEMA = "SELECT set_config('search_path', %s, true)"
 
 
+_KEPT = object()  # the "pooled connection" of a pipelined transaction's kept connection
+
+
+def _alive(driver: Any) -> bool:
+    """Whether an idle connection still stands, told without a round trip: a server that ended it
+    (a restart, an administrator's terminate) has said so on its socket, which is then readable."""
+    if driver.closed:
+        return False
+    try:
+        if select.select([driver.pgconn.socket], [], [], 0)[0]:
+            driver.pgconn.consume_input()
+    except (OSError, OperationalError):
+        return False
+    return bool(driver.pgconn.status == pq.ConnStatus.OK)
+
+
 class PostgresBackend(Backend):
     name = "postgresql"
+    commits_at_once = 4
 
     def __init__(self, engine: sa.Engine) -> None:
         super().__init__(engine)
@@ -32,6 +53,63 @@ class PostgresBackend(Backend):
         self._askers = threading.local()  # each thread's connection for ask()
         self._kept: list[Any] = []  # every such connection, closed with the backend
         self._kept_lock = threading.Lock()
+        # Pipelined transactions' connections, idle between them: at most commits_at_once are
+        # kept, as many as the group commits that use them at a time.
+        self._idle: list[Any] = []
+        self._pipelined: weakref.WeakSet[Any] = weakref.WeakSet()  # every such connection
+        self._pipes: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()  # in a transaction
+        self._pid = os.getpid()
+
+    def _checkout_writer(self, pipelined: bool) -> tuple[Any, Any]:
+        # A pipelined transaction (an enqueue's) sends BEGIN and its statements in one round trip
+        # and COMMIT in a second, on a connection kept for it: no pool checkout, no ping, no
+        # reset. A dead one is told by its socket (_alive).
+        if not pipelined:
+            return super()._checkout_writer(pipelined)
+        if os.getpid() != self._pid:  # a forked child: the parent's connections are not its own
+            self._pid, self._idle = os.getpid(), []
+        with self._kept_lock:
+            while self._idle:
+                driver = self._idle.pop()
+                if _alive(driver):
+                    return _KEPT, driver
+                driver.close()
+        raw = self.raw_connection()
+        driver = raw.driver_connection
+        raw.detach()  # the pool neither counts it nor resets it; _give_back or close() closes it
+        self._pipelined.add(driver)
+        return _KEPT, driver
+
+    def _begin(self, cur: Any) -> None:
+        driver = cur.connection
+        if driver in self._pipelined:  # statements are sent without waiting for their answers
+            entered = driver.pipeline()
+            entered.__enter__()
+            self._pipes[driver] = entered
+
+    def _answered(self, driver: Any) -> None:
+        entered = self._pipes.pop(driver, None)
+        if entered is not None:
+            entered.__exit__(None, None, None)  # one Sync: every answer, the first error raised
+
+    def _rollback(self, driver: Any, cur: Any) -> None:
+        entered = self._pipes.pop(driver, None)
+        if entered is not None:
+            try:
+                entered.__exit__(None, None, None)
+            except self._dbapi_error:
+                pass  # the error being raised already says it, or the connection is gone
+        super()._rollback(driver, cur)
+
+    def _give_back(self, raw: Any, driver: Any) -> None:
+        if raw is not _KEPT:
+            super()._give_back(raw, driver)
+            return
+        with self._kept_lock:
+            if self._usable(driver) and len(self._idle) < self.commits_at_once:
+                self._idle.append(driver)
+                return
+        driver.close()
 
     @contextmanager
     def _in_session(self, conn: Any) -> Iterator[_Cursor]:
@@ -93,6 +171,8 @@ class PostgresBackend(Backend):
     def close(self) -> None:
         with self._kept_lock:
             kept, self._kept = self._kept, []
+            kept += self._idle if self._pid == os.getpid() else []
+            self._idle = []
         for driver in kept:
             driver.close()
 

@@ -117,7 +117,7 @@ class SQLiteBackend(Backend):
             return faults.fault(faults.CORRUPT, self._path, "the file was emptied (0 bytes)")
         return None
 
-    def _checkout_writer(self) -> tuple[None, sqlite3.Connection]:
+    def _checkout_writer(self, pipelined: bool) -> tuple[None, sqlite3.Connection]:
         # Each thread keeps one write connection out of the pool: a pool checkout and its reset
         # cost a good part of a durable enqueue's latency. A thread's connection is
         # closed with the thread (its locals go), or by close(); a new pool (engine.dispose()) or

@@ -1,0 +1,119 @@
+"""Group commit: enqueues that arrive from several threads of one process while a commit is under
+way are written together by the next transaction, so that many callers share one durable commit
+(one fsync on SQLite) instead of queueing for one each.
+
+Every enqueue of tether's own transaction goes this way, a lone one too: a caller files its
+request, and if fewer than ``at_once`` commits are in flight it leads at once, committing every
+request waiting by then (its own, and any that came with it) in one transaction. Otherwise it
+waits: when a commit ends, its leader hands the lead, with every request waiting by then, to the
+oldest of them. So a lone caller commits at once and never waits for company, and a caller that
+arrives during a commit waits for at most that commit and its own. Each caller returns once the
+transaction holding its request has ended, with its own outcome (``Request.results`` or
+``Request.error``), which the commit function sets for each request of the batch.
+
+Only callers that would have committed alone anyway are grouped: a transaction an application
+holds (``session=``) or gathers (``Coordinator.transaction()``) keeps its own.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+
+from ..errors import CommitUnknown
+from .notes import Note
+from .record import InsertResult, JobRecord
+
+
+class Request:
+    """One caller's jobs (with the notes of some, by id) and, once its transaction has ended, its
+    outcome: ``results`` or ``error``."""
+
+    __slots__ = ("jobs", "notes", "results", "error", "batch", "_ready")
+
+    def __init__(self, jobs: Sequence[JobRecord], notes: Mapping[str, Note] | None) -> None:
+        self.jobs = jobs
+        self.notes = notes
+        self.results: list[InsertResult] | None = None
+        self.error: BaseException | None = None
+        self.batch: list[Request] | None = None  # set when the lead is handed to this request
+        self._ready = threading.Lock()  # held until a leader wakes this caller
+        self._ready.acquire()
+
+
+class GroupCommit:
+    """Commits the requests of one process's callers in shared transactions: ``commit(batch)``
+    runs one transaction for ``batch`` and sets each request's outcome; at most ``at_once``
+    commits run at a time (SQLite: one, its write lock allows no more)."""
+
+    def __init__(self, commit: Callable[[list[Request]], None], at_once: int) -> None:
+        self._commit = commit
+        self.at_once = at_once
+        self._lock = threading.Lock()
+        self._waiting: list[Request] = []
+        self._in_flight = 0
+
+    @property
+    def waiting(self) -> int:
+        """Requests filed and not yet taken into a commit (what a test waits for)."""
+        with self._lock:
+            return len(self._waiting)
+
+    def submit(self, request: Request) -> None:
+        """File ``request`` and return once the transaction holding it has ended."""
+        with self._lock:
+            self._waiting.append(request)
+            if self._in_flight < self.at_once:
+                self._in_flight += 1
+                batch: list[Request] | None = self._take()
+            else:
+                batch = None
+        if batch is None:
+            request._ready.acquire()  # woken by a leader: done, or handed the lead
+            batch = request.batch
+            if batch is None:
+                return
+        self._lead(request, batch)
+
+    def _take(self) -> list[Request]:
+        batch, self._waiting = self._waiting, []
+        return batch
+
+    def _lead(self, own: Request, batch: list[Request]) -> None:
+        """Commit ``batch`` (``own`` among it), then hand the lead on and wake the others."""
+        try:
+            self._commit(batch)
+        except BaseException as e:
+            for request in batch:
+                if request.results is None and request.error is None:
+                    request.error = e if isinstance(e, Exception) else _interrupted(request, e)
+            raise
+        finally:
+            with self._lock:
+                if self._waiting:
+                    following: list[Request] | None = self._take()
+                else:
+                    following = None
+                    self._in_flight -= 1
+            if following is not None:  # first, so the next commit starts while these return
+                following[0].batch = following
+                following[0]._ready.release()
+            for request in batch:
+                if request is not own:
+                    request._ready.release()
+
+
+def _interrupted(request: Request, error: BaseException) -> CommitUnknown:
+    """What a caller whose leader was interrupted (KeyboardInterrupt, SystemExit) mid-commit is
+    told: its jobs' fate is unknown to it."""
+    return CommitUnknown(
+        [job.id for job in request.jobs], f"the thread committing them was interrupted by {type(error).__name__}"
+    )
+
+
+def own_outcome(request: Request) -> list[InsertResult]:
+    """The results of ``request`` once its transaction has ended, or its error raised."""
+    if request.error is not None:
+        raise request.error
+    assert request.results is not None  # every request of a batch is given one or the other
+    return request.results
