@@ -120,20 +120,20 @@ class Enqueuer:
         """One transaction for the requests of ``batch``, setting each one's outcome. A request
         whose own jobs the database refuses (a constraint, a value it cannot store) is given that
         error and the rest are committed without it; any other failure is every request's."""
+        pipelined = True
         while batch:
             try:
-                outcomes = self.backend.transact(partial(self._insert_batch, batch=batch), pipelined=True)
+                outcomes = self.backend.transact(partial(self._insert_batch, batch=batch), pipelined=pipelined)
             except _Refused as refused:
                 batch[refused.index].error = self._not_recorded(refused.error, batch[refused.index].jobs)
                 batch = batch[: refused.index] + batch[refused.index + 1 :]
                 continue
             except sa.exc.SQLAlchemyError as e:
-                if len(batch) > 1 and isinstance(e, _REFUSALS):
-                    # Refused where no request can be named (a pipelined driver answers at the
-                    # commit): each request alone says whose it was.
-                    for request in batch:
-                        self._commit([request])
-                    return
+                if pipelined and len(batch) > 1 and isinstance(e, _REFUSALS):
+                    # A pipelined refusal comes with the answers of every statement: run again
+                    # statement by statement, where it names its request.
+                    pipelined = False
+                    continue
                 for request in batch:
                     request.error = self._not_recorded(e, request.jobs)
                 return

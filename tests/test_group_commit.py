@@ -1,0 +1,276 @@
+"""Group commit (tether/ledger/groupcommit.py): single enqueues that arrive from several threads
+while a commit is in flight are written together by the next transaction; each caller returns
+once its own job is durable, a refused job fails only its own caller, and a transaction an
+application holds (``session=``) or gathers (``transaction()``) commits its own rows only."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from tether import Coordinator, CreateFile, InvalidPayload
+
+GROUP_ENQUEUER = Path(__file__).with_name("proc_group_enqueuer.py")
+
+# A job whose payload holds "reject" is refused by the database, as a constraint refuses a row.
+REJECT = {
+    "sqlite": [
+        "CREATE TRIGGER reject_marked BEFORE INSERT ON tether_jobs WHEN NEW.payload LIKE '%\"reject\"%' "
+        "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END"
+    ],
+    "postgresql": [
+        "CREATE OR REPLACE FUNCTION reject_marked() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "IF strpos(NEW.payload::text, '\"reject\"') > 0 THEN "
+        "RAISE EXCEPTION 'refused by the test' USING ERRCODE = 'check_violation'; END IF; RETURN NEW; END $$",
+        "CREATE TRIGGER reject_marked BEFORE INSERT ON tether_jobs FOR EACH ROW EXECUTE FUNCTION reject_marked()",
+    ],
+}
+
+
+def run_sql(db_url: str, statements: list[str]) -> None:
+    engine = sa.create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            for statement in statements:
+                conn.exec_driver_sql(statement)
+    finally:
+        engine.dispose()
+
+
+def stored(c: Coordinator, column: str = "id") -> set[str]:
+    with c.engine.connect() as conn:
+        return set(conn.exec_driver_sql(f"SELECT {column} FROM tether_jobs").scalars())
+
+
+@contextmanager
+def ledger_locked(c: Coordinator) -> Iterator[None]:
+    """Hold back every writer of ``c``'s ledger until the block ends: SQLite's write lock, or on
+    PostgreSQL a lock on the jobs table that INSERT waits for."""
+    if c.engine.dialect.name == "sqlite":
+        conn = sqlite3.connect(c.engine.url.database or "", isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            conn.rollback()
+            conn.close()
+        return
+    with c.engine.connect() as conn:
+        conn.exec_driver_sql("LOCK TABLE tether_jobs IN SHARE ROW EXCLUSIVE MODE")
+        try:
+            yield
+        finally:
+            conn.rollback()
+
+
+class Commits:
+    """The transactions of tether's own that ``c`` runs: how many began, and the ids of the jobs
+    each committed one inserted."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, c: Coordinator) -> None:
+        self.begun = 0
+        self.committed: list[set[str]] = []
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        transact, insert_all = c.queue.backend.transact, c.queue.enqueuer.insert_all
+
+        def counted_transact(body: Callable[[Any], Any], **options: Any) -> Any:
+            with self._lock:
+                self.begun += 1
+            self._local.ids = ids = set()
+            try:
+                result = transact(body, **options)
+            finally:
+                self._local.ids = None
+            with self._lock:
+                self.committed.append(ids)
+            return result
+
+        def recorded_insert_all(cur: Any, jobs: Any, notes: Any = None) -> Any:
+            results = insert_all(cur, jobs, notes)
+            if getattr(self._local, "ids", None) is not None:
+                self._local.ids.update(job.id for job in jobs)
+            return results
+
+        monkeypatch.setattr(c.queue.backend, "transact", counted_transact)
+        monkeypatch.setattr(c.queue.enqueuer, "insert_all", recorded_insert_all)
+
+    def holding(self, job_id: str) -> set[str]:
+        """The ids committed in the transaction that committed ``job_id``."""
+        [ids] = [ids for ids in self.committed if job_id in ids]
+        return ids
+
+
+def until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 20
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.001)
+
+
+class Callers:
+    """Threads that each run one call, keeping what it returned or raised."""
+
+    def __init__(self) -> None:
+        self.outcomes: dict[str, Any] = {}
+        self._threads: list[threading.Thread] = []
+
+    def start(self, name: str, call: Callable[[], Any]) -> None:
+        def run() -> None:
+            try:
+                self.outcomes[name] = call()
+            except Exception as e:  # the outcome under test
+                self.outcomes[name] = e
+
+        thread = threading.Thread(target=run, name=name)
+        self._threads.append(thread)
+        thread.start()
+
+    def join(self) -> None:
+        for thread in self._threads:
+            thread.join(timeout=30)
+            assert not thread.is_alive(), f"{thread.name} did not return"
+
+
+def job(path: str, **content: Any) -> CreateFile:
+    return CreateFile(path=path, content=content)
+
+
+@contextmanager
+def grouped(c: Coordinator, commits: Commits, leaders: Callers) -> Iterator[None]:
+    """Start as many lone callers as commits may run at once and hold them inside their commits
+    (the ledger locked), so that every caller started in the block waits for a commit in flight;
+    the block ends once those are filed, and the lock is let go."""
+    at_once = c.queue.enqueuer.group.at_once
+    with ledger_locked(c):
+        for k in range(at_once):
+            leaders.start(f"leader{k}", lambda k=k: c.enqueue(job(f"leader{k}.json")))
+        until(lambda: commits.begun == at_once, "the leading callers are inside their commits")
+        yield
+
+
+def test_callers_arriving_during_a_commit_share_the_next_one_and_each_returns_its_own_job(db_url, root, monkeypatch):
+    with Coordinator.open(db_url, root=root) as c:
+        commits = Commits(monkeypatch, c)
+        callers = Callers()
+        with grouped(c, commits, callers):
+            for k in range(8):
+                callers.start(f"caller{k}", lambda k=k: c.enqueue(job(f"c{k}.json", k=k)))
+            until(lambda: c.queue.enqueuer.group.waiting == 8, "every caller waits for the commit in flight")
+        callers.join()
+        results = {name: r for name, r in callers.outcomes.items() if name.startswith("caller")}
+        ids = {r.job.id for r in results.values()}
+        assert {r.job.ordering_key for r in results.values()} == {f"file:c{k}.json" for k in range(8)}
+        assert ids <= stored(c)
+        assert commits.holding(next(iter(ids))) == ids  # the eight in one transaction
+        assert sorted(map(len, commits.committed)) == [1] * c.queue.enqueuer.group.at_once + [8]
+
+
+def test_a_refused_or_invalid_job_fails_only_its_own_caller_and_the_others_still_share_a_commit(
+    db_url, root, monkeypatch
+):
+    with Coordinator.open(db_url, root=root) as c:
+        run_sql(db_url, REJECT[c.engine.dialect.name])
+        commits = Commits(monkeypatch, c)
+        callers = Callers()
+        with grouped(c, commits, callers):
+            for k in range(6):
+                callers.start(f"caller{k}", lambda k=k: c.enqueue(job(f"c{k}.json", k=k)))
+            callers.start("refused", lambda: c.enqueue(job("refused.json", reject=True)))
+            callers.start("invalid", lambda: c.enqueue(job("../outside.json")))
+            until(lambda: c.queue.enqueuer.group.waiting == 7, "the callers wait for the commit in flight")
+        callers.join()
+        assert isinstance(callers.outcomes["refused"], sa.exc.IntegrityError)
+        assert isinstance(callers.outcomes["invalid"], InvalidPayload)
+        ids = {callers.outcomes[f"caller{k}"].job.id for k in range(6)}
+        assert ids <= stored(c)
+        assert commits.holding(next(iter(ids))) == ids  # committed together, without the refused one
+        assert "file:refused.json" not in stored(c, "ordering_key")
+
+
+def test_a_transaction_block_commits_its_own_jobs_never_with_other_callers(db_url, root, monkeypatch):
+    with Coordinator.open(db_url, root=root) as c:
+        commits = Commits(monkeypatch, c)
+        callers = Callers()
+
+        def gathered() -> list[str]:
+            with c.transaction() as tx:
+                tx.enqueue(job("tx1.json"))
+                tx.enqueue(job("tx2.json"))
+            return [r.job.id for r in tx.results]
+
+        at_once = c.queue.enqueuer.group.at_once
+        with grouped(c, commits, callers):
+            for k in range(4):
+                callers.start(f"caller{k}", lambda k=k: c.enqueue(job(f"c{k}.json")))
+            callers.start("tx", gathered)
+            # Every caller has arrived: the block inside a transaction of its own, or filed
+            # with the others.
+            until(
+                lambda: commits.begun - at_once + c.queue.enqueuer.group.waiting == 5,
+                "every caller waits for the ledger",
+            )
+        callers.join()
+        tx_ids = set(callers.outcomes["tx"])
+        assert tx_ids <= stored(c)
+        assert commits.holding(next(iter(tx_ids))) == tx_ids
+        strangers = {callers.outcomes[f"caller{k}"].job.id for k in range(4)}
+        assert commits.holding(next(iter(strangers))) == strangers
+
+
+def test_a_session_enqueue_commits_or_rolls_back_with_the_session_never_with_other_callers(db_url, root, monkeypatch):
+    with Coordinator.open(db_url, root=root) as c:
+        callers = Callers()
+        with Session(c.engine) as session:
+            mine = c.enqueue(job("mine.json"), session=session).job.id
+            for k in range(4):
+                callers.start(f"caller{k}", lambda k=k: c.enqueue(job(f"c{k}.json")))
+            if c.engine.dialect.name == "postgresql":  # not held back by the session: they commit
+                callers.join()
+                assert mine not in stored(c)
+            session.rollback()
+        callers.join()
+        strangers = {callers.outcomes[f"caller{k}"].job.id for k in range(4)}
+        assert strangers <= stored(c)
+        assert mine not in stored(c)  # rolled back with the session, alone
+
+
+def test_a_process_killed_while_16_threads_enqueue_loses_no_returned_job_and_keeps_no_raised_one(db_url, root):
+    Coordinator.open(db_url, root=root).close()
+    dialect = sa.make_url(db_url).get_backend_name()
+    run_sql(db_url, REJECT[dialect])
+    child = subprocess.Popen(
+        [sys.executable, str(GROUP_ENQUEUER), db_url, str(root)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert child.stdout is not None
+    lines: list[bytes] = []
+    try:
+        while sum(line.startswith(b"ok ") for line in lines) < 400:
+            line = child.stdout.readline()
+            assert line, child.stderr.read().decode() if child.stderr else "the enqueuer ended"
+            lines.append(line)
+        child.send_signal(signal.SIGKILL)  # mid-run: sixteen threads inside their enqueues
+        lines += child.stdout.read().splitlines(keepends=True)
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+    assert child.returncode == -signal.SIGKILL
+    done = [line.decode().split() for line in lines if line.endswith(b"\n")]
+    returned = {value for kind, value in done if kind == "ok"}
+    raised = {f"file:{value}" for kind, value in done if kind == "raised"}
+    assert raised, "no enqueue raised: the test proved nothing about them"
+    with Coordinator.open(db_url, root=root) as c:
+        assert returned <= stored(c)  # none lost whose enqueue returned
+        assert not raised & stored(c, "ordering_key")  # none kept whose enqueue raised
