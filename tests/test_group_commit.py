@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -59,13 +60,13 @@ def ledger_locked(c: Coordinator) -> Iterator[None]:
     """Hold back every writer of ``c``'s ledger until the block ends: SQLite's write lock, or on
     PostgreSQL a lock on the jobs table that INSERT waits for."""
     if c.engine.dialect.name == "sqlite":
-        conn = sqlite3.connect(c.engine.url.database or "", isolation_level=None)
-        conn.execute("BEGIN IMMEDIATE")
+        lite = sqlite3.connect(c.engine.url.database or "", isolation_level=None)
+        lite.execute("BEGIN IMMEDIATE")
         try:
             yield
         finally:
-            conn.rollback()
-            conn.close()
+            lite.rollback()
+            lite.close()
         return
     with c.engine.connect() as conn:
         conn.exec_driver_sql("LOCK TABLE tether_jobs IN SHARE ROW EXCLUSIVE MODE")
@@ -89,7 +90,8 @@ class Commits:
         def counted_transact(body: Callable[[Any], Any], **options: Any) -> Any:
             with self._lock:
                 self.begun += 1
-            self._local.ids = ids = set()
+            ids: set[str] = set()
+            self._local.ids = ids
             try:
                 result = transact(body, **options)
             finally:
@@ -148,6 +150,11 @@ def job(path: str, **content: Any) -> CreateFile:
     return CreateFile(path=path, content=content)
 
 
+def enqueue_file(c: Coordinator, path: str, **content: Any) -> Any:
+    """One caller's single enqueue of a file job (run in its own thread)."""
+    return c.enqueue(job(path, **content))
+
+
 @contextmanager
 def grouped(c: Coordinator, commits: Commits, leaders: Callers) -> Iterator[None]:
     """Start as many lone callers as commits may run at once and hold them inside their commits
@@ -156,7 +163,7 @@ def grouped(c: Coordinator, commits: Commits, leaders: Callers) -> Iterator[None
     at_once = c.queue.enqueuer.group.at_once
     with ledger_locked(c):
         for k in range(at_once):
-            leaders.start(f"leader{k}", lambda k=k: c.enqueue(job(f"leader{k}.json")))
+            leaders.start(f"leader{k}", partial(enqueue_file, c, f"leader{k}.json"))
         until(lambda: commits.begun == at_once, "the leading callers are inside their commits")
         yield
 
@@ -167,7 +174,7 @@ def test_callers_arriving_during_a_commit_share_the_next_one_and_each_returns_it
         callers = Callers()
         with grouped(c, commits, callers):
             for k in range(8):
-                callers.start(f"caller{k}", lambda k=k: c.enqueue(job(f"c{k}.json", k=k)))
+                callers.start(f"caller{k}", partial(enqueue_file, c, f"c{k}.json", k=k))
             until(lambda: c.queue.enqueuer.group.waiting == 8, "every caller waits for the commit in flight")
         callers.join()
         results = {name: r for name, r in callers.outcomes.items() if name.startswith("caller")}
@@ -187,9 +194,9 @@ def test_a_refused_or_invalid_job_fails_only_its_own_caller_and_the_others_still
         callers = Callers()
         with grouped(c, commits, callers):
             for k in range(6):
-                callers.start(f"caller{k}", lambda k=k: c.enqueue(job(f"c{k}.json", k=k)))
-            callers.start("refused", lambda: c.enqueue(job("refused.json", reject=True)))
-            callers.start("invalid", lambda: c.enqueue(job("../outside.json")))
+                callers.start(f"caller{k}", partial(enqueue_file, c, f"c{k}.json", k=k))
+            callers.start("refused", partial(enqueue_file, c, "refused.json", reject=True))
+            callers.start("invalid", partial(enqueue_file, c, "../outside.json"))
             until(lambda: c.queue.enqueuer.group.waiting == 7, "the callers wait for the commit in flight")
         callers.join()
         assert isinstance(callers.outcomes["refused"], sa.exc.IntegrityError)
@@ -214,7 +221,7 @@ def test_a_transaction_block_commits_its_own_jobs_never_with_other_callers(db_ur
         at_once = c.queue.enqueuer.group.at_once
         with grouped(c, commits, callers):
             for k in range(4):
-                callers.start(f"caller{k}", lambda k=k: c.enqueue(job(f"c{k}.json")))
+                callers.start(f"caller{k}", partial(enqueue_file, c, f"c{k}.json"))
             callers.start("tx", gathered)
             # Every caller has arrived: the block inside a transaction of its own, or filed
             # with the others.
@@ -236,7 +243,7 @@ def test_a_session_enqueue_commits_or_rolls_back_with_the_session_never_with_oth
         with Session(c.engine) as session:
             mine = c.enqueue(job("mine.json"), session=session).job.id
             for k in range(4):
-                callers.start(f"caller{k}", lambda k=k: c.enqueue(job(f"c{k}.json")))
+                callers.start(f"caller{k}", partial(enqueue_file, c, f"c{k}.json"))
             if c.engine.dialect.name == "postgresql":  # not held back by the session: they commit
                 callers.join()
                 assert mine not in stored(c)
