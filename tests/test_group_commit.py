@@ -5,6 +5,7 @@ application holds (``session=``) or gathers (``transaction()``) commits its own 
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 import subprocess
@@ -281,3 +282,36 @@ def test_a_process_killed_while_16_threads_enqueue_loses_no_returned_job_and_kee
     with Coordinator.open(db_url, root=root) as c:
         assert returned <= stored(c)  # none lost whose enqueue returned
         assert not raised & stored(c, "ordering_key")  # none kept whose enqueue raised
+
+
+def test_a_child_forked_while_a_commit_is_in_flight_enqueues_without_waiting_for_it(tmp_path, root, monkeypatch):
+    with Coordinator.open(f"sqlite:///{tmp_path / 'ledger.db'}", root=root) as c:
+        transact, inside, go_on = c.queue.backend.transact, threading.Event(), threading.Event()
+
+        def held_transact(body: Callable[[Any], Any], **options: Any) -> Any:
+            if threading.current_thread().name == "leader":  # in flight, before any lock is taken
+                inside.set()
+                go_on.wait(20)
+            return transact(body, **options)
+
+        monkeypatch.setattr(c.queue.backend, "transact", held_transact)
+        leader = Callers()
+        leader.start("leader", partial(enqueue_file, c, "leader.json"))
+        assert inside.wait(20)
+        pid = os.fork()
+        if pid == 0:  # the child: the parent's leader is not here to hand it the lead
+            code = 1
+            try:
+                code = 0 if c.enqueue(job("child.json")).job.id else 1
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 20
+        while (ended := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if ended[0] == 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        go_on.set()
+        leader.join()
+        assert ended[0] == pid and os.waitstatus_to_exitcode(ended[1]) == 0, "the child's enqueue did not return"
+        assert {"file:child.json", "file:leader.json"} <= stored(c, "ordering_key")

@@ -17,7 +17,9 @@ holds (``session=``) or gathers (``Coordinator.transaction()``) keeps its own.
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 
 from ..errors import CommitUnknown
@@ -49,6 +51,12 @@ class GroupCommit:
     def __init__(self, commit: Callable[[list[Request]], None], at_once: int) -> None:
         self._commit = commit
         self.at_once = at_once
+        self._forget()
+        _groups.add(self)
+
+    def _forget(self) -> None:
+        """No commit in flight and none waiting: a new group, or a forked child's copy (the
+        parent's callers and their leaders are not in the child)."""
         self._lock = threading.Lock()
         self._waiting: list[Request] = []
         self._in_flight = 0
@@ -101,6 +109,17 @@ class GroupCommit:
             for request in batch:
                 if request is not own:
                     request._ready.release()
+
+
+_groups: weakref.WeakSet[GroupCommit] = weakref.WeakSet()
+
+
+def _forget_all() -> None:
+    for group in list(_groups):
+        group._forget()
+
+
+os.register_at_fork(after_in_child=_forget_all)
 
 
 def _interrupted(request: Request, error: BaseException) -> CommitUnknown:

@@ -1,0 +1,268 @@
+"""Concurrent single durable enqueues: tether's group commit against a bare INSERT + COMMIT per
+call, from the same number of threads of one process, in the same run.
+
+    .venv/bin/python benchmarks/concurrent_enqueue.py [--jobs 2400] [--threads 1,4,16,64] [--rounds 3]
+        [--backends sqlite,postgres] [--pg-at-once 4]
+
+Per round, thread count and backend, each side runs in a fresh ledger (SQLite: a new file, WAL,
+synchronous=FULL as tether uses; PostgreSQL: a new schema of the server at
+$TETHER_BENCH_PG_URL), the two sides' order alternating by round:
+
+- tether: ``Coordinator.enqueue(CreateFile(...))`` per call, the job built and validated in the
+  call, from N threads sharing one coordinator.
+- bare: the same row (built by tether beforehand, outside the timing) inserted with a plain
+  ``INSERT`` and ``COMMIT`` per call, one connection per thread: sqlite3 set up as tether's
+  (``BEGIN IMMEDIATE`` first, SQLite's own busy handler for waits), or psycopg.
+
+Each thread makes a few untimed calls first (connections opened), then all start together at a
+barrier; jobs/s is jobs over the wall time from the barrier to the last thread's end, and p50 /
+p99 are of every call's latency. Figures are medians over rounds. ``--pg-at-once`` lists the
+numbers of group commits a process runs at once on PostgreSQL to measure (tether's default is
+the backend's ``commits_at_once``; a number at least the thread count means no grouping: every
+caller commits alone, the server's own commit grouping left to share the fsyncs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import BARE_INSERT, SCRATCH, bare_connect, bare_row, machine, percentile, scratch  # noqa: E402
+
+PG_URL = os.environ.get("TETHER_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+WARM = 5  # untimed calls per thread before the barrier
+
+
+def _payload(thread: int, i: int) -> Any:
+    from tether import CreateFile
+
+    return CreateFile(path=f"t{thread}/{i}.json", content={"thread": thread, "i": i})
+
+
+def _drive(threads: int, per_thread: int, call: Callable[[int, int], None]) -> dict[str, float]:
+    """``call(thread, i)`` per_thread times from each of ``threads`` threads, started together."""
+    barrier = threading.Barrier(threads + 1)
+    samples: list[list[float]] = [[] for _ in range(threads)]
+    failed: list[BaseException] = []
+
+    def run(k: int) -> None:
+        try:
+            for i in range(WARM):
+                call(k, per_thread + i)
+            barrier.wait()
+            mine = samples[k]
+            for i in range(per_thread):
+                start = time.perf_counter()
+                call(k, i)
+                mine.append(time.perf_counter() - start)
+        except BaseException as e:  # reported below, after the others end
+            failed.append(e)
+            barrier.abort()
+
+    workers = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
+    for w in workers:
+        w.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for w in workers:
+        w.join()
+    wall = time.perf_counter() - start
+    if failed:
+        raise failed[0]
+    every = [s for mine in samples for s in mine]
+    return {"jobs_s": len(every) / wall, "p50": percentile(every, 0.5) * 1e3, "p99": percentile(every, 0.99) * 1e3}
+
+
+# -- SQLite -------------------------------------------------------------------------------------
+
+
+def sqlite_tether(threads: int, per_thread: int) -> dict[str, float]:
+    from tether import Coordinator
+
+    with scratch(SCRATCH, "concurrent") as d, Coordinator.open(f"sqlite:///{d}/ledger.db", root=d / "data") as c:
+        return _drive(threads, per_thread, lambda k, i: c.enqueue(_payload(k, i)))
+
+
+def sqlite_bare(threads: int, per_thread: int) -> dict[str, float]:
+    from tether import Coordinator
+
+    with scratch(SCRATCH, "concurrent-bare") as d:
+        with Coordinator.open(f"sqlite:///{d}/ledger.db", root=d / "data") as c:  # the same table
+            rows = {
+                (k, i): bare_row(c.queue.build(_payload(k, i)))
+                for k in range(threads)
+                for i in range(per_thread + WARM)
+            }
+        local = threading.local()
+
+        def insert(k: int, i: int) -> None:
+            conn = getattr(local, "conn", None)
+            if conn is None:
+                conn = local.conn = bare_connect(d / "ledger.db")
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(BARE_INSERT, rows[k, i])
+            conn.execute("COMMIT")
+
+        return _drive(threads, per_thread, insert)
+
+
+# -- PostgreSQL ---------------------------------------------------------------------------------
+
+
+@contextmanager
+def pg_schema() -> Iterator[str]:
+    import psycopg
+
+    schema = f"bench_{secrets.token_hex(4)}"
+    try:
+        yield schema
+    finally:
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def pg_tether(threads: int, per_thread: int, at_once: int) -> dict[str, float]:
+    from tether import Coordinator
+
+    with scratch(SCRATCH, "concurrent-pg") as d, pg_schema() as schema:
+        with Coordinator.open(PG_URL, root=d / "data", schema=schema) as c:
+            c.queue.backend.commits_at_once = c.queue.enqueuer.group.at_once = at_once
+            return _drive(threads, per_thread, lambda k, i: c.enqueue(_payload(k, i)))
+
+
+PG_BARE_INSERT = BARE_INSERT.replace("?", "%s")
+
+
+def pg_bare(threads: int, per_thread: int) -> dict[str, float]:
+    import psycopg
+
+    from tether import Coordinator
+
+    with scratch(SCRATCH, "concurrent-pg-bare") as d, pg_schema() as schema:
+        with Coordinator.open(PG_URL, root=d / "data", schema=schema) as c:  # the same table
+            built = {(k, i): c.queue.build(_payload(k, i)) for k in range(threads) for i in range(per_thread + WARM)}
+        rows = {key: _pg_row(job) for key, job in built.items()}
+        conns = [psycopg.connect(PG_URL, options=f"-csearch_path={schema}") for _ in range(threads)]
+        try:
+
+            def insert(k: int, i: int) -> None:
+                conn = conns[k]
+                conn.execute(PG_BARE_INSERT, rows[k, i])
+                conn.commit()
+
+            return _drive(threads, per_thread, insert)
+        finally:
+            for conn in conns:
+                conn.close()
+
+
+def _pg_row(r: Any) -> tuple[Any, ...]:
+    return (
+        r.id,
+        r.type,
+        r.payload,
+        r.priority,
+        r.max_attempts,
+        r.created_at,
+        r.run_at,
+        r.idempotency_key,
+        r.ordering_key,
+        r.parent_id,
+        r.timeout,
+        r.payload_bytes,
+    )
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=2400, help="timed enqueues per measurement (split over threads)")
+    parser.add_argument("--threads", default="1,4,16,64")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--backends", default="sqlite,postgres")
+    parser.add_argument("--pg-at-once", default="", help="group commits at once on PostgreSQL (default: tether's)")
+    args = parser.parse_args()
+    counts = [int(n) for n in args.threads.split(",")]
+    backends = args.backends.split(",")
+    from tether.ledger.postgresql import PostgresBackend
+
+    at_onces = [int(n) for n in args.pg_at_once.split(",")] if args.pg_at_once else [PostgresBackend.commits_at_once]
+    print(machine())
+    print(f"load at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    sides: dict[str, Callable[[int, int], dict[str, float]]] = {}
+    if "sqlite" in backends:
+        sides["sqlite tether"] = sqlite_tether
+        sides["sqlite bare"] = sqlite_bare
+    if "postgres" in backends:
+        for n in at_onces:
+            sides[f"pg tether at_once={n}"] = lambda t, p, n=n: pg_tether(t, p, n)
+        sides["pg bare"] = pg_bare
+    got: dict[tuple[str, int], list[dict[str, float]]] = {}
+    for r in range(args.rounds):
+        for threads in counts:
+            order = list(sides) if r % 2 == 0 else list(reversed(sides))
+            for side in order:
+                figures = sides[side](threads, max(1, args.jobs // threads))
+                got.setdefault((side, threads), []).append(figures)
+                print(
+                    f"round {r + 1} {side:24} {threads:3} threads: {figures['jobs_s']:8,.0f} jobs/s"
+                    f"  p50 {figures['p50']:.3f} ms  p99 {figures['p99']:.3f} ms",
+                    flush=True,
+                )
+    print(f"load at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    report(got, list(sides), counts)
+
+
+def report(got: dict[tuple[str, int], list[dict[str, float]]], sides: list[str], counts: list[int]) -> None:
+    def med(side: str, threads: int, figure: str) -> float:
+        return statistics.median(f[figure] for f in got[side, threads])
+
+    print("\nmedians over rounds")
+    print("| side | threads | jobs/s | p50 ms | p99 ms |\n| --- | ---: | ---: | ---: | ---: |")
+    for side in sides:
+        for n in counts:
+            jobs_s, p50, p99 = (med(side, n, figure) for figure in ("jobs_s", "p50", "p99"))
+            print(f"| {side} | {n} | {jobs_s:,.0f} | {p50:.3f} | {p99:.3f} |")
+    print()
+    if "sqlite tether" in sides and 1 in counts:
+        one = med("sqlite tether", 1, "jobs_s")
+        for n in counts:
+            print(
+                f"sqlite {n:2} threads: tether {med('sqlite tether', n, 'jobs_s') / one:.2f}x its 1 thread, "
+                f"{med('sqlite tether', n, 'jobs_s') / med('sqlite bare', n, 'jobs_s'):.2f}x bare jobs/s; "
+                f"p99 {med('sqlite tether', n, 'p99'):.2f} ms"
+            )
+        print(
+            f"sqlite 1 thread: tether p50 / bare p50 = "
+            f"{med('sqlite tether', 1, 'p50') / med('sqlite bare', 1, 'p50'):.2f}x (target <= 1.25x); "
+            + (
+                f"16 threads / 1 thread = {med('sqlite tether', 16, 'jobs_s') / one:.2f}x (target >= 5x), "
+                f"p99 {med('sqlite tether', 16, 'p99'):.2f} ms (target <= 3 ms)"
+                if 16 in counts
+                else ""
+            )
+        )
+    for side in sides:
+        if side.startswith("pg tether") and "pg bare" in sides:
+            for n in counts:
+                print(
+                    f"{side} {n:2} threads: {med(side, n, 'jobs_s') / med('pg bare', n, 'jobs_s'):.2f}x bare jobs/s, "
+                    f"p50 {med(side, n, 'p50') / med('pg bare', n, 'p50'):.2f}x bare p50"
+                )
+    print("targets (PostgreSQL): 1 thread p50 <= 1.3x bare; 16 threads jobs/s >= 0.8x bare")
+
+
+if __name__ == "__main__":
+    main()
