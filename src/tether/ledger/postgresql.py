@@ -77,6 +77,9 @@ class PostgresBackend(Backend):
         raw = self.raw_connection()
         driver = raw.driver_connection
         raw.detach()  # the pool neither counts it nor resets it; _give_back or close() closes it
+        # In autocommit the driver sends no BEGIN of its own, which in pipeline mode it would
+        # wait on: _begin sends it in the pipeline, and COMMIT ends what it began.
+        driver.autocommit = True
         self._pipelined.add(driver)
         return _KEPT, driver
 
@@ -86,6 +89,7 @@ class PostgresBackend(Backend):
             entered = driver.pipeline()
             entered.__enter__()
             self._pipes[driver] = entered
+            cur.execute("BEGIN")
 
     def _answered(self, driver: Any) -> None:
         entered = self._pipes.pop(driver, None)
