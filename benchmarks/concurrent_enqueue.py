@@ -73,14 +73,19 @@ def _drive(threads: int, per_thread: int, call: Callable[[int, int], None]) -> d
     for w in workers:
         w.start()
     barrier.wait()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for w in workers:
         w.join()
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     if failed:
         raise failed[0]
     every = [s for mine in samples for s in mine]
-    return {"jobs_s": len(every) / wall, "p50": percentile(every, 0.5) * 1e3, "p99": percentile(every, 0.99) * 1e3}
+    return {
+        "jobs_s": len(every) / wall,
+        "p50": percentile(every, 0.5) * 1e3,
+        "p99": percentile(every, 0.99) * 1e3,
+        "cpu_us": cpu / len(every) * 1e6,  # this process's CPU (all threads) per job
+    }
 
 
 # -- SQLite -------------------------------------------------------------------------------------
@@ -218,7 +223,7 @@ def main() -> None:
                 got.setdefault((side, threads), []).append(figures)
                 print(
                     f"round {r + 1} {side:24} {threads:3} threads: {figures['jobs_s']:8,.0f} jobs/s"
-                    f"  p50 {figures['p50']:.3f} ms  p99 {figures['p99']:.3f} ms",
+                    f"  p50 {figures['p50']:.3f} ms  p99 {figures['p99']:.3f} ms  CPU {figures['cpu_us']:.0f} us/job",
                     flush=True,
                 )
     print(f"load at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -230,11 +235,11 @@ def report(got: dict[tuple[str, int], list[dict[str, float]]], sides: list[str],
         return statistics.median(f[figure] for f in got[side, threads])
 
     print("\nmedians over rounds")
-    print("| side | threads | jobs/s | p50 ms | p99 ms |\n| --- | ---: | ---: | ---: | ---: |")
+    print("| side | threads | jobs/s | p50 ms | p99 ms | CPU µs/job |\n| --- | ---: | ---: | ---: | ---: | ---: |")
     for side in sides:
         for n in counts:
-            jobs_s, p50, p99 = (med(side, n, figure) for figure in ("jobs_s", "p50", "p99"))
-            print(f"| {side} | {n} | {jobs_s:,.0f} | {p50:.3f} | {p99:.3f} |")
+            jobs_s, p50, p99, cpu = (med(side, n, figure) for figure in ("jobs_s", "p50", "p99", "cpu_us"))
+            print(f"| {side} | {n} | {jobs_s:,.0f} | {p50:.3f} | {p99:.3f} | {cpu:.0f} |")
     print()
     if "sqlite tether" in sides and 1 in counts:
         one = med("sqlite tether", 1, "jobs_s")

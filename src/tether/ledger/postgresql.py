@@ -42,7 +42,11 @@ def _alive(driver: Any) -> bool:
 
 class PostgresBackend(Backend):
     name = "postgresql"
-    commits_at_once = 4
+    # The wake-up NOTIFY in every enqueue serialises their commits in the server (it holds a
+    # lock from just before the commit record until it is flushed), so the server's own grouping
+    # of commits cannot share them: the process groups its callers instead. A second group commit
+    # sends its statements while the first commits.
+    commits_at_once = 2
 
     def __init__(self, engine: sa.Engine) -> None:
         super().__init__(engine)
