@@ -141,7 +141,8 @@ def pg_tether(threads: int, per_thread: int, at_once: int) -> dict[str, float]:
 
     with scratch(SCRATCH, "concurrent-pg") as d, pg_schema() as schema:
         with Coordinator.open(PG_URL, root=d / "data", schema=schema) as c:
-            c.queue.backend.commits_at_once = c.queue.enqueuer.group.at_once = at_once
+            if hasattr(c.queue.enqueuer, "group"):  # a tree from before group commit has none
+                c.queue.backend.commits_at_once = c.queue.enqueuer.group.at_once = at_once
             return _drive(threads, per_thread, lambda k, i: c.enqueue(_payload(k, i)))
 
 
@@ -203,7 +204,8 @@ def main() -> None:
     backends = args.backends.split(",")
     from tether.ledger.postgresql import PostgresBackend
 
-    at_onces = [int(n) for n in args.pg_at_once.split(",")] if args.pg_at_once else [PostgresBackend.commits_at_once]
+    default = getattr(PostgresBackend, "commits_at_once", 1)
+    at_onces = [int(n) for n in args.pg_at_once.split(",")] if args.pg_at_once else [default]
     print(machine())
     print(f"load at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     sides: dict[str, Callable[[int, int], dict[str, float]]] = {}
