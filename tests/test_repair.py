@@ -232,3 +232,26 @@ def test_history_interleaves_the_drift_found_the_repair_applied_and_an_accept_wi
     assert repaired.entries[4].job_id == repair.id and repaired.entries[4].detail == f"runs {first.id} again"
     accepted = coordinator.history("people/b.json").entries
     assert [(e.event, e.detail) for e in accepted][-1] == ("accepted", "by ops: fixed by hand")
+
+
+def test_a_target_whose_newest_job_was_cancelled_or_failed_is_still_repaired(
+    coordinator: Coordinator, root: Path, clock: FakeClock
+) -> None:
+    made(coordinator, clock)
+    (root / "people/a.json").unlink()
+    (root / "people/b.json").write_text('{"by": "hand"}')
+    cancelled = coordinator.enqueue(CreateFile(path="people/a.json", content={"name": "A"})).job
+    coordinator.cancel(cancelled.id)
+    failing = coordinator.enqueue(CreateFile(path="people/b.json", content={"name": "B"}, overwrite=False)).job
+    coordinator.run_until_idle()  # the file is there: it fails without acting
+    assert coordinator.get(failing.id).status.value == "failed"
+    clock.advance(1)
+    plan = coordinator.plan_repairs()
+    assert {s.path: (s.job_type, s.reason) for s in plan.steps} == {
+        "people/a.json": ("create_file", None),
+        "people/b.json": ("create_file", None),
+    }
+    coordinator.apply_repairs(plan)
+    coordinator.run_until_idle()
+    clock.advance(1)
+    assert reconcile(coordinator).exit_code == 0
