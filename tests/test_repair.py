@@ -255,3 +255,56 @@ def test_a_target_whose_newest_job_was_cancelled_or_failed_is_still_repaired(
     coordinator.run_until_idle()
     clock.advance(1)
     assert reconcile(coordinator).exit_code == 0
+
+
+def test_on_postgresql_an_apply_waits_for_an_enqueue_in_flight_on_its_target_and_then_refuses(
+    pg_database: str, root: Path, clock: FakeClock
+) -> None:
+    """READ COMMITTED would let the apply's check miss a job whose transaction commits between the
+    check and the repair's insert: the apply locks the table against writers first."""
+    import threading
+    import time
+
+    from conftest import drop_ledger
+
+    engine = sa.create_engine(pg_database)
+    with engine.begin() as conn:
+        drop_ledger(conn)
+    coordinator = Coordinator.open(pg_database, root=root, clock=clock)
+    try:
+        made(coordinator, clock)
+        drifted(root)
+        plan = coordinator.plan_repairs()
+        writer = engine.connect()
+        writer.begin()
+        newer = coordinator.queue.enqueuer.build([CreateFile(path="people/a.json", content={"name": "A"})])
+        with coordinator.queue.backend.write(writer) as cur:  # an enqueue not yet committed
+            coordinator.queue.enqueuer.insert_all(cur, newer)
+        outcome: list[BaseException | None] = []
+
+        def apply() -> None:
+            try:
+                coordinator.apply_repairs(plan, only=["people/a.json"])
+                outcome.append(None)
+            except BaseException as e:
+                outcome.append(e)
+
+        applying = threading.Thread(target=apply)
+        applying.start()
+        deadline = time.monotonic() + 10
+        while not outcome and time.monotonic() < deadline:  # until the apply waits on a lock, or ends
+            with engine.connect() as watch:
+                waiting = watch.exec_driver_sql(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+                ).scalar_one()
+            if waiting:
+                break
+            applying.join(0.01)
+        writer.commit()
+        writer.close()
+        applying.join(10)
+        assert isinstance(outcome[0], StalePlan) and outcome[0].targets == ["people/a.json"]
+    finally:
+        coordinator.close()
+        engine.dispose()
