@@ -3,6 +3,7 @@ stale one), accepting what is there, ignore rules, and the findings kept of the 
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -141,16 +142,25 @@ def test_accept_is_refused_while_a_job_on_the_target_is_in_flight(
 
 
 def test_ignored_findings_are_listed_with_their_rule_and_not_drift(
-    coordinator: Coordinator, root: Path, clock: FakeClock
+    coordinator: Coordinator, root: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     coordinator.enqueue(CreateFile(path="tmp/x.json", content=1))
     made(coordinator, clock)
     (root / "tmp/x.json").write_text("2")
-    ignore.path_of(root).write_text("# scratch files\ntmp/*.json\n")
+    (root / "people/a.json").write_text("{}")
+    ignore.path_of(root).write_text("# scratch files\ntmp/*.json\npeople/a.json\n")
+    caplog.set_level(logging.INFO, logger="tether.events")
     report = reconcile(coordinator)
+    alerts = [
+        r.getMessage() for r in caplog.records if r.name == "tether.events" and "drift_detected" in r.getMessage()
+    ]
+    assert alerts == []  # an ignored finding raises no drift event
     assert report.exit_code == 0 and report.findings == []
-    assert [(f.path, rule) for f, rule in report.ignored] == [("tmp/x.json", "tmp/*.json")]
-    assert report.to_dict()["ignored_findings"][0]["rule"] == "tmp/*.json"
+    assert sorted((f.path, rule) for f, rule in report.ignored) == [
+        ("people/a.json", "people/a.json"),
+        ("tmp/x.json", "tmp/*.json"),
+    ]
+    assert {f["rule"] for f in report.to_dict()["ignored_findings"]} == {"tmp/*.json", "people/a.json"}
 
 
 def test_aws_rule_ignores_a_finding_only_when_it_covers_every_difference() -> None:
