@@ -4,6 +4,7 @@ stale one), accepting what is there, ignore rules, and the findings kept of the 
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -318,3 +319,21 @@ def test_on_postgresql_an_apply_waits_for_an_enqueue_in_flight_on_its_target_and
     finally:
         coordinator.close()
         engine.dispose()
+
+
+def test_purge_deletes_a_purged_repair_jobs_link_with_it(
+    coordinator: Coordinator, root: Path, clock: FakeClock
+) -> None:
+    made(coordinator, clock)
+    (root / "people/a.json").unlink()
+    clock.advance(1)
+    [repair] = coordinator.apply_repairs(coordinator.plan_repairs())
+    coordinator.run_until_idle()
+    coordinator.enqueue(CreateFile(path="people/a.json", content={"name": "newer"}, overwrite=True))
+    coordinator.run_until_idle()  # the repair job is no longer its target's latest completed job
+    clock.advance(3 * 86400)
+    purged = coordinator.purge(older_than=timedelta(days=1))
+    assert purged.total > 0
+    with coordinator.engine.connect() as conn:
+        assert conn.execute(sa.select(jobs.c.id).where(jobs.c.id == repair.job.id)).first() is None
+        assert conn.execute(sa.select(repairs)).all() == []
