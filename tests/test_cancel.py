@@ -170,3 +170,17 @@ def test_show_tells_a_cancel_request_its_worker_has_yet_to_act_on(c: Coordinator
     assert code == 0 and json.loads(out)["cancel_requested"] == "wrong tenant"
     code, out, _ = run_split(monkeypatch, capsys, "--db", url, "show", job_id)
     assert code == 0 and "cancel requested" in out and "wrong tenant" in out
+
+
+def test_a_job_that_keeps_changing_under_a_cancel_is_refused_alone(c: Coordinator, monkeypatch):
+    moving = c.enqueue(CreateFile(path="m.json", content=1)).id
+    still = c.enqueue(CreateFile(path="s.json", content=1)).id
+    real = c.queue.transition
+
+    def raced(cur, edge, job_id, **kw):  # another worker moves it each time, before the cancel can
+        return None if job_id == moving else real(cur, edge, job_id, **kw)
+
+    monkeypatch.setattr(c.queue, "transition", raced)
+    results = {r.job_id: r for r in c.cancel(moving, still)}
+    assert results[moving].outcome == "refused" and "kept changing" in (results[moving].error or "")
+    assert results[still].outcome == "cancelled"  # one job's race does not undo the others

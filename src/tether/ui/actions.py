@@ -15,7 +15,7 @@ from starlette.responses import Response
 
 from .. import events
 from ..cli.output import parse_duration
-from ..errors import JobNotFound, TetherError
+from ..errors import CancelRefused, JobNotFound, TetherError
 from ..observe.finished import failed
 from ..observe.jobs import show
 from ..observe.retention import purge
@@ -83,7 +83,7 @@ class Actions:
         # No wait: a running job's worker records it within a second; the job's page shows it.
         [result] = self.pages.coordinator.cancel(job.id, reason=fields.get("reason") or "cancelled from the ui")
         if result.error is not None:
-            raise TetherError(result.error)
+            raise CancelRefused(result.error)
         return self._done(request, "cancel", job_id=job.id, type=job.type, outcome=result.outcome)
 
     # -- retry all failed of a type ----------------------------------------------------------------
