@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
-from psycopg import OperationalError, pq
+from psycopg import pq
 
 from .backend import Backend, _Cursor
 
@@ -29,15 +29,15 @@ _KEPT = object()  # the "pooled connection" of a pipelined transaction's kept co
 
 def _alive(driver: Any) -> bool:
     """Whether an idle connection still stands, told without a round trip: a server that ended it
-    (a restart, an administrator's terminate) has said so on its socket, which is then readable."""
+    (a restart, an administrator's terminate) has said so on its socket, which is then readable.
+    Nothing else comes unasked to a connection that does not LISTEN, and reading the farewell
+    does not always reach the end of the stream: a readable one is not used again."""
     if driver.closed:
         return False
     try:
-        if select.select([driver.pgconn.socket], [], [], 0)[0]:
-            driver.pgconn.consume_input()
-    except (OSError, OperationalError):
+        return not select.select([driver.pgconn.socket], [], [], 0)[0]
+    except (OSError, ValueError):
         return False
-    return bool(driver.pgconn.status == pq.ConnStatus.OK)
 
 
 class PostgresBackend(Backend):
