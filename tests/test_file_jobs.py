@@ -30,7 +30,11 @@ def test_create_file_writes_exactly_the_rendered_bytes(coordinator, root):
     coordinator.run_until_idle()
     data = (root / "models/a.json").read_bytes()
     assert data == render(payload) == orjson.dumps({"b": [1, 2], "a": "é"}, option=orjson.OPT_INDENT_2) + b"\n"
-    assert coordinator.get(job_id).result_data == {"bytes": len(data), "sha256": durable.sha256(data), "written": True}
+    result = coordinator.get(job_id).result_data
+    st = (root / "models/a.json").stat()
+    fingerprint = f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:"
+    assert result.pop("fingerprint").startswith(fingerprint)  # beside the hash: the file as its stat saw it
+    assert result == {"bytes": len(data), "sha256": durable.sha256(data), "written": True}
     assert data_files(root) == ["models/a.json"]
 
 
