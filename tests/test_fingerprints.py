@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from tether import Coordinator, CreateFile
 from tether.jobtypes.datafiles import content as content_probe
 from tether.jobtypes.datafiles import fingerprint
+from tether.jobtypes.datafiles.durable import Known
 from tether.ledger import meta
 from tether.ledger.engine import create_engine
 from tether.reconcile.check import reconcile
@@ -39,10 +40,10 @@ def record(coordinator: Coordinator, job_id: str, value: str | None) -> None:
         conn.execute(sa.text("UPDATE tether_jobs SET fingerprint = :f WHERE id = :id"), {"f": value, "id": job_id})
 
 
-def recorded_after(path: Path, after_ctime_ns: int) -> str:
-    """The fingerprint of the file at ``path`` as if recorded ``after_ctime_ns`` past its ctime."""
+def trusted(path: Path) -> str | None:
+    """The fingerprint of the file at ``path`` as recorded a second after its write."""
     st = os.stat(path)
-    return f"{fingerprint.stamp(st)}{st.st_ctime_ns + after_ctime_ns}"
+    return fingerprint.of(Known(st.st_ctime_ns + 1_000_000_000, st))
 
 
 def edit_in_place(path: Path) -> None:
@@ -75,7 +76,7 @@ def test_a_file_whose_stat_reads_as_a_trusted_fingerprint_is_not_read(
 ) -> None:
     ids = written(coordinator, 12)
     for path, job_id in ids.items():  # as if each was recorded a second after its write
-        record(coordinator, job_id, recorded_after(root / path, 1_000_000_000))
+        record(coordinator, job_id, trusted(root / path))
     report = reconcile(coordinator)
     assert report.counts["in_sync"] == 12 and report.exit_code == 0
     assert opened == []
@@ -89,7 +90,7 @@ def test_files_edited_in_place_with_their_mtime_restored_are_exactly_the_modifie
     """The 1 % case of benchmarks/reconcile.py, small: whatever the fingerprints recorded at
     completion (trusted, or racily clean and read), a first check and edits after it."""
     ids = written(coordinator, 200)
-    assert all(fingerprints(coordinator).values()), "each completed create_file recorded one"
+    assert all("fingerprint" in coordinator.get(i).result_data for i in ids.values()), "beside each hash"
     assert reconcile(coordinator).exit_code == 0
     edited = sorted(ids)[::100]
     for path in edited:
@@ -105,18 +106,23 @@ def test_files_edited_in_place_with_their_mtime_restored_are_exactly_the_modifie
 def test_a_racily_clean_file_is_read_though_its_stat_reads_as_its_fingerprint(
     coordinator: Coordinator, root: Path, opened: list[str]
 ) -> None:
-    """A write within the file system's timestamp tick of the moment recorded leaves ctime as it
-    was: made here by recording, after the write, the stat it left with a moment inside the tick
-    of its ctime (what a fingerprint taken just before that write would hold on a coarse clock)."""
+    """A write within the file system's timestamp tick of a stat leaves ctime as it was: made here
+    by recording, after the write, the stat it left as if taken inside the tick of its ctime
+    (what a fingerprint taken just before that write would hold on a coarse clock)."""
     ids = written(coordinator, 2)
     path, other = sorted(ids)
     edit_in_place(root / path)
-    tick = fingerprint.grain_ns(os.stat(root / path).st_ctime_ns)
-    record(coordinator, ids[path], recorded_after(root / path, tick - 1))
-    record(coordinator, ids[other], recorded_after(root / other, tick))
+    st, st_other = os.stat(root / path), os.stat(root / other)
+    racy = fingerprint.of(Known(st.st_ctime_ns + fingerprint.grain_ns(st.st_ctime_ns) - 1, st))
+    record(coordinator, ids[path], racy)
+    record(
+        coordinator,
+        ids[other],
+        fingerprint.of(Known(st_other.st_ctime_ns + fingerprint.grain_ns(st.st_ctime_ns), st_other)),
+    )
     report = reconcile(coordinator)
     assert [(f.path, f.status) for f in report.findings] == [(path, "modified")]
-    assert opened == [Path(path).name], "a fingerprint recorded a full tick after its ctime is trusted"
+    assert opened == [Path(path).name], "a fingerprint taken a full tick after its ctime is trusted"
 
 
 def test_files_without_a_fingerprint_are_read_and_then_get_one(
@@ -148,8 +154,7 @@ def test_an_accepted_file_keeps_a_fingerprint_of_what_was_accepted(
     (root / "d0/000.json").write_text('{"by": "hand"}')
     monkeypatch.setattr(fingerprint, "TICK_NS", 0)  # trusted at once: see above
     (adopt,) = coordinator.accept(["d0/000.json"], by="ops")
-    st = os.stat(root / "d0/000.json")
-    assert (fingerprints(coordinator)[adopt.id] or "").startswith(fingerprint.stamp(st))
+    assert fingerprints(coordinator)[adopt.id] == fingerprint.stamp(os.stat(root / "d0/000.json"))
     opened.clear()
     assert reconcile(coordinator).exit_code == 0
     assert "000.json" not in opened
@@ -174,7 +179,7 @@ def test_a_ledger_of_schema_10_gets_the_fingerprint_column_and_its_jobs_are_read
         assert fingerprints(c) == {old: None}
         new = c.enqueue(CreateFile(path="new.json", content=2)).id
         c.run_until_idle()
-        assert fingerprints(c)[new] is not None
+        assert "fingerprint" in c.get(new).result_data  # recorded, or None when racily clean
         assert reconcile(c).counts["in_sync"] == 2
         with c.engine.connect() as conn:
             assert meta.read(conn)[meta.VERSION] == str(meta.SCHEMA_VERSION) == "11"

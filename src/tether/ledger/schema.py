@@ -119,9 +119,9 @@ jobs = sa.Table(
     # Added after the first release: ensure_schema adds it.
     _text("cancel_reason"),
     # A completed file job's fingerprint (jobtypes/datafiles/fingerprint.py): its file's device,
-    # inode, size, mtime and ctime when its bytes were known, and that moment. Copied from the
-    # result's ``fingerprint`` at completion; a content check that reads the file in sync records
-    # a newer one (the result keeps the first). NULL: none (any other job; one from before it).
+    # inode, size, mtime and ctime when its bytes were known. Copied from the result's
+    # ``fingerprint`` at completion; a content check that reads the file in sync records a newer
+    # one (the result keeps the first). NULL: none (racily clean; any other job; one from before).
     # Never part of a JobRecord. Added after the first release: ensure_schema adds it.
     _text("fingerprint"),
     sa.CheckConstraint(f"status IN ({_STATUSES})", name=STATUS_CHECK),

@@ -1,22 +1,25 @@
 """Fingerprints of data files: what a stat says about a file whose bytes are known to be a job's,
 so that a content check reads only the files whose stat has changed since.
 
-A fingerprint is the text ``device:inode:size:mtime_ns:ctime_ns:recorded_ns``: the file's stat
-taken when its bytes were known to be the job's (just written under its path's lock, or just read
-and compared by a check), and ``recorded_ns``, the realtime clock read just *before* that stat.
-Any write to a file changes its ctime, which no user can set (``touch`` and ``utime`` set only
-the mtime, and stamp the ctime themselves); a file replaced by another has another inode. So a
-stat that still reads as the fingerprint says the bytes are the ones that were known, with one
-exception, what git calls "racily clean":
+A fingerprint is the file's device, inode, size, mtime_ns and ctime_ns (five 64-bit integers,
+little-endian, as hex text: made without formatting decimal numbers, a good part of a check's
+time per file otherwise), from a stat taken when its bytes were known to be the job's (just
+written under its path's lock, or just read and compared by a check). Any write to a file
+changes its ctime, which no user can set (``touch`` and ``utime`` set only the mtime, and stamp
+the ctime themselves); a file replaced by another has another inode. So a stat that still reads
+as the fingerprint says the bytes are the ones that were known, with one exception, what git
+calls "racily clean":
 
 A file system stamps ctime from a clock that advances one tick at a time (Linux: the coarse
 realtime clock, one scheduler tick; file systems that keep whole seconds: a second or two). A
-write within the tick of the ctime recorded leaves the ctime as it was. Every write after the
-moment ``recorded_ns`` has a ctime past ``recorded_ns - tick``; so when ``recorded_ns`` is at
-least a tick past the recorded ctime, no later write can leave the ctime as recorded. A
-fingerprint recorded closer than that (the common case at a job's completion, whose stat follows
-its write by microseconds) is not trusted: the check reads the file, and when it holds the job's
-bytes records a new fingerprint, its stat taken before that read (``reconcile``).
+write within the tick of a ctime leaves the ctime as it was. Every write after a moment ``t``
+has a ctime past ``t - tick``; so when the stat was taken at least a tick past the file's ctime
+(``t`` the realtime clock read just before the stat), no later write can leave the stat as it
+was. A stat taken closer than that (the common case at a job's completion, whose stat follows its
+write by microseconds) is racily clean and recorded as no fingerprint: the check reads the file,
+and when it holds the job's bytes records a fingerprint of the stat it took before that read,
+if that one is a tick past its ctime (``reconcile``). So the rule is applied once, when a
+fingerprint is recorded, and a check compares text.
 
 The tick (``grain_ns``): the coarse realtime clock's resolution on Linux (the clock the kernel
 stamps files with; fine-grained stamps are never coarser), two seconds elsewhere and for any
@@ -29,6 +32,7 @@ and a network file system stamped by a server whose clock runs behind this machi
 from __future__ import annotations
 
 import os
+import struct
 import sys
 import time
 from collections.abc import Sequence
@@ -37,12 +41,10 @@ from stat import S_ISREG
 
 from . import durable, existence, nofollow
 from .durable import Known
-from .existence import outside
+from .existence import may_escape, outside
 
 _SECOND = 1_000_000_000
 COARSE_NS = 2 * _SECOND  # the tick of a file system that keeps seconds (FAT: two)
-
-
 _CLOCK_REALTIME_COARSE = 5  # linux/time.h (Python's time module does not name it)
 
 
@@ -64,36 +66,40 @@ def grain_ns(ctime_ns: int) -> int:
     return TICK_NS if ctime_ns % _SECOND else COARSE_NS
 
 
-def stamp(st: os.stat_result) -> str:
-    """The stat part of a fingerprint, ending in the separator its moment follows."""
-    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:"
+_PACK = struct.Struct("<QQqqq").pack
 
 
-def of(known: Known) -> str:
-    """The fingerprint of a file whose bytes are known: its stat, and the moment before it. The
-    moment is the realtime clock's (``time.time_ns``), the one the kernel stamps files with,
-    never an application's clock: a test's fake time would make every fingerprint trusted."""
-    return f"{stamp(known.stat)}{known.moment}"
-
-
-def _recorded(fingerprint: str, start: int) -> int:
+def stamp(st: os.stat_result) -> str | None:
+    """A stat as a fingerprint's text; None for one that does not fit (a time past 2262)."""
     try:
-        return int(fingerprint[start:])
-    except ValueError:  # a row changed by hand: never trusted
-        return -1 << 62
+        return _PACK(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns).hex()
+    except struct.error:
+        return None
+
+
+def of(known: Known) -> str | None:
+    """The fingerprint of a file whose bytes are known, or None when its stat was taken within a
+    tick of its ctime (racily clean). The moment is the realtime clock's (``time.time_ns``), the
+    one the kernel stamps files with, never an application's clock: a test's fake time would make
+    every fingerprint trusted."""
+    st = known.stat
+    if known.moment - st.st_ctime_ns < grain_ns(st.st_ctime_ns):
+        return None
+    return stamp(st)
 
 
 def compare(
     root: Path, rels: Sequence[str | None], recorded: Sequence[str | None]
 ) -> tuple[list[bool], list[str | None]]:
     """For each data path (None: no file to look at), whether its stat reads as its recorded
-    fingerprint (the same stat, recorded at least a tick past its ctime: else racily clean),
-    and for those that do not, the fingerprint to record if a read
-    that follows finds the job's bytes (None: not a regular file, or changed within the last tick,
-    or not reached). Each directory is opened once from the root, following no symlink."""
+    fingerprint; and for those that do not, the fingerprint to record if a read that follows
+    finds the job's bytes (``of`` the stat taken here: None when racily clean, not a regular
+    file, or not reached). Each directory is opened once from the root, following no symlink."""
     same = [False] * len(rels)
     fresh: list[str | None] = [None] * len(rels)
     lstat = existence.lstat_data_file  # looked up per call: a test swaps in a fake that fails
+    pack = _PACK
+    escaping = may_escape([rel or "" for rel in rels])  # else no path is looked at on its own
     moment = time.time_ns()  # before every stat below: see the module's docstring
     try:
         root_fd = durable.open_root(root)
@@ -102,7 +108,7 @@ def compare(
     opened: dict[str, int | None] = {}
     try:
         for n, rel in enumerate(rels):
-            if rel is None or outside(rel):
+            if rel is None or (escaping and outside(rel)):
                 continue
             directory, _, name = rel.rpartition("/")
             dir_fd = opened.get(directory, -1)
@@ -116,18 +122,17 @@ def compare(
                 st = lstat(name, dir_fd)
             except OSError:
                 continue
-            # Inline (a call per file is a good part of this check): ``grain_ns``, the comparison,
-            # and the new fingerprint where the old one is not trusted.
-            known = stamp(st)
+            # Inline (a call per file is a good part of this check): ``stamp``, then ``of``.
+            try:
+                known = pack(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns).hex()
+            except struct.error:
+                continue
+            if known == recorded[n]:
+                same[n] = True
+                continue
             ctime = st.st_ctime_ns
-            fingerprint = recorded[n]
-            grain = TICK_NS if ctime % _SECOND else COARSE_NS
-            if fingerprint is not None and fingerprint.startswith(known):
-                if _recorded(fingerprint, len(known)) - ctime >= grain:
-                    same[n] = True
-                    continue
-            if moment - ctime >= grain and S_ISREG(st.st_mode):
-                fresh[n] = f"{known}{moment}"
+            if moment - ctime >= (TICK_NS if ctime % _SECOND else COARSE_NS) and S_ISREG(st.st_mode):
+                fresh[n] = known
     finally:
         _close_all(opened)
         os.close(root_fd)
