@@ -16,7 +16,7 @@ third side in the same rounds, so before and after come from one run on one mach
 
 ``--profile`` drains one block in this process with cProfile around ``Worker._loop`` (the worker
 thread) and prints the top functions by cumulative and by own time: wall time, or with ``--cpu``
-the process's CPU time.
+the worker thread's CPU time.
 """
 
 from __future__ import annotations
@@ -183,9 +183,10 @@ def profile(args: argparse.Namespace) -> int:
     from tether import Coordinator, CreateFile
     from tether.worker.loop import Worker
 
-    # CPU time (the process's: the worker thread does nearly all of it), not wall time, which the
+    # CPU time of the worker thread (the process's would count other threads' to whatever call it
+    # spans), not wall time, which the
     # fsyncs' waits would fill.
-    prof = cProfile.Profile(time.process_time) if args.cpu else cProfile.Profile()
+    prof = cProfile.Profile(time.thread_time) if args.cpu else cProfile.Profile()
     loop = Worker._loop
 
     def profiled(self: Worker, until_idle: bool) -> None:
