@@ -266,8 +266,8 @@ job_tags = sa.Table(
 sa.Index("ix_tether_job_tags_job", job_tags.c.job_id)
 
 # Columns of tether_jobs that are never part of a JobRecord: derived (``blocked``), a worker's
-# instruction (``cancel_reason``) or only shown.
-NOT_RECORDED = ("blocked", "cancel_reason", "meta", "retry_of")
+# instruction (``cancel_reason``), a content check's own (``fingerprint``) or only shown.
+NOT_RECORDED = ("blocked", "cancel_reason", "fingerprint", "meta", "retry_of")
 # The columns of a JobRecord: every column but those, in table order.
 RECORD_COLUMNS = tuple(name for name in jobs.c.keys() if name not in NOT_RECORDED)
 
