@@ -1,15 +1,20 @@
-"""The reconciler benchmark (issue 3): paths checked per second next to bare file-system loops,
-and peak memory for 100,000 vs 1,000,000 jobs.
+"""The reconciler benchmark (issues 3, 37): paths checked per second next to bare file-system
+loops, and peak memory for 100,000 vs 1,000,000 jobs.
 
     .venv/bin/python benchmarks/reconcile.py [--jobs 100000] [--big 1000000] [--runs 5] [--dir DIR]
 
-(a) Throughput: a ledger of ``--jobs`` completed create_file jobs, one file each, in sync.
-    ``reconcile(content=False)`` (existence only) runs next to a bare loop of ``os.stat`` over the
-    same paths, and ``reconcile(content=True)`` (size, then bytes) next to a bare loop of
-    open + read + sha256. Runs are interleaved, the page cache is warm for both sides, every
-    figure is the median over ``--runs``. The reconciler's figure includes everything it does:
-    reading the ledger in batches, rendering expected bytes from payloads, and listing the tree
-    for leftover temp files; the bare loops are given the paths.
+(a) Throughput: a ledger of ``--jobs`` completed create_file jobs, one file each, in sync, each
+    with the fingerprint a worker records (its file's stat just after the write: mostly racily
+    clean, so the first check reads those and records new ones; its time is printed).
+    ``reconcile(content=False)`` (existence only) and ``reconcile()`` (content, by fingerprints)
+    run next to a bare loop of ``os.stat`` over the same paths, and ``reconcile(full=True)``
+    (every file read: size, then bytes) next to a bare loop of open + read + sha256. Runs are
+    interleaved, the page cache is warm for both sides, every figure is the median over
+    ``--runs``. The reconciler's figure includes everything it does: reading the ledger in
+    batches, rendering expected bytes from payloads, and listing the tree for leftover temp
+    files; the bare loops are given the paths. Then 1 % of the files are edited in place (same
+    size, other bytes, mtime set back as ``touch -r`` does): the check by fingerprints and the
+    full read must each report exactly those as modified.
 (b) Memory: peak RSS of a fresh process that reconciles (full content) a ledger of ``--jobs``
     and one of ``--big`` jobs. Both ledgers are in sync and have the same mix (1 create_file in
     10, the rest delete_file of absent paths), so findings stay empty and what is measured is
@@ -38,6 +43,8 @@ from pathlib import Path
 
 from tether import Coordinator, CreateFile, DeleteFile
 from tether.jobtypes import render
+from tether.jobtypes.datafiles import fingerprint
+from tether.jobtypes.datafiles.durable import Known
 from tether.jobtypes.target import file_key
 from tether.ledger.ids import new_id
 from tether.reconcile.check import reconcile
@@ -58,6 +65,7 @@ def build_ledger(db: Path, root: Path, jobs: int, *, create_every: int = 1, file
         rows = []
         for i in range(jobs):
             path = f"d{i % 1000:03d}/{i:07d}.json"
+            recorded = None
             if i % create_every == 0:
                 payload = CreateFile(path=path, content={"id": i, "name": f"item {i}", "tags": ["a", "b"]})
                 if files:
@@ -65,6 +73,8 @@ def build_ledger(db: Path, root: Path, jobs: int, *, create_every: int = 1, file
                     target.parent.mkdir(exist_ok=True)
                     target.write_bytes(render(payload))
                     created.append(str(target))
+                    # As a worker records it: the moment, then the stat, just after the write.
+                    recorded = fingerprint.of(Known(time.time_ns(), os.stat(target)))
             else:
                 payload = DeleteFile(path=path)
             rows.append(
@@ -77,14 +87,15 @@ def build_ledger(db: Path, root: Path, jobs: int, *, create_every: int = 1, file
                     stamp,
                     stamp,
                     file_key(path),
+                    recorded,
                 )
             )
             if len(rows) == BATCH or i == jobs - 1:
                 cur.execute("BEGIN")
                 cur.executemany(
                     "INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,"
-                    " created_at, run_at, claimed_at, completed_at, ordering_key)"
-                    " VALUES (?, ?, ?, 'completed', 0, 1, 3, ?, ?, ?, ?, ?)",
+                    " created_at, run_at, claimed_at, completed_at, ordering_key, fingerprint)"
+                    " VALUES (?, ?, ?, 'completed', 0, 1, 3, ?, ?, ?, ?, ?, ?)",
                     rows,
                 )
                 cur.execute("COMMIT")
@@ -121,36 +132,75 @@ def throughput(work: Path, jobs: int, runs: int) -> dict:
     c = Coordinator.open(f"sqlite:///{db}", root=root)
     try:
         bare_stat(paths), bare_read_hash(paths)  # warm the page cache for both sides
-        for content in (False, True):
-            report = reconcile(c, content=content)
-            assert report.counts["in_sync"] == jobs and not report.findings, report.summary()
-        samples: dict[str, list[float]] = {k: [] for k in ("stat", "exists", "read_hash", "content")}
+        first = timed(lambda: _in_sync(c, jobs))
+        print(
+            f"first check by fingerprints after the writes (reads the racily clean): {jobs / first:,.0f}/s", flush=True
+        )
+        for options in ({"content": False}, {"full": True}):
+            _in_sync(c, jobs, **options)
+        samples: dict[str, list[float]] = {k: [] for k in ("stat", "exists", "fingerprint", "read_hash", "full")}
         for run in range(runs):
             pairs = [
                 ("stat", lambda: bare_stat(paths)),
                 ("exists", lambda: reconcile(c, content=False)),
+                ("fingerprint", lambda: reconcile(c)),
                 ("read_hash", lambda: bare_read_hash(paths)),
-                ("content", lambda: reconcile(c, content=True)),
+                ("full", lambda: reconcile(c, full=True)),
             ]
             if run % 2:  # alternate which side goes first
-                pairs = [pairs[1], pairs[0], pairs[3], pairs[2]]
+                pairs = [pairs[1], pairs[2], pairs[0], pairs[4], pairs[3]]
             for name, fn in pairs:
                 samples[name].append(jobs / timed(fn))
+        edits = edited(c, root, paths)
     finally:
         c.close()
     rates = {k: statistics.median(v) for k, v in samples.items()}
     # Ratios per run (each pair measured back to back), then their median: on a shared machine
     # the load moves between runs more than between the two sides of one pair.
-    exists = statistics.median(e / s for e, s in zip(samples["exists"], samples["stat"], strict=True))
-    content = statistics.median(c / r for c, r in zip(samples["content"], samples["read_hash"], strict=True))
     return {
         "jobs": jobs,
         "runs": runs,
         "paths_per_s": rates,
         "samples": samples,
-        "exists_vs_stat": exists,
-        "content_vs_read_hash": content,
+        "exists_vs_stat": _ratio(samples["exists"], samples["stat"]),
+        "fingerprint_vs_stat": _ratio(samples["fingerprint"], samples["stat"]),
+        "full_vs_read_hash": _ratio(samples["full"], samples["read_hash"]),
+        "edits": edits,
     }
+
+
+def _ratio(mine: list[float], bare: list[float]) -> float:
+    return statistics.median(m / b for m, b in zip(mine, bare, strict=True))
+
+
+def _in_sync(c: Coordinator, jobs: int, **options: bool) -> None:
+    report = reconcile(c, **options)
+    assert report.counts["in_sync"] == jobs and not report.findings, report.summary()
+
+
+def edited(c: Coordinator, root: Path, paths: list[str]) -> dict:
+    """Edit 1 % of the files in place (same size, other bytes, mtime set back as ``touch -r``
+    does); what the check by fingerprints and the full read each report."""
+    chosen = paths[::100]
+    for path in chosen:
+        st = os.stat(path)
+        with open(path, "r+b") as f:
+            data = bytearray(f.read())
+            data[-2] ^= 0x01  # a digit of the id: other bytes, same size, still JSON
+            f.seek(0)
+            f.write(data)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    want = {os.path.relpath(p, root) for p in chosen}
+    found = {}
+    for name, options in (("fingerprint", {}), ("full", {"full": True})):
+        started = time.perf_counter()
+        report = reconcile(c, **options)
+        found[name] = {
+            "seconds": time.perf_counter() - started,
+            "modified": len([f for f in report.findings if f.status == "modified"]),
+            "exactly_the_edited": {(f.path, f.status) for f in report.findings} == {(p, "modified") for p in want},
+        }
+    return {"edited": len(chosen), **found}
 
 
 def rss_child(db: str, root: str) -> None:
@@ -159,7 +209,7 @@ def rss_child(db: str, root: str) -> None:
     reconcile(c, content=False, batch_size=10)  # imports and first connections, on a tiny read
     base = _current_rss_kib()
     started = time.perf_counter()
-    report = reconcile(c, content=True)
+    report = reconcile(c, full=True)
     elapsed = time.perf_counter() - started
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(
@@ -231,11 +281,22 @@ def main() -> None:
             f"   ratio {t['exists_vs_stat']:.0%}*"
         )
         print(
-            f"    full content   : reconcile {r['content']:>10,.0f}/s   bare read+sha256  {r['read_hash']:>10,.0f}/s"
-            f"   ratio {t['content_vs_read_hash']:.0%}*"
+            f"    content (fprint): reconcile {r['fingerprint']:>9,.0f}/s   bare os.stat      {r['stat']:>10,.0f}/s"
+            f"   ratio {t['fingerprint_vs_stat']:.0%}*"
+        )
+        print(
+            f"    full content   : reconcile {r['full']:>10,.0f}/s   bare read+sha256  {r['read_hash']:>10,.0f}/s"
+            f"   ratio {t['full_vs_read_hash']:.0%}*"
         )
         print("    * median of the per-run ratios (each run measures both sides back to back)")
         print("    samples: " + json.dumps({k: [round(x) for x in v] for k, v in t["samples"].items()}))
+        e = t["edits"]
+        print(f"    {e['edited']:,} files edited in place (same size, mtime restored):")
+        for name in ("fingerprint", "full"):
+            print(
+                f"      {name:<11}: {e[name]['modified']:,} modified, exactly the edited ones: "
+                f"{e[name]['exactly_the_edited']} ({e[name]['seconds']:.2f}s)"
+            )
         if not args.skip_memory:
             m = memory(work, args.jobs, args.big)
             print("\n(b) peak RSS of a full-content check (fresh process each)")

@@ -124,6 +124,7 @@ def test_each_injected_drift_is_reported_with_exactly_its_status(
     (docs / "d.json").write_text("{}")  # deleted file recreated
     (docs / ".e.json.0123abcd.tether-tmp").write_bytes(b"half a wri")  # interrupted write
     unreadable["f.json"] = errno.EACCES  # permission denied
+    os.chmod(docs / "f.json", 0o600)  # as a change of its permissions stamps its ctime
     old_j = render(CreateFile(path="docs/j.json", content=body(ord("j"))))
     (docs / "j.json").write_bytes(old_j)  # first of two writes back
     # h: a job still pending on the path, and the disk already differs: in flight, not drift.

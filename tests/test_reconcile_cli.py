@@ -212,3 +212,12 @@ def test_a_type_without_a_probe_is_reported_not_checked_never_in_sync(tmp_path: 
     assert "not_checked" in done.stdout and "type 'stamp' has no probe" in done.stdout
     assert "in sync where checked; 1 not checked" in done.stdout
     assert "\nin sync\n" not in done.stdout
+
+
+def test_full_reads_every_file_and_refuses_to_go_with_exists_only(site: dict[str, str]) -> None:
+    done = run(["--db", site["db"], "--root", site["root"], "--full"], site["cwd"])
+    assert done.returncode == 0, done.stderr
+    assert "content, every file read" in done.stdout and "3 in_sync" in done.stdout
+    both = run(["--db", site["db"], "--root", site["root"], "--full", "--exists-only"], site["cwd"])
+    assert both.returncode == 1
+    assert both.stderr.count("\n") == 1 and "--full reads every file and --exists-only reads none" in both.stderr

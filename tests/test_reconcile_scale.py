@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from tether import Coordinator, CreateFile, DeleteFile, SystemClock
 from tether.cli.reconcile import check_main
 from tether.jobtypes import create_file, render
-from tether.jobtypes.datafiles import existence
+from tether.jobtypes.datafiles import existence, fingerprint
 from tether.jobtypes.target import file_key
 from tether.ledger import backend
 from tether.ledger.catalogue import SQLITE
@@ -157,26 +157,42 @@ def test_reconciling_while_a_worker_runs_jobs_reports_no_false_drift(tmp_path: P
         c.close()
 
 
+@pytest.mark.parametrize("full", [False, True])
 def test_a_job_that_lands_between_the_ledger_read_and_the_disk_read_is_in_flight_not_drift(
-    sqlite_coordinator: Coordinator, monkeypatch: pytest.MonkeyPatch
+    sqlite_coordinator: Coordinator, monkeypatch: pytest.MonkeyPatch, full: bool
 ) -> None:
     """The race the re-check closes, made deterministic: a delete job runs and completes after
-    the reconciler read the ledger and before it looks at the disk."""
+    the reconciler read the ledger and before it looks at the disk (its stats by fingerprints,
+    or its reads of every file)."""
     c = sqlite_coordinator
     c.enqueue(CreateFile(path="a.json", content=1))
     c.enqueue(CreateFile(path="b.json", content=2))
     c.run_until_idle()
-    probe = create_file.CreateFileProbe
-    real_check_many = probe.check_many
 
-    def check_after_a_delete_lands(self, items, root, *, content):
-        if ("file:a.json", ANY) in items:
-            c.enqueue(DeleteFile(path="a.json"))
-            assert c.run_until_idle() == 1
-        return real_check_many(self, items, root, content=content)
+    def delete_a() -> None:
+        c.enqueue(DeleteFile(path="a.json"))
+        assert c.run_until_idle() == 1
 
-    monkeypatch.setattr(probe, "check_many", check_after_a_delete_lands)
-    report = reconcile(c)
+    if full:
+        probe = create_file.CreateFileProbe
+        real_check_many = probe.check_many
+
+        def check_after_a_delete_lands(self, items, root, *, content):
+            if ("file:a.json", ANY) in items:
+                delete_a()
+            return real_check_many(self, items, root, content=content)
+
+        monkeypatch.setattr(probe, "check_many", check_after_a_delete_lands)
+    else:
+        real_compare = fingerprint.compare
+
+        def compare_after_a_delete_lands(root, rels, recorded):
+            if "a.json" in rels:
+                delete_a()
+            return real_compare(root, rels, recorded)
+
+        monkeypatch.setattr(fingerprint, "compare", compare_after_a_delete_lands)
+    report = reconcile(c, full=full)
     assert {f.path: f.status for f in report.findings} == {"a.json": "not_checked"}
     assert report.drift == 0
     monkeypatch.undo()
@@ -278,8 +294,11 @@ def test_an_existence_check_reads_no_payload_of_a_type_whose_probe_does_not_want
     assert len(pages) == 3 and all(len(row) == 4 for page in pages for row in page)  # a payload column...
     assert [row[3] for page in pages for row in page] == [None] * 50  # ...empty for create_file
     pages.clear()
+    assert reconcile(c, content=True, full=True, batch_size=20).counts["in_sync"] == 50
+    assert all(row[3] is not None for page in pages for row in page)  # reading every file: read
+    pages.clear()
     assert reconcile(c, content=True, batch_size=20).counts["in_sync"] == 50
-    assert all(row[3] is not None for page in pages for row in page)  # checking content: read
+    assert [row[3] for page in pages for row in page] == [None] * 50  # by fingerprints: read by id, if at all
 
 
 def test_the_garbage_collector_is_paused_for_the_ledger_pass_and_restored_as_it_was(

@@ -14,44 +14,47 @@ from tether.reconcile.targets import Targets, TargetStream
 class PagedRows:
     """A ledger's target index as the page statement reads it, without a database."""
 
-    def __init__(self, rows: list[tuple[Any, ...]], *, wide: bool) -> None:
-        self.rows, self.wide = sorted(rows, key=lambda r: (r[2], r[0])), wide
+    def __init__(self, rows: list[tuple[Any, ...]], *, wide: bool, fingerprinted: bool) -> None:
+        self.rows, self.wide, self.fingerprinted = sorted(rows, key=lambda r: (r[2], r[0])), wide, fingerprinted
 
     def page(self, after_key: str, after_id: str, limit: int) -> list[tuple[Any, ...]]:
         return [r for r in self.rows if (r[2], r[0]) > (after_key, after_id)][:limit]
 
 
-def expected(rows: list[tuple[Any, ...]], *, wide: bool) -> list[tuple[Any, ...]]:
+def expected(rows: list[tuple[Any, ...]], *, wide: bool, fingerprinted: bool) -> list[tuple[Any, ...]]:
     """Per target, row by row: the first active job if there is one, else the latest completed."""
     out = []
     for key in sorted({r[2] for r in rows}):
         mine = sorted((r for r in rows if r[2] == key), key=lambda r: r[0])
         active = [r for r in mine if r[1] is None]
         row = active[0] if active else mine[-1]
-        out.append((row[0], row[1], row[2], row[3] if wide else None))
+        out.append((row[0], row[1], row[2], row[3] if wide else None, row[4] if fingerprinted else None))
     return out
 
 
-def ledger(seed: int, *, wide: bool) -> list[tuple[Any, ...]]:
+def ledger(seed: int, *, wide: bool, fingerprinted: bool) -> list[tuple[Any, ...]]:
     rng = random.Random(seed)
     rows = []
     for n in range(rng.randint(0, 60)):
         key = f"file:{rng.choice('abcdefg')}.json"
         job_type = None if rng.random() < 0.2 else rng.choice(["create_file", "delete_file"])
         row = (f"{n:04d}", job_type, key) + ((f"payload {n}",) if wide else ())
+        row += (f"fingerprint {n}",) if fingerprinted else ()
         rows.append(row)
     return rows
 
 
-@pytest.mark.parametrize("wide", [False, True])
+@pytest.mark.parametrize("columns", ["narrow", "wide", "fingerprinted"])
 @pytest.mark.parametrize("seed", range(40))
-def test_every_page_size_decides_each_target_by_the_same_job(seed: int, wide: bool) -> None:
-    rows = ledger(seed, wide=wide)
+def test_every_page_size_decides_each_target_by_the_same_job(seed: int, columns: str) -> None:
+    wide, fingerprinted = columns != "narrow", columns == "fingerprinted"
+    rows = ledger(seed, wide=wide, fingerprinted=fingerprinted)
     for size in (1, 2, 3, 5, 8, 100):
-        stream = TargetStream(PagedRows(rows, wide=wide), size)  # type: ignore[arg-type]  # a stand-in for LedgerReads
+        paged = PagedRows(rows, wide=wide, fingerprinted=fingerprinted)
+        stream = TargetStream(paged, size)  # type: ignore[arg-type]  # a stand-in for LedgerReads
         pages = list(stream)
         assert all(isinstance(page, Targets) and len({len(column) for column in page}) == 1 for page in pages)
         found = [target for page in pages for target in zip(*page, strict=True)]  # a target per row
-        assert found == expected(rows, wide=wide), size
+        assert found == expected(rows, wide=wide, fingerprinted=fingerprinted), size
         assert stream.read == len(rows)
         assert stream.newest == max((r[0] for r in rows), default=None)

@@ -313,7 +313,7 @@ class Coordinator:
         """Run before workers start: reclaim stale locks (so their paths show as in flight, not
         drift), reconcile the ledger with the data root, log the result and return the
         ``reconcile.Report`` (``report.exit_code``: 0 in sync, 2 drift, 1 could not check).
-        Keyword arguments go to ``reconcile.reconcile`` (``content``, ``untracked``)."""
+        Keyword arguments go to ``reconcile.reconcile`` (``content``, ``full``, ``untracked``)."""
         from .reconcile.check import reconcile
 
         reclaimed = self.reclaim_stale()

@@ -39,6 +39,14 @@ _EXISTS_ONLY = typer.Option(
     "--exists-only",
     help="Only check that files exist or are absent (no file is read): fast, but misses changed bytes.",
 )
+_FULL = typer.Option(
+    False,
+    "--full",
+    help="Read every file, trusting no fingerprint. Without it a content check reads only the files "
+    "whose stat (device, inode, size, mtime, ctime) changed since their bytes were last known, or "
+    "that were written within a timestamp tick of it; use --full on a network file system whose "
+    "server clock may lag this machine's, or after the system clock was set back.",
+)
 _UNTRACKED = typer.Option(
     False,
     "--untracked",
@@ -83,6 +91,7 @@ def reconcile(
     ctx: typer.Context,
     as_json: bool = JSON_OPTION,
     exists_only: bool = _EXISTS_ONLY,
+    full: bool = _FULL,
     untracked: bool = _UNTRACKED,
     aws: bool | None = _AWS,
     startup: bool = _STARTUP,
@@ -105,8 +114,10 @@ def reconcile(
     try:
         # Its own --db and --root (as the check script takes them) stand for the global ones.
         settings = replace(ctx.obj, db=ctx.obj.db if db is None else db, root=ctx.obj.root if root is None else root)
+        if full and exists_only:
+            raise ConfigError("--full reads every file and --exists-only reads none: give one of them")
         _require_existing(settings)
-        options: dict[str, Any] = {"content": not exists_only, "untracked": untracked, "aws": aws}
+        options: dict[str, Any] = {"content": not exists_only, "full": full, "untracked": untracked, "aws": aws}
         options["plan"] = plan or out_file is not None
         report, proposed = _check(settings, options, startup=startup, quiet=quiet, as_json=as_json)
         if proposed is not None:
@@ -198,7 +209,7 @@ def _print(report: Report) -> None:
 
     counts = ", ".join(f"{report.counts[s]} {s}" for s in STATUSES if report.counts[s] or s == "in_sync")
     newest = report.newest_job_id or "none"
-    mode = "content" if report.content else "existence only"
+    mode = ("content, every file read" if report.full else "content") if report.content else "existence only"
     out.print(
         f"checked {report.checked} path(s) at {report.checked_at.isoformat()} ({mode}; newest job {newest}): {counts}"
     )

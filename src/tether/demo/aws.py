@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
@@ -106,7 +107,18 @@ def pair(c: Coordinator, store: JsonStore, project: tuple[str, BaseModel], say: 
     say(f"   one transaction: save {project[0]} + sync_aws s3_bucket apollo-assets + sqs_queue apollo-jobs")
     for job in store.flush():  # the store's earlier jobs too (a worker ran them): these three shown
         if job.id in ids:
-            say(f"   {job.type:<12} {job.status.value:<10} {job.result or ''}")
+            say(f"   {job.type:<12} {job.status.value:<10} {_shown(job.result)}")
+
+
+def _shown(result: str | None) -> str:
+    """A job's result as the walk-through prints it: without a file's fingerprint, a stat that
+    differs from run to run (and is null when taken within a timestamp tick of the write)."""
+    if not result:
+        return ""
+    data = orjson.loads(result)
+    if isinstance(data, dict):
+        data.pop("fingerprint", None)
+    return orjson.dumps(data).decode()
 
 
 def damage() -> str:

@@ -43,6 +43,8 @@ class AdoptProbe(Probe):
     """A file: present with the accepted size and hash (or absent, as accepted). An AWS resource:
     the ``sync_aws`` probe asked about the accepted config."""
 
+    fingerprints = True  # a file's accept records the fingerprint of the file it read
+
     def check(self, target: str, payload: str, root: Path, *, content: bool) -> Check:
         try:
             accepted = orjson.loads(payload)

@@ -175,6 +175,11 @@ class Probe(ABC):
     remote: str | None = None
     """The remote world the probe reads (``"aws"``), which a check may leave alone (``--no-aws``);
     None: the data root, always checked."""
+    fingerprints: bool = False
+    """Whether the effect of a completed job of this type is a data file's bytes, of which the job
+    (or an accept) records a fingerprint (``datafiles/fingerprint.py``): a content check then
+    reads the file only when its stat no longer reads as that fingerprint, and asks ``check``
+    (with the payload) about those alone."""
 
     @abstractmethod
     def check(self, target: str, payload: str, root: Path, *, content: bool) -> Check:

@@ -12,9 +12,9 @@ from pydantic import JsonValue, model_validator
 
 from ..errors import PermanentError, UnsafePath
 from .base import IN_SYNC, SYNCED, UNREADABLE_PAYLOAD, Check, JobType, Payload, Probe
-from .datafiles import durable, paths
+from .datafiles import durable, fingerprint, paths
 from .datafiles.content import check_files, with_expected
-from .datafiles.effects import write_locked
+from .datafiles.effects import write_known
 from .datafiles.existence import file_paths, files_exist
 from .datafiles.paths import checked_path, enqueue_collision
 from .target import Target
@@ -59,6 +59,8 @@ def render_fields(content: JsonValue, text: str | None) -> bytes:
 
 class CreateFileProbe(Probe):
     """The file exists and holds exactly the bytes the job wrote (``render``)."""
+
+    fingerprints = True
 
     def check(self, target: str, payload: str, root: Path, *, content: bool) -> Check:
         return self.check_many([(target, payload)], root, content=content)[0]
@@ -146,7 +148,7 @@ class CreateFileType(JobType[CreateFile]):
     def run(self, payload: CreateFile, ctx: JobContext) -> dict[str, Any]:
         data = render(payload)
         try:
-            written = write_locked(ctx, payload.path, data, overwrite=payload.overwrite)
+            written, known = write_known(ctx, payload.path, data, overwrite=payload.overwrite)
         except PermanentError as e:
             # A symlink or a file on the way: what ``prepare`` says of the path now (it resolves a
             # symlink inside the root, and refuses one leading out or a file on the way by name),
@@ -156,8 +158,15 @@ class CreateFileType(JobType[CreateFile]):
             path = self.prepare(payload, ctx.root).path
             if path == payload.path:
                 raise
-            written = write_locked(ctx, path, data, overwrite=payload.overwrite)
-        return {"bytes": len(data), "sha256": durable.sha256(data), "written": written}
+            written, known = write_known(ctx, path, data, overwrite=payload.overwrite)
+        # The fingerprint beside the hash: a content check that finds the file's stat unchanged
+        # since need not read it (``fingerprint``; the completion copies it to its column).
+        return {
+            "bytes": len(data),
+            "sha256": durable.sha256(data),
+            "written": written,
+            "fingerprint": fingerprint.of(known),
+        }
 
 
 _PREPARE_ANSWERS = frozenset((errno.ELOOP, errno.ENOTDIR))

@@ -95,6 +95,8 @@ class Statements:
     WORKER_FORGET: str
     RECONCILE_PAGE: str
     RECONCILE_PAGE_PAYLOADS: str
+    RECONCILE_PAGE_FINGERPRINTS: str
+    RECORD_FINGERPRINTS: str
 
     def types(self, names: Iterable[str]) -> Any:
         """A set of job type names as CLAIM binds ``types`` and RECONCILE_PAGE_PAYLOADS ``want``:

@@ -118,6 +118,12 @@ jobs = sa.Table(
     # only while the job is claimed by the attempt the operator saw; never part of a JobRecord.
     # Added after the first release: ensure_schema adds it.
     _text("cancel_reason"),
+    # A completed file job's fingerprint (jobtypes/datafiles/fingerprint.py): its file's device,
+    # inode, size, mtime and ctime when its bytes were known. Copied from the result's
+    # ``fingerprint`` at completion; a content check that reads the file in sync records a newer
+    # one (the result keeps the first). NULL: none (racily clean; any other job; one from before).
+    # Never part of a JobRecord. Added after the first release: ensure_schema adds it.
+    _text("fingerprint"),
     sa.CheckConstraint(f"status IN ({_STATUSES})", name=STATUS_CHECK),
 )
 
@@ -260,8 +266,8 @@ job_tags = sa.Table(
 sa.Index("ix_tether_job_tags_job", job_tags.c.job_id)
 
 # Columns of tether_jobs that are never part of a JobRecord: derived (``blocked``), a worker's
-# instruction (``cancel_reason``) or only shown.
-NOT_RECORDED = ("blocked", "cancel_reason", "meta", "retry_of")
+# instruction (``cancel_reason``), a content check's own (``fingerprint``) or only shown.
+NOT_RECORDED = ("blocked", "cancel_reason", "fingerprint", "meta", "retry_of")
 # The columns of a JobRecord: every column but those, in table order.
 RECORD_COLUMNS = tuple(name for name in jobs.c.keys() if name not in NOT_RECORDED)
 

@@ -5,7 +5,8 @@ for a worker): it is the target's latest completed job, so the next check compar
 with the facts it holds. It records who accepted and why, and is an ordinary row of the jobs
 table: a target's history lists it among the others.
 
-A file: its size and sha256 now (or its absence). An AWS resource: the fields its latest
+A file: its size and sha256 now (or its absence), and the fingerprint of the file read for them, so
+the next content check reads it only if its stat has changed. An AWS resource: the fields its latest
 ``sync_aws`` job declared, with the values AWS holds now, kept as the accepted config (a resource
 gone: accepted absent). The application's model is not changed: the accept holds until the
 next job on the target, so the model's desired state wins again the next time it is saved.
@@ -24,7 +25,7 @@ from ..errors import ConfigError, TetherError
 from ..jobtypes.adopt import Adopt
 from ..jobtypes.aws.resource import RESOURCES
 from ..jobtypes.base import IN_SYNC, MISSING, MODIFIED
-from ..jobtypes.datafiles import durable, paths
+from ..jobtypes.datafiles import durable, fingerprint, paths
 from ..jobtypes.target import AWS, Target, file_key
 from ..ledger.record import JobRecord
 from ..ledger.schema import ACTIVE_SQL, jobs
@@ -59,11 +60,15 @@ def accept(
     completed, in one transaction). CannotAccept if a job on one of them is pending or claimed."""
     who = by or getpass.getuser()
     keys = list(dict.fromkeys(target_key(n) for n in names))
-    adopts = [Adopt(target=key, by=who, reason=reason, **_present(coordinator, key)) for key in keys]
+    present = [_present(coordinator, key) for key in keys]
+    adopts = [Adopt(target=key, by=who, reason=reason, **facts) for key, (facts, _) in zip(keys, present, strict=True)]
     built = coordinator.queue.enqueuer.build(adopts)
     now = coordinator.clock.now()
     done = [job._replace(status=JobStatus.COMPLETED, completed_at=now, max_attempts=1) for job in built]
-    rows = [{**job._asdict(), "status": job.status.value, "blocked": False} for job in done]
+    rows = [
+        {**job._asdict(), "status": job.status.value, "blocked": False, "fingerprint": fingerprint_of}
+        for job, (_, fingerprint_of) in zip(done, present, strict=True)
+    ]
     with coordinator.engine.begin() as conn:
         busy = conn.execute(
             sa.select(jobs.c.ordering_key).where(jobs.c.ordering_key.in_(keys), sa.text(ACTIVE_SQL)).distinct()
@@ -78,18 +83,19 @@ def accept(
     return done
 
 
-def _present(coordinator: Coordinator, key: str) -> dict[str, Any]:
-    """The facts an adopt of ``key`` holds: what is there now."""
+def _present(coordinator: Coordinator, key: str) -> tuple[dict[str, Any], str | None]:
+    """The facts an adopt of ``key`` holds (what is there now), and the fingerprint of the file
+    read for them (None: not a file there)."""
     target = Target.parse(key)
     if target.kind == AWS:
-        return {"aws": _aws_present(coordinator, key)}
+        return {"aws": _aws_present(coordinator, key)}, None
     try:
-        data = durable.read(coordinator.root, target.identity)
+        data, known = durable.read_known(coordinator.root, target.identity)
     except FileNotFoundError:
-        return {"exists": False}
+        return {"exists": False}, None
     except OSError as e:
         raise CannotAccept(f"{target.identity}: cannot read it ({e.strerror or e}): nothing accepted") from e
-    return {"size": len(data), "sha256": durable.sha256(data)}
+    return {"size": len(data), "sha256": durable.sha256(data)}, fingerprint.of(known)
 
 
 def _aws_present(coordinator: Coordinator, key: str) -> dict[str, Any]:

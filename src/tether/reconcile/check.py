@@ -26,8 +26,9 @@ import sqlalchemy as sa
 
 from .. import events
 from ..jobtypes.base import SYNCED, Check, Probe
+from ..jobtypes.datafiles import fingerprint
 from ..jobtypes.datafiles.existence import listings
-from ..jobtypes.target import display
+from ..jobtypes.target import display, file_key
 from . import ignore
 from . import runs as reconcile_runs
 from .drift import DRIFT, IN_SYNC, NOT_CHECKED, STATUSES, UNKNOWN, UNTRACKED, Finding, Report
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DRIFT", "STATUSES", "Finding", "Report", "count_targeted_jobs", "reconcile"]
 
+FILE_PREFIX = file_key("")
 BATCH = 2000
 RECHECK_AT = 500  # suspects held before they are checked again against the ledger
 
@@ -49,6 +51,7 @@ def reconcile(
     coordinator: Coordinator,
     *,
     content: bool = True,
+    full: bool = False,
     untracked: bool = False,
     batch_size: int = BATCH,
     progress: Callable[[int], None] | None = None,
@@ -59,13 +62,17 @@ def reconcile(
     metrics, pages and ``tether drift``). Findings an ignore rule of the data root matches
     (``ignore.py``) are listed under ``report.ignored``, never counted as drift.
 
-    ``content`` false checks existence only (no file is read). ``untracked`` also reports files
+    ``content`` false checks existence only (no file is read). A content check reads only the
+    files whose stat no longer reads as the fingerprint recorded when their bytes were last known
+    (``Probe.fingerprints``, ``datafiles/fingerprint.py``), with the verdicts of reading them all,
+    and records a new fingerprint for each file it read in sync; ``full`` reads every file and
+    records nothing. ``untracked`` also reports files
     under the root that no job ever named, and AWS resources carrying this ledger's ownership tag
     that no job names: looked for when the ledger holds a ``sync_aws`` job, or on any ledger with
     ``aws`` true. ``aws`` false leaves AWS alone: its targets are ``not_checked``, nothing is
     listed. ``progress`` is called with the number of jobs read after each batch."""
     reconciler = _Reconciler(
-        coordinator.engine, coordinator.root, coordinator.registry, content, untracked, batch_size, progress
+        coordinator.engine, coordinator.root, coordinator.registry, content, untracked, batch_size, progress, full=full
     )
     reconciler.remote_allowed = set() if aws is False else {"aws"}
     reconciler.remote_asked = {"aws"} if aws else set()
@@ -103,19 +110,32 @@ class _Reconciler:
         untracked: bool,
         batch_size: int,
         progress: Callable[[int], None] | None,
+        *,
+        full: bool = False,
     ) -> None:
         self.root = root
         self.content = content
+        self.full = full
         self.untracked = untracked
         self.batch_size = batch_size
         self.progress = progress
         self.probes = {name: registry.get(name).probe for name in registry.names()}
         # Payloads only of the types whose probes read them in this mode: an existence check of
-        # file jobs reads the target index alone, whatever other types are registered.
-        wanting = sorted(
-            name for name, probe in self.probes.items() if probe is not None and probe.wants_payload(content=content)
+        # file jobs reads the target index alone, whatever other types are registered. A content
+        # check by fingerprints reads the fingerprints of the types that record them instead, and
+        # their payloads only for the files it reads.
+        fingerprinted = (
+            sorted(name for name, probe in self.probes.items() if probe is not None and probe.fingerprints)
+            if content and not full
+            else []
         )
-        self.reads = LedgerReads(engine, wanting)
+        wanting = sorted(
+            name
+            for name, probe in self.probes.items()
+            if probe is not None and probe.wants_payload(content=content) and name not in fingerprinted
+        )
+        self.by_fingerprint = set(fingerprinted)
+        self.reads = LedgerReads(engine, wanting, fingerprinted)
         self.suspects: list[tuple[str, Finding]] = []
         self.report: Report
         # Probes that read a remote world (``Probe.remote``: "aws") run only when allowed; the
@@ -129,7 +149,7 @@ class _Reconciler:
         self.collecting = True  # whether the collector ran before this check (see _collector_paused)
 
     def run(self, now: datetime) -> Report:
-        self.report = Report(checked_at=now, content=self.content, untracked=self.untracked)
+        self.report = Report(checked_at=now, content=self.content, untracked=self.untracked, full=self.full)
         listed: Listed = {}
         token = listings.set(None if self.untracked else listed)
         try:
@@ -204,9 +224,13 @@ class _Reconciler:
 
     def _check_with(self, probe: Probe, job_type: str, targets: Targets) -> None:
         """Ask ``probe`` about the targets of ``job_type`` and count or report its answers."""
-        with_payload = probe.wants_payload(content=self.content)
         keys, job_ids = targets.keys, targets.job_ids
-        checks = self._ask(probe, list(zip(keys, targets.payloads, strict=True)))
+        if job_type in self.by_fingerprint:
+            with_payload = True
+            checks = self._by_fingerprint(probe, targets)
+        else:
+            with_payload = probe.wants_payload(content=self.content)
+            checks = self._ask(probe, list(zip(keys, targets.payloads, strict=True)))
         if checks.count(SYNCED) == len(checks):  # the common case, counted in C
             self.report.counts[IN_SYNC] += len(checks)
             return
@@ -230,6 +254,33 @@ class _Reconciler:
             else:
                 self._found(finding)
         self.report.counts[IN_SYNC] += in_sync
+
+    def _by_fingerprint(self, probe: Probe, targets: Targets) -> list[Check]:
+        """The content check of a type that records fingerprints: in sync where the file's stat
+        reads as its fingerprint; the rest asked of ``probe`` with their payloads (read by id)
+        as a full read asks, and a new fingerprint recorded for each found in sync."""
+        keys, job_ids = targets.keys, targets.job_ids
+        cut = len(FILE_PREFIX)
+        rels = [key[cut:] if key.startswith(FILE_PREFIX) else None for key in keys]
+        same, fresh = fingerprint.compare(self.root, rels, targets.fingerprints)
+        if all(same):  # the common case, decided in C
+            return [SYNCED] * len(same)
+        checks: list[Check] = [SYNCED] * len(same)
+        unread = [n for n, known in enumerate(same) if not known]
+        found = self.reads.payloads([job_ids[n] for n in unread])
+        read = [n for n in unread if job_ids[n] in found]
+        for n in unread:
+            if job_ids[n] not in found:
+                checks[n] = Check(UNKNOWN, detail="the job's row was removed during the check")
+        asked = self._ask(probe, [(keys[n], found[job_ids[n]]) for n in read])
+        renewed: dict[str, str] = {}
+        for n, check in zip(read, asked, strict=True):
+            checks[n] = check
+            new = fresh[n]
+            if new is not None and (check is SYNCED or check.status == IN_SYNC):
+                renewed[job_ids[n]] = new
+        self.reads.refresh(renewed)
+        return checks
 
     def _ask(self, probe: Probe, items: list[tuple[str, str | None]]) -> list[Check]:
         try:

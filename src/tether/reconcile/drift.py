@@ -80,6 +80,8 @@ class Report:
     finished_at: datetime | None = None
     ignored: list[tuple[Finding, str]] = field(default_factory=list)
     """Findings an ignore rule matched, each with that rule: listed, never counted as drift."""
+    full: bool = False
+    """A content check that read every file (``reconcile --full``), fingerprints or not."""
 
     @property
     def drift(self) -> int:

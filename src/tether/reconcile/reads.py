@@ -7,8 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 
+from .. import events
 from ..ledger import drivers
 from ..ledger.catalogue import READS
 from ..ledger.engine import READ_ONLY
@@ -31,22 +33,44 @@ def count_targeted(engine: sa.Engine) -> int:
 
 class LedgerReads:
     """The reads of one check. ``wanting``: the job types whose payloads the page carries (their
-    probes read them in this mode); the others' rows are never read from the table."""
+    probes read them in this mode); the others' rows are never read from the table.
+    ``fingerprinted``: the job types whose fingerprints it carries (a content check by
+    fingerprints: ``Probe.fingerprints``)."""
 
-    def __init__(self, engine: sa.Engine, wanting: Sequence[str]) -> None:
+    def __init__(self, engine: sa.Engine, wanting: Sequence[str], fingerprinted: Sequence[str] = ()) -> None:
         self.engine = engine
         self.backend = drivers.for_engine(engine)
-        self.wide = bool(wanting)
+        self.wide = bool(wanting) or bool(fingerprinted)
+        self.fingerprinted = bool(fingerprinted)
         sql = self.backend.sql
-        self._page = sql.RECONCILE_PAGE_PAYLOADS if self.wide else sql.RECONCILE_PAGE
-        self._wanted = {"want": sql.types(wanting)} if self.wide else {}
+        if self.fingerprinted:
+            self._page = sql.RECONCILE_PAGE_FINGERPRINTS
+            self._wanted = {"want": sql.types(wanting), "fingerprinted": sql.types(fingerprinted)}
+        else:
+            self._page = sql.RECONCILE_PAGE_PAYLOADS if self.wide else sql.RECONCILE_PAGE
+            self._wanted = {"want": sql.types(wanting)} if self.wide else {}
 
     def page(self, after_key: str, after_id: str, limit: int) -> list[tuple[Any, ...]]:
         """Up to ``limit`` jobs that have a target, after ``(after_key, after_id)`` in that order:
         rows of id, type (None unless completed), target key and, when ``wide``, the payload of a
-        wanted type. On the driver cursor, as the hot path: the stream is most of a check's reading."""
+        wanted type, and, when ``fingerprinted``, the fingerprint of a fingerprinted type. On the
+        driver cursor, as the hot path: the stream is most of a check's reading."""
         with self.backend.read() as cur:
             return cur.rows(self._page, {"after_key": after_key, "after_id": after_id, "limit": limit, **self._wanted})
+
+    def refresh(self, fingerprints: dict[str, str]) -> bool:
+        """Record new fingerprints of completed jobs (job id -> fingerprint) whose files a check
+        read in sync, in one short write transaction; False (and a ``fingerprints_not_recorded``
+        event) when the ledger refused the write (a read-only user): the check still stands."""
+        if not fingerprints:
+            return True
+        try:
+            rows = {"rows": orjson.dumps(fingerprints).decode()}
+            self.backend.transact(lambda cur: cur.execute(self.backend.sql.RECORD_FINGERPRINTS, rows))
+        except sa.exc.DBAPIError as e:
+            events.emit("fingerprints_not_recorded", reason=" ".join(str(e.orig).split()))
+            return False
+        return True
 
     def _read(self, statement: sa.TextClause, params: dict[str, Any]) -> Sequence[Any]:
         with self.engine.connect().execution_options(**READ_ONLY) as conn:

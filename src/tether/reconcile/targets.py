@@ -27,6 +27,9 @@ class Targets(NamedTuple):
     keys: list[str]
     payloads: list[str | None]
     """The deciding job's stored payload, when its type's probe reads it in this check; else None."""
+    fingerprints: list[str | None]
+    """The deciding job's file fingerprint, when its type's probe checks by them in this check
+    (``Probe.fingerprints``) and it has one; else None."""
 
     def select(self, chosen: Iterable[object]) -> Targets:
         """The targets whose entry in ``chosen`` is true, column by column in C."""
@@ -36,13 +39,14 @@ class Targets(NamedTuple):
             list(compress(self.job_types, chosen)),
             list(compress(self.keys, chosen)),
             list(compress(self.payloads, chosen)),
+            list(compress(self.fingerprints, chosen)),
         )
 
 
-Row = tuple[Any, ...]  # a page's row: id, type (None unless completed), key[, payload]
+Row = tuple[Any, ...]  # a page's row: id, type (None unless completed), key[, payload[, fingerprint]]
 
 # A field of every page row of a list at once, with ``map``: in C, by position.
-JOB_ID, JOB_TYPE, KEY, PAYLOAD = map(itemgetter, range(len(Targets._fields)))
+JOB_ID, JOB_TYPE, KEY, PAYLOAD, FINGERPRINT = map(itemgetter, range(len(Targets._fields)))
 
 
 class TargetStream:
@@ -81,14 +85,15 @@ class TargetStream:
 
     def _targets(self, rows: Sequence[Row]) -> Targets:
         """The deciding rows of ``rows`` (as ``deciding_rows``) as columns, made in C; a page that
-        carries no payloads gets a column of None. Where each row decides its target (most
+        carries no payloads (fingerprints) gets a column of None. Where each row decides its target (most
         pages), the columns read to find that out are the targets' own: each is read once."""
         keys, types = list(map(KEY, rows)), list(map(JOB_TYPE, rows))
         if not each_decides(keys, types):
             rows = deciding_rows(rows)
             keys, types = list(map(KEY, rows)), list(map(JOB_TYPE, rows))
         payloads = list(map(PAYLOAD, rows)) if self.reads.wide else [None] * len(rows)
-        return Targets(list(map(JOB_ID, rows)), types, keys, payloads)
+        fingerprints = list(map(FINGERPRINT, rows)) if self.reads.fingerprinted else [None] * len(rows)
+        return Targets(list(map(JOB_ID, rows)), types, keys, payloads, fingerprints)
 
 
 def each_decides(keys: Sequence[str], types: Sequence[str | None]) -> bool:

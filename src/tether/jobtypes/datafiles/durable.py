@@ -13,8 +13,10 @@ import hashlib
 import os
 import secrets
 import stat
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import NamedTuple
 
 from . import nofollow
 from .paths import TEMP_SUFFIX, real_root
@@ -27,6 +29,14 @@ _FILE_MODE = 0o666 & ~_UMASK
 class NotRegularFile(OSError):
     """What is at a data path is not a regular file (a directory, FIFO, socket or device); tether
     reads and replaces only regular files. ``filename`` is the path, ``strerror`` what it is."""
+
+
+class Known(NamedTuple):
+    """A data file whose bytes are known: its stat, and the realtime clock read just before that
+    stat was taken (what a fingerprint records: ``fingerprint``)."""
+
+    moment: int
+    stat: os.stat_result
 
 
 _ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
@@ -138,8 +148,9 @@ class DataFile:
             raise _not_regular(st.st_mode, self.rel)
         return st
 
-    def holds(self, data: bytes, *, sync_dir: bool = True) -> bool:
-        """Whether the regular file at the path holds exactly ``data``. When it does, it and its
+    def holds(self, data: bytes, *, sync_dir: bool = True) -> Known | None:
+        """Whether the regular file at the path holds exactly ``data``: when it does, the moment
+        and stat of the file read (``Known``; None when it does not). When it does, it and its
         directory are fsynced before this returns: whoever wrote it (an earlier attempt of this
         job, say) may have seen its fsync fail, and the job must not complete on bytes that are
         only in the page cache. Without ``sync_dir`` the caller fsyncs the directory before the
@@ -147,29 +158,31 @@ class DataFile:
         try:
             fd = os.open(self.name, _READ_FLAGS | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.dir_fd)
         except FileNotFoundError:
-            return False
+            return None
         except OSError as e:
             raise nofollow.named(e, self.rel) from None
         try:
+            moment = time.time_ns()
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):  # swapped since the lstat: check before any read
                 raise _not_regular(st.st_mode, self.rel)
             if st.st_size != len(data) or not reads_as(fd, data):
-                return False
+                return None
             fsync_fd(fd)
         finally:
             os.close(fd)
         if sync_dir:
             fsync_fd(self.dir_fd)
-        return True
+        return Known(moment, st)
 
-    def write(self, data: bytes, *, sync_dir: bool = True) -> None:
+    def write(self, data: bytes, *, sync_dir: bool = True) -> Known:
         """Replace the file with ``data`` all at once: temp file in the same directory, write,
         fsync, rename over the target, fsync the directory (without ``sync_dir``, the caller
         does that last step before the job is recorded: ``dirsync``). The first time
         this process writes into a directory it also makes the directories above it durable, up
         to the data root, before the rename. The temp file is removed on any error, which leaves
-        the target as it was."""
+        the target as it was. Returns the moment and stat of the file written, taken after the
+        rename (which stamps its ctime on some file systems) on the descriptor written through."""
         tmp = f".{self.name}.{secrets.token_hex(4)}{TEMP_SUFFIX}"
         fd = os.open(
             tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, _FILE_MODE, dir_fd=self.dir_fd
@@ -180,11 +193,12 @@ class DataFile:
                 while view:
                     view = view[os.write(fd, view) :]
                 fsync_fd(fd)
+                if self.directory and (self.real_root, self.directory) not in _durable_dirs:
+                    _make_durable(self.dir_fd, self.real_root, self.directory)
+                os.replace(tmp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+                known = Known(time.time_ns(), os.fstat(fd))
             finally:
                 os.close(fd)
-            if self.directory and (self.real_root, self.directory) not in _durable_dirs:
-                _make_durable(self.dir_fd, self.real_root, self.directory)
-            os.replace(tmp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
         except BaseException as e:
             _unlink_quietly(tmp, self.dir_fd)
             if isinstance(e, OSError) and e.filename is None:
@@ -192,6 +206,7 @@ class DataFile:
             raise
         if sync_dir:
             fsync_fd(self.dir_fd)
+        return known
 
     def delete(self, *, sync_dir: bool = True) -> bool:
         """Remove the file durably; False if it was not there. The directory is fsynced either
@@ -262,13 +277,19 @@ def _read_all(fd: int, limit: int) -> bytes:
 def read(root: str | os.PathLike[str], rel: str) -> bytes:
     """The bytes of the regular data file ``rel`` (normalized), opened from the root without
     following any symlink and without blocking (a FIFO, socket or device is NotRegularFile)."""
+    return read_known(root, rel)[0]
+
+
+def read_known(root: str | os.PathLike[str], rel: str) -> tuple[bytes, Known]:
+    """``read``, with the moment and stat of the file read, taken before the read."""
     with opened_root(root) as root_fd:
         fd = nofollow.open_beneath(root_fd, rel, _READ_FLAGS)
     try:
+        moment = time.time_ns()
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise _not_regular(st.st_mode, rel)
-        return _read_all(fd, 1 << 62)
+        return _read_all(fd, 1 << 62), Known(moment, st)
     finally:
         os.close(fd)
 

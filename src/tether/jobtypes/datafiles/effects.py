@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ...errors import PermanentError, RetryableError, StorageFull
 from . import durable, locks
-from .durable import DataFile, NotRegularFile
+from .durable import DataFile, Known, NotRegularFile
 
 if TYPE_CHECKING:
     from ..context import JobContext
@@ -31,19 +31,25 @@ def write_locked(ctx: JobContext, rel: str, data: bytes, *, overwrite: bool = Tr
     fsynced again first). PermanentError when a different file is there and not ``overwrite``,
     or when what is there is not a regular file; any file system error goes through
     ``file_error``."""
+    return write_known(ctx, rel, data, overwrite=overwrite)[0]
+
+
+def write_known(ctx: JobContext, rel: str, data: bytes, *, overwrite: bool = True) -> tuple[bool, Known]:
+    """``write_locked``, with the moment and stat of the file holding ``data``, taken under the
+    path's lock (what its fingerprint records)."""
     syncs = ctx.dir_syncs
     with _locked(ctx, rel, create=True) as f:
         st = f.regular()
         if st is not None:
-            if st.st_size == len(data) and f.holds(data, sync_dir=syncs is None):
+            if st.st_size == len(data) and (held := f.holds(data, sync_dir=syncs is None)) is not None:
                 _owe_dir_sync(syncs, f, ctx)
-                return False
+                return False, held
             if not overwrite:
                 raise PermanentError(f"{rel} exists with different content and overwrite is false")
         ctx.confirm_lease()  # a worker that lost this job's lock must not write late
-        f.write(data, sync_dir=syncs is None)
+        known = f.write(data, sync_dir=syncs is None)
         _owe_dir_sync(syncs, f, ctx)
-        return True
+        return True, known
 
 
 def _owe_dir_sync(syncs: DirSyncs | None, f: DataFile, ctx: JobContext) -> None:

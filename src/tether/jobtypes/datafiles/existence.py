@@ -114,7 +114,7 @@ def files_exist(root: Path, rels: Sequence[str], *, present: bool) -> list[Check
     parts = list(map(_RPARTITION, rels))
     dirs: list[str | None] = list(map(_FIRST, parts))
     names: list[str] = list(map(_LAST, parts))
-    if _may_escape(rels):  # only then, one by one
+    if may_escape(rels):  # only then, one by one
         for n, rel in enumerate(rels):
             if outside(rel):
                 out[n] = OUTSIDE
@@ -152,7 +152,7 @@ _RPARTITION = methodcaller("rpartition", "/")
 _FIRST, _LAST = itemgetter(0), itemgetter(2)
 
 
-def _may_escape(rels: Sequence[str]) -> bool:
+def may_escape(rels: Sequence[str]) -> bool:
     """False when no path of ``rels`` can escape the root (``outside``), decided in C for all of
     them at once; True when one may, and each must then be looked at on its own."""
     joined = "\n".join(rels)

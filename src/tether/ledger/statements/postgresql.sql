@@ -155,7 +155,8 @@ RETURNING t.id, t.type, CASE WHEN coalesce(t.payload_bytes, 0) <= 16384 THEN t.p
 
 -- name: COMPLETE
 UPDATE tether_jobs SET status = 'completed', locked_at = NULL,
-                       completed_at = %(now)s, result = %(result)s
+                       completed_at = %(now)s, result = %(result)s,
+                       fingerprint = CAST(CAST(%(result)s AS text) AS json) ->> 'fingerprint'
 WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts = %(attempt)s
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
@@ -165,7 +166,8 @@ RETURNING id, type, payload, status, priority, attempts, max_attempts, last_erro
 -- :rows as in sqlite.sql; JSON read by json_each and ->>. No unary + here: PostgreSQL has
 -- none on text, and its planner looks each id up by primary key without it.
 UPDATE tether_jobs AS t SET status = 'completed', locked_at = NULL,
-                            completed_at = CAST(r.value ->> 1 AS timestamptz), result = r.value ->> 2
+                            completed_at = CAST(r.value ->> 1 AS timestamptz), result = r.value ->> 2,
+                            fingerprint = CAST(r.value ->> 2 AS json) ->> 'fingerprint'
 FROM json_each(CAST(%(rows)s AS json)) AS r
 WHERE t.id = r.key AND t.status = 'claimed' AND t.locked_by = %(worker)s
   AND t.attempts = CAST(r.value ->> 0 AS integer)
@@ -226,7 +228,8 @@ RETURNING id, type, payload, status, priority, attempts, max_attempts, last_erro
 
 -- name: COMPLETE_NO_RETURN
 UPDATE tether_jobs SET status = 'completed', locked_at = NULL,
-                       completed_at = %(now)s, result = %(result)s
+                       completed_at = %(now)s, result = %(result)s,
+                       fingerprint = CAST(CAST(%(result)s AS text) AS json) ->> 'fingerprint'
 WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts = %(attempt)s
 
 -- name: CANCEL_RUNNING_NO_RETURN
@@ -462,6 +465,23 @@ WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (%(after_key)s, %(after_
   AND status IN ('pending', 'claimed', 'completed')
 ORDER BY ordering_key, id
 LIMIT %(limit)s
+
+-- name: RECONCILE_PAGE_FINGERPRINTS
+-- As in sqlite.sql; :want and :fingerprinted are arrays of type names.
+SELECT id, CASE WHEN status = 'completed' THEN type END, ordering_key,
+       CASE WHEN type = ANY(%(want)s) THEN payload END,
+       CASE WHEN type = ANY(%(fingerprinted)s) THEN fingerprint END
+FROM tether_jobs
+WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (%(after_key)s, %(after_id)s)
+  AND status IN ('pending', 'claimed', 'completed')
+ORDER BY ordering_key, id
+LIMIT %(limit)s
+
+-- name: RECORD_FINGERPRINTS
+-- As in sqlite.sql: :rows is a JSON object {id: fingerprint}.
+UPDATE tether_jobs AS t SET fingerprint = r.value
+FROM json_each_text(CAST(%(rows)s AS json)) AS r
+WHERE t.id = r.key AND t.status = 'completed'
 
 -- name: WORKER_START
 -- A worker process registers itself (ledger/workers.py); its id is unique per process, so a

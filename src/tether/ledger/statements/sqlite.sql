@@ -176,8 +176,10 @@ RETURNING id, type, CASE WHEN coalesce(payload_bytes, 0) <= 16384 THEN payload E
 -- name: COMPLETE
 -- locked_by stays, naming the worker that ran the completing attempt: no attempt row is written
 -- for it (INSERT_ATTEMPT). The lock itself is locked_at with status 'claimed'.
+-- A file job's result holds its file's fingerprint: copied to its column, where a content check
+-- reads it (jobtypes/datafiles/fingerprint.py); NULL for any other result.
 UPDATE tether_jobs SET status = 'completed', locked_at = NULL,
-                       completed_at = :now, result = :result
+                       completed_at = :now, result = :result, fingerprint = json_extract(:result, '$.fingerprint')
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
@@ -190,7 +192,8 @@ RETURNING id, type, payload, status, priority, attempts, max_attempts, last_erro
 -- the planner from walking every claimed job's status entry once per row: it reads the JSON and
 -- looks each id up by primary key.
 UPDATE tether_jobs SET status = 'completed', locked_at = NULL,
-                       completed_at = json_extract(r.value, '$[1]'), result = json_extract(r.value, '$[2]')
+                       completed_at = json_extract(r.value, '$[1]'), result = json_extract(r.value, '$[2]'),
+                       fingerprint = json_extract(json_extract(r.value, '$[2]'), '$.fingerprint')
 FROM json_each(:rows) AS r
 WHERE tether_jobs.id = r.key AND +tether_jobs.status = 'claimed' AND tether_jobs.locked_by = :worker
   AND tether_jobs.attempts = json_extract(r.value, '$[0]')
@@ -251,7 +254,7 @@ RETURNING id, type, payload, status, priority, attempts, max_attempts, last_erro
 
 -- name: COMPLETE_NO_RETURN
 UPDATE tether_jobs SET status = 'completed', locked_at = NULL,
-                       completed_at = :now, result = :result
+                       completed_at = :now, result = :result, fingerprint = json_extract(:result, '$.fingerprint')
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
 
 -- name: CANCEL_RUNNING_NO_RETURN
@@ -501,6 +504,26 @@ WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (:after_key, :after_id)
   AND status IN ('pending', 'claimed', 'completed')
 ORDER BY ordering_key, id
 LIMIT :limit
+
+-- name: RECONCILE_PAGE_FINGERPRINTS
+-- RECONCILE_PAGE_PAYLOADS for a content check by fingerprints: also the fingerprint of the jobs
+-- whose types' probes check by them (:fingerprinted, a JSON array as :want), whose payloads it
+-- leaves out (read by id for the few files that are read).
+SELECT id, CASE WHEN status = 'completed' THEN type END, ordering_key,
+       CASE WHEN type IN (SELECT value FROM json_each(:want)) THEN payload END,
+       CASE WHEN type IN (SELECT value FROM json_each(:fingerprinted)) THEN fingerprint END
+FROM tether_jobs
+WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (:after_key, :after_id)
+  AND status IN ('pending', 'claimed', 'completed')
+ORDER BY ordering_key, id
+LIMIT :limit
+
+-- name: RECORD_FINGERPRINTS
+-- A content check's new fingerprints of the files it read in sync: :rows is a JSON object
+-- {id: fingerprint}; a job no longer completed (purged, say) is left alone.
+UPDATE tether_jobs SET fingerprint = r.value
+FROM json_each(:rows) AS r
+WHERE tether_jobs.id = r.key AND tether_jobs.status = 'completed'
 
 -- name: WORKER_START
 -- A worker process registers itself (ledger/workers.py); its id is unique per process, so a

@@ -1,0 +1,156 @@
+"""Fingerprints of data files: what a stat says about a file whose bytes are known to be a job's,
+so that a content check reads only the files whose stat has changed since.
+
+A fingerprint is the file's device, inode, size, mtime_ns and ctime_ns (five 64-bit integers,
+little-endian, as hex text: made without formatting decimal numbers, a good part of a check's
+time per file otherwise), from a stat taken when its bytes were known to be the job's (just
+written under its path's lock, or just read and compared by a check). Any write to a file
+changes its ctime, which no user can set (``touch`` and ``utime`` set only the mtime, and stamp
+the ctime themselves); a file replaced by another has another inode. So a stat that still reads
+as the fingerprint says the bytes are the ones that were known, with one exception, what git
+calls "racily clean":
+
+A file system stamps ctime from a clock that advances one tick at a time (Linux: the coarse
+realtime clock, one scheduler tick; file systems that keep whole seconds: a second or two). A
+write within the tick of a ctime leaves the ctime as it was. Every write after a moment ``t``
+has a ctime past ``t - tick``; so when the stat was taken at least a tick past the file's ctime
+(``t`` the realtime clock read just before the stat), no later write can leave the stat as it
+was. A stat taken closer than that (the common case at a job's completion, whose stat follows its
+write by microseconds) is racily clean and recorded as no fingerprint: the check reads the file,
+and when it holds the job's bytes records a fingerprint of the stat it took before that read,
+if that one is a tick past its ctime (``reconcile``). So the rule is applied once, when a
+fingerprint is recorded, and a check compares text.
+
+The tick (``grain_ns``): the coarse realtime clock's resolution on Linux (the clock the kernel
+stamps files with; fine-grained stamps are never coarser), two seconds elsewhere and for any
+ctime without a sub-second part (FAT keeps two seconds, ext3-era inodes and HFS+ whole seconds).
+What a fingerprint cannot see: the system clock stepped backwards between a write and the next,
+and a network file system stamped by a server whose clock runs behind this machine's; ``reconcile
+--full`` reads every file.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from stat import S_ISREG
+
+from . import durable, existence, nofollow
+from .durable import Known
+from .existence import may_escape, outside
+
+_SECOND = 1_000_000_000
+COARSE_NS = 2 * _SECOND  # the tick of a file system that keeps seconds (FAT: two)
+_CLOCK_REALTIME_COARSE = 5  # linux/time.h (Python's time module does not name it)
+
+
+def _tick_ns() -> int:
+    """The tick of the clock that stamps files here (see the module's docstring)."""
+    if sys.platform != "linux":
+        return COARSE_NS
+    try:
+        return max(1, round(time.clock_getres(_CLOCK_REALTIME_COARSE) * _SECOND))
+    except OSError:
+        return COARSE_NS
+
+
+TICK_NS = _tick_ns()
+
+
+def grain_ns(ctime_ns: int) -> int:
+    """The tick within which a write may leave ``ctime_ns`` unchanged."""
+    return TICK_NS if ctime_ns % _SECOND else COARSE_NS
+
+
+_PACK = struct.Struct("<QQqqq").pack
+
+
+def stamp(st: os.stat_result) -> str | None:
+    """A stat as a fingerprint's text; None for one that does not fit (a time past 2262)."""
+    try:
+        return _PACK(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns).hex()
+    except struct.error:
+        return None
+
+
+def of(known: Known) -> str | None:
+    """The fingerprint of a file whose bytes are known, or None when its stat was taken within a
+    tick of its ctime (racily clean). The moment is the realtime clock's (``time.time_ns``), the
+    one the kernel stamps files with, never an application's clock: a test's fake time would make
+    every fingerprint trusted."""
+    st = known.stat
+    if known.moment - st.st_ctime_ns < grain_ns(st.st_ctime_ns):
+        return None
+    return stamp(st)
+
+
+def compare(
+    root: Path, rels: Sequence[str | None], recorded: Sequence[str | None]
+) -> tuple[list[bool], list[str | None]]:
+    """For each data path (None: no file to look at), whether its stat reads as its recorded
+    fingerprint; and for those that do not, the fingerprint to record if a read that follows
+    finds the job's bytes (``of`` the stat taken here: None when racily clean, not a regular
+    file, or not reached). Each directory is opened once from the root, following no symlink."""
+    same = [False] * len(rels)
+    fresh: list[str | None] = [None] * len(rels)
+    lstat = existence.lstat_data_file  # looked up per call: a test swaps in a fake that fails
+    pack = _PACK
+    escaping = may_escape([rel or "" for rel in rels])  # else no path is looked at on its own
+    moment = time.time_ns()  # before every stat below: see the module's docstring
+    try:
+        root_fd = durable.open_root(root)
+    except OSError:
+        return same, fresh  # nothing reached: every file is read, and the read says why
+    opened: dict[str, int | None] = {}
+    try:
+        for n, rel in enumerate(rels):
+            if rel is None or (escaping and outside(rel)):
+                continue
+            directory, _, name = rel.rpartition("/")
+            dir_fd = opened.get(directory, -1)
+            if dir_fd == -1:
+                if len(opened) >= _DIRS_OPEN:
+                    _close_all(opened)
+                dir_fd = opened[directory] = _open_dir(root_fd, directory)
+            if dir_fd is None:
+                continue
+            try:
+                st = lstat(name, dir_fd)
+            except OSError:
+                continue
+            # Inline (a call per file is a good part of this check): ``stamp``, then ``of``.
+            try:
+                known = pack(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns).hex()
+            except struct.error:
+                continue
+            if known == recorded[n]:
+                same[n] = True
+                continue
+            ctime = st.st_ctime_ns
+            if moment - ctime >= (TICK_NS if ctime % _SECOND else COARSE_NS) and S_ISREG(st.st_mode):
+                fresh[n] = known
+    finally:
+        _close_all(opened)
+        os.close(root_fd)
+    return same, fresh
+
+
+_DIRS_OPEN = 64
+
+
+def _open_dir(root_fd: int, directory: str) -> int | None:
+    try:
+        return nofollow.open_dir(root_fd, directory)
+    except OSError:
+        return None
+
+
+def _close_all(opened: dict[str, int | None]) -> None:
+    for fd in opened.values():
+        if fd is not None:
+            os.close(fd)
+    opened.clear()
