@@ -19,7 +19,7 @@ from ..ledger.schema import jobs as jobs_table
 from ..ledger.schema import paused as paused_table
 from ..ledger.status import JobStatus
 from .backlog import Stats, stats_of
-from .readonly import Source, done, lock_timeout_of, now_of, reading, seconds_between
+from .readonly import Source, done, lock_timeout_of, now_of, one_in, reading, seconds_between
 from .states import condition
 from .verdict import Activity, Health, Thresholds, activity_of, assess
 
@@ -103,16 +103,8 @@ def run_times_statement(
     if job_type is not None:
         query = query.where(jobs_table.c.type == job_type)
     if every > 1:
-        query = query.where(_microsecond(dialect, jobs_table.c.completed_at) % every == 0)
+        query = query.where(one_in(dialect, every))
     return query
-
-
-def _microsecond(dialect: str, column: Any) -> Any:
-    # SQLite keeps times as fixed-width text ('YYYY-MM-DD HH:MM:SS.ffffff'): the microseconds are
-    # characters 21-26. PostgreSQL's "microseconds" field counts the seconds too (0-59,999,999).
-    if dialect == "sqlite":
-        return sa.cast(sa.func.substr(column, 21, 6), sa.Integer)
-    return sa.cast(sa.extract("microseconds", column), sa.Integer)
 
 
 def stats(source: Source, *, lock_timeout: float | None = None, now: datetime | None = None) -> Stats:
