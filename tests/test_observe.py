@@ -21,7 +21,19 @@ from tether.config import DEFAULT_LOCK_TIMEOUT
 from tether.errors import ConfigError, JobNotFound
 from tether.jobtypes import CreateFile, JobType, Payload, default_registry
 from tether.ledger import schema
-from tether.observe import billing, duplicates, durations, finished, health, jobs, metrics, readonly, retention, stuck, verdict
+from tether.observe import (
+    billing,
+    duplicates,
+    durations,
+    finished,
+    health,
+    jobs,
+    metrics,
+    readonly,
+    retention,
+    stuck,
+    verdict,
+)
 
 LOCK_TIMEOUT = 300.0
 
