@@ -220,8 +220,8 @@ def main() -> None:
     SRC = args.src
     sizes = [jobs_in(spec.split(":")[0]) for spec in args.ledgers]
     print(
-    ap.add_argument("--src", help="a source tree (a src/ directory) to time instead of this one, e.g. of main")
-        f"{args.repeat} (reconcile {args.reconcile_repeat}); "
+        f"flat ({args.src or 'this tree'}): {' and '.join(f'{n:,}' for n in sizes)} jobs; "
+        f"{args.rounds} alternating rounds, medians of {args.repeat} (reconcile {args.reconcile_repeat}); "
         f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}",
         flush=True,
     )
