@@ -58,7 +58,7 @@ def stats_statements(
     # The target with the most outstanding jobs (ties: the first by key), from the index of
     # active jobs with a target, never a row: the backlog, however many finished jobs there are.
     n = sa.func.count().label("n")
-    key = sa.literal_column("ordering_key")
+    key: sa.ColumnClause[Any] = sa.literal_column("ordering_key")
     # SQLite, named: it prefers ix_tether_jobs_targeted (every job with a target, covering), and
     # walked all of a ledger's history there (an empty partial index has no statistics).
     active_targeted: Any = jobs_table
