@@ -94,7 +94,17 @@ def child(side: str, db: str, repeat: int, rate: float) -> dict[str, float]:
             catch_up, repeat
         )
         out["tether metrics, printed once (window 1h)"] = median_ms(lambda: metrics.exposition(engine), slow)
-    out["durations --since 24h (in process)"] = median_ms(lambda: durations.durations(engine), slow)
+        if hasattr(metrics, "SAMPLE"):
+            out["tether metrics --exact, printed once"] = median_ms(
+                lambda: metrics.exposition(engine, sample=None), slow
+            )
+    if hasattr(durations, "SAMPLE"):  # a tree whose command samples a busy window: what it runs
+        out["durations --since 24h (in process)"] = median_ms(
+            lambda: durations.duration_sample(engine, with_spend=True), slow
+        )
+        out["durations --since 24h --exact (in process)"] = median_ms(lambda: durations.durations(engine), slow)
+    else:
+        out["durations --since 24h (in process)"] = median_ms(lambda: durations.durations(engine), slow)
     out["recent --since 1h (in process)"] = median_ms(lambda: finished.recent(engine), slow)
     engine.dispose()
     return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from tether import JobContext, JobType, Payload, PermanentError
@@ -97,7 +97,37 @@ def registry_with(*extra: JobType):
     return registry
 
 
-__all__ = ["Block", "BlockType", "Note", "NoteType", "Spawn", "SpawnType", "completed", "registry_with"]
+__all__ = ["Block", "BlockType", "Note", "NoteType", "Spawn", "SpawnType", "busy_window", "completed", "registry_with"]
+
+
+def busy_window(c: Any, n: int, *, took: Any = lambda i: 1.0, status: str = "completed", result: Any = None) -> None:
+    """``n`` jobs of type ``work`` that finished half an hour ago, job i at microsecond i of its
+    second (the sample of durations and metrics takes those at a multiple of k), each ``took(i)``
+    seconds from claim to completion; ``result(i)``, when given, is its stored result."""
+    import sqlalchemy as sa
+
+    from tether.ledger import schema
+
+    second = c.clock.now().replace(microsecond=0)
+    rows = []
+    for i in range(n):
+        done = second - timedelta(minutes=30, microseconds=-i)
+        rows.append(
+            {
+                "id": f"{status[0]}{i:025d}",
+                "type": "work",
+                "payload": "{}",
+                "status": status,
+                "attempts": 1,
+                "created_at": done - timedelta(seconds=10),
+                "run_at": done - timedelta(seconds=10),
+                "claimed_at": done - timedelta(seconds=took(i)),
+                "completed_at": done,
+                "result": None if result is None else result(i),
+            }
+        )
+    with c.engine.begin() as conn:
+        conn.execute(sa.insert(schema.jobs), rows)
 
 
 def completed(job: JobRecord, result: Any = None, *, finished_at: datetime | None = None) -> Decision:

@@ -18,6 +18,7 @@ import pytest
 import typer
 from typer.core import TyperGroup, TyperOption
 
+from jobkit import busy_window
 from test_observe import Ledger, Work, WorkType, build_ledger
 from tether import Coordinator, FakeClock, SystemClock
 from tether.cli import app, main
@@ -264,6 +265,19 @@ def test_durations_per_type_as_table_and_json(ledger: Ledger, tether) -> None:
     assert types["work"]["count"] == 8 and types["work"]["p95"] == 5.0
     assert set(types["work"]) == {"type", "count", "p50", "p95", "p99", "max", "mean", "spend"}
     assert types["work"]["spend"] is None  # no cost recorded by this type
+
+
+def test_durations_samples_a_busy_window_and_says_so_and_exact_measures_every_job(make_coordinator, tether) -> None:
+    # 100 jobs, one in 10 of them (microsecond a multiple of 10: the sample's) took 7 s, the rest 1 s.
+    busy_window(make_coordinator(), 100, took=lambda i: 7.0 if i % 10 == 0 else 1.0)
+    r = tether("durations", "--sample", "10")
+    assert r.code == 0 and "measured" in r.out and "7.00s" in r.out
+    assert "sampled: 10 of the window's 100 completed jobs measured (1 in 10, by completion time)" in r.out
+    data = tether("durations", "--sample", "10", "--json").json()
+    assert data["sample"] == {"total": 100, "every": 10, "measured": 10} and data["types"][0]["p50"] == 7.0
+    exact = tether("durations", "--exact", "--sample", "10", "--json").json()
+    assert exact["sample"] == {"total": 100, "every": 1, "measured": 100} and exact["types"][0]["p50"] == 1.0
+    assert "sampled" not in tether("durations", "--exact", "--sample", "10").out
 
 
 def test_duplicates_shows_keys_with_their_statuses(ledger: Ledger, tether) -> None:

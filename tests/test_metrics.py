@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from jobkit import busy_window
 from tether import Coordinator, CreateFile, FakeClock, JobContext, JobType, Payload
 from tether.errors import ConfigError
 from tether.jobtypes import default_registry
@@ -217,6 +218,24 @@ def test_the_one_off_exposition_shows_the_spend_of_its_window(c: Coordinator, cl
     c.run_until_idle()
     s = samples(metrics.exposition(c, window=timedelta(hours=1)).decode())
     assert spent(s, "paid", "sonnet") == (1, 0.25, 4, 8)  # the earlier job is outside the window
+
+
+def test_the_one_off_exposition_reads_a_sample_of_a_busy_window_and_says_so(c: Coordinator) -> None:
+    """100 completed jobs and 3 failed in the window, a sample of 10 per outcome: one completed
+    job in 10 is read and counts 10 times; the 3 failed are all read; the reading says so."""
+    busy_window(c, 100, took=lambda i: 2.0)
+    busy_window(c, 3, status="failed")
+    s = samples(metrics.exposition(c, window=timedelta(hours=1), sample=10).decode())
+    work = (("type", "work"),)
+    assert s[("tether_jobs_finished_total", (("status", "completed"), *work))] == 100
+    assert s[("tether_jobs_finished_total", (("status", "failed"), *work))] == 3
+    assert s[("tether_jobs_finished_sample_every", (("status", "completed"),))] == 10
+    assert s[("tether_jobs_finished_sample_every", (("status", "failed"),))] == 1
+    assert s[("tether_job_duration_seconds_count", work)] == 100
+    assert s[("tether_job_duration_seconds_sum", work)] == pytest.approx(200.0, abs=0.01)
+    exact = samples(metrics.exposition(c, window=timedelta(hours=1), sample=None).decode())
+    assert exact[("tether_jobs_finished_total", (("status", "completed"), *work))] == 100
+    assert not [name for name, _ in exact if name == "tether_jobs_finished_sample_every"]
 
 
 def test_durations_sum_spend_per_type_and_skip_a_cost_that_is_not_a_number(c: Coordinator, clock: FakeClock) -> None:

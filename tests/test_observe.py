@@ -15,13 +15,25 @@ from typing import Any, ClassVar
 import pytest
 import sqlalchemy as sa
 
-from jobkit import completed
+from jobkit import busy_window, completed
 from tether import Coordinator, FakeClock, JobContext, JobStatus, PermanentError
 from tether.config import DEFAULT_LOCK_TIMEOUT
 from tether.errors import ConfigError, JobNotFound
 from tether.jobtypes import CreateFile, JobType, Payload, default_registry
 from tether.ledger import schema
-from tether.observe import duplicates, durations, finished, health, jobs, metrics, readonly, retention, stuck, verdict
+from tether.observe import (
+    billing,
+    duplicates,
+    durations,
+    finished,
+    health,
+    jobs,
+    metrics,
+    readonly,
+    retention,
+    stuck,
+    verdict,
+)
 
 LOCK_TIMEOUT = 300.0
 
@@ -202,6 +214,18 @@ def test_duration_sample_measures_one_in_k_of_a_busy_window_and_says_so(coordina
     assert (work.count, work.p50, work.p99, work.spend) == (10, 7.0, 7.0, None)
     with pytest.raises(ConfigError, match="at least one job"):
         durations.duration_sample(coordinator, limit=0)
+
+
+def test_a_sampled_window_estimates_what_its_jobs_paid_from_the_sample(coordinator: Coordinator) -> None:
+    """Each sampled job stands for k: what the 10 measured jobs of 100 paid, times 10, is the
+    window's; without a sample every job is summed."""
+    busy_window(coordinator, 100, result=lambda i: '{"cost_usd": 0.5, "input_tokens": 3, "output_tokens": 1}')
+    sampled = durations.duration_sample(coordinator, since=timedelta(hours=1), limit=10, with_spend=True)
+    [work] = sampled.types
+    assert (sampled.every, work.count) == (10, 10)
+    assert work.spend == billing.Spend(100, 50.0, 300, 100)
+    [whole] = durations.durations(coordinator, since=timedelta(hours=1))
+    assert (whole.count, whole.spend) == (100, billing.Spend(100, 50.0, 300, 100))
 
 
 def test_percentile_is_nearest_rank() -> None:

@@ -195,3 +195,24 @@ def test_stats_walks_the_pending_jobs_once(ledger):
             if any("ix_tether_jobs_queue" in row[3] for row in raw.execute("EXPLAIN QUERY PLAN " + s, p))
         ]
     assert len(walks) == 1, walks
+
+
+def test_the_deepest_target_is_counted_from_the_active_jobs_alone_however_long_the_history(tmp_path):
+    """2,000 completed jobs on targets and none active, analyzed: SQLite would count the deepest
+    target by walking every targeted job (its index has statistics, the empty one of active
+    jobs has none); ``tether status`` names the index of active jobs."""
+    c = Coordinator.open(f"sqlite:///{tmp_path / 'deep.db'}", root=tmp_path / "data", registry=default_registry())
+    at = NOW.strftime("%Y-%m-%d %H:%M:%S.%f")
+    with c.engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts, created_at,"
+            " run_at, claimed_at, completed_at, ordering_key) VALUES (?, 'create_file', '{}', 'completed', 0, 1, 3,"
+            " ?, ?, ?, ?, ?)",
+            [(f"{i:026d}", at, at, at, at, f"file:{i % 20}") for i in range(2000)],
+        )
+        conn.exec_driver_sql("ANALYZE")
+        statement = health.stats_statements(NOW, NOW, c.engine.dialect.name)["deepest"]
+        compiled = str(statement.compile(dialect=c.engine.dialect, compile_kwargs={"literal_binds": True}))
+        steps = [row[3] for row in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + compiled)]
+    c.close()
+    assert any("ix_tether_jobs_target_active" in s for s in steps), steps

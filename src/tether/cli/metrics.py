@@ -36,6 +36,9 @@ def metrics(
         "127.0.0.1", "--host", help="Address to listen on (--serve); loopback unless --allow-remote."
     ),
     port: int = typer.Option(9464, "--port", help="Port to listen on (--serve)."),
+    exact: bool = typer.Option(
+        False, "--exact", help="Printed once: read every job of the --window, not a sample (not with --serve)."
+    ),
     allow_remote: bool = typer.Option(
         False, "--allow-remote", help="Allow --host to be an address other machines can reach."
     ),
@@ -45,8 +48,10 @@ def metrics(
     Jobs waiting, running and failed by type; outstanding, stuck, oldest pending age, health;
     jobs finished by outcome and type with histograms of run time, queue wait and attempts; the
     last reconcile verdict. Printed once (for node_exporter's textfile collector: the finished
-    jobs are those of the last --window), or served with --serve (counters from the server's
-    start, plus the process's own metrics). Scrape config and alert rules: docs/prometheus.md.
+    jobs are those of the last --window; a busy window is read on a sample of each outcome,
+    which tether_jobs_finished_sample_every states, unless --exact), or served with --serve
+    (counters from the server's start, exact, plus the process's own metrics). Scrape config and
+    alert rules: docs/prometheus.md.
 
     Example: tether --db sqlite:///ledger/tether.db metrics --serve --port 9464
     """
@@ -57,7 +62,8 @@ def metrics(
     if not serve:
         span = parse_duration(window, "--window")
         with ledger(ctx.obj) as engine:
-            text = m.exposition(engine, lock_timeout=lock_timeout, window=span, thresholds=thresholds)
+            sample = None if exact else m.SAMPLE
+            text = m.exposition(engine, lock_timeout=lock_timeout, window=span, thresholds=thresholds, sample=sample)
         sys.stdout.write(text.decode())
         sys.stdout.flush()
         return

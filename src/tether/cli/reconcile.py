@@ -181,11 +181,11 @@ class _progress:
             return None
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        from ..reconcile.check import count_targeted_jobs
+        from ..reconcile.check import count_targeted
 
-        total = count_targeted_jobs(self.coordinator)
+        total = count_targeted(self.coordinator)
         self.bar = Progress(
-            TextColumn("reconciling jobs"),
+            TextColumn("reconciling targets"),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),

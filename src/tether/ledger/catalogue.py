@@ -133,7 +133,7 @@ class Reads:
     RECONCILE_RECHECK: str
     ACTIVE_ON_TARGET: str
     KNOWN_TARGETS: str
-    COUNT_TARGETED: str
+    COUNT_TARGETS: str
     TYPE_TARGETED: str
 
 

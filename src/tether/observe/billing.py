@@ -19,7 +19,7 @@ from sqlalchemy.dialects.postgresql import JSON
 
 from ..ledger.schema import jobs as jobs_table
 from ..ledger.status import JobStatus
-from .readonly import Source, reading
+from .readonly import Source, one_in, reading
 
 SPENT_KEYS = ("cost_usd", "input_tokens", "output_tokens")
 """The numbers a billed result records, in the order every reading returns them."""
@@ -121,19 +121,22 @@ class Spend:
     output_tokens: int
 
 
-def spend(source: Source, *, since: datetime, job_type: str | None = None) -> dict[str, Spend]:
+def spend(source: Source, *, since: datetime, job_type: str | None = None, every: int = 1) -> dict[str, Spend]:
     """Per type, the cost and tokens of jobs completed since ``since`` (see Spend; ``bills``
-    says which results count and how they are read)."""
+    says which results count and how they are read). ``every`` above 1: estimated from the one
+    job in ``every`` that ``readonly.one_in`` chooses, its sums times ``every``."""
     window = [jobs_table.c.status == JobStatus.COMPLETED.value, jobs_table.c.completed_at >= since]
     if job_type is not None:
         window.append(jobs_table.c.type == job_type)
     with reading(source) as conn:
+        if every > 1:
+            window.append(one_in(conn.dialect.name, every))
         by_model = bills(conn, *window)
     totals: dict[str, Bill] = {}
     for (name, _), bill in by_model.items():
         total = totals.setdefault(name, Bill())
-        total.jobs += bill.jobs
-        total.cost_usd += bill.cost_usd
-        total.input_tokens += bill.input_tokens
-        total.output_tokens += bill.output_tokens
+        total.jobs += bill.jobs * every
+        total.cost_usd += bill.cost_usd * every
+        total.input_tokens += bill.input_tokens * every
+        total.output_tokens += bill.output_tokens * every
     return {name: Spend(b.jobs, round(b.cost_usd, 6), b.input_tokens, b.output_tokens) for name, b in totals.items()}

@@ -19,12 +19,14 @@ from ..ledger.schema import jobs as jobs_table
 from ..ledger.schema import paused as paused_table
 from ..ledger.status import JobStatus
 from .backlog import Stats, stats_of
-from .readonly import Source, done, lock_timeout_of, now_of, reading, seconds_between
+from .readonly import Source, done, engine_of, lock_timeout_of, now_of, one_in, reading, seconds_between
 from .states import condition
 from .verdict import Activity, Health, Thresholds, activity_of, assess
 
 
-def stats_statements(now: datetime, cutoff: datetime) -> dict[str, sa.Select[Any] | sa.CompoundSelect[Any]]:
+def stats_statements(
+    now: datetime, cutoff: datetime, dialect: str = "sqlite"
+) -> dict[str, sa.Select[Any] | sa.CompoundSelect[Any]]:
     """The statements ``stats`` runs, by name (``backlog``, ``failed``, ``stuck``, ``quarantined``,
     ``deepest``, ``paused``): ``now``, and ``cutoff``, the lock time before which a claimed job is stuck.
     ``lite`` runs the same, compiled for SQLite ahead of time (``compile_lite``)."""
@@ -56,6 +58,12 @@ def stats_statements(now: datetime, cutoff: datetime) -> dict[str, sa.Select[Any
     # The target with the most outstanding jobs (ties: the first by key), from the index of
     # active jobs with a target, never a row: the backlog, however many finished jobs there are.
     n = sa.func.count().label("n")
+    key: sa.ColumnClause[Any] = sa.literal_column("ordering_key")
+    # SQLite, named: it prefers ix_tether_jobs_targeted (every job with a target, covering), and
+    # walked all of a ledger's history there (an empty partial index has no statistics).
+    active_targeted: Any = jobs_table
+    if dialect == "sqlite":
+        active_targeted = sa.text(f"{jobs_table.name} INDEXED BY ix_tether_jobs_target_active")
     claimed = jobs_table.c.status == JobStatus.CLAIMED.value
     return {
         "backlog": sa.union_all(*per_status),
@@ -63,10 +71,11 @@ def stats_statements(now: datetime, cutoff: datetime) -> dict[str, sa.Select[Any
         "stuck": sa.select(sa.func.count()).where(claimed, jobs_table.c.locked_at < cutoff),
         # Through the partial index of exactly these rows (empty while no worker dies).
         "quarantined": sa.select(sa.func.count()).select_from(jobs_table).where(sa.text(QUARANTINED_SQL)),
-        "deepest": sa.select(jobs_table.c.ordering_key, n)
+        "deepest": sa.select(key, n)
+        .select_from(active_targeted)
         .where(sa.text(ACTIVE_TARGETED_SQL))
-        .group_by(jobs_table.c.ordering_key)
-        .order_by(n.desc(), jobs_table.c.ordering_key)
+        .group_by(key)
+        .order_by(n.desc(), key)
         .limit(1),
         # Read last: a ledger from before pausing has no such table (paused_of).
         "paused": sa.select(paused_table.c.job_type, paused_table.c.paused_at, paused_table.c.reason).order_by(
@@ -109,23 +118,15 @@ def run_times_statement(
     if job_type is not None:
         query = query.where(jobs_table.c.type == job_type)
     if every > 1:
-        query = query.where(_microsecond(dialect, jobs_table.c.completed_at) % every == 0)
+        query = query.where(one_in(dialect, every))
     return query
-
-
-def _microsecond(dialect: str, column: Any) -> Any:
-    # SQLite keeps times as fixed-width text ('YYYY-MM-DD HH:MM:SS.ffffff'): the microseconds are
-    # characters 21-26. PostgreSQL's "microseconds" field counts the seconds too (0-59,999,999).
-    if dialect == "sqlite":
-        return sa.cast(sa.func.substr(column, 21, 6), sa.Integer)
-    return sa.cast(sa.extract("microseconds", column), sa.Integer)
 
 
 def stats(source: Source, *, lock_timeout: float | None = None, now: datetime | None = None) -> Stats:
     """Outstanding (pending, claimed) jobs by type, failed and stuck counts, oldest pending job."""
     now = now_of(source, now)
     lock_timeout = lock_timeout_of(source, lock_timeout)
-    query = stats_statements(now, now - timedelta(seconds=lock_timeout))
+    query = stats_statements(now, now - timedelta(seconds=lock_timeout), engine_of(source).dialect.name)
     with reading(source) as conn:
         per_status = conn.execute(query["backlog"]).all()
         failed, stuck, quarantined = (conn.execute(query[k]).scalar_one() for k in ("failed", "stuck", "quarantined"))

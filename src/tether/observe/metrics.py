@@ -53,6 +53,8 @@ SETTLE = timedelta(seconds=60)
 """How far behind now a served scrape reads finished jobs. A worker stamps ``completed_at`` when
 the handler returns and commits outcomes in groups, a moment later; a job committed more than
 this after its stamp (it waited behind a batch-mate that ran longer) is not counted."""
+SAMPLE = 20_000
+"""Finished jobs of each outcome a one-off reading reads at most (``exposition``)."""
 _BACKLOG_AND_FAILED = (JobStatus.PENDING, JobStatus.CLAIMED, JobStatus.FAILED)
 
 
@@ -63,7 +65,9 @@ class LedgerCollector:
     type and model); the last reconcile verdict.
 
     ``since`` defaults to now (a served collector counts what finishes while it runs); ``settle``
-    is how far behind now it reads finished jobs (``SETTLE``; zero for a one-off reading)."""
+    is how far behind now it reads finished jobs (``SETTLE``; zero for a one-off reading);
+    ``sample``: read about that many finished jobs of each outcome at most, each standing for
+    the jobs left unread (``FinishedTally.advance``), and say so (``tether_jobs_finished_sample_every``)."""
 
     def __init__(
         self,
@@ -73,8 +77,10 @@ class LedgerCollector:
         since: datetime | None = None,
         settle: timedelta = SETTLE,
         thresholds: Thresholds | None = None,
+        sample: int | None = None,
     ) -> None:
         self.source = source
+        self.sample = sample
         self.lock_timeout = lock_timeout
         self.settle = settle
         self.thresholds = thresholds or Thresholds()
@@ -113,7 +119,7 @@ class LedgerCollector:
         with reading(self.source) as conn:
             failed = _failed_by_type(conn)
             with self.finished.lock:
-                self.finished.advance(conn, now - self.settle)
+                self.finished.advance(conn, now - self.settle, sample=self.sample)
                 out = self._finished_families()
                 seen = self.finished.types()
             verdict = reconcile_runs.last(conn)
@@ -180,7 +186,18 @@ class LedgerCollector:
             for job_type, hs in sorted(f.by_type.items()):
                 family.add_metric([job_type], hs[n].buckets(), round(hs[n].sum, 3))
             histograms.append(family)
-        return [done, *histograms, *_spend_families(f.spend, created)]
+        sampled = []
+        if f.every:
+            every = GaugeMetricFamily(
+                "tether_jobs_finished_sample_every",
+                "1 in how many finished jobs of each outcome this reading read: the finished counts, "
+                "histograms, cost and tokens are those jobs' times this (1: every job was read).",
+                labels=["status"],
+            )
+            for status, k in sorted(f.every.items()):
+                every.add_metric([status], k)
+            sampled.append(every)
+        return [done, *histograms, *_spend_families(f.spend, created), *sampled]
 
 
 def _spend_families(spend: dict[tuple[str, str], SpendSum], created: float) -> list[Metric]:
@@ -257,11 +274,16 @@ def registry(source: Source, *, process: bool = True, **kwargs: Any) -> Collecto
     return reg
 
 
-def exposition(source: Source, *, window: timedelta = timedelta(hours=1), **kwargs: Any) -> bytes:
+def exposition(
+    source: Source, *, window: timedelta = timedelta(hours=1), sample: int | None = SAMPLE, **kwargs: Any
+) -> bytes:
     """One reading in Prometheus text format (0.0.4), the finished-job families counting the last
-    ``window``: what ``tether metrics`` prints for a textfile collector."""
+    ``window``: what ``tether metrics`` prints for a textfile collector. A busy window is read on
+    a sample of about ``sample`` jobs per outcome (None: every job), so a reading costs what a
+    served scrape does however many jobs the window holds."""
     since = now_of(source, None) - window
-    return generate_latest(registry(source, process=False, since=since, settle=timedelta(0), **kwargs))
+    reg = registry(source, process=False, since=since, settle=timedelta(0), sample=sample, **kwargs)
+    return generate_latest(reg)
 
 
 def is_loopback(host: str) -> bool:
@@ -295,4 +317,4 @@ def serve(
         raise ConfigError(f"cannot listen on {host}:{port}: {e.strerror}") from e
 
 
-__all__ = ["DEFAULT_PORT", "SETTLE", "LedgerCollector", "exposition", "registry", "serve"]
+__all__ = ["DEFAULT_PORT", "SAMPLE", "SETTLE", "LedgerCollector", "exposition", "registry", "serve"]

@@ -139,6 +139,20 @@ def seconds_between(dialect: str, start: Any, end: Any) -> Any:
     return sa.cast(sa.extract("epoch", end - start), sa.Float)
 
 
+def one_in(dialect: str, every: int) -> Any:
+    """Matches one finished job in ``every``: those whose completion time's microsecond is a
+    multiple of it, unrelated to a job's type or run time, and read from ``ix_tether_jobs_done``'s
+    entry itself (the sample of ``durations`` and of a one-off metrics reading)."""
+    # SQLite keeps times as fixed-width text ('YYYY-MM-DD HH:MM:SS.ffffff'): the microseconds are
+    # characters 21-26. PostgreSQL's "microseconds" field counts the seconds too (0-59,999,999).
+    column = jobs_table.c.completed_at
+    if dialect == "sqlite":
+        micro = sa.cast(sa.func.substr(column, 21, 6), sa.Integer)
+    else:
+        micro = sa.cast(sa.extract("microseconds", column), sa.Integer)
+    return micro % every == 0
+
+
 def done() -> sa.TextClause:
     """Matches finished jobs only, in the very condition ``ix_tether_jobs_done`` is partial to
     (SQLite uses a partial index only when the query implies its condition term by term)."""

@@ -20,7 +20,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, array
 from ..ledger.schema import jobs as jobs_table
 from ..ledger.status import JobStatus
 from . import billing
-from .readonly import done, seconds_between
+from .readonly import done, one_in, seconds_between
 
 SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 ATTEMPT_BUCKETS = (1, 2, 3, 5, 10)
@@ -84,27 +84,46 @@ class FinishedTally:
         self.counts: dict[tuple[str, str], int] = {}
         self.by_type: dict[str, tuple[Histogram, Histogram, Histogram]] = {}  # duration, wait, attempts
         self.spend: dict[tuple[str, str], SpendSum] = {}  # (type, model)
+        self.every: dict[str, int] = {}  # per outcome, 1 in how many jobs a sampled reading read
         self.lock = threading.Lock()  # two scrapes at once must not read one range twice
 
-    def advance(self, conn: sa.Connection, until: datetime) -> None:
-        """Read the jobs that finished in ``(upto, until]`` through ``ix_tether_jobs_done``."""
+    def advance(self, conn: sa.Connection, until: datetime, *, sample: int | None = None) -> None:
+        """Read the jobs that finished in ``(upto, until]`` through ``ix_tether_jobs_done``: every
+        one, or with ``sample``, about that many of each outcome at most: of an outcome with n
+        jobs in the range, the one in k = ceil(n / sample) that ``readonly.one_in`` chooses,
+        each counted k times (``every`` says k per outcome)."""
         if until <= self.upto:
             return
-        window = (
-            jobs_table.c.status.in_(_FINISHED),
+        statuses: dict[str, int] = dict.fromkeys(_FINISHED, 1)
+        if sample is not None:
+            counted = sa.select(jobs_table.c.status, sa.func.count()).where(*self._range(_FINISHED, until))
+            statuses = {
+                status: max(1, -(-n // sample)) for status, n in conn.execute(counted.group_by(jobs_table.c.status))
+            }
+        # Read into a fresh tally and merge it only once the whole range was read: a read that
+        # fails midway leaves the counters as they were, and the next scrape reads the range again.
+        tally = FinishedTally(self.upto)
+        for every in sorted(set(statuses.values())):
+            chosen = tuple(status for status, k in statuses.items() if k == every)
+            window = self._range(chosen, until)
+            if every > 1:
+                window = (*window, one_in(conn.dialect.name, every))
+            if conn.dialect.name == "postgresql":
+                tally._add_groups(conn, window, every)
+            else:
+                tally._add_rows(conn, window, every)
+        if sample is not None:
+            tally.every = statuses
+        self._merge(tally)
+        self.upto = until
+
+    def _range(self, statuses: tuple[str, ...], until: datetime) -> tuple[Any, ...]:
+        return (
+            jobs_table.c.status.in_(statuses),
             done(),
             jobs_table.c.completed_at > self.upto,
             jobs_table.c.completed_at <= until,
         )
-        # Read into a fresh tally and merge it only once the whole range was read: a read that
-        # fails midway leaves the counters as they were, and the next scrape reads the range again.
-        tally = FinishedTally(self.upto)
-        if conn.dialect.name == "postgresql":
-            tally._add_groups(conn, window)
-        else:
-            tally._add_rows(conn, window)
-        self._merge(tally)
-        self.upto = until
 
     def _merge(self, tally: FinishedTally) -> None:
         for key, n in tally.counts.items():
@@ -116,6 +135,7 @@ class FinishedTally:
             for mine, theirs in zip(self.by_type[job_type], histograms, strict=True):
                 mine.counts = [a + b for a, b in zip(mine.counts, theirs.counts, strict=True)]
                 mine.sum += theirs.sum
+        self.every.update(tally.every)
         for key, spent in tally.spend.items():
             if key not in self.spend:
                 self.spend[key] = spent
@@ -136,10 +156,10 @@ class FinishedTally:
             self.by_type[job_type] = hs
         return hs
 
-    def _add_rows(self, conn: sa.Connection, window: tuple[Any, ...]) -> None:
+    def _add_rows(self, conn: sa.Connection, window: tuple[Any, ...], w: int) -> None:
         # SQLite: one row per job, bucketed here (SQLite would compute each CASE of a bucket
-        # expression anew, slower than this loop). A one-off reading of a busy hour goes through
-        # every row of it: kept to plain operations, no call per row.
+        # expression anew, slower than this loop); each row counts ``w`` jobs (a sample's one in
+        # w). Kept to plain operations, no call per row.
         dialect = conn.dialect.name
         query = sa.select(
             jobs_table.c.status,
@@ -157,48 +177,54 @@ class FinishedTally:
         for part in conn.execute(query.execution_options(yield_per=10_000)).partitions():
             for status, job_type, attempts, took, waited, spent in part:
                 key = (status, job_type)
-                counts[key] = counts.get(key, 0) + 1
+                counts[key] = counts.get(key, 0) + w
                 if status != completed:
                     continue
                 if spent is not None:
                     cost, tokens_in, tokens_out, model = billing.spent_of(orjson.loads(spent))
-                    self._spent(job_type, model).add(1, cost, tokens_in, tokens_out)
+                    self._spent(job_type, model).add(w, *_times(w, cost, tokens_in, tokens_out))
                 if took is None:
                     continue
                 hs = by_type.get(job_type) or self._histograms(job_type)
                 duration, wait, tries = hs
                 if took < 0:
                     took = 0.0
-                duration.counts[bisect_left(seconds, took)] += 1
-                duration.sum += took
+                duration.counts[bisect_left(seconds, took)] += w
+                duration.sum += took * w
                 if waited is None or waited < 0:
                     waited = 0.0
-                wait.counts[bisect_left(seconds, waited)] += 1
-                wait.sum += waited
-                tries.counts[bisect_left(tries_at, attempts)] += 1
-                tries.sum += attempts
+                wait.counts[bisect_left(seconds, waited)] += w
+                wait.sum += waited * w
+                tries.counts[bisect_left(tries_at, attempts)] += w
+                tries.sum += attempts * w
 
-    def _add_groups(self, conn: sa.Connection, window: tuple[Any, ...]) -> None:
-        # PostgreSQL buckets in the server (``_grouped``), so few rows travel.
+    def _add_groups(self, conn: sa.Connection, window: tuple[Any, ...], w: int) -> None:
+        # PostgreSQL buckets in the server (``_grouped``), so few rows travel; each job read
+        # counts ``w`` jobs (a sample's one in w).
         query = _grouped(window)
         completed = JobStatus.COMPLETED.value
         for row in conn.execute(query):
             status, job_type, k, n, took_sum, waited_sum, attempts_sum, model, billed, cost, tokens_in, tokens_out = row
+            n *= w
             self.counts[(status, job_type)] = self.counts.get((status, job_type), 0) + n
             if status != completed:
                 continue
             if billed:
-                self._spent(job_type, model).add(billed, cost, tokens_in, tokens_out)
+                self._spent(job_type, model).add(billed * w, *_times(w, cost, tokens_in, tokens_out))
             duration, wait, tries_h = self._histograms(job_type)
             duration.counts[k // 10_000] += n
-            duration.sum += took_sum
+            duration.sum += took_sum * w
             wait.counts[k // 100 % 100] += n
-            wait.sum += waited_sum
+            wait.sum += waited_sum * w
             tries_h.counts[k % 100] += n
-            tries_h.sum += attempts_sum
+            tries_h.sum += attempts_sum * w
 
     def types(self) -> set[str]:
         return {name for _, name in self.counts}
+
+
+def _times(w: int, *values: float | None) -> list[float | None]:
+    return [None if v is None else v * w for v in values]
 
 
 def _pg_spent() -> Any:

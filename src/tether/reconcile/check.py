@@ -32,7 +32,7 @@ from ..jobtypes.target import display, file_key
 from . import ignore
 from . import runs as reconcile_runs
 from .drift import DRIFT, IN_SYNC, NOT_CHECKED, STATUSES, UNKNOWN, UNTRACKED, Finding, Report
-from .reads import LedgerReads, count_targeted
+from .reads import LedgerReads, count_targets
 from .targets import Targets, TargetStream
 from .walk import Listed, RootWalk
 
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from ..coordinator import Coordinator
     from ..jobtypes import Registry
 
-__all__ = ["DRIFT", "STATUSES", "Finding", "Report", "count_targeted_jobs", "reconcile"]
+__all__ = ["DRIFT", "STATUSES", "Finding", "Report", "count_targeted", "reconcile"]
 
 FILE_PREFIX = file_key("")
 BATCH = 2000
@@ -70,7 +70,7 @@ def reconcile(
     under the root that no job ever named, and AWS resources carrying this ledger's ownership tag
     that no job names: looked for when the ledger holds a ``sync_aws`` job, or on any ledger with
     ``aws`` true. ``aws`` false leaves AWS alone: its targets are ``not_checked``, nothing is
-    listed. ``progress`` is called with the number of jobs read after each batch."""
+    listed. ``progress`` is called with the number of targets read after each batch."""
     reconciler = _Reconciler(
         coordinator.engine, coordinator.root, coordinator.registry, content, untracked, batch_size, progress, full=full
     )
@@ -95,9 +95,9 @@ def _ignore(report: Report, rules: list[ignore.Rule]) -> None:
         report.counts[finding.status] -= 1
 
 
-def count_targeted_jobs(coordinator: Coordinator) -> int:
-    """How many jobs a check will stream (for a progress bar's total)."""
-    return count_targeted(coordinator.engine)
+def count_targeted(coordinator: Coordinator) -> int:
+    """How many targets a check will stream (for a progress bar's total)."""
+    return count_targets(coordinator.engine)
 
 
 class _Reconciler:

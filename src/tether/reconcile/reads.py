@@ -19,16 +19,16 @@ PAYLOADS = sa.text(READS.PAYLOADS_BY_ID).bindparams(sa.bindparam("ids", expandin
 RECHECK = sa.text(READS.RECONCILE_RECHECK).bindparams(sa.bindparam("keys", expanding=True))
 ACTIVE_ON = sa.text(READS.ACTIVE_ON_TARGET)
 KNOWN_TARGETS = sa.text(READS.KNOWN_TARGETS).bindparams(sa.bindparam("keys", expanding=True))
-COUNT_TARGETED = sa.text(READS.COUNT_TARGETED)
+COUNT_TARGETS = sa.text(READS.COUNT_TARGETS)
 TYPE_TARGETED = sa.text(READS.TYPE_TARGETED)
 
 KNOWN_CHUNK = 500  # keys per KNOWN_TARGETS read: well under every driver's bound-parameter limit
 
 
-def count_targeted(engine: sa.Engine) -> int:
-    """How many jobs have a target: the jobs a check streams."""
+def count_targets(engine: sa.Engine) -> int:
+    """How many targets a check streams: those with a pending, claimed or completed job."""
     with engine.connect().execution_options(**READ_ONLY) as conn:
-        return int(conn.execute(COUNT_TARGETED).scalar_one())
+        return int(conn.execute(COUNT_TARGETS).scalar_one())
 
 
 class LedgerReads:
@@ -51,7 +51,8 @@ class LedgerReads:
             self._wanted = {"want": sql.types(wanting)} if self.wide else {}
 
     def page(self, after_key: str, after_id: str, limit: int) -> list[tuple[Any, ...]]:
-        """Up to ``limit`` jobs that have a target, after ``(after_key, after_id)`` in that order:
+        """The deciding jobs (``targets.Targets``) of up to ``limit`` targets after ``after_key``, in
+        key order (``after_id`` is the last job read: a target's one row is all there is of it):
         rows of id, type (None unless completed), target key and, when ``wide``, the payload of a
         wanted type, and, when ``fingerprinted``, the fingerprint of a fingerprinted type. On the
         driver cursor, as the hot path: the stream is most of a check's reading."""

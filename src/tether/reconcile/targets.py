@@ -1,8 +1,9 @@
 """The targets of a check, streamed from the ledger a page at a time.
 
-Every job that has a target is read by ``(ordering_key, id)`` through ``ix_tether_jobs_targeted``
-in short read-only batches: each target's jobs arrive together, its latest last, so the stream
-holds one target at a time and memory does not grow with the number of jobs.
+Each target's deciding job is read in key order through ``ix_tether_jobs_targeted``, in short
+read-only batches of targets (RECONCILE_PAGE in the statement catalogue): one row per target,
+however many jobs its history holds, so neither time per target nor memory grows with the
+number of jobs.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ JOB_ID, JOB_TYPE, KEY, PAYLOAD, FINGERPRINT = map(itemgetter, range(len(Targets.
 
 class TargetStream:
     """The targets of every job that has a target, a list per page (iterate once). ``read`` is
-    the number of jobs read so far, ``newest`` the newest job id among them."""
+    the number of rows (targets) read so far, ``newest`` the newest job id among them."""
 
     def __init__(self, reads: LedgerReads, batch_size: int) -> None:
         self.reads = reads

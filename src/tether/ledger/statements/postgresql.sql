@@ -443,28 +443,69 @@ GROUP BY type ORDER BY type
 -- (clock.DatabaseClock): the time of this statement, not of its transaction's start.
 SELECT clock_timestamp()
 
--- Reconcile (read-only): every job with a target, in target order and, within one target, in
--- enqueue order. A job's type only when it completed (NULL: it is pending or claimed): one
--- column fewer, and the driver releases the GIL once per column of every row.
+-- Reconcile (read-only): per target, in target order, the one job that decides its check
+-- (reconcile/targets.py): the first pending or claimed job on it, else its latest completed one.
+-- The targets are found by a skip scan of ix_tether_jobs_targeted (each next key one index
+-- probe past the last one's entries; the recursion stops at :limit targets), and each target's
+-- deciding job by one probe of the index of active targeted jobs and one to the end of its
+-- entries: a page costs the same whether a target's history holds one job or thousands. A
+-- job's type only when it completed (NULL: it is pending or claimed).
 
 -- name: RECONCILE_PAGE
--- Without payloads: the stream reads ix_tether_jobs_targeted alone, never the table.
-SELECT id, CASE WHEN status = 'completed' THEN type END, ordering_key
-FROM tether_jobs
-WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (%(after_key)s, %(after_id)s)
-  AND status IN ('pending', 'claimed', 'completed')
-ORDER BY ordering_key, id
-LIMIT %(limit)s
+WITH RECURSIVE targets(key) AS (
+  (SELECT ordering_key FROM tether_jobs
+   WHERE ordering_key IS NOT NULL AND ordering_key > %(after_key)s
+     AND status IN ('pending', 'claimed', 'completed')
+   ORDER BY ordering_key LIMIT 1)
+  UNION ALL
+  SELECT (SELECT n.ordering_key FROM tether_jobs AS n
+          WHERE n.ordering_key IS NOT NULL AND n.ordering_key > targets.key
+            AND n.status IN ('pending', 'claimed', 'completed')
+          ORDER BY n.ordering_key LIMIT 1)
+  FROM targets WHERE targets.key IS NOT NULL
+),
+deciding AS (
+  SELECT key, coalesce(
+    (SELECT a.id FROM tether_jobs AS a
+     WHERE a.ordering_key = targets.key AND a.status IN ('pending', 'claimed') ORDER BY a.id LIMIT 1),
+    (SELECT c.id FROM tether_jobs AS c
+     WHERE c.ordering_key = targets.key AND c.ordering_key IS NOT NULL AND c.status = 'completed'
+     ORDER BY c.id DESC LIMIT 1)) AS id
+  FROM targets WHERE key IS NOT NULL
+  LIMIT %(limit)s
+)
+SELECT j.id, CASE WHEN j.status = 'completed' THEN j.type END, j.ordering_key
+FROM deciding JOIN tether_jobs AS j ON j.id = deciding.id
+ORDER BY deciding.key
 
 -- name: RECONCILE_PAGE_PAYLOADS
 -- :want is an array of type names (catalogue.Statements.types).
-SELECT id, CASE WHEN status = 'completed' THEN type END, ordering_key,
-       CASE WHEN type = ANY(%(want)s) THEN payload END
-FROM tether_jobs
-WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (%(after_key)s, %(after_id)s)
-  AND status IN ('pending', 'claimed', 'completed')
-ORDER BY ordering_key, id
-LIMIT %(limit)s
+WITH RECURSIVE targets(key) AS (
+  (SELECT ordering_key FROM tether_jobs
+   WHERE ordering_key IS NOT NULL AND ordering_key > %(after_key)s
+     AND status IN ('pending', 'claimed', 'completed')
+   ORDER BY ordering_key LIMIT 1)
+  UNION ALL
+  SELECT (SELECT n.ordering_key FROM tether_jobs AS n
+          WHERE n.ordering_key IS NOT NULL AND n.ordering_key > targets.key
+            AND n.status IN ('pending', 'claimed', 'completed')
+          ORDER BY n.ordering_key LIMIT 1)
+  FROM targets WHERE targets.key IS NOT NULL
+),
+deciding AS (
+  SELECT key, coalesce(
+    (SELECT a.id FROM tether_jobs AS a
+     WHERE a.ordering_key = targets.key AND a.status IN ('pending', 'claimed') ORDER BY a.id LIMIT 1),
+    (SELECT c.id FROM tether_jobs AS c
+     WHERE c.ordering_key = targets.key AND c.ordering_key IS NOT NULL AND c.status = 'completed'
+     ORDER BY c.id DESC LIMIT 1)) AS id
+  FROM targets WHERE key IS NOT NULL
+  LIMIT %(limit)s
+)
+SELECT j.id, CASE WHEN j.status = 'completed' THEN j.type END, j.ordering_key,
+       CASE WHEN j.type = ANY(%(want)s) THEN j.payload END
+FROM deciding JOIN tether_jobs AS j ON j.id = deciding.id
+ORDER BY deciding.key
 
 -- name: RECONCILE_PAGE_FINGERPRINTS
 -- As in sqlite.sql; :want and :fingerprinted are arrays of type names.

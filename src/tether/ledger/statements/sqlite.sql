@@ -480,30 +480,72 @@ GROUP BY type ORDER BY type
 -- (opening.ledger_clock); this is that clock, in the text form the ledger keeps.
 SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')
 
--- Reconcile (read-only): every job with a target, in target order and, within one target, in
--- enqueue order. A job's type only when it completed (NULL: it is pending or claimed): one
--- column fewer, and the driver releases the GIL once per column of every row.
+-- Reconcile (read-only): per target, in target order, the one job that decides its check
+-- (reconcile/targets.py): the first pending or claimed job on it, else its latest completed one.
+-- The targets are found by a skip scan of ix_tether_jobs_targeted (each next key one seek past
+-- the last one's entries), and each target's deciding job by one seek into the index of active
+-- targeted jobs and one to the end of its entries: a page costs the same whether a target's
+-- history holds one job or thousands. A job's type only when it completed (NULL: it is pending
+-- or claimed). The page's rows are sorted by key, at most :limit of them, never the table.
 
 -- name: RECONCILE_PAGE
--- Without payloads: the stream reads ix_tether_jobs_targeted alone, never the table.
-SELECT id, CASE WHEN status = 'completed' THEN type END, ordering_key
-FROM tether_jobs
-WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (:after_key, :after_id)
-  AND status IN ('pending', 'claimed', 'completed')
-ORDER BY ordering_key, id
-LIMIT :limit
+-- Without payloads: reads ix_tether_jobs_targeted and ix_tether_jobs_target_active alone.
+WITH RECURSIVE targets(key) AS (
+  SELECT (SELECT ordering_key FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
+          WHERE ordering_key IS NOT NULL AND ordering_key > :after_key
+            AND status IN ('pending', 'claimed', 'completed')
+          ORDER BY ordering_key LIMIT 1)
+  UNION ALL
+  SELECT (SELECT ordering_key FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
+          WHERE ordering_key IS NOT NULL AND ordering_key > targets.key
+            AND status IN ('pending', 'claimed', 'completed')
+          ORDER BY ordering_key LIMIT 1)
+  FROM targets WHERE targets.key IS NOT NULL
+  LIMIT :limit
+),
+deciding(key, id) AS MATERIALIZED (
+  SELECT key, coalesce(
+    (SELECT id FROM tether_jobs INDEXED BY ix_tether_jobs_target_active
+     WHERE ordering_key = targets.key AND status IN ('pending', 'claimed') ORDER BY id LIMIT 1),
+    (SELECT id FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
+     WHERE ordering_key = targets.key AND status = 'completed' ORDER BY id DESC LIMIT 1))
+  FROM targets WHERE key IS NOT NULL
+)
+SELECT j.id, CASE WHEN j.status = 'completed' THEN j.type END, j.ordering_key
+FROM deciding CROSS JOIN tether_jobs AS j INDEXED BY ix_tether_jobs_targeted
+WHERE j.ordering_key IS NOT NULL AND j.ordering_key = deciding.key AND j.id = deciding.id
+ORDER BY deciding.key
 
 -- name: RECONCILE_PAGE_PAYLOADS
--- With the payloads of the jobs whose types' probes read them in this mode (:want, a JSON array
--- of type names: catalogue.Statements.types); NULL for the others, whose rows are then never
--- read from the table (SQLite seeks a row only when one of its columns is used).
-SELECT id, CASE WHEN status = 'completed' THEN type END, ordering_key,
-       CASE WHEN type IN (SELECT value FROM json_each(:want)) THEN payload END
-FROM tether_jobs
-WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (:after_key, :after_id)
-  AND status IN ('pending', 'claimed', 'completed')
-ORDER BY ordering_key, id
-LIMIT :limit
+-- With the payloads of the deciding jobs whose types' probes read them in this mode (:want, a
+-- JSON array of type names: catalogue.Statements.types); NULL for the others, whose rows are
+-- then never read from the table (SQLite seeks a row only when one of its columns is used).
+WITH RECURSIVE targets(key) AS (
+  SELECT (SELECT ordering_key FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
+          WHERE ordering_key IS NOT NULL AND ordering_key > :after_key
+            AND status IN ('pending', 'claimed', 'completed')
+          ORDER BY ordering_key LIMIT 1)
+  UNION ALL
+  SELECT (SELECT ordering_key FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
+          WHERE ordering_key IS NOT NULL AND ordering_key > targets.key
+            AND status IN ('pending', 'claimed', 'completed')
+          ORDER BY ordering_key LIMIT 1)
+  FROM targets WHERE targets.key IS NOT NULL
+  LIMIT :limit
+),
+deciding(key, id) AS MATERIALIZED (
+  SELECT key, coalesce(
+    (SELECT id FROM tether_jobs INDEXED BY ix_tether_jobs_target_active
+     WHERE ordering_key = targets.key AND status IN ('pending', 'claimed') ORDER BY id LIMIT 1),
+    (SELECT id FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
+     WHERE ordering_key = targets.key AND status = 'completed' ORDER BY id DESC LIMIT 1))
+  FROM targets WHERE key IS NOT NULL
+)
+SELECT j.id, CASE WHEN j.status = 'completed' THEN j.type END, j.ordering_key,
+       CASE WHEN j.type IN (SELECT value FROM json_each(:want)) THEN j.payload END
+FROM deciding CROSS JOIN tether_jobs AS j INDEXED BY ix_tether_jobs_targeted
+WHERE j.ordering_key IS NOT NULL AND j.ordering_key = deciding.key AND j.id = deciding.id
+ORDER BY deciding.key
 
 -- name: RECONCILE_PAGE_FINGERPRINTS
 -- RECONCILE_PAGE_PAYLOADS for a content check by fingerprints: also the fingerprint of the jobs

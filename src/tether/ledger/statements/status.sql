@@ -25,9 +25,9 @@ FROM tether_jobs
 WHERE quarantine IS NOT NULL AND status IN ('pending', 'claimed')
 
 -- name: deepest
-SELECT tether_jobs.ordering_key, count(*) AS n
-FROM tether_jobs
-WHERE status IN ('pending', 'claimed') AND ordering_key IS NOT NULL GROUP BY tether_jobs.ordering_key ORDER BY n DESC, tether_jobs.ordering_key
+SELECT ordering_key, count(*) AS n
+FROM tether_jobs INDEXED BY ix_tether_jobs_target_active
+WHERE status IN ('pending', 'claimed') AND ordering_key IS NOT NULL GROUP BY ordering_key ORDER BY n DESC, ordering_key
  LIMIT 1 OFFSET 0
 
 -- name: paused
