@@ -509,14 +509,33 @@ ORDER BY deciding.key
 
 -- name: RECONCILE_PAGE_FINGERPRINTS
 -- As in sqlite.sql; :want and :fingerprinted are arrays of type names.
-SELECT id, CASE WHEN status = 'completed' THEN type END, ordering_key,
-       CASE WHEN type = ANY(%(want)s) THEN payload END,
-       CASE WHEN type = ANY(%(fingerprinted)s) THEN fingerprint END
-FROM tether_jobs
-WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (%(after_key)s, %(after_id)s)
-  AND status IN ('pending', 'claimed', 'completed')
-ORDER BY ordering_key, id
-LIMIT %(limit)s
+WITH RECURSIVE targets(key) AS (
+  (SELECT ordering_key FROM tether_jobs
+   WHERE ordering_key IS NOT NULL AND ordering_key > %(after_key)s
+     AND status IN ('pending', 'claimed', 'completed')
+   ORDER BY ordering_key LIMIT 1)
+  UNION ALL
+  SELECT (SELECT n.ordering_key FROM tether_jobs AS n
+          WHERE n.ordering_key IS NOT NULL AND n.ordering_key > targets.key
+            AND n.status IN ('pending', 'claimed', 'completed')
+          ORDER BY n.ordering_key LIMIT 1)
+  FROM targets WHERE targets.key IS NOT NULL
+),
+deciding AS (
+  SELECT key, coalesce(
+    (SELECT a.id FROM tether_jobs AS a
+     WHERE a.ordering_key = targets.key AND a.status IN ('pending', 'claimed') ORDER BY a.id LIMIT 1),
+    (SELECT c.id FROM tether_jobs AS c
+     WHERE c.ordering_key = targets.key AND c.ordering_key IS NOT NULL AND c.status = 'completed'
+     ORDER BY c.id DESC LIMIT 1)) AS id
+  FROM targets WHERE key IS NOT NULL
+  LIMIT %(limit)s
+)
+SELECT j.id, CASE WHEN j.status = 'completed' THEN j.type END, j.ordering_key,
+       CASE WHEN j.type = ANY(%(want)s) THEN j.payload END,
+       CASE WHEN j.type = ANY(%(fingerprinted)s) THEN j.fingerprint END
+FROM deciding JOIN tether_jobs AS j ON j.id = deciding.id
+ORDER BY deciding.key
 
 -- name: RECORD_FINGERPRINTS
 -- As in sqlite.sql: :rows is a JSON object {id: fingerprint}.

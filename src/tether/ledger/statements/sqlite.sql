@@ -551,14 +551,33 @@ ORDER BY deciding.key
 -- RECONCILE_PAGE_PAYLOADS for a content check by fingerprints: also the fingerprint of the jobs
 -- whose types' probes check by them (:fingerprinted, a JSON array as :want), whose payloads it
 -- leaves out (read by id for the few files that are read).
-SELECT id, CASE WHEN status = 'completed' THEN type END, ordering_key,
-       CASE WHEN type IN (SELECT value FROM json_each(:want)) THEN payload END,
-       CASE WHEN type IN (SELECT value FROM json_each(:fingerprinted)) THEN fingerprint END
-FROM tether_jobs
-WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (:after_key, :after_id)
-  AND status IN ('pending', 'claimed', 'completed')
-ORDER BY ordering_key, id
-LIMIT :limit
+WITH RECURSIVE targets(key) AS (
+  SELECT (SELECT ordering_key FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
+          WHERE ordering_key IS NOT NULL AND ordering_key > :after_key
+            AND status IN ('pending', 'claimed', 'completed')
+          ORDER BY ordering_key LIMIT 1)
+  UNION ALL
+  SELECT (SELECT ordering_key FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
+          WHERE ordering_key IS NOT NULL AND ordering_key > targets.key
+            AND status IN ('pending', 'claimed', 'completed')
+          ORDER BY ordering_key LIMIT 1)
+  FROM targets WHERE targets.key IS NOT NULL
+  LIMIT :limit
+),
+deciding(key, id) AS MATERIALIZED (
+  SELECT key, coalesce(
+    (SELECT id FROM tether_jobs INDEXED BY ix_tether_jobs_target_active
+     WHERE ordering_key = targets.key AND status IN ('pending', 'claimed') ORDER BY id LIMIT 1),
+    (SELECT id FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
+     WHERE ordering_key = targets.key AND status = 'completed' ORDER BY id DESC LIMIT 1))
+  FROM targets WHERE key IS NOT NULL
+)
+SELECT j.id, CASE WHEN j.status = 'completed' THEN j.type END, j.ordering_key,
+       CASE WHEN j.type IN (SELECT value FROM json_each(:want)) THEN j.payload END,
+       CASE WHEN j.type IN (SELECT value FROM json_each(:fingerprinted)) THEN j.fingerprint END
+FROM deciding CROSS JOIN tether_jobs AS j INDEXED BY ix_tether_jobs_targeted
+WHERE j.ordering_key IS NOT NULL AND j.ordering_key = deciding.key AND j.id = deciding.id
+ORDER BY deciding.key
 
 -- name: RECORD_FINGERPRINTS
 -- A content check's new fingerprints of the files it read in sync: :rows is a JSON object
