@@ -20,6 +20,7 @@ LAYERS: list[tuple[str, ...]] = [
         "clock",
         "errors",
         "events",
+        "tracing",
         "exports",
         "version",
         "ledger.status",
