@@ -138,3 +138,4 @@ class Attempt(TetherModel, table=True):
     worker: str | None = _field(_attempts.worker)
     outcome: str = _field(_attempts.outcome)
     error: str | None = _field(_attempts.error)
+    traceparent: str | None = _field(_attempts.traceparent)  # the attempt's span (tether.tracing)
