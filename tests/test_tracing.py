@@ -281,3 +281,25 @@ print("ok")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=os.environ.copy())
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def test_a_real_worker_under_opentelemetry_instrument_exports_the_jobs_trace(tmp_path):
+    """examples/otel_trace.py: the application's enqueue, then `opentelemetry-instrument tether worker`
+    runs attempt 1 (an error) and attempt 2 (completed), each exported over OTLP/HTTP into the
+    example's receiver; the written trace holds all three, linked, and not the payload."""
+    pytest.importorskip("opentelemetry.distro")
+    out = tmp_path / "trace.json"
+    example = Path(__file__).resolve().parents[1] / "examples" / "otel_trace.py"
+    done = subprocess.run(
+        [sys.executable, str(example), "--out", str(out)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    import json
+
+    spans = [s for r in json.loads(out.read_text())["resourceSpans"] for sc in r["scopeSpans"] for s in sc["spans"]]
+    [send] = [s for s in spans if s["name"] == "send flaky"]
+    attempts = sorted((s for s in spans if s["name"] == "process flaky"), key=lambda s: s["startTimeUnixNano"])
+    assert [s["status"].get("code") for s in attempts] == ["STATUS_CODE_ERROR", None]
+    assert all(s["parentSpanId"] == send["spanId"] and s["traceId"] == send["traceId"] for s in attempts)
+    assert attempts[0]["spanId"] in [link["spanId"] for link in attempts[1]["links"]]
+    assert "a private note" not in out.read_text()
