@@ -130,3 +130,20 @@ def test_without_the_flag_an_action_is_no_tool(ledger):
     db, root, ids = ledger
     names, _ = call_all(db, root, [])
     assert not names & ACTIONS
+
+
+def test_without_the_extra_tether_mcp_says_how_to_install_it_in_one_line(tmp_path):
+    import subprocess
+
+    with Coordinator.open(f"sqlite:///{tmp_path / 'tether.db'}", root=tmp_path / "data"):
+        pass
+    script = (
+        "import sys; sys.modules['mcp'] = None\n"  # as if not installed
+        "from tether.cli import main\n"
+        f"sys.argv = ['tether', '--db', 'sqlite:///{tmp_path / 'tether.db'}', 'mcp']\n"
+        "main()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert done.returncode != 0
+    assert "pip install 'tether[mcp]'" in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
