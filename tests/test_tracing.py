@@ -79,6 +79,19 @@ def test_an_enqueue_stores_its_spans_context_with_the_job_under_the_callers_span
     assert send.attributes["messaging.destination.name"] == "create_file"
 
 
+def test_a_refused_enqueue_is_a_failed_span_naming_only_the_errors_class(spans, c):
+    """The message of InvalidPayload quotes what it refuses, here a path made of the payload."""
+    from tether import InvalidPayload
+
+    with pytest.raises(InvalidPayload) as refused:
+        c.enqueue(CreateFile(path=f"../{SECRET}.json", content=1))
+    name = type(refused.value).__name__  # a subclass: UnsafePath
+    [send] = named(exporter_spans(spans), "send")
+    assert send.status.status_code == trace.StatusCode.ERROR and send.status.description == name
+    assert send.attributes is not None and send.attributes["error.type"] == name
+    assert SECRET not in everything_said([send])
+
+
 def test_an_enqueue_outside_any_trace_records_no_context():
     """Without a span current (and without the SDK), the job carries no trace context."""
     assert tracing.traceparent() is None

@@ -27,6 +27,10 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# The SDK would record an escaping exception's message (an event, the status text); _failed
+# records its class instead.
+_QUIET = {"record_exception": False, "set_status_on_exception": False}
+
 SYSTEM = "tether"  # messaging.system: tether is the messaging system here
 _api: Any = None  # opentelemetry.trace once looked for; False when it is not installed
 _instrumented = False
@@ -100,7 +104,7 @@ def traced_enqueue(method: F) -> F:
         if not trace:
             return method(self, *args, **kwargs)
         kind = trace.SpanKind.PRODUCER
-        with _tracer(trace).start_as_current_span("send", kind=kind, record_exception=False) as span:
+        with _tracer(trace).start_as_current_span("send", kind=kind, **_QUIET) as span:
             try:
                 results = method(self, *args, **kwargs)
             except Exception as e:
@@ -190,9 +194,7 @@ def attempt(queue: Queue, job: JobRecord, worker: str) -> Iterator[Attempt]:
         attributes["messaging.message.body.size"] = job.payload_bytes
     tracer = _tracer(trace)
     kind = trace.SpanKind.CONSUMER
-    with tracer.start_as_current_span(
-        f"process {job.type}", parent, kind, attributes, links, record_exception=False
-    ) as span:
+    with tracer.start_as_current_span(f"process {job.type}", parent, kind, attributes, links, **_QUIET) as span:
         if span.is_recording() and not job.first_run:
             previous = parse_context(trace, queue.previous_attempt_trace(job.id))
             if previous is not None:
@@ -216,7 +218,7 @@ def traced(name: str, describe: Callable[[Any], dict[str, Any]]) -> Callable[[F]
             trace = _api if _api is not None else _trace()
             if not trace:
                 return function(*args, **kwargs)
-            with _tracer(trace).start_as_current_span(name, record_exception=False) as span:
+            with _tracer(trace).start_as_current_span(name, **_QUIET) as span:
                 try:
                     value = function(*args, **kwargs)
                 except Exception as e:
