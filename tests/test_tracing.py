@@ -183,6 +183,8 @@ def test_aws_calls_of_a_sync_aws_attempt_are_its_child_spans(spans, c, monkeypat
     dummy_environment(monkeypatch)
     provider, exporter = spans
     instrumentor = BotocoreInstrumentor()
+    if instrumentor.is_instrumented_by_opentelemetry:  # by tether's clients in an earlier test
+        instrumentor.uninstrument()
     instrumentor.instrument(tracer_provider=provider)
     try:
         with mock_aws():
@@ -210,7 +212,6 @@ def test_making_aws_clients_turns_on_the_botocore_instrumentation(monkeypatch):
     instrumentor = BotocoreInstrumentor()
     if instrumentor.is_instrumented_by_opentelemetry:
         instrumentor.uninstrument()
-    monkeypatch.setattr(tracing, "_instrumented", False)
     Clients()
     try:
         assert instrumentor.is_instrumented_by_opentelemetry

@@ -33,7 +33,6 @@ _QUIET = {"record_exception": False, "set_status_on_exception": False}
 
 SYSTEM = "tether"  # messaging.system: tether is the messaging system here
 _api: Any = None  # opentelemetry.trace once looked for; False when it is not installed
-_instrumented = False
 
 
 def _trace() -> Any:
@@ -235,15 +234,12 @@ def traced(name: str, describe: Callable[[Any], dict[str, Any]]) -> Callable[[F]
 
 def instrument_botocore() -> bool:
     """Turn on OpenTelemetry's botocore instrumentation (a span per AWS call) when it is
-    installed with the API; once per process. True when AWS calls are traced."""
-    global _instrumented
-    if _instrumented:
-        return True
+    installed with the API, unless it is on already (``opentelemetry-instrument`` turns it on).
+    True when AWS calls are traced."""
     if not _trace() or importlib.util.find_spec("opentelemetry.instrumentation.botocore") is None:
         return False
     module: Any = importlib.import_module("opentelemetry.instrumentation.botocore")
     instrumentor = module.BotocoreInstrumentor()
-    if not instrumentor.is_instrumented_by_opentelemetry:
+    if not instrumentor.is_instrumented_by_opentelemetry:  # the instrumentor is one per process
         instrumentor.instrument()
-    _instrumented = True
     return True
