@@ -3,7 +3,6 @@ page's security (Host check, sign-in, CSRF, headers, escaping, read-only by defa
 
 from __future__ import annotations
 
-import html
 import json
 import os
 import re
@@ -440,14 +439,17 @@ def test_repair_from_the_drift_page_is_shown_then_applied_on_a_confirmed_post(le
         assert "plan repairs" in web.get("/drift").text
         confirm = web.get("/actions/repair")
         assert "notes/2.json" in confirm.text and f'repair of <a class="id" href="/jobs/{ids["file2"]}"' in confirm.text
-        plan = re.search(r'name="plan" value="([^"]+)"', confirm.text)
+        assert "&#34;n&#34;" not in confirm.text and '"n"' not in confirm.text  # the payloads stay on the server
+        plan = re.search(r'name="plan" value="([0-9a-f]{64})"', confirm.text)
         assert plan is not None
-        forged = web.post("/actions/repair", data={"plan": html.unescape(plan.group(1)), "csrf": "0" * 64})
+        forged = web.post("/actions/repair", data={"plan": plan.group(1), "csrf": "0" * 64})
         assert forged.status_code == 403
-        done = web.post("/actions/repair", data={"plan": html.unescape(plan.group(1)), "csrf": csrf_of(confirm.text)})
+        made_up = web.post("/actions/repair", data={"plan": "f" * 64, "csrf": csrf_of(confirm.text)})
+        assert made_up.status_code == 409 and "no such plan" in made_up.text
+        done = web.post("/actions/repair", data={"plan": plan.group(1), "csrf": csrf_of(confirm.text)})
         assert done.status_code == 200 and "enqueued" in done.text
-        again = web.post("/actions/repair", data={"plan": html.unescape(plan.group(1)), "csrf": csrf_of(confirm.text)})
-    assert again.status_code == 409 and "stale" in again.text  # its own jobs made the plan stale
+        again = web.post("/actions/repair", data={"plan": plan.group(1), "csrf": csrf_of(confirm.text)})
+    assert again.status_code == 409 and "no such plan" in again.text  # applied once, then let go
     ledger.run_until_idle()
     clock.advance(1)
     assert reconcile(ledger).exit_code == 0

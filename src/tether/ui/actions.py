@@ -5,6 +5,8 @@ and asks to confirm, then a POST with the CSRF token that does it; each is an ev
 
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,15 +19,24 @@ from ..errors import JobNotFound, TetherError
 from ..observe.finished import failed
 from ..observe.jobs import show
 from ..observe.retention import purge
+from ..reconcile.plan import Plan
 from .security import csrf_ok, form
 from .web import Pages
 
 Handler = Callable[[Request], Awaitable[Response]]
 
 
+_PLANS_HELD = 16
+"""Repair plans a confirmation page showed, held until confirmed (the newest this many)."""
+
+
 class Actions:
     def __init__(self, pages: Pages) -> None:
         self.pages = pages
+        # A confirmation page's plan stays here and the form names it by digest: the plan holds
+        # payloads (file contents), which never go to the browser, and a POST can only apply a
+        # plan this server made.
+        self._plans: OrderedDict[str, Plan] = OrderedDict()
 
     def guarded(self, handler: Callable[[Request, dict[str, str]], Awaitable[Response]]) -> Handler:
         """Refuse unless actions are enabled and (for a POST) the CSRF token matches."""
@@ -110,18 +121,23 @@ class Actions:
     async def repair(self, request: Request, fields: dict[str, str]) -> Response:
         """GET: the plan for the drift page's last report, to confirm; POST: apply the plan the
         confirmation showed (refused, nothing enqueued, if it went stale meanwhile)."""
-        from ..reconcile.plan import Plan
-
         coordinator = self.pages.coordinator
         assert coordinator is not None  # guarded
         if request.method == "POST":
-            plan = Plan.from_json(fields.get("plan", ""), "the confirmed plan")
+            plan = self._plans.pop(fields.get("plan", ""), None)
+            if plan is None:
+                why = (
+                    "this server holds no such plan (it restarted, or the plan was applied): open the repair page again"
+                )
+                return self.pages.problem(request, why, 409)
             results = coordinator.apply_repairs(plan)
             return self._done(request, "repair", enqueued=len(results), jobs=[r.id for r in results][:50])
         state = self.pages.drift.state() if self.pages.drift else None
         if state is None or state.report is None:
             return self.pages.problem(request, "no check to repair from: run one on the drift page first", 409)
         plan = coordinator.plan_repairs(state.report)
-        return self.pages.render(
-            request, "confirm_repair.html", plan=plan, plan_json=plan.to_json().decode(), report=state.report
-        )
+        digest = hashlib.sha256(plan.to_json()).hexdigest()
+        self._plans[digest] = plan
+        while len(self._plans) > _PLANS_HELD:
+            self._plans.popitem(last=False)
+        return self.pages.render(request, "confirm_repair.html", plan=plan, digest=digest, report=state.report)
