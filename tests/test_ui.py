@@ -22,6 +22,7 @@ from tether.errors import ConfigError
 from tether.jobtypes import CreateFile, DeleteFile
 from tether.ledger.status import JobStatus
 from tether.observe.health import health
+from tether.observe.jobs import paused_types
 from tether.observe.verdict import Thresholds
 from tether.reconcile.check import reconcile
 from tether.ui import web as web_module
@@ -741,3 +742,20 @@ def test_cancel_is_confirmed_then_needs_the_csrf_token_and_a_paused_type_is_show
         live = web.get("/live/overview").text
     assert ledger.get(ids["pending"]).status is JobStatus.CANCELLED
     assert re.search(r">note</a> <span class=\"badge paused\"", live), live
+
+
+def test_a_type_is_paused_and_resumed_from_the_overview_after_a_confirmation(ledger, clock):
+    fill(ledger, clock)
+    ledger.enqueue(Note(name="waiting"))
+    with client(ledger, allow_actions=True) as web:
+        assert "/actions/pause?type=note" in web.get("/live/overview").text
+        confirm = web.get("/actions/pause", params={"type": "note"})
+        assert "Pause <code>note</code>?" in confirm.text and paused_types(ledger) == []  # asking changes nothing
+        assert web.post("/actions/pause", data={"type": "note", "do": "pause", "csrf": "0" * 64}).status_code == 403
+        done = web.post("/actions/pause", data={"type": "note", "do": "pause", "csrf": csrf_of(confirm.text)})
+        assert done.status_code == 200
+        assert [p["type"] for p in paused_types(ledger)] == ["note"]
+        again = web.get("/actions/pause", params={"type": "note"})
+        assert "Resume <code>note</code>?" in again.text and "paused from the ui" in again.text
+        web.post("/actions/pause", data={"type": "note", "do": "resume", "csrf": csrf_of(again.text)})
+    assert paused_types(ledger) == []

@@ -1,7 +1,8 @@
 """The page's operator actions (only with ``--allow-actions``): retry one failed job, retry every
-failed job of a type, cancel a pending or running job, purge finished jobs older than a cutoff,
-apply the repair plan of the drift page's last check. Each is a GET that shows what will happen
-and asks to confirm, then a POST with the CSRF token that does it; each is an event."""
+failed job of a type, cancel a pending or running job, pause or resume a job type, purge
+finished jobs older than a cutoff, apply the repair plan of the drift page's last check. Each is
+a GET that shows what will happen and asks to confirm, then a POST with the CSRF token that does
+it; each is an event."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from starlette.responses import Response
 
 from .. import events
 from ..cli.output import parse_duration
-from ..errors import JobNotFound, TetherError
+from ..errors import CancelRefused, JobNotFound, TetherError
 from ..observe.finished import failed
-from ..observe.jobs import show
+from ..observe.jobs import paused_types, show
 from ..observe.retention import purge
 from ..reconcile.plan import Plan
 from .security import csrf_ok, form
@@ -83,7 +84,7 @@ class Actions:
         # No wait: a running job's worker records it within a second; the job's page shows it.
         [result] = self.pages.coordinator.cancel(job.id, reason=fields.get("reason") or "cancelled from the ui")
         if result.error is not None:
-            raise TetherError(result.error)
+            raise CancelRefused(result.error)
         return self._done(request, "cancel", job_id=job.id, type=job.type, outcome=result.outcome)
 
     # -- retry all failed of a type ----------------------------------------------------------------
@@ -115,6 +116,23 @@ class Actions:
             return self.pages.render(request, "confirm_purge.html", older_than=older_text, statuses=statuses, plan=dry)
         done = purge(self.pages.source, older_than=older, statuses=statuses)
         return self._done(request, "purge", older_than=older_text, statuses=statuses, deleted=done.total)
+
+    # -- pause or resume a type -------------------------------------------------------------------
+
+    async def pause(self, request: Request, fields: dict[str, str]) -> Response:
+        """GET: confirm pausing ``type`` (or resuming it, when it is paused); POST: do it. Workers
+        stop claiming a paused type; jobs already running finish."""
+        job_type = fields.get("type", "").strip()
+        held = {p["type"]: p for p in paused_types(self.pages.source)}
+        if request.method == "GET":
+            return self.pages.render(request, "confirm_pause.html", job_type=job_type, paused=held.get(job_type))
+        coordinator = self.pages.coordinator
+        assert coordinator is not None  # guarded
+        if fields.get("do") == "resume":
+            resumed = coordinator.resume(job_type)
+            return self._done(request, "resume", type=job_type, was_paused=resumed)
+        done = coordinator.pause(job_type, fields.get("reason") or "paused from the ui")
+        return self._done(request, "pause", type=done.job_type)
 
     # -- repair the drift page's findings ------------------------------------------------------------
 
