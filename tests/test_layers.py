@@ -20,6 +20,7 @@ LAYERS: list[tuple[str, ...]] = [
         "clock",
         "errors",
         "events",
+        "tracing",
         "exports",
         "version",
         "ledger.status",
@@ -42,9 +43,10 @@ LAYERS: list[tuple[str, ...]] = [
     # what applications hold
     ("coordinator", "opening", "transaction"),
     ("store",),
-    # the edges: the command line, the web pages, the sample application, the package's front door
+    # the edges: the command line, the web pages, the agents' tool server, the sample application, the
+    # package's front door
     ("demo.aws",),
-    ("cli", "ui", "demo", "__main__", "__init__"),
+    ("cli", "ui", "toolserver", "demo", "__main__", "__init__"),
 ]
 
 

@@ -50,6 +50,7 @@ PARAMS = {
     "tag": "tenant:acme",
     "meta": None,
     "retry_of": None,
+    "traceparent": None,
 }
 
 # Every statement that asks whether an older job on a target is active (the blocked flag, the
@@ -96,6 +97,7 @@ HOT = {
     "cancel_requests": (SQLITE.CANCEL_REQUESTS, "ix_tether_jobs_cancel_requested"),
     "insert_payloads": (SQLITE.INSERT_PAYLOADS, None),
     "insert_attempt": (SQLITE.INSERT_ATTEMPT, None),
+    "attempt_trace": (SQLITE.ATTEMPT_TRACE, "ix_tether_attempts_job"),
     "insert_targeted": (SQLITE.INSERT_TARGETED, TARGET),
     # the sweep's safety net, and the upgrade of a ledger from before the flag: every active job
     # with a target once, through their partial index (SQLite: SEARCH ... (ordering_key>?))

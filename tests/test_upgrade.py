@@ -293,3 +293,30 @@ def test_a_ledger_from_before_snoozes_tags_and_meta_gets_them_and_keeps_its_jobs
         assert notes(c, [new])[new]["tags"] == ["t:1"] and notes(c, [new])[new]["meta"] == {"m": 1}
         assert "ix_tether_jobs_retry_of" in index_names(db_url)
         assert c.run_until_idle() == 2
+
+
+def test_a_ledger_of_schema_10_gets_the_trace_columns_and_keeps_its_jobs(db_url, tmp_path):
+    """Schema 12 adds ``traceparent`` to the jobs and the attempts, each only where it is missing."""
+    with Coordinator.open(db_url, root=tmp_path / "data", registry=default_registry()) as c:
+        old = c.enqueue(CreateFile(path="a.json", content=1)).id
+    engine = create_engine(db_url)
+    with engine.begin() as conn:  # as schema 10 left it
+        forget_layout(conn)
+        for table in ("tether_jobs", "tether_attempts"):
+            conn.exec_driver_sql(f"ALTER TABLE {table} DROP COLUMN traceparent")
+        conn.exec_driver_sql(f"UPDATE tether_meta SET value = '10' WHERE key = '{meta.VERSION}'")
+    engine.dispose()
+
+    with Coordinator.open(db_url, root=tmp_path / "data", registry=default_registry()) as c:
+        assert c.get(old).traceparent is None
+        assert "traceparent" in column_names(db_url)
+        with c.engine.connect() as conn:
+            known = meta.read(conn)
+            attempt_columns = {col["name"] for col in sa.inspect(conn).get_columns("tether_attempts")}
+        assert known[meta.VERSION] == str(meta.SCHEMA_VERSION) == "12"
+        assert "traceparent" in attempt_columns
+        c.enqueue(CreateFile(path="b.json", content=2))
+        assert c.run_until_idle() == 2
+    again = create_engine(db_url)
+    ensure_schema(again)  # a second upgrade finds nothing missing
+    again.dispose()

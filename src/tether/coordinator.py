@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from . import config, events
+from . import config, events, tracing
 from .clock import Clock
 from .jobtypes import JobType, Payload, Registry, default_registry
 from .ledger import cancel as cancelling
@@ -149,6 +149,7 @@ class Coordinator:
 
     # -- enqueue -----------------------------------------------------------------------------
 
+    @tracing.traced_enqueue
     def enqueue(
         self,
         payload: Payload,
@@ -183,6 +184,7 @@ class Coordinator:
             return self._in_session(session, jobs, notes)[0]
         return self.queue.enqueuer.enqueue(jobs, notes)[0]
 
+    @tracing.traced_enqueue
     def enqueue_many(
         self,
         payloads: Sequence[Payload],

@@ -24,6 +24,7 @@ from . import (  # noqa: F401  (imported for the commands they register)
     history,
     init,
     jobs,
+    mcp,
     metrics,
     purge,
     recent,

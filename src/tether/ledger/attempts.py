@@ -68,9 +68,11 @@ def row(
     worker: str | None,
     error: str | None = None,
     started_at: datetime | None = None,
+    traceparent: str | None = None,
 ) -> dict[str, Any]:
     """The values of INSERT_ATTEMPT for the attempt of ``job`` (as its claim read it) that ended
-    at ``ended_at`` with ``outcome``; it started when its claim took the job."""
+    at ``ended_at`` with ``outcome``; it started when its claim took the job. ``traceparent``: the
+    attempt's span, when it was traced (tether.tracing)."""
     return {
         "job_id": job.id,
         "attempt": job.attempts,
@@ -79,4 +81,5 @@ def row(
         "worker": worker,
         "outcome": outcome.value,
         "error": first_line(error),
+        "traceparent": traceparent,
     }

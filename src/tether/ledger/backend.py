@@ -78,6 +78,7 @@ class Backend:
             "parent_id": job.parent_id,
             "timeout": job.timeout,
             "payload_bytes": job.payload_bytes,
+            "traceparent": job.traceparent,
         }
 
     def records(self, rows: list[tuple[Any, ...]]) -> list[JobRecord]:

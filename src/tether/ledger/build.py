@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 from pydantic_core import PydanticSerializationError
 
+from .. import tracing
 from ..clock import Clock
 from ..errors import InvalidPayload
 from ..jobtypes import JobType, Payload, Registry
@@ -89,7 +90,8 @@ class Builder:
             run_at = now
         else:
             run_at = _run_at(name, now, priority, max_attempts, delay, run_at, key, timeout)
-        shared = (priority, max_attempts, now, run_at, parent_id, None if timeout is None else float(timeout))
+        timeout = None if timeout is None else float(timeout)
+        shared = (priority, max_attempts, now, run_at, parent_id, timeout, tracing.traceparent())
         ids = [new_id(now)] if len(payloads) == 1 else new_ids(now, len(payloads))
         return [
             self._job(kinds.get(type(payload)) or self._kind(payload, kinds), payload, job_id, key, shared)
@@ -100,7 +102,7 @@ class Builder:
         self, kind: _TypeHooks, payload: Payload, job_id: str, key: str | None, shared: tuple[Any, ...]
     ) -> JobRecord:
         """One pending job: ``payload`` prepared, its keys derived, and its JSON within the limits;
-        ``shared`` is (priority, max_attempts, created_at, run_at, parent_id, timeout)."""
+        ``shared`` is (priority, max_attempts, created_at, run_at, parent_id, timeout, traceparent)."""
         if kind.prepare is not None:
             try:
                 payload = kind.prepare(payload, self.root)
@@ -113,7 +115,7 @@ class Builder:
             )
         idempotency_key = key if key is not None or kind.idempotency_key is None else kind.idempotency_key(payload)
         encoded = self._encode(kind, payload)
-        priority, max_attempts, created_at, run_at, parent_id, timeout = shared
+        priority, max_attempts, created_at, run_at, parent_id, timeout, traceparent = shared
         return make_tuple(
             JobRecord,
             (
@@ -140,6 +142,7 @@ class Builder:
                 None,  # quarantine
                 len(encoded),  # payload_bytes
                 0,  # snoozes
+                traceparent,
             ),
         )
 

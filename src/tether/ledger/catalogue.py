@@ -64,6 +64,7 @@ class Statements:
     RELEASE_NO_RETURN: str
     DEFER_NO_RETURN: str
     INSERT_ATTEMPT: str
+    ATTEMPT_TRACE: str
     DEFER_TYPE: str
     CANCEL: str
     REQUEST_CANCEL: str

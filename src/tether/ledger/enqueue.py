@@ -31,7 +31,10 @@ from .wakeup import Wakeup
 
 # What jobs enqueued together share, by field name (one JSON insert per share); the rest varies.
 _shared = itemgetter(
-    *map(JobRecord._fields.index, ("type", "priority", "max_attempts", "created_at", "run_at", "parent_id", "timeout"))
+    *map(
+        JobRecord._fields.index,
+        ("type", "priority", "max_attempts", "created_at", "run_at", "parent_id", "timeout", "traceparent"),
+    )
 )
 # A JSON insert's rows travel as one value: past this many payload characters, another statement.
 _JSON_CHARS = 16 << 20
@@ -219,7 +222,7 @@ class Enqueuer:
         insert per run of payloads that one statement can carry."""
         assert self._json_sql is not None
         untargeted, targeted = self._json_sql
-        job_type, priority, max_attempts, created_at, run_at, parent_id, timeout = shared
+        job_type, priority, max_attempts, created_at, run_at, parent_id, timeout, traceparent = shared
         values = {
             "type": job_type,
             "priority": priority,
@@ -228,6 +231,7 @@ class Enqueuer:
             "run_at": run_at,
             "parent_id": parent_id,
             "timeout": timeout,
+            "traceparent": traceparent,
         }
         for part in _by_size(group):
             if any(job.ordering_key is not None for job in part):

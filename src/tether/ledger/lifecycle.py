@@ -83,6 +83,7 @@ class Decision(NamedTuple):
     finished_at: datetime | None = None  # when the handler returned (not when the group committed)
     outcome: Outcome | None = None  # the attempt's, where the edge does not tell it (a timeout)
     ran: bool = True  # False: the handler never started, so there is no attempt to record
+    traceparent: str | None = None  # the attempt's span, kept with its attempt row (tether.tracing)
 
     def after(self) -> JobRecord:
         """The job as this decision leaves it (for its event, when the row was not read back)."""

@@ -68,6 +68,7 @@ class Job(TetherModel, table=True):
     meta: str | None = _field(_jobs.meta)  # the caller's JSON object, shown with the job (ledger/notes.py)
     retry_of: str | None = _field(_jobs.retry_of)  # the failed job this one retries with a corrected payload
     cancel_reason: str | None = _field(_jobs.cancel_reason)  # an operator's cancel of the running job
+    traceparent: str | None = _field(_jobs.traceparent)  # the W3C trace context of its enqueue
 
 
 class JobTag(TetherModel, table=True):
@@ -137,3 +138,4 @@ class Attempt(TetherModel, table=True):
     worker: str | None = _field(_attempts.worker)
     outcome: str = _field(_attempts.outcome)
     error: str | None = _field(_attempts.error)
+    traceparent: str | None = _field(_attempts.traceparent)  # the attempt's span (tether.tracing)

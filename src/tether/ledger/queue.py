@@ -236,9 +236,8 @@ class Queue:
                 cur.execute(self.sql.DEFER_TYPE, {"type": d.job.type, "run_at": d.values["run_at"]})
             outcome = d.attempt
             if outcome is not None:
-                ended.append(
-                    attempts.row(d.job, outcome, d.finished_at or now, worker=worker, error=d.values.get("error"))
-                )
+                values = {"error": d.values.get("error"), "traceparent": d.traceparent}
+                ended.append(attempts.row(d.job, outcome, d.finished_at or now, worker=worker, **values))
         if ended:
             cur.executemany(self.sql.INSERT_ATTEMPT, ended)
         self.unblock_next(
@@ -321,6 +320,12 @@ class Queue:
         if job is None:
             raise JobNotFound(job_id)
         return job
+
+    def previous_attempt_trace(self, job_id: str) -> str | None:
+        """The ``traceparent`` of the job's latest traced attempt that did not complete it."""
+        with self.backend.read() as cur:
+            value: str | None = cur.scalar(self.sql.ATTEMPT_TRACE, {"job_id": job_id})
+            return value
 
     def emit_lost(self, job: JobRecord, worker: str) -> None:
         """Log that ``worker``'s outcome for ``job`` was not recorded: its lease was lost."""

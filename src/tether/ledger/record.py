@@ -47,6 +47,7 @@ class JobRecord(NamedTuple):
     quarantine: str | None = None  # why it is claimed alone (a dead worker held it); see reclaim.py
     payload_bytes: int | None = None  # len of the payload's UTF-8; None for a job enqueued before it was kept
     snoozes: int = 0  # times the job snoozed, its attempt given back (WorkerConfig.max_snoozes caps it)
+    traceparent: str | None = None  # the W3C trace context current at its enqueue (tether.tracing)
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> JobRecord:

@@ -124,6 +124,9 @@ jobs = sa.Table(
     # one (the result keeps the first). NULL: none (racily clean; any other job; one from before).
     # Never part of a JobRecord. Added after the first release: ensure_schema adds it.
     _text("fingerprint"),
+    # The W3C trace context (``traceparent``) current when the job was enqueued, which each attempt's
+    # span links to (tether.tracing); None when no trace was being recorded. Added after the first release.
+    sa.Column("traceparent", sa.String(64)),
     sa.CheckConstraint(f"status IN ({_STATUSES})", name=STATUS_CHECK),
 )
 
@@ -215,6 +218,7 @@ attempts = sa.Table(
     sa.Column("worker", sa.String(128)),  # None for an operator's retry
     sa.Column("outcome", sa.String(16), nullable=False),
     _text("error"),  # the first line only
+    sa.Column("traceparent", sa.String(64)),  # the attempt's span, which the next attempt's links to
     sa.CheckConstraint(f"outcome IN ({_OUTCOMES})", name="ck_tether_attempts_outcome"),
 )
 # A job's attempts in the order they were written (history; purge deletes by job).

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
-from .. import events
+from .. import events, tracing
 from ..jobtypes.base import SYNCED, Check, Probe
 from ..jobtypes.datafiles import fingerprint
 from ..jobtypes.datafiles.existence import listings
@@ -47,6 +47,7 @@ BATCH = 2000
 RECHECK_AT = 500  # suspects held before they are checked again against the ledger
 
 
+@tracing.traced("tether.reconcile", lambda report: report.span_attributes())
 def reconcile(
     coordinator: Coordinator,
     *,

@@ -109,6 +109,15 @@ class Report:
             "ignored": len(self.ignored),
         }
 
+    def span_attributes(self) -> dict[str, Any]:
+        """What a reconcile run's span carries (tether.tracing): its verdict, never a finding."""
+        return {
+            "tether.reconcile.mode": "content" if self.content else "exists",
+            "tether.reconcile.drift": self.drift,
+            "tether.reconcile.exit_code": self.exit_code,
+            "tether.reconcile.checked": sum(self.counts.values()),
+        }
+
     def to_dict(self) -> dict[str, Any]:
         return {
             **self.summary(),

@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from .. import tracing
 from ..errors import JobTimedOut
 from ..jobtypes.context import TIMEOUT, JobContext
 from ..ledger.lifecycle import encode_result
@@ -118,7 +119,8 @@ def _run_bounded(job_type: JobType[Any], payload: Payload, ctx: JobContext, time
             done.set()
 
     done = threading.Event()
-    threading.Thread(target=run, name=f"tether-job-{ctx.job.id}", daemon=True).start()
+    # In this thread's context: the attempt's span stays the parent of what the handler traces.
+    threading.Thread(target=tracing.in_context(run), name=f"tether-job-{ctx.job.id}", daemon=True).start()
     if not done.wait(timeout):
         ctx.cancel(TIMEOUT)
         raise JobTimedOut(ctx.job.type, ctx.job.id, timeout)

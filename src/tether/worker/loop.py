@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
-from .. import config, events
+from .. import config, events, tracing
 from ..errors import LedgerFault
 from ..jobtypes.context import JobContext
 from ..jobtypes.datafiles.dirsync import DirSyncs
@@ -350,13 +350,14 @@ class Worker:
                 self._record(completer.synced(pending, syncs.flush()))
                 pending = progress.pending = []
             outcome: Outcome
-            outcome, duration = run(job, ctx)
-            if ctx.cancel_note is not None and not isinstance(outcome, Returned):
-                # An operator's cancel decides how an attempt that did not complete ends; a
-                # handler that returned has done its work, and its completion is the truth the
-                # data root and reconcile will show.
-                outcome = Stopped(ctx.cancel_note)
-            decision = decide(job, outcome, duration)
+            with tracing.attempt(self.queue, job, self.id) as span:
+                outcome, duration = run(job, ctx)
+                if ctx.cancel_note is not None and not isinstance(outcome, Returned):
+                    # An operator's cancel decides how an attempt that did not complete ends; a
+                    # handler that returned has done its work, and its completion is the truth the
+                    # data root and reconcile will show.
+                    outcome = Stopped(ctx.cancel_note)
+                decision = span.ended(decide(job, outcome, duration), outcome)
             pending.append(decision)
             progress.edges[decision.edge] += 1
             progress.ran += 1

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ... import tracing
 from ...errors import ConfigError
 
 INSTALL_HINT = "sync_aws needs boto3, which is not installed: pip install 'tether[aws]'"
@@ -61,6 +62,7 @@ class Clients:
         from botocore.config import Config
 
         self._session = boto3.session.Session()
+        tracing.instrument_botocore()  # each AWS call a span, when the otel extra is installed
         self._config = Config(
             retries={"mode": "standard", "total_max_attempts": max_attempts},
             connect_timeout=connect_timeout,

@@ -30,16 +30,16 @@
 -- Jobs without an idempotency key cannot conflict: inserted in one executemany, no RETURNING
 -- (the caller already knows every value).
 INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,
-                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes)
+                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes, traceparent)
 VALUES (%(id)s, %(type)s, %(payload)s, 'pending', %(priority)s, 0, %(max_attempts)s,
-        %(created_at)s, %(run_at)s, %(idempotency_key)s, %(ordering_key)s, %(parent_id)s, %(timeout)s, %(payload_bytes)s)
+        %(created_at)s, %(run_at)s, %(idempotency_key)s, %(ordering_key)s, %(parent_id)s, %(timeout)s, %(payload_bytes)s, %(traceparent)s)
 
 -- name: INSERT_ON_TARGET
 INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,
-                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes,
+                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes, traceparent,
                          blocked)
 VALUES (%(id)s, %(type)s, %(payload)s, 'pending', %(priority)s, 0, %(max_attempts)s,
-        %(created_at)s, %(run_at)s, %(idempotency_key)s, %(ordering_key)s, %(parent_id)s, %(timeout)s, %(payload_bytes)s,
+        %(created_at)s, %(run_at)s, %(idempotency_key)s, %(ordering_key)s, %(parent_id)s, %(timeout)s, %(payload_bytes)s, %(traceparent)s,
         EXISTS (SELECT 1 FROM tether_jobs AS b
                 WHERE b.ordering_key >= CAST(%(ordering_key)s AS varchar) AND b.ordering_key IS NOT NULL
                   AND b.status IN ('pending', 'claimed')
@@ -48,10 +48,10 @@ VALUES (%(id)s, %(type)s, %(payload)s, 'pending', %(priority)s, 0, %(max_attempt
 
 -- name: INSERT
 INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,
-                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes,
+                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes, traceparent,
                          blocked)
 VALUES (%(id)s, %(type)s, %(payload)s, 'pending', %(priority)s, 0, %(max_attempts)s,
-        %(created_at)s, %(run_at)s, %(idempotency_key)s, %(ordering_key)s, %(parent_id)s, %(timeout)s, %(payload_bytes)s,
+        %(created_at)s, %(run_at)s, %(idempotency_key)s, %(ordering_key)s, %(parent_id)s, %(timeout)s, %(payload_bytes)s, %(traceparent)s,
         EXISTS (SELECT 1 FROM tether_jobs AS b
                 WHERE b.ordering_key >= CAST(%(ordering_key)s AS varchar) AND b.ordering_key IS NOT NULL
                   AND b.status IN ('pending', 'claimed')
@@ -60,24 +60,24 @@ VALUES (%(id)s, %(type)s, %(payload)s, 'pending', %(priority)s, 0, %(max_attempt
 ON CONFLICT (type, idempotency_key) WHERE status IN ('pending', 'claimed') AND idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes, snoozes
+          timeout, progress, quarantine, payload_bytes, snoozes, traceparent
 
 -- name: INSERT_PAYLOADS
 -- JSON read by json_each_text; octet_length counts a text's bytes.
 INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,
-                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes)
+                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes, traceparent)
 SELECT key, %(type)s, value, 'pending', %(priority)s, 0, %(max_attempts)s,
-       %(created_at)s, %(run_at)s, NULL, NULL, %(parent_id)s, %(timeout)s, octet_length(value)
+       %(created_at)s, %(run_at)s, NULL, NULL, %(parent_id)s, %(timeout)s, octet_length(value), %(traceparent)s
 FROM json_each_text(CAST(%(rows)s AS json))
 
 -- name: INSERT_TARGETED
 -- JSON read by json_array_elements and ->>, which reads text: PostgreSQL converts it only
 -- when asked.
 INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,
-                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes,
+                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes, traceparent,
                          blocked)
 SELECT value ->> 0, %(type)s, value ->> 1, 'pending', %(priority)s, 0, %(max_attempts)s,
-       %(created_at)s, %(run_at)s, NULL, value ->> 2, %(parent_id)s, %(timeout)s, CAST(value ->> 3 AS integer),
+       %(created_at)s, %(run_at)s, NULL, value ->> 2, %(parent_id)s, %(timeout)s, CAST(value ->> 3 AS integer), %(traceparent)s,
        CASE WHEN CAST(value ->> 4 AS boolean) THEN TRUE ELSE
          EXISTS (SELECT 1 FROM tether_jobs AS b
                  WHERE b.ordering_key >= value ->> 2 AND b.ordering_key IS NOT NULL
@@ -97,14 +97,14 @@ UPDATE tether_jobs SET meta = %(meta)s, retry_of = %(retry_of)s WHERE id = %(id)
 -- name: ACTIVE_BY_KEY
 SELECT id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
        created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-       timeout, progress, quarantine, payload_bytes, snoozes
+       timeout, progress, quarantine, payload_bytes, snoozes, traceparent
 FROM tether_jobs
 WHERE type = %(type)s AND idempotency_key = %(idempotency_key)s AND status IN ('pending', 'claimed')
 
 -- name: GET
 SELECT id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
        created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-       timeout, progress, quarantine, payload_bytes, snoozes
+       timeout, progress, quarantine, payload_bytes, snoozes, traceparent
 FROM tether_jobs WHERE id = %(id)s
 
 -- name: PAYLOAD
@@ -148,7 +148,7 @@ WHERE t.id = taken.id
 RETURNING t.id, t.type, CASE WHEN coalesce(t.payload_bytes, 0) <= 16384 THEN t.payload END, t.status,
           t.priority, t.attempts, t.max_attempts, t.last_error, t.locked_by, t.locked_at, t.created_at,
           t.claimed_at, t.completed_at, t.run_at, t.idempotency_key, t.ordering_key, t.parent_id, t.result,
-          t.timeout, t.progress, t.quarantine, t.payload_bytes, t.snoozes
+          t.timeout, t.progress, t.quarantine, t.payload_bytes, t.snoozes, t.traceparent
 
 -- The transitions out of 'claimed' are fenced: they apply only to the worker's own attempt
 -- (id, status 'claimed', locked_by, attempts), and a caller that gets no row back lost the job.
@@ -160,7 +160,7 @@ UPDATE tether_jobs SET status = 'completed', locked_at = NULL,
 WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts = %(attempt)s
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes, snoozes
+          timeout, progress, quarantine, payload_bytes, snoozes, traceparent
 
 -- name: COMPLETE_MANY
 -- :rows as in sqlite.sql; JSON read by json_each and ->>. No unary + here: PostgreSQL has
@@ -181,7 +181,7 @@ UPDATE tether_jobs SET status = 'cancelled', locked_by = NULL, locked_at = NULL,
 WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts = %(attempt)s
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes, snoozes
+          timeout, progress, quarantine, payload_bytes, snoozes, traceparent
 
 -- name: RETRY
 UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
@@ -189,7 +189,7 @@ UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
 WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts = %(attempt)s
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes, snoozes
+          timeout, progress, quarantine, payload_bytes, snoozes, traceparent
 
 -- name: FAIL
 UPDATE tether_jobs SET status = 'failed', locked_by = NULL, locked_at = NULL,
@@ -197,7 +197,7 @@ UPDATE tether_jobs SET status = 'failed', locked_by = NULL, locked_at = NULL,
 WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts = %(attempt)s
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes, snoozes
+          timeout, progress, quarantine, payload_bytes, snoozes, traceparent
 
 -- name: RELEASE
 -- Cancelled at shutdown: the attempt is given back.
@@ -206,7 +206,7 @@ UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
 WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts = %(attempt)s
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes, snoozes
+          timeout, progress, quarantine, payload_bytes, snoozes, traceparent
 
 -- name: DEFER
 -- A snooze (a handler's Snooze, a rate limit's hold, a full data root): the attempt is given back
@@ -218,7 +218,7 @@ UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
 WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts = %(attempt)s
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes, snoozes
+          timeout, progress, quarantine, payload_bytes, snoozes, traceparent
 
 -- A worker's group commit records its jobs' outcomes without reading the rows back (it knows
 -- them, and reading each back is a large part of a short job's cost): the same fenced row
@@ -259,8 +259,12 @@ UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
 WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts = %(attempt)s
 
 -- name: INSERT_ATTEMPT
-INSERT INTO tether_attempts (job_id, attempt, started_at, ended_at, worker, outcome, error)
-VALUES (%(job_id)s, %(attempt)s, %(started_at)s, %(ended_at)s, %(worker)s, %(outcome)s, %(error)s)
+INSERT INTO tether_attempts (job_id, attempt, started_at, ended_at, worker, outcome, error, traceparent)
+VALUES (%(job_id)s, %(attempt)s, %(started_at)s, %(ended_at)s, %(worker)s, %(outcome)s, %(error)s, %(traceparent)s)
+
+-- name: ATTEMPT_TRACE
+SELECT traceparent FROM tether_attempts
+WHERE job_id = %(job_id)s AND traceparent IS NOT NULL ORDER BY id DESC LIMIT 1
 -- An operator's cancel (ledger/cancel.py), as in sqlite.sql.
 
 -- name: CANCEL
@@ -268,7 +272,7 @@ UPDATE tether_jobs SET status = 'cancelled', completed_at = %(now)s, last_error 
 WHERE id = %(id)s AND status = 'pending'
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes, snoozes
+          timeout, progress, quarantine, payload_bytes, snoozes, traceparent
 
 -- name: REQUEST_CANCEL
 UPDATE tether_jobs SET cancel_reason = %(reason)s
@@ -335,7 +339,7 @@ UPDATE tether_jobs SET status = 'pending', attempts = 0, snoozes = 0, run_at = %
 WHERE id = %(id)s AND status = 'failed'
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes, snoozes
+          timeout, progress, quarantine, payload_bytes, snoozes, traceparent
 
 -- name: UNBLOCK_NEXT
 -- A job on target %(ordering_key)s left the active set (completed, failed): the oldest active job
@@ -389,7 +393,7 @@ WHERE status IN ('pending', 'claimed') AND ordering_key IS NOT NULL AND status =
 -- name: STALE
 SELECT id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
        created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-       timeout, progress, quarantine, payload_bytes, snoozes
+       timeout, progress, quarantine, payload_bytes, snoozes, traceparent
 FROM tether_jobs WHERE status = 'claimed' AND locked_at < %(cutoff)s
 
 -- name: RECLAIM
@@ -398,7 +402,7 @@ UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
 WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts = %(attempt)s AND locked_at < %(cutoff)s
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes, snoozes
+          timeout, progress, quarantine, payload_bytes, snoozes, traceparent
 
 -- name: RECLAIM_EXHAUSTED
 UPDATE tether_jobs SET status = 'failed', locked_by = NULL, locked_at = NULL, completed_at = %(now)s,
@@ -406,7 +410,7 @@ UPDATE tether_jobs SET status = 'failed', locked_by = NULL, locked_at = NULL, co
 WHERE id = %(id)s AND status = 'claimed' AND locked_by = %(worker)s AND attempts = %(attempt)s AND locked_at < %(cutoff)s
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes, snoozes
+          timeout, progress, quarantine, payload_bytes, snoozes, traceparent
 
 -- name: ACQUIT
 -- A crashed batch's crash was charged to one of its jobs: the others no longer owe it (they stay

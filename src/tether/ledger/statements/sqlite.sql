@@ -24,18 +24,18 @@
 -- Jobs without an idempotency key cannot conflict: inserted in one executemany, no RETURNING
 -- (the caller already knows every value).
 INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,
-                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes)
+                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes, traceparent)
 VALUES (:id, :type, :payload, 'pending', :priority, 0, :max_attempts,
-        :created_at, :run_at, :idempotency_key, :ordering_key, :parent_id, :timeout, :payload_bytes)
+        :created_at, :run_at, :idempotency_key, :ordering_key, :parent_id, :timeout, :payload_bytes, :traceparent)
 
 -- name: INSERT_ON_TARGET
 -- A job with a target and no key: INSERT_UNKEYED, blocked if an older job on the target is
 -- active.
 INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,
-                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes,
+                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes, traceparent,
                          blocked)
 VALUES (:id, :type, :payload, 'pending', :priority, 0, :max_attempts,
-        :created_at, :run_at, :idempotency_key, :ordering_key, :parent_id, :timeout, :payload_bytes,
+        :created_at, :run_at, :idempotency_key, :ordering_key, :parent_id, :timeout, :payload_bytes, :traceparent,
         EXISTS (SELECT 1 FROM tether_jobs AS b INDEXED BY ix_tether_jobs_target_active
                 WHERE b.ordering_key >= :ordering_key AND b.ordering_key IS NOT NULL
                   AND b.status IN ('pending', 'claimed') AND (b.ordering_key, b.id) < (:ordering_key, :id)))
@@ -44,17 +44,17 @@ VALUES (:id, :type, :payload, 'pending', :priority, 0, :max_attempts,
 -- A keyed job: INSERT_ON_TARGET, and nothing is inserted while an active job of its type holds
 -- the key (the caller then reads that one, ACTIVE_BY_KEY).
 INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,
-                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes,
+                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes, traceparent,
                          blocked)
 VALUES (:id, :type, :payload, 'pending', :priority, 0, :max_attempts,
-        :created_at, :run_at, :idempotency_key, :ordering_key, :parent_id, :timeout, :payload_bytes,
+        :created_at, :run_at, :idempotency_key, :ordering_key, :parent_id, :timeout, :payload_bytes, :traceparent,
         EXISTS (SELECT 1 FROM tether_jobs AS b INDEXED BY ix_tether_jobs_target_active
                 WHERE b.ordering_key >= :ordering_key AND b.ordering_key IS NOT NULL
                   AND b.status IN ('pending', 'claimed') AND (b.ordering_key, b.id) < (:ordering_key, :id)))
 ON CONFLICT (type, idempotency_key) WHERE status IN ('pending', 'claimed') AND idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes, snoozes
+          timeout, progress, quarantine, payload_bytes, snoozes, traceparent
 
 -- name: INSERT_PAYLOADS
 -- Many unkeyed jobs of one type that share their options, without a target, in one statement:
@@ -62,9 +62,9 @@ RETURNING id, type, payload, status, priority, attempts, max_attempts, last_erro
 -- parsing each row again (binding ten values per row through the driver cost twice SQLite's own
 -- insert). length() of a blob counts bytes (of a text, characters).
 INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,
-                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes)
+                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes, traceparent)
 SELECT key, :type, value, 'pending', :priority, 0, :max_attempts,
-       :created_at, :run_at, NULL, NULL, :parent_id, :timeout, length(CAST(value AS BLOB))
+       :created_at, :run_at, NULL, NULL, :parent_id, :timeout, length(CAST(value AS BLOB)), :traceparent
 FROM json_each(:rows)
 
 -- name: INSERT_TARGETED
@@ -72,10 +72,10 @@ FROM json_each(:rows)
 -- behind]; ``behind`` is true when an older job of the same statement has the same target (the
 -- statement does not see its own rows), else the ledger is asked as INSERT_ON_TARGET asks it.
 INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,
-                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes,
+                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes, traceparent,
                          blocked)
 SELECT json_extract(value, '$[0]'), :type, json_extract(value, '$[1]'), 'pending', :priority, 0, :max_attempts,
-       :created_at, :run_at, NULL, json_extract(value, '$[2]'), :parent_id, :timeout, json_extract(value, '$[3]'),
+       :created_at, :run_at, NULL, json_extract(value, '$[2]'), :parent_id, :timeout, json_extract(value, '$[3]'), :traceparent,
        CASE WHEN json_extract(value, '$[4]') THEN TRUE ELSE
          EXISTS (SELECT 1 FROM tether_jobs AS b INDEXED BY ix_tether_jobs_target_active
                  WHERE b.ordering_key >= json_extract(value, '$[2]') AND b.ordering_key IS NOT NULL
@@ -95,14 +95,14 @@ UPDATE tether_jobs SET meta = :meta, retry_of = :retry_of WHERE id = :id
 -- name: ACTIVE_BY_KEY
 SELECT id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
        created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-       timeout, progress, quarantine, payload_bytes, snoozes
+       timeout, progress, quarantine, payload_bytes, snoozes, traceparent
 FROM tether_jobs
 WHERE type = :type AND idempotency_key = :idempotency_key AND status IN ('pending', 'claimed')
 
 -- name: GET
 SELECT id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
        created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-       timeout, progress, quarantine, payload_bytes, snoozes
+       timeout, progress, quarantine, payload_bytes, snoozes, traceparent
 FROM tether_jobs WHERE id = :id
 
 -- name: PAYLOAD
@@ -168,7 +168,7 @@ WHERE +status = 'pending' AND id IN (
                ELSE min(:limit, max(1, :max_bytes / (SELECT fits FROM first))) END)
 RETURNING id, type, CASE WHEN coalesce(payload_bytes, 0) <= 16384 THEN payload END, status, priority,
           attempts, max_attempts, last_error, locked_by, locked_at, created_at, claimed_at, completed_at,
-          run_at, idempotency_key, ordering_key, parent_id, result, timeout, progress, quarantine, payload_bytes, snoozes
+          run_at, idempotency_key, ordering_key, parent_id, result, timeout, progress, quarantine, payload_bytes, snoozes, traceparent
 
 -- The transitions out of 'claimed' are fenced: they apply only to the worker's own attempt
 -- (id, status 'claimed', locked_by, attempts), and a caller that gets no row back lost the job.
@@ -183,7 +183,7 @@ UPDATE tether_jobs SET status = 'completed', locked_at = NULL,
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes, snoozes
+          timeout, progress, quarantine, payload_bytes, snoozes, traceparent
 
 -- name: COMPLETE_MANY
 -- COMPLETE for many of one worker's jobs in one statement, fenced row by row exactly as
@@ -207,7 +207,7 @@ UPDATE tether_jobs SET status = 'cancelled', locked_by = NULL, locked_at = NULL,
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes, snoozes
+          timeout, progress, quarantine, payload_bytes, snoozes, traceparent
 
 -- name: RETRY
 UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
@@ -215,7 +215,7 @@ UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes, snoozes
+          timeout, progress, quarantine, payload_bytes, snoozes, traceparent
 
 -- name: FAIL
 UPDATE tether_jobs SET status = 'failed', locked_by = NULL, locked_at = NULL,
@@ -223,7 +223,7 @@ UPDATE tether_jobs SET status = 'failed', locked_by = NULL, locked_at = NULL,
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes, snoozes
+          timeout, progress, quarantine, payload_bytes, snoozes, traceparent
 
 -- name: RELEASE
 -- Cancelled at shutdown: the attempt is given back.
@@ -232,7 +232,7 @@ UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes, snoozes
+          timeout, progress, quarantine, payload_bytes, snoozes, traceparent
 
 -- name: DEFER
 -- A snooze (a handler's Snooze, a rate limit's hold, a full data root): the attempt is given back
@@ -244,7 +244,7 @@ UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes, snoozes
+          timeout, progress, quarantine, payload_bytes, snoozes, traceparent
 
 -- A worker's group commit records its jobs' outcomes without reading the rows back (it knows
 -- them, and reading each back is a large part of a short job's cost): the same fenced row
@@ -288,8 +288,15 @@ WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :at
 -- that ends it, in its transaction: the worker's group commit, the sweep, an operator's retry.
 -- A completion writes none: the completed row keeps the attempt whole, locked_by included
 -- (COMPLETE leaves it as the worker that ran the job; locked_at, the lock, goes).
-INSERT INTO tether_attempts (job_id, attempt, started_at, ended_at, worker, outcome, error)
-VALUES (:job_id, :attempt, :started_at, :ended_at, :worker, :outcome, :error)
+INSERT INTO tether_attempts (job_id, attempt, started_at, ended_at, worker, outcome, error, traceparent)
+VALUES (:job_id, :attempt, :started_at, :ended_at, :worker, :outcome, :error, :traceparent)
+
+-- name: ATTEMPT_TRACE
+-- The span of a job's latest traced attempt that did not complete it, which the next attempt's
+-- span links to (tether/tracing.py): asked only while traces are recorded, for a job that ran
+-- before; one probe of ix_tether_attempts_job from its end.
+SELECT traceparent FROM tether_attempts
+WHERE job_id = :job_id AND traceparent IS NOT NULL ORDER BY id DESC LIMIT 1
 -- An operator's cancel (ledger/cancel.py). A pending job is cancelled at once (CANCEL, which
 -- takes it out of the active set: the caller then runs UNBLOCK_NEXT); a running one is asked to
 -- stop (REQUEST_CANCEL), fenced on the attempt the operator saw, and its worker reads the
@@ -301,7 +308,7 @@ UPDATE tether_jobs SET status = 'cancelled', completed_at = :now, last_error = :
 WHERE id = :id AND status = 'pending'
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes, snoozes
+          timeout, progress, quarantine, payload_bytes, snoozes, traceparent
 
 -- name: REQUEST_CANCEL
 UPDATE tether_jobs SET cancel_reason = :reason
@@ -371,7 +378,7 @@ UPDATE tether_jobs SET status = 'pending', attempts = 0, snoozes = 0, run_at = :
 WHERE id = :id AND status = 'failed'
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes, snoozes
+          timeout, progress, quarantine, payload_bytes, snoozes, traceparent
 
 -- name: UNBLOCK_NEXT
 -- A job on target :ordering_key left the active set (completed, failed): the oldest active job
@@ -426,7 +433,7 @@ WHERE status IN ('pending', 'claimed') AND ordering_key IS NOT NULL AND status =
 -- name: STALE
 SELECT id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
        created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-       timeout, progress, quarantine, payload_bytes, snoozes
+       timeout, progress, quarantine, payload_bytes, snoozes, traceparent
 FROM tether_jobs WHERE status = 'claimed' AND locked_at < :cutoff
 
 -- name: RECLAIM
@@ -435,7 +442,7 @@ UPDATE tether_jobs SET status = 'pending', locked_by = NULL, locked_at = NULL,
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt AND locked_at < :cutoff
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes, snoozes
+          timeout, progress, quarantine, payload_bytes, snoozes, traceparent
 
 -- name: RECLAIM_EXHAUSTED
 UPDATE tether_jobs SET status = 'failed', locked_by = NULL, locked_at = NULL, completed_at = :now,
@@ -443,7 +450,7 @@ UPDATE tether_jobs SET status = 'failed', locked_by = NULL, locked_at = NULL, co
 WHERE id = :id AND status = 'claimed' AND locked_by = :worker AND attempts = :attempt AND locked_at < :cutoff
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
-          timeout, progress, quarantine, payload_bytes, snoozes
+          timeout, progress, quarantine, payload_bytes, snoozes, traceparent
 
 -- name: ACQUIT
 -- A crashed batch's crash was charged to one of its jobs: the others no longer owe it (they stay
