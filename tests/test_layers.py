@@ -41,10 +41,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("reconcile", "observe"),
     # what applications hold
     ("coordinator", "opening", "transaction"),
-    ("store",),
+    ("store", "aio"),
     # the edges: the command line, the web pages, the sample application, the package's front door
     ("demo.aws",),
-    ("cli", "ui", "demo", "__main__", "__init__"),
+    ("cli", "ui", "demo", "__main__", "__init__", "testing"),
 ]
 
 
