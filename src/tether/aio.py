@@ -93,8 +93,11 @@ class AsyncCoordinator:
 
     async def close(self) -> None:
         """Wait for the calls in flight, then close the coordinator."""
-        await asyncio.to_thread(self._pool.shutdown, wait=True)
-        self.sync.close()
+        await asyncio.to_thread(self._close)
+
+    def _close(self) -> None:
+        self._pool.shutdown(wait=True)
+        self.sync.close()  # disposing of the engine closes connections: database work too
 
     async def __aenter__(self) -> AsyncCoordinator:
         return self
