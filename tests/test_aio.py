@@ -97,6 +97,7 @@ class FetchType(JobType[Fetch]):
     payload_model = Fetch
 
     def __init__(self) -> None:
+        self.started = threading.Event()
         self.cleaned_up = threading.Event()
 
     async def run(self, payload: Fetch, ctx: JobContext) -> dict[str, Any]:
@@ -104,6 +105,7 @@ class FetchType(JobType[Fetch]):
         if payload.fail:
             raise RuntimeError(f"{payload.name} is unreachable")
         if payload.hang:
+            self.started.set()
             try:
                 await asyncio.sleep(60)
             finally:
@@ -140,6 +142,21 @@ def test_an_async_handler_past_its_timeout_is_cancelled_at_its_await_and_its_fin
     record = c.get(job.id)
     assert record.status is JobStatus.PENDING and "timeout" in (record.last_error or "")
     assert fetch.cleaned_up.wait(5), "the hanging await was never cancelled"
+
+
+def test_an_async_handler_stopped_at_shutdown_is_cancelled_at_its_await_and_gives_its_attempt_back(fetching):
+    c, fetch = fetching
+    job = c.enqueue(Fetch(name="slow", hang=True))
+    worker = c.worker()
+    running = threading.Thread(target=worker.run_once)
+    running.start()
+    assert fetch.started.wait(10)
+    worker.stop(cancel=True)
+    running.join(10)
+    assert not running.is_alive(), "the worker still waits on the handler's await"
+    record = c.get(job.id)
+    assert (record.status, record.attempts) == (JobStatus.PENDING, 0)
+    assert fetch.cleaned_up.is_set()
 
 
 def test_the_fastapi_example_records_a_save_and_serves_it_once_a_worker_ran_it(tmp_path, monkeypatch):
