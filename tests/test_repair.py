@@ -202,3 +202,33 @@ def test_a_plan_from_an_older_check_proposes_nothing_for_a_target_a_job_touched_
     coordinator.run_until_idle()
     [step] = coordinator.plan_repairs(report).steps
     assert step.job_type is None and "came after the check" in (step.reason or "")
+
+
+def test_history_interleaves_the_drift_found_the_repair_applied_and_an_accept_with_its_reason(
+    coordinator: Coordinator, root: Path, clock: FakeClock
+) -> None:
+    made(coordinator, clock)
+    (root / "people/a.json").unlink()
+    clock.advance(1)
+    report = reconcile(coordinator)
+    clock.advance(1)
+    coordinator.apply_repairs(coordinator.plan_repairs(report))
+    coordinator.run_until_idle()
+    clock.advance(1)
+    (root / "people/b.json").write_text('{"by": "hand"}')
+    coordinator.accept(["people/b.json"], reason="fixed by hand", by="ops")
+
+    repaired = coordinator.history("people/a.json")
+    assert [e.event for e in repaired.entries] == [
+        "enqueued",
+        "completed",
+        "drift missing",
+        "enqueued",
+        "repair missing",
+        "completed",
+    ]
+    first, repair = repaired.jobs
+    assert repaired.entries[2].job_id == first.id  # the finding names the job whose effect drifted
+    assert repaired.entries[4].job_id == repair.id and repaired.entries[4].detail == f"runs {first.id} again"
+    accepted = coordinator.history("people/b.json").entries
+    assert [(e.event, e.detail) for e in accepted][-1] == ("accepted", "by ops: fixed by hand")

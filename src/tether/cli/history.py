@@ -21,7 +21,8 @@ def history(
 ) -> None:
     """A target's whole history: each job that touched it, and within each job every attempt
     (start, end, worker, outcome: completed, error with its first line, timeout, reclaimed after
-    a dead worker, given back, cancelled), with operators' retries, in time order. The newest
+    a dead worker, given back, cancelled), with operators' retries, the repairs applied, the
+    accepts with their reasons and the drift the kept reconcile runs found, in time order. The newest
     --limit jobs are shown.
 
     Example: tether history notes/a.json   (or: tether history s3_bucket:eu-west-1:logs --json)
@@ -39,7 +40,6 @@ def history(
     rows = []
     for e in found.entries:
         took = seconds((e.ended_at - e.at).total_seconds()) if e.ended_at is not None and e.kind == ATTEMPT else ""
-        what = e.outcome if e.kind == ATTEMPT else e.kind
         attempt = "" if e.attempt is None or e.kind != ATTEMPT else e.attempt
-        rows.append((when(e.at), e.job_id, e.job_type, what, attempt, e.worker, took, e.detail))
+        rows.append((when(e.at), e.job_id, e.job_type, e.event, attempt, e.worker, took, e.detail))
     table(None, ["time (UTC)", "job", "type", "event", "attempt", "worker", "took", "detail"], rows)

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import orjson
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSON
 
@@ -36,6 +35,13 @@ def sqlite_spent() -> Any:
     """SQLite: ``[cost, tokens in, tokens out, model]`` of a result as one JSON array (one parse
     of the result; ``spent_of`` reads it)."""
     return sa.func.json_extract(jobs_table.c.result, *_PATHS)
+
+
+def sqlite_number(key: str) -> Any:
+    """SQLite: the result's ``key`` when it is a JSON number, else NULL."""
+    path = f"$.{key}"
+    kind = sa.func.json_type(jobs_table.c.result, path)
+    return sa.case((kind.in_(("integer", "real")), sa.func.json_extract(jobs_table.c.result, path)), else_=None)
 
 
 def spent_of(values: list[Any]) -> tuple[float | None, float | None, float | None, Any]:
@@ -89,13 +95,18 @@ def bills(conn: sa.Connection, *where: Any) -> dict[tuple[str, str | None], Bill
         ):
             out[(name, model)] = Bill(n, float(cost), int(tokens_in), int(tokens_out))
         return out
-    for name, spent in conn.execute(sa.select(jobs_table.c.type, sqlite_spent()).where(*where, billed())):
-        cost, tokens_in, tokens_out, model = spent_of(orjson.loads(spent))
-        bill = out.setdefault((name, None if model is None else str(model)), Bill())
-        bill.jobs += 1
-        bill.cost_usd += cost or 0
-        bill.input_tokens += int(tokens_in or 0)
-        bill.output_tokens += int(tokens_out or 0)
+    # SQLite sums in the statement: its JSON functions reuse a result's parse within a row, and
+    # handing each row to Python cost more than the reading itself.
+    model = sa.func.json_extract(jobs_table.c.result, "$.model")
+    totals = (sa.func.total(sqlite_number(key)) for key in SPENT_KEYS)
+    query = sa.select(jobs_table.c.type, model, sa.func.count(), *totals).where(*where, billed())
+    for name, found, n, cost, tokens_in, tokens_out in conn.execute(query.group_by(jobs_table.c.type, model)):
+        key = (name, None if found is None else str(found))
+        bill = out.setdefault(key, Bill())  # a number and a string model may name one key
+        bill.jobs += n
+        bill.cost_usd += cost
+        bill.input_tokens += int(tokens_in)
+        bill.output_tokens += int(tokens_out)
     return out
 
 

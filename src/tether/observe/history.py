@@ -1,10 +1,13 @@
 """A target's whole history: every job that touched it, in order, and within each job every
 attempt (when it started and ended, on which worker, how it ended), with operators' retries,
-interleaved by time (``tether history``, ``Coordinator.history``, the ui's job page).
+the repairs applied to it, the operators' accepts with their reasons, and the drift findings of
+the kept reconcile runs, interleaved by time (``tether history``, ``Coordinator.history``, the
+ui's job page).
 
 Each kind of record is a source of ``Entry`` values: the jobs themselves (their enqueue), the
-attempt rows (``ledger/attempts.py``), and the attempt a job row tells (a completed or running
-job's latest). ``merge`` interleaves the sources by time, so another kind of record on a target
+attempt rows (``ledger/attempts.py``), the attempt a job row tells (a completed or running job's
+latest), the repair links (``reconcile/repair.py``), the accepts (``adopt`` jobs) and the kept
+findings (``reconcile/findings.py``). ``merge`` interleaves the sources by time, so another kind of record on a target
 is one more source passed to it, not a change to the others.
 """
 
@@ -19,12 +22,16 @@ from typing import Any, NamedTuple
 import sqlalchemy as sa
 
 from ..errors import UnknownTarget
+from ..jobtypes.adopt import Adopt
 from ..jobtypes.target import display, named
 from ..ledger.attempts import Outcome
 from ..ledger.record import JobRecord
 from ..ledger.schema import attempts as attempts_table
 from ..ledger.schema import jobs as jobs_table
 from ..ledger.status import JobStatus
+from ..reconcile.drift import DRIFT as DRIFT_STATUSES
+from ..reconcile.findings import of_target
+from ..reconcile.repair import repairs_of
 from .readonly import Source, reading, records, select_jobs
 
 ENQUEUED = "enqueued"
@@ -33,6 +40,13 @@ ATTEMPT = "attempt"
 """One run of a job: ``outcome`` says how it ended (``Outcome``)."""
 MANUAL_RETRY = "manual_retry"
 """An operator retried the failed job: its attempts count from one again."""
+REPAIR = "repair"
+"""An applied repair plan enqueued the job: ``outcome`` is the finding it answers."""
+ACCEPTED = "accepted"
+"""An operator accepted what is there as the target's expected state (``tether drift accept``)."""
+DRIFT = "drift"
+"""A reconcile run found the target not in sync: ``outcome`` is its status (``missing``,
+``modified``...); ``detail`` names the ignore rule when one matched."""
 
 _LAST = 1 << 62  # a job row's own attempt sorts after the rows written before it at one instant
 
@@ -53,6 +67,13 @@ class Entry(NamedTuple):
     """An attempt's error (its first line); for an enqueue, the job's status now."""
     seq: int = 0
     """Order among one job's entries of one instant (the attempt row's id)."""
+
+    @property
+    def event(self) -> str:
+        """What happened, in a word or two: an attempt's outcome, a finding's status after its kind."""
+        if self.kind == ATTEMPT:
+            return str(self.outcome)
+        return f"{self.kind} {self.outcome}" if self.kind in (REPAIR, DRIFT) else self.kind
 
     def to_dict(self) -> dict[str, Any]:
         out = self._asdict()
@@ -106,7 +127,13 @@ def history(source: Source, name: str, *, limit: int | None = 50) -> History:
         more = limit is not None and len(found) > limit
         jobs = list(reversed(found[:limit] if limit is not None else found))
         rows = attempt_rows(conn, jobs)
-    return History(key, jobs, merge(enqueues(jobs), rows, job_row_attempts(jobs)), more)
+        types = {j.id: j.type for j in jobs}
+        repaired = [_repair_entry(r, types) for r in repairs_of(conn, key)]
+        drifts = [_drift_entry(*f) for f in of_target(conn, display(key)) if f[1] in DRIFT_STATUSES]
+    entries = merge(enqueues(jobs), rows, job_row_attempts(jobs), repaired, accepts(jobs), drifts)
+    if more:  # the records older than the oldest job shown belong to the jobs left out
+        entries = [e for e in entries if e.at >= jobs[0].created_at]
+    return History(key, jobs, entries, more)
 
 
 def job_attempts(source: Source, job: JobRecord) -> list[Entry]:
@@ -117,6 +144,31 @@ def job_attempts(source: Source, job: JobRecord) -> list[Entry]:
 
 def enqueues(jobs: Iterable[JobRecord]) -> list[Entry]:
     return [Entry(j.created_at, ENQUEUED, j.id, j.type, detail=f"now {j.status.value}") for j in jobs]
+
+
+def accepts(jobs: Iterable[JobRecord]) -> list[Entry]:
+    """The accepts among ``jobs``: who accepted what is there, and why (the operator's own words,
+    not an application's payload)."""
+    out = []
+    for j in jobs:
+        if j.type == Adopt.job_type:
+            told = Adopt.model_validate_json(j.payload)
+            why = f": {told.reason}" if told.reason else ""
+            out.append(Entry(j.created_at, ACCEPTED, j.id, j.type, detail=f"by {told.by}{why}", seq=1))
+    return out
+
+
+def _repair_entry(row: dict[str, Any], types: dict[str, str]) -> Entry:
+    again = f"runs {row['repair_of']} again" if row["repair_of"] else "made for the finding"
+    job_id = str(row["job_id"])
+    at = row["applied_at"]
+    return Entry(at, REPAIR, job_id, types.get(job_id, ""), outcome=str(row["finding"]), detail=again, seq=1)
+
+
+def _drift_entry(at: datetime, status: str, rule: str | None, finding: dict[str, Any]) -> Entry:
+    detail = f"ignored by {rule}" if rule else finding.get("detail")
+    job_id, job_type = finding.get("job_id") or "", finding.get("job_type") or ""
+    return Entry(at, DRIFT, job_id, job_type, outcome=status, detail=detail)
 
 
 def job_row_attempts(jobs: Iterable[JobRecord]) -> list[Entry]:
