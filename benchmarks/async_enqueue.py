@@ -14,6 +14,9 @@ distinct paths, the sides' order rotated from round to round; medians over round
   avoiding), with the same ticker: each commit stalls the loop.
 
 ``idle`` is the ticker alone on an idle loop: the lateness the loop's timer has with no work.
+``max busy`` is the most CPU time the loop's thread used between two ticks: the loop's own
+work. A stall far longer than that was spent waiting for a core (other processes on a shared
+machine) or for the GIL (the pool's threads).
 """
 
 from __future__ import annotations
@@ -41,44 +44,49 @@ def payload(task: int, i: int) -> CreateFile:
     return CreateFile(path=f"t{task}/{i}.json", content={"task": task, "i": i, "note": "x" * 64})
 
 
-async def _ticker(stop: asyncio.Event, lateness: list[float]) -> None:
-    """Sleep TICK at a time until ``stop``; record how much later than TICK each wake-up came."""
+async def _ticker(stop: asyncio.Event, lateness: list[float], busy: list[float]) -> None:
+    """Sleep TICK at a time until ``stop``; record how much later than TICK each wake-up came, and
+    the CPU time the loop's thread used meanwhile (its own work: tasks' steps, callbacks). A stall
+    much longer than its CPU time was spent waiting: for a core (other processes) or the GIL."""
     while not stop.is_set():
-        before = time.perf_counter()
+        before, cpu = time.perf_counter(), time.thread_time()
         await asyncio.sleep(TICK)
         lateness.append(time.perf_counter() - before - TICK)
+        busy.append(time.thread_time() - cpu)
 
 
-async def _with_ticker(work: Callable[[], Awaitable[None]]) -> list[float]:
+async def _with_ticker(work: Callable[[], Awaitable[None]]) -> tuple[list[float], list[float]]:
     lateness: list[float] = []
+    busy: list[float] = []
     stop = asyncio.Event()
-    ticking = asyncio.create_task(_ticker(stop, lateness))
+    ticking = asyncio.create_task(_ticker(stop, lateness, busy))
     await asyncio.sleep(0.05)  # the ticker is running before the work starts
-    del lateness[:]
+    del lateness[:], busy[:]
     await work()
     stop.set()
     await ticking
-    return lateness
+    return lateness, busy
 
 
-def _summary(latencies: list[float], seconds: float, lateness: list[float] | None) -> dict[str, Any]:
+def _summary(latencies: list[float], seconds: float, ticks: tuple[list[float], list[float]] | None) -> dict[str, Any]:
     latencies.sort()
     out = {
-        "jobs_per_s": len(latencies) / seconds,
+        "jobs_per_s": len(latencies) / seconds if latencies else None,
         "p50_ms": latencies[len(latencies) // 2] * 1e3 if latencies else None,
         "p99_ms": latencies[int(len(latencies) * 0.99)] * 1e3 if latencies else None,
     }
-    if lateness is not None:
-        lateness.sort()
+    if ticks is not None:
+        lateness, busy = sorted(ticks[0]), sorted(ticks[1])
         out["stall_max_ms"] = lateness[-1] * 1e3
         out["stall_p99_ms"] = lateness[int(len(lateness) * 0.99)] * 1e3
+        out["busy_max_ms"] = busy[-1] * 1e3
     return out
 
 
 def run_async(url: str, root: Path, tasks: int, per_task: int, threads: int) -> dict[str, Any]:
     latencies: list[float] = []
 
-    async def main() -> tuple[float, list[float]]:
+    async def main() -> tuple[float, tuple[list[float], list[float]]]:
         async with await AsyncCoordinator.open(url, root=root, threads=threads) as c:
 
             async def one(task: int) -> None:
@@ -91,17 +99,17 @@ def run_async(url: str, root: Path, tasks: int, per_task: int, threads: int) -> 
                 await asyncio.gather(*(one(t) for t in range(tasks)))
 
             t0 = time.perf_counter()
-            lateness = await _with_ticker(work)
-            return time.perf_counter() - t0, lateness
+            ticks = await _with_ticker(work)
+            return time.perf_counter() - t0, ticks
 
-    seconds, lateness = asyncio.run(main())
-    return _summary(latencies, seconds, lateness)
+    seconds, ticks = asyncio.run(main())
+    return _summary(latencies, seconds, ticks)
 
 
 def run_in_loop(url: str, root: Path, tasks: int, per_task: int) -> dict[str, Any]:
     latencies: list[float] = []
 
-    async def main() -> tuple[float, list[float]]:
+    async def main() -> tuple[float, tuple[list[float], list[float]]]:
         with Coordinator.open(url, root=root) as c:
 
             async def one(task: int) -> None:
@@ -115,11 +123,11 @@ def run_in_loop(url: str, root: Path, tasks: int, per_task: int) -> dict[str, An
                 await asyncio.gather(*(one(t) for t in range(tasks)))
 
             t0 = time.perf_counter()
-            lateness = await _with_ticker(work)
-            return time.perf_counter() - t0, lateness
+            ticks = await _with_ticker(work)
+            return time.perf_counter() - t0, ticks
 
-    seconds, lateness = asyncio.run(main())
-    return _summary(latencies, seconds, lateness)
+    seconds, ticks = asyncio.run(main())
+    return _summary(latencies, seconds, ticks)
 
 
 def run_threads(url: str, root: Path, tasks: int, per_task: int, threads: int) -> dict[str, Any]:
@@ -143,11 +151,10 @@ def run_threads(url: str, root: Path, tasks: int, per_task: int, threads: int) -
 
 
 def run_idle(seconds: float) -> dict[str, Any]:
-    async def main() -> list[float]:
+    async def main() -> tuple[list[float], list[float]]:
         return await _with_ticker(lambda: asyncio.sleep(seconds))
 
-    lateness = sorted(asyncio.run(main()))
-    return {"stall_max_ms": lateness[-1] * 1e3, "stall_p99_ms": lateness[int(len(lateness) * 0.99)] * 1e3}
+    return _summary([], seconds, asyncio.run(main()))
 
 
 def measure(side: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -181,15 +188,18 @@ def main() -> None:
         order = sides[r % len(sides) :] + sides[: r % len(sides)]
         for side in order:
             results[side].append(measure(side, args))
+        last = {s: results[s][-1] for s in sides}
         row = ", ".join(
-            f"{s} {results[s][-1].get('jobs_per_s', 0):,.0f}/s max stall {results[s][-1].get('stall_max_ms', 0):.2f} ms"
+            f"{s} {last[s].get('jobs_per_s') or 0:,.0f}/s max stall {last[s]['stall_max_ms']:.2f} ms"
+            f" (busy {last[s]['busy_max_ms']:.2f})"
+            if "stall_max_ms" in last[s]
+            else f"{s} {last[s]['jobs_per_s']:,.0f}/s"
             for s in sides
         )
         print(f"round {r + 1}: {row}")
     print(f"\nmedians over {args.rounds} rounds (load after: {os.getloadavg()[0]:.2f})")
-    print(
-        f"{'side':8} {'jobs/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'max stall ms':>13} {'p99 stall ms':>13} {'worst':>7}"
-    )
+    heads = ("jobs/s", "p50 ms", "p99 ms", "max stall ms", "p99 stall ms", "worst", "max busy ms")
+    print(f"{'side':8} " + " ".join(f"{h:>{w}}" for h, w in zip(heads, (8, 7, 7, 13, 13, 7, 12), strict=True)))
     for side in sides:
         rows = results[side]
 
@@ -200,7 +210,7 @@ def main() -> None:
         worst = max((row.get("stall_max_ms") or 0) for row in rows)
         print(
             f"{side:8} {med('jobs_per_s'):>8} {med('p50_ms'):>7} {med('p99_ms'):>7} "
-            f"{med('stall_max_ms'):>13} {med('stall_p99_ms'):>13} {worst:>7.2f}"
+            f"{med('stall_max_ms'):>13} {med('stall_p99_ms'):>13} {worst:>7.2f} {med('busy_max_ms'):>12}"
         )
 
 
