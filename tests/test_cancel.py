@@ -153,3 +153,34 @@ def test_a_cancelled_job_is_never_retried_and_purge_deletes_it(c: Coordinator, c
     assert c.purge(older_than=timedelta(seconds=1), statuses=("cancelled",)).total == 1
     with pytest.raises(JobNotFound):
         c.get(job_id)
+
+
+def test_show_tells_a_cancel_request_its_worker_has_yet_to_act_on(c: Coordinator, monkeypatch, capsys):
+    import json
+
+    from clikit import run_split
+
+    job_id = c.enqueue(CreateFile(path="f.json", content=1)).id
+    c.queue.claim("w1")
+    url = c.engine.url.render_as_string(hide_password=False)
+    code, out, _ = run_split(monkeypatch, capsys, "--db", url, "show", job_id, "--json")
+    assert code == 0 and json.loads(out)["cancel_requested"] is None
+    c.cancel(job_id, reason="wrong tenant")
+    code, out, _ = run_split(monkeypatch, capsys, "--db", url, "show", job_id, "--json")
+    assert code == 0 and json.loads(out)["cancel_requested"] == "wrong tenant"
+    code, out, _ = run_split(monkeypatch, capsys, "--db", url, "show", job_id)
+    assert code == 0 and "cancel requested" in out and "wrong tenant" in out
+
+
+def test_a_job_that_keeps_changing_under_a_cancel_is_refused_alone(c: Coordinator, monkeypatch):
+    moving = c.enqueue(CreateFile(path="m.json", content=1)).id
+    still = c.enqueue(CreateFile(path="s.json", content=1)).id
+    real = c.queue.transition
+
+    def raced(cur, edge, job_id, **kw):  # another worker moves it each time, before the cancel can
+        return None if job_id == moving else real(cur, edge, job_id, **kw)
+
+    monkeypatch.setattr(c.queue, "transition", raced)
+    results = {r.job_id: r for r in c.cancel(moving, still)}
+    assert results[moving].outcome == "refused" and "kept changing" in (results[moving].error or "")
+    assert results[still].outcome == "cancelled"  # one job's race does not undo the others

@@ -22,6 +22,7 @@ from clikit import run_split
 from conftest import scratch_pg_database
 from tether import Coordinator, CreateFile
 from tether.jobtypes import default_registry
+from tether.ledger.meta import SCHEMA_VERSION
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -80,11 +81,33 @@ def test_a_typo_in_db_creates_nothing_and_init_creates_the_ledger_and_says_what(
     assert (code, out) == (0, f"created the ledger {ledger_url}\n  data root {root}\n")
     assert (tmp_path / "ledger" / "tether.db").is_file() and root.is_dir()
     code, out, _ = cli("--db", db, "init", "--json")  # again: nothing new, the recorded root
-    assert code == 0 and json.loads(out) == {"created": False, "ledger": ledger_url, "root": str(root)}
+    assert code == 0 and json.loads(out) == {
+        "created": False,
+        "ledger": ledger_url,
+        "root": str(root),
+        "upgraded_from": None,
+    }
 
     code, out, _ = cli("--db", db, "worker", "--until-idle")
     [started] = events(out, "worker_started")
     assert (started["ledger"], started["root"]) == (ledger_url, str(root))
+
+
+def test_a_reader_names_a_ledger_not_yet_upgraded_and_init_upgrades_it(cli, tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'tether.db'}"
+    assert cli("--db", db, "--root", str(tmp_path / "data"), "init")[0] == 0
+    with sa.create_engine(db).begin() as conn:  # as an older tether left it: no snoozes, version 8
+        conn.exec_driver_sql("ALTER TABLE tether_jobs DROP COLUMN snoozes")
+        conn.exec_driver_sql("UPDATE tether_meta SET value = '8' WHERE key = 'schema_version'")
+    for command in ("jobs", "failed"):
+        code, _, err = cli("--db", db, command)
+        assert code == 1 and err.strip().splitlines() == [
+            f"tether: error: this ledger has schema version 8 and this tether reads version {SCHEMA_VERSION}: "
+            "run `tether init` (or start a worker) once to upgrade it in place; readers never write"
+        ]
+    code, out, _ = cli("--db", db, "init")
+    assert code == 0 and out.startswith(f"the ledger {db} exists already: upgraded from schema 8 to {SCHEMA_VERSION}")
+    assert cli("--db", db, "jobs")[0] == 0
 
 
 def test_the_worker_names_a_postgresql_ledger_with_its_password_masked(cli, tmp_path: Path) -> None:

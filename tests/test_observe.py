@@ -226,6 +226,13 @@ def test_recent_counts_and_lists_what_finished_in_the_window(ledger: Ledger) -> 
     assert len(finished.recent(ledger.coordinator, since=timedelta(hours=1), limit=2).jobs) == 2
 
 
+def test_recent_counts_and_lists_cancelled_jobs_apart(ledger: Ledger) -> None:
+    [cancelled] = ledger.coordinator.cancel(ledger.ids["later0"], reason="not wanted")
+    r = finished.recent(ledger.coordinator, since=timedelta(hours=1))
+    assert (r.completed, r.failed, r.cancelled) == (11, 2, 1)
+    assert r.jobs[0].id == ledger.ids["later0"] and r.jobs[0].status is JobStatus.CANCELLED
+
+
 def test_jobs_filters_by_status_type_and_enqueue_time(ledger: Ledger) -> None:
     c = ledger.coordinator
     assert [j.id for j in jobs.jobs(c, status="pending")] == [ledger.ids[f"later{i}"] for i in (2, 1, 0)]

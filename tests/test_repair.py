@@ -3,6 +3,8 @@ stale one), accepting what is there, ignore rules, and the findings kept of the 
 
 from __future__ import annotations
 
+import logging
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -141,16 +143,25 @@ def test_accept_is_refused_while_a_job_on_the_target_is_in_flight(
 
 
 def test_ignored_findings_are_listed_with_their_rule_and_not_drift(
-    coordinator: Coordinator, root: Path, clock: FakeClock
+    coordinator: Coordinator, root: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     coordinator.enqueue(CreateFile(path="tmp/x.json", content=1))
     made(coordinator, clock)
     (root / "tmp/x.json").write_text("2")
-    ignore.path_of(root).write_text("# scratch files\ntmp/*.json\n")
+    (root / "people/a.json").write_text("{}")
+    ignore.path_of(root).write_text("# scratch files\ntmp/*.json\npeople/a.json\n")
+    caplog.set_level(logging.INFO, logger="tether.events")
     report = reconcile(coordinator)
+    alerts = [
+        r.getMessage() for r in caplog.records if r.name == "tether.events" and "drift_detected" in r.getMessage()
+    ]
+    assert alerts == []  # an ignored finding raises no drift event
     assert report.exit_code == 0 and report.findings == []
-    assert [(f.path, rule) for f, rule in report.ignored] == [("tmp/x.json", "tmp/*.json")]
-    assert report.to_dict()["ignored_findings"][0]["rule"] == "tmp/*.json"
+    assert sorted((f.path, rule) for f, rule in report.ignored) == [
+        ("people/a.json", "people/a.json"),
+        ("tmp/x.json", "tmp/*.json"),
+    ]
+    assert {f["rule"] for f in report.to_dict()["ignored_findings"]} == {"tmp/*.json", "people/a.json"}
 
 
 def test_aws_rule_ignores_a_finding_only_when_it_covers_every_difference() -> None:
@@ -232,3 +243,97 @@ def test_history_interleaves_the_drift_found_the_repair_applied_and_an_accept_wi
     assert repaired.entries[4].job_id == repair.id and repaired.entries[4].detail == f"runs {first.id} again"
     accepted = coordinator.history("people/b.json").entries
     assert [(e.event, e.detail) for e in accepted][-1] == ("accepted", "by ops: fixed by hand")
+
+
+def test_a_target_whose_newest_job_was_cancelled_or_failed_is_still_repaired(
+    coordinator: Coordinator, root: Path, clock: FakeClock
+) -> None:
+    made(coordinator, clock)
+    (root / "people/a.json").unlink()
+    (root / "people/b.json").write_text('{"by": "hand"}')
+    cancelled = coordinator.enqueue(CreateFile(path="people/a.json", content={"name": "A"})).job
+    coordinator.cancel(cancelled.id)
+    failing = coordinator.enqueue(CreateFile(path="people/b.json", content={"name": "B"}, overwrite=False)).job
+    coordinator.run_until_idle()  # the file is there: it fails without acting
+    assert coordinator.get(failing.id).status.value == "failed"
+    clock.advance(1)
+    plan = coordinator.plan_repairs()
+    assert {s.path: (s.job_type, s.reason) for s in plan.steps} == {
+        "people/a.json": ("create_file", None),
+        "people/b.json": ("create_file", None),
+    }
+    coordinator.apply_repairs(plan)
+    coordinator.run_until_idle()
+    clock.advance(1)
+    assert reconcile(coordinator).exit_code == 0
+
+
+def test_on_postgresql_an_apply_waits_for_an_enqueue_in_flight_on_its_target_and_then_refuses(
+    pg_database: str, root: Path, clock: FakeClock
+) -> None:
+    """READ COMMITTED would let the apply's check miss a job whose transaction commits between the
+    check and the repair's insert: the apply locks the table against writers first."""
+    import threading
+    import time
+
+    from conftest import drop_ledger
+
+    engine = sa.create_engine(pg_database)
+    with engine.begin() as conn:
+        drop_ledger(conn)
+    coordinator = Coordinator.open(pg_database, root=root, clock=clock)
+    try:
+        made(coordinator, clock)
+        drifted(root)
+        plan = coordinator.plan_repairs()
+        writer = engine.connect()
+        writer.begin()
+        newer = coordinator.queue.enqueuer.build([CreateFile(path="people/a.json", content={"name": "A"})])
+        with coordinator.queue.backend.write(writer) as cur:  # an enqueue not yet committed
+            coordinator.queue.enqueuer.insert_all(cur, newer)
+        outcome: list[BaseException | None] = []
+
+        def apply() -> None:
+            try:
+                coordinator.apply_repairs(plan, only=["people/a.json"])
+                outcome.append(None)
+            except BaseException as e:
+                outcome.append(e)
+
+        applying = threading.Thread(target=apply)
+        applying.start()
+        deadline = time.monotonic() + 10
+        while not outcome and time.monotonic() < deadline:  # until the apply waits on a lock, or ends
+            with engine.connect() as watch:
+                waiting = watch.exec_driver_sql(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+                ).scalar_one()
+            if waiting:
+                break
+            applying.join(0.01)
+        writer.commit()
+        writer.close()
+        applying.join(10)
+        assert isinstance(outcome[0], StalePlan) and outcome[0].targets == ["people/a.json"]
+    finally:
+        coordinator.close()
+        engine.dispose()
+
+
+def test_purge_deletes_a_purged_repair_jobs_link_with_it(
+    coordinator: Coordinator, root: Path, clock: FakeClock
+) -> None:
+    made(coordinator, clock)
+    (root / "people/a.json").unlink()
+    clock.advance(1)
+    [repair] = coordinator.apply_repairs(coordinator.plan_repairs())
+    coordinator.run_until_idle()
+    coordinator.enqueue(CreateFile(path="people/a.json", content={"name": "newer"}, overwrite=True))
+    coordinator.run_until_idle()  # the repair job is no longer its target's latest completed job
+    clock.advance(3 * 86400)
+    purged = coordinator.purge(older_than=timedelta(days=1))
+    assert purged.total > 0
+    with coordinator.engine.connect() as conn:
+        assert conn.execute(sa.select(jobs.c.id).where(jobs.c.id == repair.job.id)).first() is None
+        assert conn.execute(sa.select(repairs)).all() == []

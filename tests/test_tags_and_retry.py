@@ -12,6 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 from clikit import run_split
+from jobkit import Note, NoteType, registry_with
 from tether import AlreadyRetried, Coordinator, InvalidPayload, JobStatus, Superseded
 from tether.jobtypes import CreateFile
 from tether.ledger.schema import job_tags
@@ -88,6 +89,16 @@ def test_a_retry_with_a_corrected_payload_is_a_new_job_and_the_failed_one_stays(
     assert (coordinator.root / "a.txt").read_text() == "mine"
     with pytest.raises(AlreadyRetried, match=new.id):
         coordinator.retry(failed_id, CreateFile(path="a.txt", text="again", overwrite=True))
+
+
+def test_a_failed_job_retried_with_a_corrected_payload_is_not_retried_again_as_it_was(make_coordinator) -> None:
+    c = make_coordinator(registry_with(NoteType()))
+    failed = c.enqueue(Note(name="n", fail_times=1, permanent=True)).job  # no target: nothing newer on one
+    c.run_until_idle()
+    corrected = c.retry(failed.id, Note(name="n2"))
+    with pytest.raises(AlreadyRetried, match=corrected.id):
+        c.retry(failed.id)  # the bad payload again, beside its correction
+    assert c.get(failed.id).status is JobStatus.FAILED
 
 
 def test_a_corrected_retry_is_validated_and_refused_once_superseded(coordinator: Coordinator) -> None:

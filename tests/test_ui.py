@@ -3,7 +3,6 @@ page's security (Host check, sign-in, CSRF, headers, escaping, read-only by defa
 
 from __future__ import annotations
 
-import html
 import json
 import os
 import re
@@ -23,6 +22,7 @@ from tether.errors import ConfigError
 from tether.jobtypes import CreateFile, DeleteFile
 from tether.ledger.status import JobStatus
 from tether.observe.health import health
+from tether.observe.jobs import paused_types
 from tether.observe.verdict import Thresholds
 from tether.reconcile.check import reconcile
 from tether.ui import web as web_module
@@ -440,14 +440,17 @@ def test_repair_from_the_drift_page_is_shown_then_applied_on_a_confirmed_post(le
         assert "plan repairs" in web.get("/drift").text
         confirm = web.get("/actions/repair")
         assert "notes/2.json" in confirm.text and f'repair of <a class="id" href="/jobs/{ids["file2"]}"' in confirm.text
-        plan = re.search(r'name="plan" value="([^"]+)"', confirm.text)
+        assert "&#34;n&#34;" not in confirm.text and '"n"' not in confirm.text  # the payloads stay on the server
+        plan = re.search(r'name="plan" value="([0-9a-f]{64})"', confirm.text)
         assert plan is not None
-        forged = web.post("/actions/repair", data={"plan": html.unescape(plan.group(1)), "csrf": "0" * 64})
+        forged = web.post("/actions/repair", data={"plan": plan.group(1), "csrf": "0" * 64})
         assert forged.status_code == 403
-        done = web.post("/actions/repair", data={"plan": html.unescape(plan.group(1)), "csrf": csrf_of(confirm.text)})
+        made_up = web.post("/actions/repair", data={"plan": "f" * 64, "csrf": csrf_of(confirm.text)})
+        assert made_up.status_code == 409 and "no such plan" in made_up.text
+        done = web.post("/actions/repair", data={"plan": plan.group(1), "csrf": csrf_of(confirm.text)})
         assert done.status_code == 200 and "enqueued" in done.text
-        again = web.post("/actions/repair", data={"plan": html.unescape(plan.group(1)), "csrf": csrf_of(confirm.text)})
-    assert again.status_code == 409 and "stale" in again.text  # its own jobs made the plan stale
+        again = web.post("/actions/repair", data={"plan": plan.group(1), "csrf": csrf_of(confirm.text)})
+    assert again.status_code == 409 and "no such plan" in again.text  # applied once, then let go
     ledger.run_until_idle()
     clock.advance(1)
     assert reconcile(ledger).exit_code == 0
@@ -739,3 +742,20 @@ def test_cancel_is_confirmed_then_needs_the_csrf_token_and_a_paused_type_is_show
         live = web.get("/live/overview").text
     assert ledger.get(ids["pending"]).status is JobStatus.CANCELLED
     assert re.search(r">note</a> <span class=\"badge paused\"", live), live
+
+
+def test_a_type_is_paused_and_resumed_from_the_overview_after_a_confirmation(ledger, clock):
+    fill(ledger, clock)
+    ledger.enqueue(Note(name="waiting"))
+    with client(ledger, allow_actions=True) as web:
+        assert "/actions/pause?type=note" in web.get("/live/overview").text
+        confirm = web.get("/actions/pause", params={"type": "note"})
+        assert "Pause <code>note</code>?" in confirm.text and paused_types(ledger) == []  # asking changes nothing
+        assert web.post("/actions/pause", data={"type": "note", "do": "pause", "csrf": "0" * 64}).status_code == 403
+        done = web.post("/actions/pause", data={"type": "note", "do": "pause", "csrf": csrf_of(confirm.text)})
+        assert done.status_code == 200
+        assert [p["type"] for p in paused_types(ledger)] == ["note"]
+        again = web.get("/actions/pause", params={"type": "note"})
+        assert "Resume <code>note</code>?" in again.text and "paused from the ui" in again.text
+        web.post("/actions/pause", data={"type": "note", "do": "resume", "csrf": csrf_of(again.text)})
+    assert paused_types(ledger) == []

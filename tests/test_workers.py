@@ -57,6 +57,22 @@ def test_a_running_worker_shows_the_jobs_it_runs_with_their_progress_and_its_hea
     assert workers(c)[0].state == STOPPED
 
 
+def test_an_idle_worker_s_heartbeat_keeps_it_shown_as_running(make_coordinator, clock):
+    c = make_coordinator(registry_with(NoteType()))
+    worker = c.worker(threads=1)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    thread.start()
+    try:
+        worker.heartbeat_once()  # once its loop has registered it (a beat before then registers it)
+        clock.advance(c.lock_timeout + 1)  # without a beat since, it would be gone
+        worker.heartbeat_once()
+        [w] = workers(c)
+        assert (w.state, w.beat_at, w.jobs) == (RUNNING, clock.now(), [])
+    finally:
+        worker.stop()
+        thread.join(30)
+
+
 def test_a_worker_whose_heartbeat_stopped_is_shown_as_gone(make_coordinator, clock):
     c = make_coordinator()
     register.register(c.queue, "dead-host:1:aaaaaa", 4)
@@ -102,3 +118,19 @@ def test_tether_workers_prints_each_worker_and_its_json(make_coordinator, clock,
     assert (w["state"], w["pid"], w["threads"], w["jobs"]) == ("stopped", os.getpid(), 1, [])
     code, out, _ = run_split(monkeypatch, capsys, "--db", url, "workers")
     assert code == 0 and "stopped" in out and socket.gethostname()[:10] in out
+
+
+def test_a_worker_whose_registration_failed_registers_on_its_next_heartbeat(make_coordinator, clock, monkeypatch):
+    c = make_coordinator(registry_with(NoteType()))
+    worker = c.worker(threads=1)
+    real = register.register
+
+    def refused(*_: object) -> None:
+        raise sa.exc.OperationalError("INSERT", {}, Exception("database is locked"))
+
+    monkeypatch.setattr(register, "register", refused)
+    worker.supervisor.register()  # logged; the worker runs unlisted
+    assert workers(c) == []
+    monkeypatch.setattr(register, "register", real)
+    worker.heartbeat_once()
+    assert [(w.id, w.state) for w in workers(c)] == [(worker.id, RUNNING)]

@@ -125,6 +125,17 @@ class NotCancellable(TetherError):
         super().__init__(f"job {job_id} is {current}; only a pending or running job can be cancelled")
 
 
+class JobKeptChanging(TetherError):
+    """Workers moved a job each time a cancel read it; the cancel can be asked again."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job {job_id} kept changing while it was cancelled; try again")
+
+
+class CancelRefused(TetherError):
+    """The cancel of one job was refused; the message says why."""
+
+
 class DuplicateActiveJob(TetherError):
     """A job cannot become active while another active job holds its idempotency key."""
 

@@ -26,7 +26,7 @@ def recent(
     limit: int = typer.Option(100, "--limit", "-n", help=LIMIT_HELP),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """What ran lately: jobs that completed or failed in the window, newest first.
+    """What ran lately: jobs that completed, failed or were cancelled in the window, newest first.
 
     Example: tether recent --since 1h
     """
@@ -43,11 +43,13 @@ def recent(
                 "until": r.until.isoformat(),
                 "completed": r.completed,
                 "failed": r.failed,
+                "cancelled": r.cancelled,
                 "jobs": job_dicts(r.jobs),
             }
         )
         return
-    out.print(f"{r.completed} completed, {r.failed} failed since {when(r.since)} UTC", markup=False)
+    cancelled = f", {r.cancelled} cancelled" if r.cancelled else ""
+    out.print(f"{r.completed} completed, {r.failed} failed{cancelled} since {when(r.since)} UTC", markup=False)
     rows = []
     for j in r.jobs:
         took = seconds((j.completed_at - j.claimed_at).total_seconds()) if j.completed_at and j.claimed_at else ""
@@ -59,7 +61,7 @@ def recent(
                 j.id,
                 j.attempts,
                 took,
-                first_line(j.last_error, 60) if j.status.value == "failed" else "",
+                first_line(j.last_error, 60) if j.status.value in ("failed", "cancelled") else "",
             )
         )
     table(

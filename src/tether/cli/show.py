@@ -28,7 +28,7 @@ def show(
     """
     from rich.table import Table
 
-    from ..observe.jobs import children, resolve_id, show
+    from ..observe.jobs import cancel_requested, children, resolve_id, show
     from ..observe.tags import notes
 
     with ledger(ctx.obj) as engine:
@@ -36,8 +36,10 @@ def show(
         job = show(engine, job_id)
         kids = children(engine, job_id)
         noted = notes(engine, [job_id])[job_id]
+        cancelling = cancel_requested(engine, job_id)
     if as_json:
-        print_json({**job.to_dict(include_payload=payload), **noted, "children": [k.id for k in kids]})
+        told = {**job.to_dict(include_payload=payload), **noted, "cancel_requested": cancelling}
+        print_json({**told, "children": [k.id for k in kids]})
         return
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
@@ -56,6 +58,8 @@ def show(
     grid.add_row("meta", "" if noted["meta"] is None else orjson.dumps(noted["meta"]).decode())
     grid.add_row("retry_of", noted["retry_of"] or "")
     grid.add_row("retried_as", " ".join(noted["retried_as"]))
+    if cancelling is not None:  # the worker stops it at its next checkpoint
+        grid.add_row("cancel requested", cancelling)
     out.print(grid)
     if job.result is not None:
         out.print("[bold]result[/]")

@@ -19,7 +19,7 @@ import orjson
 import sqlalchemy as sa
 
 from .. import events
-from ..errors import ConfigError, JobNotFound, NotCancellable, TetherError
+from ..errors import ConfigError, JobKeptChanging, JobNotFound, NotCancellable
 from .record import JobRecord
 from .schema import job_tags, jobs
 from .status import ACTIVE, JobStatus
@@ -112,7 +112,7 @@ def _cancel_all_in(queue: Queue, cur: Any, *, job_ids: list[str], note: str, cho
             results.append(_cancel_in(queue, cur, job_id, note))
         except NotCancellable as e:
             results.append(CancelResult(job_id, e.current) if chosen else CancelResult(job_id, REFUSED, error=str(e)))
-        except JobNotFound as e:
+        except (JobNotFound, JobKeptChanging) as e:
             results.append(CancelResult(job_id, REFUSED, error=str(e)))
     return results
 
@@ -133,7 +133,7 @@ def _cancel_in(queue: Queue, cur: Any, job_id: str, note: str) -> CancelResult:
                 return CancelResult(job_id, REQUESTED, job)
         else:
             raise NotCancellable(job_id, job.status.value)
-    raise TetherError(f"job {job_id} kept changing while it was cancelled; try again")
+    raise JobKeptChanging(job_id)
 
 
 def _waited(queue: Queue, results: list[CancelResult], wait: float) -> list[CancelResult]:

@@ -86,6 +86,7 @@ class Statements:
     ACQUIT: str
     RUNNING_OF_TYPE: str
     LOCK_TYPE_CLAIMS: str
+    LOCK_FOR_REPAIR: str
     PENDING_UNSERVED: str
     DATABASE_TIME: str
     WORKER_START: str

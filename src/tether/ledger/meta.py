@@ -50,6 +50,30 @@ class RootMismatch(ConfigError):
         )
 
 
+class OlderLedger(ConfigError):
+    """A reader met a ledger whose schema this tether has not yet brought forward."""
+
+    def __init__(self, version: int) -> None:
+        self.version = version
+        super().__init__(
+            f"this ledger has schema version {version} and this tether reads version {SCHEMA_VERSION}: "
+            "run `tether init` (or start a worker) once to upgrade it in place; readers never write"
+        )
+
+
+def older_version(engine: sa.Engine) -> int | None:
+    """The ledger's schema version when it is older than this tether's, else None; None too when
+    it cannot be read (the caller's own error then stands). What a reader that met a missing
+    column asks, to say why."""
+    try:
+        with engine.connect().execution_options(**READ_ONLY) as conn, conn.begin():
+            known = read(conn)
+    except sa.exc.SQLAlchemyError:
+        return None
+    version = int(known.get(VERSION, "0"))
+    return version if version < SCHEMA_VERSION else None
+
+
 def read(conn: sa.Connection) -> dict[str, str]:
     # Plain text: building and compiling a select cold would cost every open more than this read.
     return {key: value for key, value in conn.exec_driver_sql(f"SELECT key, value FROM {_t.name}")}

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from .. import events
 from ..clock import Clock
 from ..config import DEFAULT_BATCH_BYTES
-from ..errors import DuplicateActiveJob, InvalidTransition, JobNotFound, Superseded
+from ..errors import AlreadyRetried, DuplicateActiveJob, InvalidTransition, JobNotFound, Superseded
 from ..jobtypes import Payload, Registry
 from ..jobtypes.target import display
 from . import attempts, drivers, reclaim
@@ -295,6 +295,9 @@ class Queue:
         failed = self.get(job_id, cur=cur)
         if failed.status is not JobStatus.FAILED:
             raise InvalidTransition(job_id, failed.status.value, JobStatus.PENDING.value)
+        corrected = cur.scalar(self.sql.RETRIED_AS, {"id": job_id})
+        if corrected is not None:  # running the bad payload again would do the work twice
+            raise AlreadyRetried(job_id, corrected)
         if failed.ordering_key is not None:
             newer = cur.scalar(self.sql.NEWER_ON_TARGET, {"ordering_key": failed.ordering_key, "id": job_id})
             if newer is not None:

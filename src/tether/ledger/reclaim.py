@@ -100,12 +100,8 @@ def verdicts(stale: Iterable[JobRecord]) -> list[Verdict]:
 
 def renew(queue: Queue, worker: str, jobs: Sequence[JobRecord], now: datetime | None) -> list[str]:
     """Renew ``worker``'s locks on ``jobs`` (a heartbeat: they are not stale while it beats), and
-    its row in the register of workers (``workers.py``); the ids it no longer holds."""
-
-    if not jobs:
-        # An idle worker's heartbeat writes nothing: a write after its ledger file was deleted
-        # could make a new, empty one at its path, hiding the fault the worker must stop on.
-        return []
+    its row in the register of workers (``workers.py``), idle or not, so the pages tell an idle
+    worker from a dead one; the ids it no longer holds."""
 
     def renew_in(cur: Any) -> list[str]:
         params = {"worker": worker, "now": now or lock_time(queue, cur)}

@@ -1,7 +1,9 @@
 """The status CHECK of a ledger created before a status existed, widened in place.
 
 ``ensure_schema`` adds missing columns and indexes; a CHECK constraint it cannot add, only
-replace. PostgreSQL replaces it with ALTER TABLE. SQLite has no statement for it, and rebuilding
+replace. PostgreSQL replaces it with ALTER TABLE, the new one NOT VALID: the stored rows kept the
+narrower check, so they keep this one, and validating would scan the whole table under the lock
+that stops every worker. SQLite has no statement for it, and rebuilding
 the table would copy every row: its own documentation's way for a change that leaves the stored
 rows as they are (a CHECK that allows more) is to rewrite the table's definition in
 ``sqlite_schema`` and bump the schema cookie, so every connection reloads it. Only the one
@@ -48,7 +50,7 @@ def _widen_postgresql(conn: sa.Connection, dialect: sa.Dialect) -> bool:
         return False
     if current is not None:
         conn.exec_driver_sql(f"ALTER TABLE {TABLE} DROP CONSTRAINT {STATUS_CHECK}")
-    conn.exec_driver_sql(f"ALTER TABLE {TABLE} ADD {_wanted(dialect)}")
+    conn.exec_driver_sql(f"ALTER TABLE {TABLE} ADD {_wanted(dialect)} NOT VALID")
     return True
 
 

@@ -1,4 +1,4 @@
-"""Jobs that finished: what completed and failed lately (``tether recent``), the failed jobs
+"""Jobs that finished: what completed, failed or was cancelled lately (``tether recent``), the failed jobs
 (``tether failed``), and failures grouped by their error (the web page's)."""
 
 from __future__ import annotations
@@ -15,16 +15,19 @@ from ..ledger.status import JobStatus
 from .health import finished_statement
 from .readonly import Source, done, now_of, reading, records, select_jobs
 
+_FINISHED = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
+
 
 @dataclass(frozen=True)
 class Recent:
-    """Jobs that finished (completed or failed) in ``[since, until]``, newest first."""
+    """Jobs that finished (completed, failed or cancelled) in ``[since, until]``, newest first."""
 
     since: datetime
     until: datetime
     completed: int
     failed: int
     jobs: list[JobRecord]
+    cancelled: int = 0
 
 
 def recent(
@@ -40,9 +43,9 @@ def recent(
     if isinstance(since, timedelta):
         since = until - since
     with reading(source) as conn:
-        counts = {status: n for status, n in conn.execute(finished_statement(since, until, job_type))}
-        listed = newest_finished(conn, (JobStatus.COMPLETED, JobStatus.FAILED), job_type, since, until, limit)
-    return Recent(since, until, counts.get("completed", 0), counts.get("failed", 0), listed)
+        counts = {status: n for status, n in conn.execute(finished_statement(since, until, job_type, _FINISHED))}
+        listed = newest_finished(conn, _FINISHED, job_type, since, until, limit)
+    return Recent(since, until, counts.get("completed", 0), counts.get("failed", 0), listed, counts.get("cancelled", 0))
 
 
 def failed(

@@ -75,12 +75,18 @@ def stats_statements(now: datetime, cutoff: datetime) -> dict[str, sa.Select[Any
     }
 
 
-def finished_statement(since: datetime, until: datetime, job_type: str | None = None) -> sa.Select[Any]:
-    """(status, count) of the jobs completed and failed in ``[since, until]``."""
+def finished_statement(
+    since: datetime,
+    until: datetime,
+    job_type: str | None = None,
+    statuses: tuple[JobStatus, ...] = (JobStatus.COMPLETED, JobStatus.FAILED),
+) -> sa.Select[Any]:
+    """(status, count) of the jobs of ``statuses`` (completed and failed: the success rate's)
+    finished in ``[since, until]``."""
     query = (
         sa.select(jobs_table.c.status, sa.func.count())
         .where(
-            jobs_table.c.status.in_((JobStatus.COMPLETED.value, JobStatus.FAILED.value)),
+            jobs_table.c.status.in_([s.value for s in statuses]),
             jobs_table.c.completed_at >= since,
             jobs_table.c.completed_at <= until,
         )

@@ -7,8 +7,8 @@ ui's job page).
 Each kind of record is a source of ``Entry`` values: the jobs themselves (their enqueue), the
 attempt rows (``ledger/attempts.py``), the attempt a job row tells (a completed or running job's
 latest), the repair links (``reconcile/repair.py``), the accepts (``adopt`` jobs) and the kept
-findings (``reconcile/findings.py``). ``merge`` interleaves the sources by time, so another kind of record on a target
-is one more source passed to it, not a change to the others.
+findings (``reconcile/findings.py``). ``merge`` interleaves the sources by time, so another
+kind of record on a target is one more source passed to it, not a change to the others.
 """
 
 from __future__ import annotations

@@ -84,6 +84,16 @@ def show(source: Source, job_id: str) -> JobRecord:
     return JobRecord.from_row(row)
 
 
+def cancel_requested(source: Source, job_id: str) -> str | None:
+    """The reason of an operator's cancel that a running job's worker has yet to act on, if any."""
+    query = sa.select(jobs_table.c.cancel_reason).where(
+        jobs_table.c.id == job_id, jobs_table.c.status == JobStatus.CLAIMED.value
+    )
+    with reading(source) as conn:
+        reason: str | None = conn.execute(query).scalar()
+    return reason
+
+
 def resolve_id(source: Source, text: str) -> str:
     """The one job id that ``text`` names: the whole id, or (as git takes commits) any unique
     prefix or suffix, in either case. JobNotFound if none, AmbiguousJobId if several."""

@@ -18,6 +18,7 @@ from .. import config
 from ..clock import Clock, SystemClock
 from ..errors import DatabaseUnavailable
 from ..errors import NoLedger as NoLedger  # `X as X`: defined in errors, this module's API too
+from ..ledger import meta
 from ..ledger.catalogue import POSTGRESQL
 from ..ledger.engine import READ_ONLY, create_engine, require_ledger
 from ..ledger.ledgerfile import ledger_file
@@ -111,7 +112,13 @@ def reading(source: Source) -> Iterator[sa.Connection]:
     try:
         with engine_of(source).connect().execution_options(**READ_ONLY) as conn, conn.begin():
             yield conn
-    except sa.exc.OperationalError as e:
+    except (sa.exc.OperationalError, sa.exc.ProgrammingError) as e:
+        # A column or table this tether reads may be missing: a ledger not yet upgraded says so.
+        version = meta.older_version(engine_of(source))
+        if version is not None:
+            raise meta.OlderLedger(version) from e
+        if isinstance(e, sa.exc.ProgrammingError):
+            raise
         raise DatabaseUnavailable(f"could not read the ledger: {' '.join(str(e.orig).split())}") from e
 
 

@@ -72,6 +72,9 @@ def reconcile(
     reconciler.ledger_id = coordinator.queue.ledger_id
     report = reconciler.run(coordinator.clock.now())
     _ignore(report, ignore.load(coordinator.root))
+    for finding in report.findings:  # after the ignore rules: an ignored finding is listed, not an alert
+        if finding.status in DRIFT:
+            events.emit("drift_detected", **finding.to_dict())
     report.finished_at = coordinator.clock.now()
     events.emit("reconcile_finished", **report.summary())
     reconcile_runs.record(coordinator.engine, report)
@@ -266,9 +269,7 @@ class _Reconciler:
     def _found(self, finding: Finding) -> None:
         self.report.counts[finding.status] += 1
         self.report.findings.append(finding)
-        if finding.status in DRIFT:
-            events.emit("drift_detected", **finding.to_dict())
-        elif finding.status == UNKNOWN:
+        if finding.status == UNKNOWN:
             events.emit("reconcile_unreadable", path=finding.path, job_id=finding.job_id, detail=finding.detail)
 
     def _remote_untracked(self) -> None:

@@ -25,6 +25,7 @@ from ..jobtypes.remove_temp import data_file_of
 from ..jobtypes.target import file_key
 from ..ledger.engine import READ_ONLY
 from ..ledger.schema import jobs
+from ..ledger.status import JobStatus
 from .drift import LEFTOVER_TEMP, MISSING, MODIFIED, UNEXPECTED, UNKNOWN, UNTRACKED, Finding, Report
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ RESTORABLE = frozenset({MISSING, MODIFIED, UNEXPECTED})
 REMOVE_TEMP = "remove_temp"
 UNTRACKED_REASON = "no job ever named it: the ledger holds no state to restore (remove it by hand, or enqueue a job)"
 NOT_A_TEMP_REASON = "its name is not one tether's writes give their temp files: remove it by hand"
+_ENDED_UNDONE = (JobStatus.FAILED.value, JobStatus.CANCELLED.value)
 MOVED_REASON = "a job on it came after the check: check again"
 ADOPTED_REASON = "its expected state was accepted (drift accept): the ledger holds no content to restore"
 
@@ -45,7 +47,7 @@ ADOPTED_REASON = "its expected state was accepted (drift accept): the ledger hol
 @dataclass(frozen=True)
 class Step:
     """One finding and what the plan does about it. ``job_type`` None: no job (``reason`` says
-    why). ``latest_job_id``: the target's newest job (any status) when the plan was made."""
+    why). ``latest_job_id``: the target's newest job to run or completed when the plan was made."""
 
     target: str
     path: str
@@ -155,13 +157,15 @@ def _jobs(conn: sa.Connection, ids: list[str]) -> dict[str, Any]:
 
 
 def latest_jobs(conn: sa.Connection, keys: list[str]) -> dict[str, str]:
-    """Each target's newest job id, whatever its status (a target without jobs is absent)."""
+    """Each target's newest job id that is to run or completed (a target without one is absent).
+    A failed or cancelled job after the completed one does not hold a repair back: the repair
+    restores what the ledger says was done, whatever such a job left."""
     found: dict[str, str] = {}
     for start in range(0, len(keys), 500):
         chunk = keys[start : start + 500]
         query = (
             sa.select(jobs.c.ordering_key, sa.func.max(jobs.c.id))
-            .where(jobs.c.ordering_key.in_(chunk))
+            .where(jobs.c.ordering_key.in_(chunk), jobs.c.status.not_in(_ENDED_UNDONE))
             .group_by(jobs.c.ordering_key)
         )
         found.update((key, newest) for key, newest in conn.execute(query))

@@ -63,7 +63,8 @@ def apply_plan(coordinator: Coordinator, plan: Plan, only: Sequence[str] = ()) -
         {"job_id": job.id, "repair_of": s.repair_of, "ordering_key": s.target, "finding": s.finding, "applied_at": now}
         for s, job in zip(steps, built, strict=True)
     ]
-    with coordinator.engine.begin() as conn:  # on SQLite the write lock is taken here, before the check
+    with coordinator.engine.begin() as conn:
+        conn.exec_driver_sql(queue.sql.LOCK_FOR_REPAIR)
         latest = latest_jobs(conn, sorted({s.target for s in steps}))
         moved = sorted({s.path for s in steps if latest.get(s.target) != s.latest_job_id})
         if moved:

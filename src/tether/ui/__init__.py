@@ -73,6 +73,7 @@ def app(
         Route("/actions/retry", actions.guarded(actions.retry), methods=["GET", "POST"]),
         Route("/actions/retry-failed", actions.guarded(actions.retry_failed), methods=["GET", "POST"]),
         Route("/actions/cancel", actions.guarded(actions.cancel), methods=["GET", "POST"]),
+        Route("/actions/pause", actions.guarded(actions.pause), methods=["GET", "POST"]),
         Route("/actions/purge", actions.guarded(actions.purge), methods=["GET", "POST"]),
         Route("/actions/repair", actions.guarded(actions.repair), methods=["GET", "POST"]),
         Route("/login", pages.login, methods=["GET", "POST"]),

@@ -52,6 +52,7 @@ class Supervisor:
         self.fault: LedgerFault | None = None  # what stopped this worker, if the ledger did
         self._grace_ends: float | None = None  # monotonic: when running jobs are cancelled
         self._last_beat = time.monotonic()
+        self._listed = False
 
     # -- shutdown ----------------------------------------------------------------------------
 
@@ -116,6 +117,7 @@ class Supervisor:
         unlisted, as a page is no reason to refuse work."""
         try:
             workers.register(self.queue, self.worker_id, self.config.threads)
+            self._listed = True
         except sa.exc.SQLAlchemyError as e:
             if self.fatal(e):
                 raise self.fault from e  # type: ignore[misc]
@@ -136,6 +138,8 @@ class Supervisor:
         """Renew the locks of the jobs this worker is running; log and cancel any it has lost.
         A job whose outcome was recorded between the read of the running jobs and the renewal is
         not lost: the recording judges its fence."""
+        if not self._listed:  # its registration failed: the heartbeats try again
+            self.register()
         running = self.executor.running()
         missed = self.queue.heartbeat(self.worker_id, [ctx.job for ctx in running], now=now)
         lost = self.executor.lost(missed)

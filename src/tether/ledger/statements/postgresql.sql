@@ -423,6 +423,12 @@ SELECT count(*) FROM tether_jobs WHERE type = %(type)s AND status = 'claimed'
 -- both see room for the last slot.
 SELECT pg_advisory_xact_lock(hashtext(%(lock)s))
 
+-- name: LOCK_FOR_REPAIR
+-- An applied repair plan checks that no planned target has had a job since the plan, then
+-- enqueues: enqueues and transitions wait for it (and it for those in flight), so no job can
+-- commit between the check and the repair's insert. It holds for the few statements of an apply.
+LOCK TABLE tether_jobs IN SHARE ROW EXCLUSIVE MODE
+
 -- name: PENDING_UNSERVED
 -- As sqlite.sql's: the pending jobs of the types a worker lacks, by type.
 SELECT type, count(*) FROM tether_jobs

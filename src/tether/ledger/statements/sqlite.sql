@@ -459,6 +459,11 @@ SELECT count(*) FROM tether_jobs WHERE type = :type AND status = 'claimed'
 -- SQLite's single writer already orders claims of one limited type: nothing to lock.
 SELECT :lock
 
+-- name: LOCK_FOR_REPAIR
+-- As postgresql.sql's: SQLite's write lock, taken when the apply's transaction begins, already
+-- keeps every other writer out between its check and its insert.
+SELECT 1
+
 -- name: PENDING_UNSERVED
 -- The pending jobs of the types a worker lacks (:types, as CLAIM's), counted by type: what a
 -- worker says when it starts and when it runs out of work, so a job of a type no worker has
