@@ -42,11 +42,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("reconcile", "observe"),
     # what applications hold
     ("coordinator", "opening", "transaction"),
-    ("store",),
+    ("store", "aio"),
     # the edges: the command line, the web pages, the agents' tool server, the sample application, the
-    # package's front door
+    # package's front door, the pytest plugin
     ("demo.aws",),
-    ("cli", "ui", "toolserver", "demo", "__main__", "__init__"),
+    ("cli", "ui", "toolserver", "demo", "__main__", "__init__", "testing"),
 ]
 
 

@@ -24,6 +24,7 @@ from tether import (
 )
 from tether.errors import Cancelled, PermanentError
 from tether.ledger.lifecycle import Decision
+from tether.testing import drain, refute_enqueued
 from tether.worker.completer import NOT_RUN, Unrecordable
 from tether.worker.executor import Returned
 
@@ -156,22 +157,16 @@ def test_backoff_grows_exponentially_with_jitter_and_a_cap():
 
 
 def test_exhausted_attempts_fail_the_job(c, clock):
-    job_id = c.enqueue(Note(name="a", fail_times=5), max_attempts=2).id
-    w = c.worker()
-    w.run_once()
-    clock.advance(3600)
-    w.run_once()
-    job = c.get(job_id)
-    assert job.status is JobStatus.FAILED and job.attempts == 2
-    assert "failed on run 2" in job.last_error and job.completed_at == clock.now()
+    c.enqueue(Note(name="a", fail_times=5), max_attempts=2)
+    first, last = drain(c, with_scheduled=True)  # the retry runs without its backoff passing
+    assert (first.status, last.status, last.attempt) == (JobStatus.PENDING, JobStatus.FAILED, 2)
+    assert "failed on run 2" in (last.error or "") and last.job.completed_at == clock.now()
 
 
 def test_permanent_error_fails_at_once(c, notes):
-    job_id = c.enqueue(Note(name="a", fail_times=1, permanent=True), max_attempts=5).id
-    c.worker().run_once()
-    job = c.get(job_id)
-    assert job.status is JobStatus.FAILED and job.attempts == 1
-    assert job.last_error == "PermanentError: a can never work"
+    c.enqueue(Note(name="a", fail_times=1, permanent=True), max_attempts=5)
+    [ran] = drain(c, with_scheduled=True)
+    assert (ran.status, ran.attempt, ran.error) == (JobStatus.FAILED, 1, "PermanentError: a can never work")
 
 
 def test_payload_invalid_at_run_time_fails_without_retry(c, root, tmp_path):
@@ -435,11 +430,10 @@ def test_follow_up_jobs_commit_with_the_parent_completion(c):
 
 
 def test_a_parent_that_fails_leaves_no_children(c):
-    parent = c.enqueue(Spawn(children=["x"], fail=True)).id
-    c.worker().run_once()
-    assert c.get(parent).status is JobStatus.FAILED
-    with c.engine.connect() as conn:
-        assert conn.execute(sa.text("SELECT count(*) FROM tether_jobs")).scalar() == 1
+    c.enqueue(Spawn(children=["x"], fail=True))
+    [parent] = drain(c, with_scheduled=True)  # no child ran after it: none was committed
+    assert parent.status is JobStatus.FAILED
+    refute_enqueued(c, "create_file")
 
 
 def test_every_transition_writes_one_event(c, clock, caplog):

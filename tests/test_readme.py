@@ -10,15 +10,17 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from sqlmodel import Field, SQLModel
 
-from tether import Coordinator, JobStatus
+from tether import Coordinator, JobStatus, Payload
 from tether.demo.app import Project
 from tether.observe import schedules
 from tether.store import JsonStore
+
+pytest_plugins = ["pytester"]
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
@@ -36,6 +38,9 @@ RUN_BY = {
     "def schedules(coordinator):": "test_the_periodic_job_examples_run",
     'Mount("/ops/tether"': "test_the_ui_mount_fragment_runs",
     "raise Snooze(60": "test_the_snooze_fragment_runs",
+    "AsyncJsonStore(c)": "test_the_asyncio_fragment_runs",
+    "async def run(self, p, ctx):": "test_the_async_handler_fragment_runs",
+    "# test_people.py": "test_the_testing_example_passes_under_the_plugin",
 }
 
 
@@ -190,3 +195,48 @@ def test_the_snooze_fragment_runs() -> None:
     )
     ready["now"] = True
     namespace["run"](None, SimpleNamespace(report_id=7), None)
+
+
+def test_the_asyncio_fragment_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    import asyncio
+
+    from pydantic import BaseModel
+
+    class Person(BaseModel):
+        handle: str
+        email: str
+
+    monkeypatch.chdir(tmp_path)
+    scope: dict[str, Any] = {"Person": Person}
+    exec(compile(block("AsyncJsonStore(c)"), "README.md", "exec"), scope)
+    asyncio.run(scope["main"]())
+    assert capsys.readouterr().out == "handle='ada' email='ada@example.org'\n"
+    assert (tmp_path / "data" / "people" / "ada.json").is_file()
+
+
+class Fetch(Payload):
+    job_type: ClassVar[str] = "fetch"
+    url: str
+    path: str
+
+
+def test_the_async_handler_fragment_runs(coordinator: Coordinator, monkeypatch: pytest.MonkeyPatch) -> None:
+    import httpx
+
+    from tether import JobType, write_locked
+
+    real_client = httpx.AsyncClient
+    served = httpx.MockTransport(lambda request: httpx.Response(200, content=b"fetched " + request.url.path.encode()))
+    monkeypatch.setattr(httpx, "AsyncClient", lambda: real_client(transport=served))
+    scope: dict[str, Any] = {"JobType": JobType, "Fetch": Fetch, "write_locked": write_locked}
+    exec(compile(block("async def run(self, p, ctx):"), "README.md", "exec"), scope)
+    coordinator.register(scope["FetchType"]())
+    job = coordinator.enqueue(Fetch(url="https://example.org/a", path="a.txt"))
+    assert coordinator.run_until_idle() == 1
+    assert coordinator.get(job.id).status is JobStatus.COMPLETED
+    assert (coordinator.root / "a.txt").read_bytes() == b"fetched /a"
+
+
+def test_the_testing_example_passes_under_the_plugin(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_people=block("# test_people.py"))
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 from . import exports
 
 if TYPE_CHECKING:
+    from .aio import AsyncCoordinator as AsyncCoordinator
+    from .aio import AsyncJsonStore as AsyncJsonStore
     from .clock import Clock as Clock
     from .clock import FakeClock as FakeClock
     from .clock import SystemClock as SystemClock

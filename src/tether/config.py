@@ -64,6 +64,7 @@ ENV_P95_ERROR = "TETHER_P95_ERROR"
 ENV_UNCLAIMED_GRACE = "TETHER_UNCLAIMED_GRACE"
 ENV_LEDGER_ID = "TETHER_LEDGER_ID"
 ENV_AWS_CONCURRENCY = "TETHER_AWS_CONCURRENCY"
+ENV_TESTING_DB = "TETHER_TEST_DB"
 
 DEFAULT_AWS_CONCURRENCY = 8
 """How many AWS resources a reconcile reads at once."""
@@ -96,6 +97,12 @@ def named_root(given: str | os.PathLike[str] | None = None) -> str | os.PathLike
     """The data root the caller named (``given``, else ``$TETHER_ROOT``), or None: then a ledger
     uses the root it recorded when it was created."""
     return given or _env(ENV_ROOT)
+
+
+def testing_db(given: str | None = None) -> str | None:
+    """The PostgreSQL database ``tether.testing``'s ledgers go in: ``given`` (``--tether-db``),
+    else ``$TETHER_TEST_DB``, else None (each test gets a SQLite ledger of its own)."""
+    return given or _env(ENV_TESTING_DB)
 
 
 def schema(given: str | None = None) -> str | None:

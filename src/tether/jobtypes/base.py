@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -94,9 +94,11 @@ class JobType(ABC, Generic[P]):
         return payload
 
     @abstractmethod
-    def run(self, payload: P, ctx: JobContext) -> dict[str, Any] | None:
+    def run(self, payload: P, ctx: JobContext) -> dict[str, Any] | None | Awaitable[dict[str, Any] | None]:
         """Perform the effect. Return a small JSON-able result, raise PermanentError for what can
-        never succeed; any other exception is retried."""
+        never succeed; any other exception is retried. ``async def run`` is a handler too: the
+        worker's thread runs it on an event loop of its own, and a cancellation (timeout,
+        shutdown, lost lease, operator) cancels its current await (``worker.executor``)."""
 
 
 # -- reconcile probes ----------------------------------------------------------------------------

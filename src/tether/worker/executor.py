@@ -1,11 +1,20 @@
 """The worker's executor: runs a job's handler (in a thread of its own when the job has a
-timeout) and keeps the running jobs' contexts, through which they are cancelled."""
+timeout) and keeps the running jobs' contexts, through which they are cancelled.
+
+An async handler (``async def run``) runs to its end on an event loop of the thread that would
+run a sync one, one job at a time: the worker's threads stay its concurrency, so order per
+target, batches and their group commits, fences and timeouts are the same for both kinds. A
+shared loop running many jobs at once would need a second executor and completer; what an
+async handler gains here is that its awaits can be cancelled (``perform``).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Coroutine, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import tracing
@@ -94,11 +103,43 @@ class Executor:
             job_type = registry.get(job.type)
             payload = job_type.recheck(registry.parse(job.type, job.payload), self.queue.root)
             timeout = job.timeout if job.timeout is not None else job_type.timeout
-            result = job_type.run(payload, ctx) if timeout is None else _run_bounded(job_type, payload, ctx, timeout)
+            result = (
+                perform(job_type, payload, ctx) if timeout is None else _run_bounded(job_type, payload, ctx, timeout)
+            )
             outcome: Returned | Exception = Returned(encode_result(job_type.name, result), ctx.followups())
         except Exception as e:  # a handler error never kills the worker
             outcome = e
         return outcome, time.perf_counter() - start
+
+
+CANCEL_POLL = 0.05
+"""Seconds between two looks at an async handler's context for a cancellation (a timeout, a
+shutdown, a lost lease, an operator's cancel): how late its await is cancelled at most."""
+
+
+def perform(job_type: JobType[Any], payload: Payload, ctx: JobContext) -> Any:
+    """Call the handler; a coroutine it returns (``async def run``) is run to its end on a new
+    event loop of this thread, so nothing bound to the loop outlives the attempt."""
+    result = job_type.run(payload, ctx)
+    if inspect.iscoroutine(result):
+        return asyncio.run(_cancellable(result, ctx))
+    return result
+
+
+async def _cancellable(handler: Coroutine[Any, Any, Any], ctx: JobContext) -> Any:
+    """Await ``handler``; once ``ctx`` is cancelled, cancel it at its current await (its
+    ``finally`` blocks run) and raise Cancelled naming why. A handler that catches the
+    cancellation and returns has done its work: what it returns stands."""
+    task = asyncio.ensure_future(handler)
+    while not (await asyncio.wait((task,), timeout=CANCEL_POLL))[0]:
+        if ctx.cancel_reason is not None:
+            task.cancel()
+            try:
+                return await task
+            except asyncio.CancelledError:
+                ctx.checkpoint()
+                raise
+    return task.result()
 
 
 def _run_bounded(job_type: JobType[Any], payload: Payload, ctx: JobContext, timeout: float) -> Any:
@@ -112,7 +153,7 @@ def _run_bounded(job_type: JobType[Any], payload: Payload, ctx: JobContext, time
 
     def run() -> None:
         try:
-            box.append((True, job_type.run(payload, ctx)))
+            box.append((True, perform(job_type, payload, ctx)))
         except BaseException as e:  # handed to the worker thread, which decides
             box.append((False, e))
         finally:
