@@ -79,6 +79,24 @@ def test_an_enqueue_stores_its_spans_context_with_the_job_under_the_callers_span
     assert send.attributes["messaging.destination.name"] == "create_file"
 
 
+def test_an_async_enqueue_records_the_trace_of_the_task_that_awaited_it(spans, c):
+    import asyncio
+
+    from tether import AsyncCoordinator
+
+    provider, exporter = spans
+
+    async def request() -> Any:
+        async_c = AsyncCoordinator(c)
+        with provider.get_tracer("app").start_as_current_span("request") as span:
+            return span, (await async_c.enqueue(CreateFile(path="b.json", content=1))).job
+
+    span, job = asyncio.run(request())
+    [send] = named(exporter.get_finished_spans(), "send create_file")
+    assert send.parent is not None and send.parent.span_id == span.get_span_context().span_id
+    assert job.traceparent == tracing.format_context(send.context)
+
+
 def test_a_refused_enqueue_is_a_failed_span_naming_only_the_errors_class(spans, c):
     """The message of InvalidPayload quotes what it refuses, here a path made of the payload."""
     from tether import InvalidPayload

@@ -19,6 +19,7 @@ twice, as after ``CommitUnknown``.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -63,7 +64,10 @@ class AsyncCoordinator:
         """``fn(*args, **kwargs)`` on this coordinator's threads, awaited (for a sync call that has
         no async twin here)."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+        # The caller's context goes with the call, as asyncio.to_thread's does: a trace (the
+        # span current in the task) is what an enqueue records with its job.
+        context = contextvars.copy_context()
+        return await loop.run_in_executor(self._pool, functools.partial(context.run, fn, *args, **kwargs))
 
     def register(self, job_type: JobType[Any]) -> JobType[Any]:
         """Add an application's own job type (no database work: not a coroutine)."""
