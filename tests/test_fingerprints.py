@@ -182,4 +182,4 @@ def test_a_ledger_of_schema_10_gets_the_fingerprint_column_and_its_jobs_are_read
         assert "fingerprint" in c.get(new).result_data  # recorded, or None when racily clean
         assert reconcile(c).counts["in_sync"] == 2
         with c.engine.connect() as conn:
-            assert meta.read(conn)[meta.VERSION] == str(meta.SCHEMA_VERSION) == "11"
+            assert meta.read(conn)[meta.VERSION] == str(meta.SCHEMA_VERSION)

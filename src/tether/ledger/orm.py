@@ -68,6 +68,7 @@ class Job(TetherModel, table=True):
     meta: str | None = _field(_jobs.meta)  # the caller's JSON object, shown with the job (ledger/notes.py)
     retry_of: str | None = _field(_jobs.retry_of)  # the failed job this one retries with a corrected payload
     cancel_reason: str | None = _field(_jobs.cancel_reason)  # an operator's cancel of the running job
+    fingerprint: str | None = _field(_jobs.fingerprint)  # its file as a stat saw it (datafiles/fingerprint.py)
     traceparent: str | None = _field(_jobs.traceparent)  # the W3C trace context of its enqueue
 
 

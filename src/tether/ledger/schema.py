@@ -118,11 +118,9 @@ jobs = sa.Table(
     # only while the job is claimed by the attempt the operator saw; never part of a JobRecord.
     # Added after the first release: ensure_schema adds it.
     _text("cancel_reason"),
-    # A completed file job's fingerprint (jobtypes/datafiles/fingerprint.py): its file's device,
-    # inode, size, mtime and ctime when its bytes were known. Copied from the result's
-    # ``fingerprint`` at completion; a content check that reads the file in sync records a newer
-    # one (the result keeps the first). NULL: none (racily clean; any other job; one from before).
-    # Never part of a JobRecord. Added after the first release: ensure_schema adds it.
+    # A completed file job's fingerprint (jobtypes/datafiles/fingerprint.py), copied from its result
+    # at completion and renewed by a content check that reads the file in sync (the result keeps the
+    # first); NULL: none (racily clean, another type, from before). Never part of a JobRecord.
     _text("fingerprint"),
     # The W3C trace context (``traceparent``) current when the job was enqueued, which each attempt's
     # span links to (tether.tracing); None when no trace was being recorded. Added after the first release.
