@@ -54,9 +54,10 @@ def normalized(text: str) -> list[str]:
     measured figures masked; table rules and column padding dropped."""
     text = re.sub(r"\b[0-9A-HJKMNP-TV-Z]{26}\b", "<ulid>", text)
     text = re.sub(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(\.\d+)?(\+00:00)?", "<time>", text)
+    # Worker names before the demo's short ids: a worker's random suffix may be six digits.
+    text = re.sub(r'"worker":"[^"]+"|worker [^ \n"]+:\d+:[0-9a-f]+', "<worker>", text)
     text = re.sub(r"\b[0-9A-Z]{6}\b", "<id>", text)  # the demo's short job ids
     text = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:<port>", text)
-    text = re.sub(r'"worker":"[^"]+"|worker [^ \n"]+:\d+:[0-9a-f]+', "<worker>", text)
     text = re.sub(r"\b\d+\.\d+(e-\d+)?\b", "<n>", text)  # durations, costs, percentiles
     text = re.sub(r"\S*bin/tether\b", "tether", text)
     text = re.sub(r"[─━│┃┏┓┗┛┡┩┳┻╇┴┬└┘┌┐├┤┼╋]", " ", text)
