@@ -208,6 +208,25 @@ def test_a_refused_or_invalid_job_fails_only_its_own_caller_and_the_others_still
         assert "file:refused.json" not in stored(c, "ordering_key")
 
 
+def test_a_refusal_is_its_own_callers_even_when_a_later_keyed_job_meets_it_first(db_url, root, monkeypatch):
+    """On PostgreSQL a pipelined keyed insert fetches its answer, and a fetch raises the first error
+    of everything sent before it: the refusal of the request filed first."""
+    with Coordinator.open(db_url, root=root) as c:
+        run_sql(db_url, REJECT[c.engine.dialect.name])
+        commits = Commits(monkeypatch, c)
+        callers = Callers()
+        with grouped(c, commits, callers):
+            callers.start("refused", partial(enqueue_file, c, "refused.json", reject=True))
+            until(lambda: c.queue.enqueuer.group.waiting == 1, "the refused caller waits")
+            callers.start("keyed", lambda: c.enqueue(job("keyed.json", k=1), key="only-one"))
+            until(lambda: c.queue.enqueuer.group.waiting == 2, "the keyed caller waits behind it")
+        callers.join()
+        assert isinstance(callers.outcomes["refused"], sa.exc.IntegrityError)
+        keyed = callers.outcomes["keyed"]
+        assert not isinstance(keyed, Exception), keyed
+        assert keyed.job.id in stored(c) and "file:refused.json" not in stored(c, "ordering_key")
+
+
 def test_a_transaction_block_commits_its_own_jobs_never_with_other_callers(db_url, root, monkeypatch):
     with Coordinator.open(db_url, root=root) as c:
         commits = Commits(monkeypatch, c)
@@ -315,3 +334,38 @@ def test_a_child_forked_while_a_commit_is_in_flight_enqueues_without_waiting_for
         leader.join()
         assert ended[0] == pid and os.waitstatus_to_exitcode(ended[1]) == 0, "the child's enqueue did not return"
         assert {"file:child.json", "file:leader.json"} <= stored(c, "ordering_key")
+
+
+def test_a_waiting_caller_interrupted_leaves_the_queue_and_later_callers_still_commit():
+    from tether.ledger.groupcommit import GroupCommit, Request
+
+    first_inside, let_go = threading.Event(), threading.Event()
+    committed: list[int] = []
+
+    def commit(batch: list[Request]) -> None:
+        if not committed:
+            first_inside.set()
+            let_go.wait(10)
+        committed.append(len(batch))
+        for request in batch:
+            request.results = []
+
+    group = GroupCommit(commit, at_once=1)
+    leader = threading.Thread(target=group.submit, args=(Request([], None),))
+    leader.start()
+    assert first_inside.wait(10)
+
+    class Interrupted:  # Ctrl-C arriving while the caller waits for the commit in flight
+        def acquire(self) -> None:
+            raise KeyboardInterrupt
+
+    waiting = Request([], None)
+    waiting._ready = Interrupted()  # type: ignore[assignment]
+    with pytest.raises(KeyboardInterrupt):
+        group.submit(waiting)
+    let_go.set()
+    leader.join(10)
+    later = threading.Thread(target=group.submit, args=(Request([], None),))
+    later.start()
+    later.join(10)
+    assert not later.is_alive() and committed == [1, 1]  # the interrupted one never committed

@@ -128,6 +128,12 @@ class Enqueuer:
             try:
                 outcomes = self.backend.transact(partial(self._insert_batch, batch=batch), pipelined=pipelined)
             except _Refused as refused:
+                if pipelined and len(batch) > 1:
+                    # A pipelined fetch raises the first error of every statement sent before it:
+                    # an earlier request's refusal may surface in a later one's insert. Only a run
+                    # statement by statement names the request it belongs to.
+                    pipelined = False
+                    continue
                 batch[refused.index].error = self._not_recorded(refused.error, batch[refused.index].jobs)
                 batch = batch[: refused.index] + batch[refused.index + 1 :]
                 continue

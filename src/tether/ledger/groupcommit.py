@@ -77,11 +77,27 @@ class GroupCommit:
             else:
                 batch = None
         if batch is None:
-            request._ready.acquire()  # woken by a leader: done, or handed the lead
+            try:
+                request._ready.acquire()  # woken by a leader: done, or handed the lead
+            except BaseException:
+                self._interrupted(request)
+                raise
             batch = request.batch
             if batch is None:
                 return
         self._lead(request, batch)
+
+    def _interrupted(self, request: Request) -> None:
+        """A waiting caller was interrupted (Ctrl-C in the main thread). Not yet taken into a
+        commit: it leaves the queue, nothing of it sent. Taken: it waits that commit out (its jobs
+        may commit), and leads the batch it was handed, or the callers in it would wait forever."""
+        with self._lock:
+            if request in self._waiting:
+                self._waiting.remove(request)
+                return
+        request._ready.acquire()
+        if request.batch is not None:
+            self._lead(request, request.batch)
 
     def _take(self) -> list[Request]:
         batch, self._waiting = self._waiting, []
