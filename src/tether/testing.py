@@ -123,8 +123,18 @@ def _plain(value: Any) -> Any:
     return value.model_dump(mode="json", by_alias=True) if isinstance(value, BaseModel) else value
 
 
-def _listing(jobs: list[JobRecord]) -> str:
-    shown = [f"  {job.id} {job.payload[:200]}" for job in jobs[:10]]
+def _listing(jobs: list[JobRecord], fields: dict[str, Any]) -> str:
+    """The jobs by id and target, with the values of the fields asked about: never a whole payload
+    (it may hold file contents or prompts), since a failure's message lands in CI logs."""
+    import orjson
+
+    from .jobtypes.target import display
+
+    def asked(job: JobRecord) -> str:
+        payload = orjson.loads(job.payload)
+        return " ".join(f"{name}={payload[name]!r}" for name in fields if name in payload)
+
+    shown = [f"  {job.id} {display(job.ordering_key) if job.ordering_key else '-'} {asked(job)}" for job in jobs[:10]]
     return "\n".join(shown + ([f"  ... and {len(jobs) - 10} more"] if len(jobs) > 10 else []))
 
 
@@ -137,7 +147,7 @@ def assert_enqueued(coordinator: Coordinator, job_type: str, **fields: Any) -> J
         if _matches(job, fields):
             return job
     wanted = ", ".join(f"{k}={v!r}" for k, v in fields.items()) or "any payload"
-    seen = f"its active jobs:\n{_listing(active)}" if active else "there is no active job of that type"
+    seen = f"its active jobs:\n{_listing(active, fields)}" if active else "there is no active job of that type"
     raise AssertionError(f"no active {job_type} job with {wanted}; {seen}")
 
 
@@ -146,7 +156,7 @@ def refute_enqueued(coordinator: Coordinator, job_type: str, **fields: Any) -> N
     found = [job for job in _active(coordinator, job_type) if _matches(job, fields)]
     if found:
         wanted = ", ".join(f"{k}={v!r}" for k, v in fields.items()) or "any payload"
-        raise AssertionError(f"{len(found)} active {job_type} job(s) with {wanted}:\n{_listing(found)}")
+        raise AssertionError(f"{len(found)} active {job_type} job(s) with {wanted}:\n{_listing(found, fields)}")
 
 
 # -- running jobs --------------------------------------------------------------------------------
@@ -189,8 +199,10 @@ def drain(coordinator: Coordinator, *, with_scheduled: bool = False, **worker_co
     setattr(worker.executor, "run", recording)  # noqa: B010  (typed as a method: mypy refuses the assignment)
     outcomes: list[Outcome] = []
     while True:
-        now = coordinator.clock.now() + timedelta(days=36500) if with_scheduled else None
-        if worker.run_once(now) == 0:
+        # Jobs scheduled later are claimed as if their time had come; schedules fire as of the
+        # clock (firing them a century ahead would walk every slot in between).
+        ahead = coordinator.clock.now() + timedelta(days=36500) if with_scheduled else None
+        if worker.run_once(claim_at=ahead) == 0:
             return outcomes
         for job_id in ran:
             job = coordinator.get(job_id)

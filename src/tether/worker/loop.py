@@ -125,13 +125,14 @@ class Worker:
 
     # -- single steps ------------------------------------------------------------------------
 
-    def run_once(self, now: datetime | None = None) -> int:
-        """One tick: claim ready jobs (as of ``now``; up to ``batch``, or one while jobs are
-        slow), run them in order, record their outcomes in group commits. Returns jobs run;
-        LedgerFault if the ledger is corrupt, full, read-only or gone."""
+    def run_once(self, now: datetime | None = None, *, claim_at: datetime | None = None) -> int:
+        """One tick: fire the schedules due at ``now``, claim ready jobs (as of ``claim_at``, else
+        ``now``; up to ``batch``, or one while jobs are slow), run them in order, record their
+        outcomes in group commits. Returns jobs run; LedgerFault if the ledger is corrupt, full,
+        read-only or gone."""
         try:
             self.producer.fire_schedules(now)
-            ran = self._run_batch(self.producer.claim(now), claim_next=False)[0]
+            ran = self._run_batch(self.producer.claim(claim_at or now), claim_next=False)[0]
         except sa.exc.SQLAlchemyError as e:
             self.supervisor.fatal(e)
             raise
