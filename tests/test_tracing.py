@@ -110,6 +110,18 @@ def test_a_refused_enqueue_is_a_failed_span_naming_only_the_errors_class(spans, 
     assert SECRET not in everything_said([send])
 
 
+def test_a_retried_attempt_runs_when_its_previous_attempts_span_cannot_be_read(spans, c, monkeypatch):
+    import sqlalchemy as sa
+
+    def unreadable(job_id: str) -> str:
+        raise sa.exc.OperationalError("SELECT", {}, Exception("database is locked"))
+
+    monkeypatch.setattr(c.queue, "previous_attempt_trace", unreadable)
+    job = c.enqueue(Note(name="n", fail_times=1)).job
+    c.run_until_idle(retry=RetryPolicy(base=0.0))
+    assert c.get(job.id).status.value == "completed"  # the link is left out, the attempt runs
+
+
 def test_an_enqueue_outside_any_trace_records_no_context():
     """Without a span current (and without the SDK), the job carries no trace context."""
     assert tracing.traceparent() is None

@@ -195,10 +195,22 @@ def attempt(queue: Queue, job: JobRecord, worker: str) -> Iterator[Attempt]:
     kind = trace.SpanKind.CONSUMER
     with tracer.start_as_current_span(f"process {job.type}", parent, kind, attributes, links, **_QUIET) as span:
         if span.is_recording() and not job.first_run:
-            previous = parse_context(trace, queue.previous_attempt_trace(job.id))
+            previous = parse_context(trace, _previous_attempt_trace(queue, job.id))
             if previous is not None:
                 span.add_link(previous, {"tether.link": "previous_attempt"})
         yield Attempt(trace, span)
+
+
+def _previous_attempt_trace(queue: Any, job_id: str) -> str | None:
+    """The previous attempt's span, for a link; None when the ledger cannot say now: an optional
+    link is no reason for a database error to stop the worker before the handler runs."""
+    import sqlalchemy as sa
+
+    try:
+        found: str | None = queue.previous_attempt_trace(job_id)
+    except sa.exc.SQLAlchemyError:
+        return None
+    return found
 
 
 def in_context(function: Callable[[], None]) -> Callable[[], None]:
