@@ -122,6 +122,21 @@ def test_a_retried_attempt_runs_when_its_previous_attempts_span_cannot_be_read(s
     assert c.get(job.id).status.value == "completed"  # the link is left out, the attempt runs
 
 
+def test_with_no_tracer_provider_set_an_enqueue_starts_no_span(c, monkeypatch):
+    """The API installed without an SDK: a no-op span would cost each enqueue more than its work."""
+    started: list[str] = []
+
+    class Counting(trace.ProxyTracer):
+        def start_as_current_span(self, name: str, *args: Any, **kwargs: Any) -> Any:
+            started.append(name)
+            return super().start_as_current_span(name, *args, **kwargs)
+
+    monkeypatch.setattr(trace, "get_tracer_provider", trace.ProxyTracerProvider)  # as before any is set
+    monkeypatch.setattr(tracing, "_tracer_made", Counting("tether"))
+    job = c.enqueue(CreateFile(path="quiet.json", content=1)).job
+    assert started == [] and c.get(job.id).status.value == "pending"
+
+
 def test_an_enqueue_outside_any_trace_records_no_context():
     """Without a span current (and without the SDK), the job carries no trace context."""
     assert tracing.traceparent() is None

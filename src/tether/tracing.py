@@ -63,6 +63,16 @@ def _tracer(trace: Any) -> Any:
 _tracer_made: Any = None
 
 
+def _recording_tracer(trace: Any) -> Any:
+    """tether's tracer when its spans may record: None while no tracer provider is set (the API
+    installed without an SDK), where every span would be a no-op that still costs an enqueue
+    more than its own work."""
+    tracer = _tracer(trace)
+    if isinstance(tracer, trace.ProxyTracer) and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        return None
+    return tracer
+
+
 def format_context(context: Any) -> str | None:
     """A span context as a W3C ``traceparent`` header value, or None for an invalid one."""
     if not context.is_valid:
@@ -100,10 +110,11 @@ def traced_enqueue(method: F) -> F:
     @functools.wraps(method)
     def enqueue(self: Any, *args: Any, **kwargs: Any) -> Any:
         trace = _api if _api is not None else _trace()
-        if not trace:
+        tracer = _recording_tracer(trace) if trace else None
+        if tracer is None:  # the jobs still keep a context the caller's span holds (traceparent)
             return method(self, *args, **kwargs)
         kind = trace.SpanKind.PRODUCER
-        with _tracer(trace).start_as_current_span("send", kind=kind, **_QUIET) as span:
+        with tracer.start_as_current_span("send", kind=kind, **_QUIET) as span:
             try:
                 results = method(self, *args, **kwargs)
             except Exception as e:
