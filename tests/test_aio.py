@@ -17,6 +17,7 @@ import pytest
 from pydantic import BaseModel
 
 from tether import AsyncCoordinator, AsyncJsonStore, Coordinator, JobContext, JobStatus, JobType, Payload
+from tether.errors import JobNotFound
 from tether.jobtypes import CreateFile, default_registry
 from tether.store import ModelNotFound
 
@@ -53,6 +54,60 @@ def test_an_async_enqueue_waits_on_a_thread_while_the_loop_runs_and_returns_the_
     job_id = asyncio.run(main())
     with Coordinator.open(**ledger) as other:  # another connection sees it: it was committed
         assert other.get(job_id).status is JobStatus.PENDING
+
+
+def test_an_async_coordinator_starts_its_threads_at_open_so_a_burst_of_calls_does_not_start_them_on_the_loop(ledger):
+    def pool_threads() -> int:
+        return sum(t.name.startswith("tether-async") for t in threading.enumerate())
+
+    async def main() -> int:
+        async with await AsyncCoordinator.open(**ledger, threads=5) as c:
+            started = pool_threads()
+            await c.enqueue(CreateFile(path="a.json", content={"n": 1}))
+            return started
+
+    assert pool_threads() == 0
+    assert asyncio.run(main()) == 5
+
+
+def test_an_error_raised_on_the_coordinators_thread_reaches_the_task_that_awaited_the_call(ledger):
+    async def main() -> None:
+        async with await AsyncCoordinator.open(**ledger) as c:
+            with pytest.raises(JobNotFound, match="no job"):
+                await asyncio.wait_for(c.get("01J00000000000000000000000"), 5)
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_await_leaves_its_enqueue_to_commit_and_the_loop_without_an_error(ledger):
+    errors: list[dict[str, Any]] = []
+    committed: list[Any] = []
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda loop, context: errors.append(context))
+        # One thread: a later call runs after the cancelled one has handed its outcome to the loop.
+        async with await AsyncCoordinator.open(**ledger, threads=1) as c:
+            gate = threading.Event()
+            real = c.sync.queue.enqueuer.enqueue
+
+            def gated(*args: Any, **kwargs: Any) -> Any:
+                assert gate.wait(5)
+                committed.extend(real(*args, **kwargs))
+                return committed
+
+            c.sync.queue.enqueuer.enqueue = gated
+            task = asyncio.create_task(c.enqueue(CreateFile(path="a.json", content={"n": 1})))
+            await asyncio.sleep(0)  # the call is on the thread, waiting at the gate
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            gate.set()
+            await c.call(lambda: None)  # its outcome came after the cancelled call's, in order
+
+    asyncio.run(main())
+    assert errors == []
+    with Coordinator.open(**ledger) as other:
+        assert other.get(committed[0].job.id).status is JobStatus.PENDING
 
 
 def test_the_async_store_saves_flushes_loads_and_deletes_a_model(ledger):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -50,6 +51,7 @@ class AsyncCoordinator:
         self.sync = coordinator
         """The synchronous coordinator every call runs on."""
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tether-async")
+        _start_threads(self._pool, threads)
 
     @classmethod
     async def open(
@@ -64,10 +66,14 @@ class AsyncCoordinator:
         """``fn(*args, **kwargs)`` on this coordinator's threads, awaited (for a sync call that has
         no async twin here)."""
         loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
         # The caller's context goes with the call, as asyncio.to_thread's does: a trace (the
-        # span current in the task) is what an enqueue records with its job.
-        context = contextvars.copy_context()
-        return await loop.run_in_executor(self._pool, functools.partial(context.run, fn, *args, **kwargs))
+        # span current in the task) is what an enqueue records with its job. The thread settles
+        # the future itself rather than through run_in_executor's chained futures, which cost
+        # the loop twice the work a call: what the loop spends per call is what a burst of
+        # requests stalls it by.
+        self._pool.submit(_settle, loop, future, contextvars.copy_context(), fn, args, kwargs)
+        return await future
 
     def register(self, job_type: JobType[Any]) -> JobType[Any]:
         """Add an application's own job type (no database work: not a coroutine)."""
@@ -108,6 +114,42 @@ class AsyncCoordinator:
 
     async def __aexit__(self, *_: object) -> None:
         await self.close()
+
+
+def _settle(
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[T],
+    context: contextvars.Context,
+    fn: Callable[..., T],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> None:
+    """Run ``fn`` in ``context`` on a pool thread and give ``future`` its outcome on the loop."""
+    try:
+        outcome: tuple[Callable[..., None], Any] = (_set_result, context.run(fn, *args, **kwargs))
+    except BaseException as e:  # the awaiting task gets it, as run_in_executor would give it
+        outcome = (_set_exception, e)
+    if not loop.is_closed():  # a loop closed meanwhile has no task left to receive it
+        loop.call_soon_threadsafe(outcome[0], future, outcome[1])
+
+
+def _set_result(future: asyncio.Future[T], result: T) -> None:
+    if not future.done():  # a task cancelled meanwhile has nothing to receive
+        future.set_result(result)
+
+
+def _set_exception(future: asyncio.Future[Any], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)
+
+
+def _start_threads(pool: ThreadPoolExecutor, threads: int) -> None:
+    """Start every thread of ``pool`` now: a pool starts a thread on a submit that finds none
+    idle, and a burst of requests would otherwise start them all on the event loop's thread,
+    stalling it while they start."""
+    started = threading.Barrier(threads)
+    for _ in range(threads):
+        pool.submit(started.wait)
 
 
 class AsyncJsonStore:
