@@ -360,7 +360,7 @@ def test_a_waiting_caller_interrupted_leaves_the_queue_and_later_callers_still_c
             raise KeyboardInterrupt
 
     waiting = Request([], None)
-    waiting._ready = Interrupted()  # type: ignore[assignment]
+    waiting._ready = Interrupted()
     with pytest.raises(KeyboardInterrupt):
         group.submit(waiting)
     let_go.set()

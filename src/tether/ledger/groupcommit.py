@@ -21,6 +21,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from ..errors import CommitUnknown
 from .notes import Note
@@ -39,8 +40,7 @@ class Request:
         self.results: list[InsertResult] | None = None
         self.error: BaseException | None = None
         self.batch: list[Request] | None = None  # set when the lead is handed to this request
-        self._ready = threading.Lock()  # held until a leader wakes this caller
-        self._ready.acquire()
+        self._ready: Any = None  # a caller that waits: a lock held until a leader wakes it
 
 
 class GroupCommit:
@@ -70,11 +70,15 @@ class GroupCommit:
     def submit(self, request: Request) -> None:
         """File ``request`` and return once the transaction holding it has ended."""
         with self._lock:
-            self._waiting.append(request)
             if self._in_flight < self.at_once:
                 self._in_flight += 1
+                self._waiting.append(request)
                 batch: list[Request] | None = self._take()
             else:
+                if request._ready is None:  # only a caller that waits needs one: most lead at once
+                    request._ready = threading.Lock()
+                    request._ready.acquire()
+                self._waiting.append(request)
                 batch = None
         if batch is None:
             try:
