@@ -200,7 +200,8 @@ def attempt(queue: Queue, job: JobRecord, worker: str) -> Iterator[Attempt]:
     a child of the enqueue's context, linked to it, and to the job's previous attempt when one
     was traced. The spans the handler makes (AWS calls, follow-up enqueues) are its children."""
     trace = _api if _api is not None else _trace()
-    if not trace:
+    tracer = _recording_tracer(trace) if trace else None
+    if tracer is None:  # no span would record: a no-op one still costs each job more than its work
         yield _UNTRACED
         return
     enqueued = parse_context(trace, job.traceparent)
@@ -216,7 +217,6 @@ def attempt(queue: Queue, job: JobRecord, worker: str) -> Iterator[Attempt]:
         attributes["tether.job.target"] = job.ordering_key
     if job.payload_bytes is not None:
         attributes["messaging.message.body.size"] = job.payload_bytes
-    tracer = _tracer(trace)
     kind = trace.SpanKind.CONSUMER
     with tracer.start_as_current_span(f"process {job.type}", parent, kind, attributes, links, **_QUIET) as span:
         if span.is_recording() and not job.first_run:
