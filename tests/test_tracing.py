@@ -342,6 +342,26 @@ print("ok")
     assert done.stdout.strip() == "ok"
 
 
+def test_an_enqueue_records_its_span_once_a_provider_is_set_after_tether_made_its_tracer(tmp_path):
+    """An application that sets up OpenTelemetry after its first enqueue: the enqueues before
+    record no context (no provider, nothing recording), the ones after do."""
+    script = f"""
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from tether import Coordinator
+from tether.jobtypes import CreateFile
+with Coordinator.open("sqlite:///{tmp_path}/t.db", root="{tmp_path}/data") as c:
+    before = c.enqueue(CreateFile(path="a.json", content=1)).job
+    trace.set_tracer_provider(TracerProvider())
+    after = c.enqueue(CreateFile(path="b.json", content=1)).job
+    print(before.traceparent is None, after.traceparent is not None)
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True"]
+
+
 def test_a_real_worker_under_opentelemetry_instrument_exports_the_jobs_trace(tmp_path):
     """examples/otel_trace.py: the application's enqueue, then `opentelemetry-instrument tether worker`
     runs attempt 1 (an error) and attempt 2 (completed), each exported over OTLP/HTTP into the

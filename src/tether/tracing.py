@@ -68,9 +68,23 @@ def _recording_tracer(trace: Any) -> Any:
     installed without an SDK), where every span would be a no-op that still costs an enqueue
     more than its own work."""
     tracer = _tracer(trace)
-    if isinstance(tracer, trace.ProxyTracer) and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+    if isinstance(tracer, trace.ProxyTracer) and _no_provider(trace):
         return None
     return tracer
+
+
+def _no_provider(trace: Any) -> bool:
+    """No tracer provider is set (``_tracer`` has asked for one, which loads one the environment
+    names). ``get_tracer_provider()`` would say so too, but it looks up an environment variable
+    on every call while none is set: the API's own global, where this API version has it, keeps
+    the untraced enqueue's check to an attribute read."""
+    provider = getattr(trace, "_TRACER_PROVIDER", _UNKNOWN)
+    if provider is _UNKNOWN:
+        return isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    return provider is None
+
+
+_UNKNOWN = object()
 
 
 def format_context(context: Any) -> str | None:

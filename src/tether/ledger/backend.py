@@ -281,6 +281,13 @@ class _Cursor:
         bind = self._backend.bind
         self._cur.executemany(statement, [bind(r) for r in rows])
 
+    def insert(self, statement: str, values: Mapping[str, Any] | list[Mapping[str, Any]]) -> None:
+        """An insert of ``Backend.insert_values`` (one row, or a list of them), already bound."""
+        if isinstance(values, list):
+            self._cur.executemany(statement, values)
+        else:
+            self._cur.execute(statement, values)
+
     def records(self, statement: str, params: Mapping[str, Any] | None = None) -> list[JobRecord]:
         self._cur.execute(statement, self._backend.bind(params or {}))
         return self._backend.records(self._cur.fetchall())

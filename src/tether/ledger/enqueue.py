@@ -159,8 +159,10 @@ class Enqueuer:
                 outcomes.append(self.insert_all(cur, request.jobs, request.notes))
             except self.backend.refusals as e:
                 raise _Refused(i, self.backend.wrap(e)) from e
-        if any(not r.duplicate for results in outcomes for r in results):
-            self.wakeup.notify_in(cur)
+        for results in outcomes:
+            if any(not r.duplicate for r in results):
+                self.wakeup.notify_in(cur)
+                break
         return outcomes
 
     def insert_all(
@@ -171,7 +173,7 @@ class Enqueuer:
         ``notes`` (by job id) of the jobs inserted, not of those found by their key."""
         unkeyed = [job for job in jobs if job.idempotency_key is None]
         if len(unkeyed) == 1:
-            cur.execute(self._insert_one(unkeyed[0]), self.backend.insert_values(unkeyed[0]))
+            cur.insert(self._insert_one(unkeyed[0]), self.backend.insert_values(unkeyed[0]))
         elif unkeyed:
             self._insert_unkeyed(cur, unkeyed)
         results = [
@@ -214,10 +216,10 @@ class Enqueuer:
         on_target = [job for job in alone if job.ordering_key is not None]
         if len(on_target) < len(alone):
             values = [self.backend.insert_values(job) for job in alone if job.ordering_key is None]
-            cur.executemany(self.sql.INSERT_UNKEYED, values)
+            cur.insert(self.sql.INSERT_UNKEYED, values)
         if on_target:  # in id order, so each sees the older ones on its target
             values = [self.backend.insert_values(job) for job in sorted(on_target, key=lambda j: j.id)]
-            cur.executemany(self._insert_on_target, values)
+            cur.insert(self._insert_on_target, values)
         if self._json_sql is not None:
             for shared, group in groups.items():
                 if len(group) > 1:
