@@ -262,7 +262,7 @@ class _Reconciler:
         reads as its fingerprint; the rest asked of ``probe`` with their payloads (read by id)
         as a full read asks, and a new fingerprint recorded for each found in sync."""
         keys, job_ids = targets.keys, targets.job_ids
-        rels: list[str | None] = list(map(_AFTER_PREFIX, keys))  # in C: every fingerprinted target is a file's
+        rels: list[str | None] = list(map(_AFTER_PREFIX, keys))  # in C; mostly every target a file's
         if not all(map(str.startswith, keys, repeat(FILE_PREFIX))):
             rels = [rel if key.startswith(FILE_PREFIX) else None for key, rel in zip(keys, rels, strict=True)]
         same, fresh = fingerprint.compare(self.root, rels, targets.fingerprints)
