@@ -147,6 +147,25 @@ def test_files_without_a_fingerprint_are_read_and_then_get_one(
     assert opened == [Path(edited).name], "the next check reads only the file still out of sync"
 
 
+def test_a_missing_file_without_a_fingerprint_is_missing_not_in_sync(
+    coordinator: Coordinator, root: Path, opened: list[str]
+) -> None:
+    """A stat that fails (here beside files whose stats succeed, in one directory) matches no
+    fingerprint, not even none recorded: the file is read, and the read finds it missing."""
+    ids = written(coordinator, 9)
+    for path, job_id in ids.items():
+        record(coordinator, job_id, trusted(root / path))
+    gone, also_gone = sorted(ids)[0], sorted(ids)[4]
+    record(coordinator, ids[gone], None)
+    (root / gone).unlink()
+    (root / also_gone).unlink()
+    same, fresh = fingerprint.compare(root, [gone, also_gone, "d9/absent.json"], [None, "00", None])
+    assert same == [False, False, False] and fresh == [None, None, None]
+    report = reconcile(coordinator)
+    assert sorted((f.path, f.status) for f in report.findings) == [(gone, "missing"), (also_gone, "missing")]
+    assert sorted(opened) == sorted([Path(gone).name, Path(also_gone).name]), "only the two are read"
+
+
 def test_an_accepted_file_keeps_a_fingerprint_of_what_was_accepted(
     coordinator: Coordinator, root: Path, opened: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

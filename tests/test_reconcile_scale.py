@@ -235,7 +235,7 @@ def to_qmark(sql: str) -> tuple[str, list]:
     return re.sub(r"(?<!:):(\w+)", bind, sql), args
 
 
-_OWN_ROWS = ("SCAN CONSTANT ROW", "SCAN targets", "SCAN deciding")
+_OWN_ROWS = ("SCAN CONSTANT ROW", "SCAN targets", "SCAN p")
 
 
 @pytest.mark.parametrize(
@@ -291,6 +291,36 @@ def test_a_check_reads_one_row_per_target_however_long_its_history(coordinator: 
     assert (in_flight.path, in_flight.job_id) == ("m/1.json", first.id)
 
 
+@pytest.mark.parametrize("content", [False, True])
+def test_each_in_flight_target_is_decided_by_its_first_active_job_wherever_pages_end(
+    coordinator: Coordinator, content: bool
+) -> None:
+    """The active jobs are read once per page, as a range of keys: a target in flight is one
+    whichever place it has in its page (first, last, alone), one with only active jobs too, and
+    one whose older job was put back to pending behind a newer completed one (a manual retry):
+    each is decided by its first active job, at every page size."""
+    c = coordinator
+    completed_rows(c, [CreateFile(path=f"m/{i % 12:02d}.json", content=i, overwrite=True) for i in range(48)])
+    first: dict[str, str] = {}
+    for t in (0, 3, 4, 7, 11, 12):
+        path = f"m/{t:02d}.json"
+        jobs = c.enqueue_many(
+            [CreateFile(path=path, content=-n, overwrite=True) for n in (1, 2)], delay=timedelta(hours=1)
+        )
+        first[path] = jobs[0].id
+    with c.engine.begin() as conn:  # target 5's oldest completed job, back to pending
+        oldest = conn.execute(
+            sa.text("SELECT min(id) FROM tether_jobs WHERE ordering_key = :k"), {"k": file_key("m/05.json")}
+        ).scalar_one()
+        conn.execute(sa.text("UPDATE tether_jobs SET status = 'pending' WHERE id = :id"), {"id": oldest})
+    first["m/05.json"] = oldest
+    for size in (1, 2, 3, 4, 7, 100):
+        report = reconcile(c, content=content, batch_size=size)
+        in_flight = {f.path: f.job_id for f in report.findings if f.status == "not_checked"}
+        assert in_flight == first, f"batch size {size}"
+        assert report.counts["in_sync"] == 12 - 6 and len(report.findings) == len(first), f"batch size {size}"
+
+
 def test_an_existence_check_reads_no_payload_of_a_type_whose_probe_does_not_want_one(
     sqlite_coordinator: Coordinator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -305,7 +335,7 @@ def test_an_existence_check_reads_no_payload_of_a_type_whose_probe_does_not_want
 
     def rows(self: backend._Cursor, statement: str, params: dict | None = None) -> list:
         found = real_rows(self, statement, params)
-        if "ORDER BY deciding.key" in statement:  # a page of the stream
+        if "ORDER BY p.key" in statement:  # a page of the stream
             pages.append(found)
         return found
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from itertools import repeat
-from operator import eq
+from operator import eq, itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["DRIFT", "STATUSES", "Finding", "Report", "count_targeted", "reconcile"]
 
 FILE_PREFIX = file_key("")
+_AFTER_PREFIX = itemgetter(slice(len(FILE_PREFIX), None))
 BATCH = 2000
 RECHECK_AT = 500  # suspects held before they are checked again against the ledger
 
@@ -261,8 +262,9 @@ class _Reconciler:
         reads as its fingerprint; the rest asked of ``probe`` with their payloads (read by id)
         as a full read asks, and a new fingerprint recorded for each found in sync."""
         keys, job_ids = targets.keys, targets.job_ids
-        cut = len(FILE_PREFIX)
-        rels = [key[cut:] if key.startswith(FILE_PREFIX) else None for key in keys]
+        rels: list[str | None] = list(map(_AFTER_PREFIX, keys))  # in C; mostly every target a file's
+        if not all(map(str.startswith, keys, repeat(FILE_PREFIX))):
+            rels = [rel if key.startswith(FILE_PREFIX) else None for key, rel in zip(keys, rels, strict=True)]
         same, fresh = fingerprint.compare(self.root, rels, targets.fingerprints)
         if all(same):  # the common case, decided in C
             return [SYNCED] * len(same)

@@ -127,7 +127,7 @@ def _leaf_temps(dir_fd: int, prefix: str) -> Iterator[Entry]:
         os.close(dir_fd)
     if names is None:
         yield prefix.rstrip("/") or ".", None
-    else:
+    elif paths.TEMP_SUFFIX in "/".join(names):  # most directories hold none: decided in C
         yield from ((f"{prefix}{name}", True) for name in names if name.endswith(paths.TEMP_SUFFIX))
 
 

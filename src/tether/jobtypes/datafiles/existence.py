@@ -110,28 +110,17 @@ def files_exist(root: Path, rels: Sequence[str], *, present: bool) -> list[Check
     adds it."""
     prefix = f"{os.fspath(root)}/"
     out: list[Check | None] = [None] * len(rels)
-    # Per path in C, not a Python loop: its directory and name, and (rarely) whether it escapes.
-    parts = list(map(_RPARTITION, rels))
-    dirs: list[str | None] = list(map(_FIRST, parts))
-    names: list[str] = list(map(_LAST, parts))
+    dirs, names = split_paths(rels)
     if may_escape(rels):  # only then, one by one
         for n, rel in enumerate(rels):
             if outside(rel):
                 out[n] = OUTSIDE
                 dirs[n] = None
-    # Each directory's paths, as runs of consecutive ones: a check's come sorted, so mostly one
-    # run a directory (more where a subdirectory's paths sort between its own).
-    runs: dict[str | None, list[range]] = {}
-    end = 0
-    for directory, run in groupby(dirs):
-        start, end = end, end + len(list(run))
-        runs.setdefault(directory, []).append(range(start, end))
-    runs.pop(None, None)
+    runs = directory_runs(dirs)
     try:
         with durable.opened_root(root) as root_fd:
             for directory, spans in runs.items():
-                assert directory is not None  # the escaping paths' None was taken out above
-                indexes: Sequence[int] = spans[0] if len(spans) == 1 else [n for span in spans for n in span]
+                indexes = positions(spans)
                 try:
                     dir_fd = nofollow.open_dir(root_fd, directory)
                 except OSError as e:
@@ -150,6 +139,31 @@ def files_exist(root: Path, rels: Sequence[str], *, present: bool) -> list[Check
 
 _RPARTITION = methodcaller("rpartition", "/")
 _FIRST, _LAST = itemgetter(0), itemgetter(2)
+
+
+def split_paths(rels: Sequence[str]) -> tuple[list[str | None], list[str]]:
+    """Each data path's directory and name, per path in C, not a Python loop. A caller marks the
+    paths it will not look at by setting their directory to None."""
+    parts = list(map(_RPARTITION, rels))
+    return list(map(_FIRST, parts)), list(map(_LAST, parts))
+
+
+def directory_runs(dirs: Sequence[str | None]) -> dict[str, list[range]]:
+    """Each directory's paths (by position; None: not looked at), as runs of consecutive ones: a
+    check's come sorted, so mostly one run a directory (more where a subdirectory's paths sort
+    between its own). Each directory is then opened once, however its paths are split."""
+    runs: dict[str | None, list[range]] = {}
+    end = 0
+    for directory, run in groupby(dirs):
+        start, end = end, end + len(list(run))
+        runs.setdefault(directory, []).append(range(start, end))
+    runs.pop(None, None)
+    return runs  # type: ignore[return-value]  # None was taken out above
+
+
+def positions(spans: list[range]) -> Sequence[int]:
+    """The positions of a directory's runs (``directory_runs``), as one sequence."""
+    return spans[0] if len(spans) == 1 else [n for span in spans for n in span]
 
 
 def may_escape(rels: Sequence[str]) -> bool:

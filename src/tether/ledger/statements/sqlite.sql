@@ -490,13 +490,16 @@ SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')
 -- Reconcile (read-only): per target, in target order, the one job that decides its check
 -- (reconcile/targets.py): the first pending or claimed job on it, else its latest completed one.
 -- The targets are found by a skip scan of ix_tether_jobs_targeted (each next key one seek past
--- the last one's entries), and each target's deciding job by one seek into the index of active
--- targeted jobs and one to the end of its entries: a page costs the same whether a target's
--- history holds one job or thousands. A job's type only when it completed (NULL: it is pending
--- or claimed). The page's rows are sorted by key, at most :limit of them, never the table.
+-- the last one's entries), and each target's latest completed job by one seek to the end of its
+-- entries: a page costs the same whether a target's history holds one job or thousands. The
+-- pending and claimed jobs on the page's targets are read once per page, as one range of the
+-- (small) index of active targeted jobs, not with a seek per target. A job's type only when it
+-- completed (NULL: it is pending or claimed). The page's rows are sorted by key, at most :limit
+-- of them, never the table.
 
 -- name: RECONCILE_PAGE
--- Without payloads: reads ix_tether_jobs_targeted and ix_tether_jobs_target_active alone.
+-- Without payloads: reads ix_tether_jobs_targeted and ix_tether_jobs_target_active alone (the
+-- deciding row found again in the index by key and id, never in the table).
 WITH RECURSIVE targets(key) AS (
   SELECT (SELECT ordering_key FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
           WHERE ordering_key IS NOT NULL AND ordering_key > :after_key
@@ -510,23 +513,28 @@ WITH RECURSIVE targets(key) AS (
   FROM targets WHERE targets.key IS NOT NULL
   LIMIT :limit
 ),
-deciding(key, id) AS MATERIALIZED (
-  SELECT key, coalesce(
-    (SELECT id FROM tether_jobs INDEXED BY ix_tether_jobs_target_active
-     WHERE ordering_key = targets.key AND status IN ('pending', 'claimed') ORDER BY id LIMIT 1),
-    (SELECT id FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
-     WHERE ordering_key = targets.key AND status = 'completed' ORDER BY id DESC LIMIT 1))
+page(key, id) AS MATERIALIZED (
+  SELECT key, (SELECT id FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
+               WHERE ordering_key = targets.key AND status = 'completed' ORDER BY id DESC LIMIT 1)
   FROM targets WHERE key IS NOT NULL
+),
+active(key, id) AS MATERIALIZED (
+  SELECT ordering_key, min(id) FROM tether_jobs INDEXED BY ix_tether_jobs_target_active
+  WHERE ordering_key IS NOT NULL AND status IN ('pending', 'claimed')
+    AND ordering_key > :after_key AND ordering_key <= (SELECT max(key) FROM page)
+  GROUP BY ordering_key
 )
-SELECT j.id, CASE WHEN j.status = 'completed' THEN j.type END, j.ordering_key
-FROM deciding CROSS JOIN tether_jobs AS j INDEXED BY ix_tether_jobs_targeted
-WHERE j.ordering_key IS NOT NULL AND j.ordering_key = deciding.key AND j.id = deciding.id
-ORDER BY deciding.key
+SELECT coalesce(a.id, j.id), CASE WHEN a.id IS NULL THEN j.type END, p.key
+FROM page AS p LEFT JOIN active AS a ON a.key = p.key
+LEFT JOIN tether_jobs AS j INDEXED BY ix_tether_jobs_targeted
+  ON j.ordering_key IS NOT NULL AND j.ordering_key = p.key AND j.id = p.id
+ORDER BY p.key
 
 -- name: RECONCILE_PAGE_PAYLOADS
 -- With the payloads of the deciding jobs whose types' probes read them in this mode (:want, a
--- JSON array of type names: catalogue.Statements.types); NULL for the others, whose rows are
--- then never read from the table (SQLite seeks a row only when one of its columns is used).
+-- JSON array of type names: catalogue.Statements.types); NULL for the others. The completed row
+-- is read from the table once, by the rowid its index entry holds (a seek in the index by key
+-- and id, and then the table, would be two).
 WITH RECURSIVE targets(key) AS (
   SELECT (SELECT ordering_key FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
           WHERE ordering_key IS NOT NULL AND ordering_key > :after_key
@@ -540,19 +548,21 @@ WITH RECURSIVE targets(key) AS (
   FROM targets WHERE targets.key IS NOT NULL
   LIMIT :limit
 ),
-deciding(key, id) AS MATERIALIZED (
-  SELECT key, coalesce(
-    (SELECT id FROM tether_jobs INDEXED BY ix_tether_jobs_target_active
-     WHERE ordering_key = targets.key AND status IN ('pending', 'claimed') ORDER BY id LIMIT 1),
-    (SELECT id FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
-     WHERE ordering_key = targets.key AND status = 'completed' ORDER BY id DESC LIMIT 1))
+page(key, rid) AS MATERIALIZED (
+  SELECT key, (SELECT rowid FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
+               WHERE ordering_key = targets.key AND status = 'completed' ORDER BY id DESC LIMIT 1)
   FROM targets WHERE key IS NOT NULL
+),
+active(key, id) AS MATERIALIZED (
+  SELECT ordering_key, min(id) FROM tether_jobs INDEXED BY ix_tether_jobs_target_active
+  WHERE ordering_key IS NOT NULL AND status IN ('pending', 'claimed')
+    AND ordering_key > :after_key AND ordering_key <= (SELECT max(key) FROM page)
+  GROUP BY ordering_key
 )
-SELECT j.id, CASE WHEN j.status = 'completed' THEN j.type END, j.ordering_key,
-       CASE WHEN j.type IN (SELECT value FROM json_each(:want)) THEN j.payload END
-FROM deciding CROSS JOIN tether_jobs AS j INDEXED BY ix_tether_jobs_targeted
-WHERE j.ordering_key IS NOT NULL AND j.ordering_key = deciding.key AND j.id = deciding.id
-ORDER BY deciding.key
+SELECT coalesce(a.id, j.id), CASE WHEN a.id IS NULL THEN j.type END, p.key,
+       CASE WHEN a.id IS NULL AND j.type IN (SELECT value FROM json_each(:want)) THEN j.payload END
+FROM page AS p LEFT JOIN active AS a ON a.key = p.key LEFT JOIN tether_jobs AS j ON j.rowid = p.rid
+ORDER BY p.key
 
 -- name: RECONCILE_PAGE_FINGERPRINTS
 -- RECONCILE_PAGE_PAYLOADS for a content check by fingerprints: also the fingerprint of the jobs
@@ -571,20 +581,22 @@ WITH RECURSIVE targets(key) AS (
   FROM targets WHERE targets.key IS NOT NULL
   LIMIT :limit
 ),
-deciding(key, id) AS MATERIALIZED (
-  SELECT key, coalesce(
-    (SELECT id FROM tether_jobs INDEXED BY ix_tether_jobs_target_active
-     WHERE ordering_key = targets.key AND status IN ('pending', 'claimed') ORDER BY id LIMIT 1),
-    (SELECT id FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
-     WHERE ordering_key = targets.key AND status = 'completed' ORDER BY id DESC LIMIT 1))
+page(key, rid) AS MATERIALIZED (
+  SELECT key, (SELECT rowid FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
+               WHERE ordering_key = targets.key AND status = 'completed' ORDER BY id DESC LIMIT 1)
   FROM targets WHERE key IS NOT NULL
+),
+active(key, id) AS MATERIALIZED (
+  SELECT ordering_key, min(id) FROM tether_jobs INDEXED BY ix_tether_jobs_target_active
+  WHERE ordering_key IS NOT NULL AND status IN ('pending', 'claimed')
+    AND ordering_key > :after_key AND ordering_key <= (SELECT max(key) FROM page)
+  GROUP BY ordering_key
 )
-SELECT j.id, CASE WHEN j.status = 'completed' THEN j.type END, j.ordering_key,
-       CASE WHEN j.type IN (SELECT value FROM json_each(:want)) THEN j.payload END,
-       CASE WHEN j.type IN (SELECT value FROM json_each(:fingerprinted)) THEN j.fingerprint END
-FROM deciding CROSS JOIN tether_jobs AS j INDEXED BY ix_tether_jobs_targeted
-WHERE j.ordering_key IS NOT NULL AND j.ordering_key = deciding.key AND j.id = deciding.id
-ORDER BY deciding.key
+SELECT coalesce(a.id, j.id), CASE WHEN a.id IS NULL THEN j.type END, p.key,
+       CASE WHEN a.id IS NULL AND j.type IN (SELECT value FROM json_each(:want)) THEN j.payload END,
+       CASE WHEN a.id IS NULL AND j.type IN (SELECT value FROM json_each(:fingerprinted)) THEN j.fingerprint END
+FROM page AS p LEFT JOIN active AS a ON a.key = p.key LEFT JOIN tether_jobs AS j ON j.rowid = p.rid
+ORDER BY p.key
 
 -- name: RECORD_FINGERPRINTS
 -- A content check's new fingerprints of the files it read in sync: :rows is a JSON object
