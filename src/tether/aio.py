@@ -149,7 +149,9 @@ def _start_threads(pool: ThreadPoolExecutor, threads: int) -> None:
     stalling it while they start."""
     started = threading.Barrier(threads)
     for _ in range(threads):
-        pool.submit(started.wait)
+        # Each waits until all have started, so none is idle for the next submit to reuse; a
+        # thread that could not start breaks the barrier after a while rather than hold the rest.
+        pool.submit(started.wait, 10)
 
 
 class AsyncJsonStore:
