@@ -124,21 +124,22 @@ def test_a_retried_attempt_runs_when_its_previous_attempts_span_cannot_be_read(s
 
 def test_with_no_tracer_provider_set_an_enqueue_starts_no_span(c, monkeypatch):
     """The API installed without an SDK: a no-op span would cost each enqueue more than its work."""
-    started: list[str] = []
-
-    class Counting(trace.ProxyTracer):
-        def start_as_current_span(self, name: str, *args: Any, **kwargs: Any) -> Any:
-            started.append(name)
-            return super().start_as_current_span(name, *args, **kwargs)
-
-    _no_provider_yet(monkeypatch)
-    monkeypatch.setattr(tracing, "_tracer_made", Counting("tether"))
+    started = _no_provider_yet(monkeypatch)
     job = c.enqueue(CreateFile(path="quiet.json", content=1)).job
     assert started == [] and c.get(job.id).status.value == "pending"
 
 
 def test_with_no_tracer_provider_set_an_attempt_starts_no_span(c, monkeypatch):
     """The same for the worker: no span a job while nothing would record it."""
+    job = c.enqueue(CreateFile(path="quiet.json", content=1)).job
+    started = _no_provider_yet(monkeypatch)
+    assert c.run_until_idle() == 1
+    assert started == [] and c.get(job.id).status.value == "completed"
+
+
+def _no_provider_yet(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The API as it is before any tracer provider is set (whatever another test set globally),
+    with tether's tracer counting the spans started through it; returns that count's list."""
     started: list[str] = []
 
     class Counting(trace.ProxyTracer):
@@ -146,17 +147,10 @@ def test_with_no_tracer_provider_set_an_attempt_starts_no_span(c, monkeypatch):
             started.append(name)
             return super().start_as_current_span(name, *args, **kwargs)
 
-    job = c.enqueue(CreateFile(path="quiet.json", content=1)).job
-    _no_provider_yet(monkeypatch)
-    monkeypatch.setattr(tracing, "_tracer_made", Counting("tether"))
-    assert c.run_until_idle() == 1
-    assert started == [] and c.get(job.id).status.value == "completed"
-
-
-def _no_provider_yet(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The API as it is before any tracer provider is set (whatever another test set globally)."""
     monkeypatch.setattr(trace, "_TRACER_PROVIDER", None)
     monkeypatch.setattr(trace, "get_tracer_provider", trace.ProxyTracerProvider)
+    monkeypatch.setattr(tracing, "_tracer_made", Counting("tether"))
+    return started
 
 
 def test_an_enqueue_outside_any_trace_records_no_context():
