@@ -369,3 +369,20 @@ def test_a_waiting_caller_interrupted_leaves_the_queue_and_later_callers_still_c
     later.start()
     later.join(10)
     assert not later.is_alive() and committed == [1, 1]  # the interrupted one never committed
+
+
+def test_callers_of_one_failed_batch_each_raise_an_exception_of_their_own():
+    """One error set on every request of a batch (a commit that failed for all): each caller raises
+    its own copy, so tracebacks written by threads raising at once do not mix."""
+    from tether.ledger.groupcommit import Request, own_outcome
+
+    orig = Exception("the disk is full")
+    shared = sa.exc.OperationalError("COMMIT", {}, orig)
+    raised = []
+    for request in (Request([], None), Request([], None)):
+        request.error = shared
+        with pytest.raises(sa.exc.OperationalError) as caught:
+            own_outcome(request)
+        raised.append(caught.value)
+    assert raised[0] is not raised[1]
+    assert str(raised[0]) == str(raised[1]) == str(shared) and raised[1].orig is orig

@@ -17,6 +17,7 @@ holds (``session=``) or gathers (``Coordinator.transaction()``) keeps its own.
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 import weakref
@@ -153,6 +154,22 @@ def _interrupted(request: Request, error: BaseException) -> CommitUnknown:
 def own_outcome(request: Request) -> list[InsertResult]:
     """The results of ``request`` once its transaction has ended, or its error raised."""
     if request.error is not None:
-        raise request.error
+        raise _own_copy(request.error)
     assert request.results is not None  # every request of a batch is given one or the other
     return request.results
+
+
+def _own_copy(error: BaseException) -> BaseException:
+    """``error`` as one caller raises it: a copy, since a batch's callers may share one error (a
+    database's, set on each request of a failed batch), and one exception object raised by several
+    threads at once keeps one traceback that each of them writes into; ``error`` itself where it
+    cannot be copied (an error of tether's own is made for each request and needs no copy)."""
+    try:
+        copied = copy.copy(error)
+    except Exception:
+        return error
+    if type(copied) is not type(error) or copied.args != error.args:
+        return error
+    copied.__cause__, copied.__context__ = error.__cause__, error.__context__
+    copied.__suppress_context__ = error.__suppress_context__
+    return copied
