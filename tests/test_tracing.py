@@ -137,6 +137,21 @@ def test_with_no_tracer_provider_set_an_attempt_starts_no_span(c, monkeypatch):
     assert started == [] and c.get(job.id).status.value == "completed"
 
 
+def test_with_no_tracer_provider_set_a_child_a_handler_enqueues_keeps_its_jobs_trace(c, monkeypatch):
+    """No span is started, but the trace an enqueue recorded still reaches what its handler
+    enqueues: a worker with an SDK later continues that trace."""
+    from jobkit import Spawn, SpawnType
+
+    c.register(SpawnType())
+    started = _no_provider_yet(monkeypatch)
+    caller = trace.SpanContext(0x5EED, 0xC0FFEE, is_remote=True, trace_flags=trace.TraceFlags(1))
+    with trace.use_span(trace.NonRecordingSpan(caller)):  # a context propagated from elsewhere
+        parent = c.enqueue(Spawn(children=["x"])).job
+    assert c.run_until_idle() == 2 and started == []
+    child = c.history("children/x.json").jobs[0]
+    assert parent.traceparent is not None and child.traceparent == parent.traceparent
+
+
 def _no_provider_yet(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The API as it is before any tracer provider is set (whatever another test set globally),
     with tether's tracer counting the spans started through it; returns that count's list."""

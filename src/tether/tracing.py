@@ -201,10 +201,15 @@ def attempt(queue: Queue, job: JobRecord, worker: str) -> Iterator[Attempt]:
     was traced. The spans the handler makes (AWS calls, follow-up enqueues) are its children."""
     trace = _api if _api is not None else _trace()
     tracer = _recording_tracer(trace) if trace else None
+    enqueued = parse_context(trace, job.traceparent) if trace else None
     if tracer is None:  # no span would record: a no-op one still costs each job more than its work
-        yield _UNTRACED
+        if enqueued is None:
+            yield _UNTRACED
+            return
+        # Nothing records here, but what the handler enqueues keeps the trace its job was in.
+        with trace.use_span(trace.NonRecordingSpan(enqueued)):
+            yield _UNTRACED
         return
-    enqueued = parse_context(trace, job.traceparent)
     parent = None if enqueued is None else trace.set_span_in_context(trace.NonRecordingSpan(enqueued))
     links = [] if enqueued is None else [trace.Link(enqueued, {"tether.link": "enqueue"})]
     attributes = {
