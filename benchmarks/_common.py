@@ -8,7 +8,7 @@ import shutil
 import sqlite3
 import statistics
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,16 +50,17 @@ VALUES (?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 
 
-def bare_row(r: Any) -> tuple[Any, ...]:
-    """The parameters of ``BARE_INSERT`` for ``r``, a JobRecord tether built (``queue.build``)."""
+def bare_row(r: Any, time: Callable[[datetime], Any] = sqlite_time) -> tuple[Any, ...]:
+    """The parameters of ``BARE_INSERT`` for ``r``, a JobRecord tether built (``queue.build``);
+    ``time`` writes its times as the database stores them (SQLite's text by default)."""
     return (
         r.id,
         r.type,
         r.payload,
         r.priority,
         r.max_attempts,
-        sqlite_time(r.created_at),
-        sqlite_time(r.run_at),
+        time(r.created_at),
+        time(r.run_at),
         r.idempotency_key,
         r.ordering_key,
         r.parent_id,

@@ -157,7 +157,7 @@ def pg_bare(threads: int, per_thread: int) -> dict[str, float]:
     with scratch(SCRATCH, "concurrent-pg-bare") as d, pg_schema() as schema:
         with Coordinator.open(PG_URL, root=d / "data", schema=schema) as c:  # the same table
             built = {(k, i): c.queue.build(_payload(k, i)) for k in range(threads) for i in range(per_thread + WARM)}
-        rows = {key: _pg_row(job) for key, job in built.items()}
+        rows = {key: bare_row(job, time=_as_is) for key, job in built.items()}  # psycopg binds datetimes
         conns = [psycopg.connect(PG_URL, options=f"-csearch_path={schema}") for _ in range(threads)]
         try:
 
@@ -172,21 +172,8 @@ def pg_bare(threads: int, per_thread: int) -> dict[str, float]:
                 conn.close()
 
 
-def _pg_row(r: Any) -> tuple[Any, ...]:
-    return (
-        r.id,
-        r.type,
-        r.payload,
-        r.priority,
-        r.max_attempts,
-        r.created_at,
-        r.run_at,
-        r.idempotency_key,
-        r.ordering_key,
-        r.parent_id,
-        r.timeout,
-        r.payload_bytes,
-    )
+def _as_is(value: Any) -> Any:
+    return value
 
 
 # -- the run ------------------------------------------------------------------------------------

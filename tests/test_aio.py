@@ -97,7 +97,7 @@ def test_a_cancelled_await_leaves_its_enqueue_to_commit_and_the_loop_without_an_
 
             c.sync.queue.enqueuer.enqueue = gated
             task = asyncio.create_task(c.enqueue(CreateFile(path="a.json", content={"n": 1})))
-            await asyncio.sleep(0)  # the call is on the thread, waiting at the gate
+            await asyncio.sleep(0)  # the task takes its first step: the call is handed to the thread
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
