@@ -15,6 +15,7 @@ from jobkit import Block, BlockType, Note, NoteType, registry_with
 from tether.ledger import workers as register
 from tether.ledger.engine import ensure_schema
 from tether.observe.workers import GONE, RUNNING, STOPPED, workers
+from tether.version import installed
 
 
 def test_a_worker_registers_itself_and_marks_itself_stopped(make_coordinator, clock):
@@ -28,7 +29,7 @@ def test_a_worker_registers_itself_and_marks_itself_stopped(make_coordinator, cl
         socket.gethostname(),
         os.getpid(),
         1,
-        register.tether_version(),
+        installed(),
     )
     assert w.started_at == w.beat_at == w.stopped_at == clock.now() and w.jobs == []
 

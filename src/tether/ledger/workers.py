@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 import socket
 from datetime import timedelta
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
+from ..version import installed
 from .reclaim import lock_time
 
 if TYPE_CHECKING:
@@ -18,13 +18,6 @@ if TYPE_CHECKING:
 
 FORGET_AFTER = timedelta(days=1)
 """A worker not heard of for this long (stopped or dead) is dropped when another one starts."""
-
-
-def tether_version() -> str:
-    try:
-        return version("tether")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown"
 
 
 def register(queue: Queue, worker: str, threads: int) -> None:
@@ -38,7 +31,7 @@ def register(queue: Queue, worker: str, threads: int) -> None:
             "host": socket.gethostname()[:128],
             "pid": os.getpid(),
             "threads": threads,
-            "version": tether_version(),
+            "version": installed(),
             "now": now,
         }
         cur.execute(queue.sql.WORKER_FORGET, {"before": now - FORGET_AFTER})
