@@ -14,8 +14,6 @@ import os
 import secrets
 import stat
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import NamedTuple
 
 from . import nofollow
@@ -50,14 +48,27 @@ def open_root(root: str | os.PathLike[str]) -> int:
     return os.open(real_root(os.fspath(root)), _ROOT_FLAGS)
 
 
-@contextmanager
-def opened_root(root: str | os.PathLike[str]) -> Iterator[int]:
-    """``open_root``, closed on exit."""
-    fd = open_root(root)
-    try:
-        yield fd
-    finally:
-        os.close(fd)
+class _OpenedRoot:
+    """``opened_root``'s context manager: a class rather than a generator, since every file job
+    enters one and a generator's frame and wrapper cost several times its two calls."""
+
+    __slots__ = ("_fd", "_root")
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self._root = root
+        self._fd = -1
+
+    def __enter__(self) -> int:
+        self._fd = open_root(self._root)
+        return self._fd
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self._fd)
+
+
+def opened_root(root: str | os.PathLike[str]) -> _OpenedRoot:
+    """``open_root``, closed on exit (``with opened_root(root) as root_fd``)."""
+    return _OpenedRoot(root)
 
 
 # The directories (relative to their real data root) whose entries this process has made
@@ -99,26 +110,19 @@ def fsync_fd(fd: int) -> None:
     os.fsync(fd)
 
 
-@contextmanager
-def data_file(
-    root: str | os.PathLike[str], rel: str, *, create: bool = False, root_fd: int | None = None
-) -> Iterator[DataFile]:
+def data_file(root: str | os.PathLike[str], rel: str, *, create: bool = False, root_fd: int | None = None) -> DataFile:
     """The data path ``rel`` (normalized) under ``root``, through a descriptor of its directory
-    opened from the root (``root_fd``, or opened for this call) without following any symlink.
-    With ``create``, missing directories are made. OSError names the component at fault
-    (``filename``, relative to the root)."""
+    opened from the root (``root_fd``, or opened for this call) without following any symlink,
+    for a ``with`` statement, which closes that descriptor. With ``create``, missing directories
+    are made. OSError names the component at fault (``filename``, relative to the root)."""
     directory, _, name = rel.rpartition("/")
-    own = root_fd is None
-    opened = open_root(root) if root_fd is None else root_fd
-    try:
-        dir_fd = nofollow.open_dir(opened, directory, create=create)
-    finally:
-        if own:
-            os.close(opened)
-    try:
-        yield DataFile(real_root(os.fspath(root)), directory, name, dir_fd)
-    finally:
-        os.close(dir_fd)
+    top = real_root(os.fspath(root))
+    if root_fd is None:
+        with opened_root(root) as opened:
+            dir_fd = nofollow.open_dir(opened, directory, create=create)
+    else:
+        dir_fd = nofollow.open_dir(root_fd, directory, create=create)
+    return DataFile(top, directory, name, dir_fd)
 
 
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK  # never blocks on a FIFO swapped in after the lstat
@@ -126,13 +130,20 @@ _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK  # never blocks on a FIFO swapped in a
 
 class DataFile:
     """One data path, held by its directory's descriptor: every call acts inside that directory,
-    whatever is renamed or swapped for a symlink above it meanwhile."""
+    whatever is renamed or swapped for a symlink above it meanwhile. Made by ``data_file``; the
+    descriptor is closed when the ``with`` statement it was made for ends."""
 
     __slots__ = ("dir_fd", "directory", "name", "real_root", "rel")
 
     def __init__(self, real_root: str, directory: str, name: str, dir_fd: int) -> None:
         self.real_root, self.directory, self.name, self.dir_fd = real_root, directory, name, dir_fd
         self.rel = f"{directory}/{name}" if directory else name
+
+    def __enter__(self) -> DataFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.dir_fd)
 
     def lstat(self) -> os.stat_result | None:
         """What is at the path (a symlink itself, not followed), None if nothing."""

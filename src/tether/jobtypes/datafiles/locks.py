@@ -12,8 +12,6 @@ import hashlib
 import os
 import struct
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from . import nofollow
@@ -49,9 +47,9 @@ def _lock_id(rel: str) -> int:
     return h if _OFD_SETLKW is not None else h % LOCK_STRIPES
 
 
-@contextmanager
-def path_lock(root: Path, rel: str, *, root_fd: int | None = None) -> Iterator[None]:
-    """Hold the lock of one data path, against every thread and process using this root.
+def path_lock(root: Path, rel: str, *, root_fd: int | None = None) -> PathLock:
+    """Hold the lock of one data path, against every thread and process using this root
+    (``with path_lock(root, rel):``).
 
     One byte of ``.tether/locks/paths.lock``, at an offset hashed from the path, locked with an
     open file description lock: one file for every path, made once, since making a file costs as
@@ -61,30 +59,50 @@ def path_lock(root: Path, rel: str, *, root_fd: int | None = None) -> Iterator[N
     Each acquisition opens its own descriptor, so threads of one process exclude each other too.
     ``root_fd``: the root, already open for the caller.
     """
-    h = _lock_id(rel)
-    key = (os.fspath(root), h)
-    held: dict[tuple[str, int], int] = _held.__dict__.setdefault("locks", {})
-    if key in held:
-        held[key] += 1
+    return PathLock(root, rel, root_fd)
+
+
+class PathLock:
+    """``path_lock``'s context manager: a class rather than a generator, since every file job
+    takes one and a generator's frame and wrapper cost several times its two calls."""
+
+    __slots__ = ("_fd", "_held", "_key", "_root_fd")
+    _held: dict[tuple[str, int], int]
+
+    def __init__(self, root: Path, rel: str, root_fd: int | None) -> None:
+        self._key = (os.fspath(root), _lock_id(rel))
+        self._root_fd = root_fd
+        self._fd = -1  # this acquisition's descriptor; -1 while re-entered (an outer one holds it)
+
+    def __enter__(self) -> None:
+        key = self._key
+        # The thread's count, kept for ``__exit__``: a child forked meanwhile starts a count of its own.
+        held = self._held = _held.__dict__.setdefault("locks", {})
+        if key in held:
+            held[key] += 1
+            return
+        h = key[1]
+        fd = _open_lock_file(key[0], LOCK_FILE if _OFD_SETLKW is not None else f"{h:04d}.lock", self._root_fd)
         try:
-            yield
-        finally:
-            held[key] -= 1
-        return
-    name = LOCK_FILE if _OFD_SETLKW is not None else f"{h:04d}.lock"
-    fd = _open_lock_file(key[0], name, root_fd)
-    try:
-        if _OFD_SETLKW is not None:
-            fcntl.fcntl(fd, _OFD_SETLKW, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, h, 1, 0))
-        else:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            if _OFD_SETLKW is not None:
+                fcntl.fcntl(fd, _OFD_SETLKW, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, h, 1, 0))
+            else:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            raise
         held[key] = 1
+        self._fd = fd
+
+    def __exit__(self, *exc: object) -> None:
+        held = self._held
+        if self._fd < 0:
+            held[self._key] -= 1
+            return
         try:
-            yield
+            del held[self._key]
         finally:
-            del held[key]
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock
+            os.close(self._fd)  # closing the descriptor releases the lock
 
 
 def _open_lock_file(root: str, name: str, root_fd: int | None = None) -> int:
