@@ -112,6 +112,8 @@ def open_dir(root_fd: int, rel: str, *, create: bool = False, made: list[str] | 
     With ``create``, missing directories are made (their relative paths appended to ``made``)."""
     if not rel:
         return os.dup(root_fd)
+    if "/" not in rel:  # one component: the walk is one open, cheaper than openat2 through ctypes
+        return walk(root_fd, rel, create=create, made=made)[0]
     try:
         fd = _openat2(root_fd, rel, DIR_FLAGS, 0)
     except FileNotFoundError:
