@@ -306,6 +306,15 @@ def test_a_component_over_name_max_and_a_path_over_path_max_are_refused_at_enque
         coordinator.enqueue(DeleteFile(path="/".join(["d" * 199] * 21)))
 
 
+def test_a_name_too_long_for_its_temp_file_in_four_byte_characters_is_refused(coordinator):
+    # Paths short enough that no encoding can break a limit skip the byte count: the first one
+    # long enough to break the file name's limit in 4-byte characters is counted and refused.
+    fits = paths.NAME_MAX - paths.TEMP_OVERHEAD
+    with pytest.raises(InvalidPayload, match=f"has a file name of {(fits // 4 + 1) * 4} bytes; at most {fits}"):
+        coordinator.enqueue(CreateFile(path="\N{GRINNING FACE}" * (fits // 4 + 1), content=1))
+    assert paths.normalize("\N{GRINNING FACE}" * (fits // 4)) == "\N{GRINNING FACE}" * (fits // 4)
+
+
 # -- 9. a data directory named like a temp file is data ----------------------------------------
 
 

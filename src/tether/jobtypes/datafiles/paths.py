@@ -46,8 +46,14 @@ def normalize(rel: str) -> str:
     if not parts:
         raise PathRejected("names the data root itself, not a file")
     _check_internal(parts)
-    _check_lengths(parts)
+    if len(rel) > _SHORT:  # a shorter path cannot break a length limit, however it is encoded
+        _check_lengths(parts)
     return "/".join(parts)
+
+
+# The longest path (in characters) whose every encoding fits every length limit: UTF-8 (with
+# surrogates escaped) spends at most 4 bytes a character, and the tightest limit is a file name's.
+_SHORT = (NAME_MAX - TEMP_OVERHEAD) // 4
 
 
 def _check_internal(parts: list[str]) -> None:
