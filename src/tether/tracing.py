@@ -17,7 +17,7 @@ import contextvars
 import functools
 import importlib.util
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
@@ -194,18 +194,38 @@ class Attempt:
 _UNTRACED = Attempt(None, None)
 
 
-@contextmanager
-def attempt(queue: Queue, job: JobRecord, worker: str) -> Iterator[Attempt]:
+class _Untraced:
+    """``attempt`` when there is nothing to record and no trace to carry: a class rather than a
+    generator, since every job enters one."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> Attempt:
+        return _UNTRACED
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NOTHING_TO_TRACE = _Untraced()
+
+
+def attempt(queue: Queue, job: JobRecord, worker: str) -> AbstractContextManager[Attempt]:
     """The span of one attempt of ``job`` (``process <type>``), current while its handler runs:
     a child of the enqueue's context, linked to it, and to the job's previous attempt when one
     was traced. The spans the handler makes (AWS calls, follow-up enqueues) are its children."""
     trace = _api if _api is not None else _trace()
     tracer = _recording_tracer(trace) if trace else None
     enqueued = parse_context(trace, job.traceparent) if trace else None
-    if tracer is None:  # no span would record: a no-op one still costs each job more than its work
-        if enqueued is None:
-            yield _UNTRACED
-            return
+    if tracer is None and enqueued is None:  # no span would record: a no-op one costs a job more than its work
+        return _NOTHING_TO_TRACE
+    return _attempt(trace, tracer, enqueued, queue, job, worker)
+
+
+@contextmanager
+def _attempt(trace: Any, tracer: Any, enqueued: Any, queue: Queue, job: JobRecord, worker: str) -> Iterator[Attempt]:
+    """``attempt`` with a span to record, or an enqueue's trace to carry."""
+    if tracer is None:
         # Nothing records here, but what the handler enqueues keeps the trace its job was in.
         with trace.use_span(trace.NonRecordingSpan(enqueued)):
             yield _UNTRACED
