@@ -212,6 +212,31 @@ def test_postgres_an_enqueue_that_races_the_end_of_the_job_ahead_never_leaves_it
     assert [j.id for j in pg.queue.claim("w")] == behind
 
 
+def test_postgres_a_job_enqueued_behind_one_being_completed_is_unblocked_by_that_completion(pg: Coordinator) -> None:
+    from sqlalchemy.orm import Session
+
+    pg.enqueue(Note(name="ahead", target="t"))
+    [job] = pg.queue.claim("w")
+    with Session(pg.engine) as session:
+        # An application's transaction enqueues a job behind the running one (blocked, the job
+        # ahead share-locked) and has not committed when the group commit completing it starts:
+        # that commit's update waits for it, then finds the job to unblock, though no job was
+        # blocked when it began.
+        behind = pg.enqueue(Note(name="behind", target="t"), session=session).id
+        finishing = threading.Thread(
+            target=lambda: pg.queue.finish_and_claim("w", [completed(job, None)], records=False)
+        )
+        finishing.start()
+        deadline = time.monotonic() + 10
+        while not _waiting_for_a_lock(pg) and time.monotonic() < deadline:
+            finishing.join(0.01)
+        assert finishing.is_alive()  # the completion waits for the application's transaction
+        session.commit()
+    finishing.join(10)
+    assert blocked(pg, [behind]) == [False]
+    assert [j.id for j in pg.queue.claim("w")] == [behind]
+
+
 def test_postgres_an_enqueue_passes_over_the_job_ahead_being_retried_and_still_runs_after_it(
     pg: Coordinator,
 ) -> None:

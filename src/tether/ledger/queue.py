@@ -253,7 +253,12 @@ class Queue:
         the oldest active job left is no longer blocked (``statements/sqlite.sql``, "the order per target"); the
         claim that follows in the same transaction can take it."""
         targets = sorted({job.ordering_key for job in ended if job.ordering_key is not None})
-        if targets:
+        # Only a pending job is ever blocked (every claim takes unblocked ones): with none, no
+        # target has a job to unblock, and one entry of the claim index (ANY_BLOCKED) answers for
+        # a statement per target. PostgreSQL: a job inserted behind one of ``ended`` share-locked
+        # it, so the update that ended it waited for that insert to commit, and this read, after
+        # it, sees the job (statements/postgresql.sql).
+        if targets and cur.scalar(self.sql.ANY_BLOCKED) is not None:
             cur.executemany(self.sql.UNBLOCK_NEXT, [{"ordering_key": target} for target in targets])
 
     def heartbeat(self, worker: str, jobs: Sequence[JobRecord], *, now: datetime | None = None) -> list[str]:
