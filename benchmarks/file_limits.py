@@ -167,9 +167,13 @@ def measure(args: argparse.Namespace) -> int:
     pairs = [("tether", "bare")] + ([("before", "bare"), ("tether", "before")] if "before" in sides else [])
     for a, b in pairs:
         ratios = [x / y for x, y in zip(rate[a], rate[b], strict=True)]
+        # CPU too, round by round: the kernel's share of a file (its inode allocation above all)
+        # moves with what the blocks before left behind, alike for the sides of one round.
+        cpus = [x / y for x, y in zip(cpu[a], cpu[b], strict=True)]
         print(
             f"{a}/{b}: median of per-round ratios {statistics.median(ratios):.3f}x "
-            f"(range {min(ratios):.3f}-{max(ratios):.3f})"
+            f"(range {min(ratios):.3f}-{max(ratios):.3f}); CPU per file {statistics.median(cpus):.3f}x "
+            f"(range {min(cpus):.3f}-{max(cpus):.3f})"
         )
     print(f"end {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC, load {load()}")
     return 0
