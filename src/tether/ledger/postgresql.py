@@ -108,12 +108,12 @@ class PostgresBackend(Backend):
         cur.execute("COMMIT")
         then = self._then.pop(driver, None)
         if then is not None:
-            with driver.cursor() as after:
-                after.execute(*then)
+            cur.execute(*then)
         del self._pipes[driver]
         try:
             entered.__exit__(None, None, None)  # one Sync: every answer, the first error raised
         except self._dbapi_error as e:
+            # A cursor keeps the last answer that was no error: COMMIT's, if the commit stands.
             if cur.statusmessage != "COMMIT":
                 raise
             events.emit("after_commit_failed", error=faults.describe(e))  # committed: a lost hint
