@@ -38,10 +38,10 @@ def parts(c: Coordinator, root: Path, paths: list[str]) -> dict[str, Callable[[]
     rels = [[key[len(FILE_PREFIX) :] for key in page.keys] for page in pages]
     recorded = [page.fingerprints for page in pages]
 
-    def statements() -> None:
-        after = ""
-        while len(rows := rec.reads.page(after, "", PAGE)) == PAGE:
-            after = rows[-1][2]
+    def statements() -> None:  # the range reads a check of one job per target makes
+        after_key, after_id = "", ""
+        while len(rows := rec.reads.jobs(after_key, after_id, PAGE)) == PAGE:
+            after_id, after_key = rows[-1][0], rows[-1][2]
 
     def stream() -> None:
         for _ in TargetStream(rec.reads, PAGE):

@@ -47,6 +47,30 @@ def test_closing_the_ledger_closes_the_write_connections(tmp_path):
         conn.execute("SELECT 1")
 
 
+def test_closing_a_postgresql_ledger_mid_enqueue_closes_that_enqueues_connection_once_it_commits(
+    pg_database, tmp_path, monkeypatch
+):
+    """An enqueue's transaction runs on a connection kept out of the pool; a close() that comes
+    while one is in flight (another thread's, at that instant) closes it as the enqueue gives it
+    back, after its commit, rather than keeping it idle for a ledger no one will use."""
+    c = Coordinator.open(pg_database, root=tmp_path / "data", registry=registry_with(NoteType()))
+    backend = c.queue.backend
+    in_flight = []
+    answered = type(backend)._answered
+
+    def close_meanwhile(self, driver):
+        in_flight.append(driver)
+        c.close()
+        answered(self, driver)
+
+    monkeypatch.setattr(type(backend), "_answered", close_meanwhile)
+    job = c.enqueue(Note(name="a"))
+    monkeypatch.undo()
+    assert len(in_flight) == 1 and in_flight[0].closed
+    with Coordinator.open(pg_database, root=tmp_path / "data", registry=registry_with(NoteType())) as again:
+        assert again.get(job.id) is not None  # committed before its connection closed
+
+
 def test_a_disposed_pool_gives_the_thread_a_new_connection(tmp_path):
     with Coordinator.open(
         f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())

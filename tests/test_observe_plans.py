@@ -23,12 +23,13 @@ from tether.observe import durations, finished, health, jobs, metrics, pages, re
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 STATUSES = ["pending", "claimed", "completed", "completed", "completed", "failed"]
 
-# Walks that read only the backlog: partial indexes of pending and of claimed jobs; the newest
-# of the few reconcile verdicts kept, by its primary key; and the paused types (a row for each
-# type an operator paused), by theirs.
+# Walks that read only the backlog: partial indexes of pending, of claimed and of failed jobs;
+# the newest of the few reconcile verdicts kept, by its primary key; and the paused types (a row
+# for each type an operator paused), by theirs.
 BACKLOG_WALKS = (
     "USING INDEX ix_tether_jobs_queue",
     "USING INDEX ix_tether_jobs_claimed_lock",
+    "USING INDEX ix_tether_jobs_failed",
     "SCAN tether_reconcile_runs USING INDEX sqlite_autoindex_tether_reconcile_runs_1",
     "SCAN tether_paused USING INDEX sqlite_autoindex_tether_paused_1",
 )
@@ -172,6 +173,14 @@ def test_a_scrape_reads_finished_jobs_through_an_index_range_on_completed_at(led
         steps = [row[3] for s, p in statements for row in raw.execute("EXPLAIN QUERY PLAN " + s, p)]
     ranges = [s for s in steps if "ix_tether_jobs_done (status=? AND completed_at>? AND completed_at<?)" in s]
     assert ranges, steps
+
+
+def test_a_scrape_counts_failed_jobs_by_type_from_their_own_index_not_their_rows(ledger):
+    statements = executed(ledger, QUESTIONS["metrics scrape"])
+    with ledger.engine.connect() as conn:
+        raw = conn.connection.driver_connection
+        steps = [row[3] for s, p in statements for row in raw.execute("EXPLAIN QUERY PLAN " + s, p)]
+    assert "SCAN tether_jobs USING INDEX ix_tether_jobs_failed" in steps, steps
 
 
 def test_jobs_are_counted_through_the_backlog_and_finished_indexes_only(ledger):

@@ -8,9 +8,9 @@ be assembled from pieces: what the file says is what the database runs. Each fil
 into a frozen ``Statements`` whose fields are the names, so a name missing from a file, or one
 no caller knows, fails at import and a typo fails the type check.
 
-The one statement that varies, by the set of job types a worker has registered (CLAIM, and
-RECONCILE_PAGE_PAYLOADS by the types whose probes read payloads), takes that set as a parameter
-(``Statements.types``), so it too is fixed text.
+The statements that vary by a set of job types (CLAIM by those a worker has registered, the
+reconciler's reads by those whose probes read payloads) take that set as a parameter
+(``Statements.types``), so they too are fixed text.
 """
 
 from __future__ import annotations
@@ -94,13 +94,16 @@ class Statements:
     WORKER_BEAT: str
     WORKER_STOP: str
     WORKER_FORGET: str
-    RECONCILE_PAGE: str
-    RECONCILE_PAGE_PAYLOADS: str
-    RECONCILE_PAGE_FINGERPRINTS: str
+    RECONCILE_JOBS: str
+    RECONCILE_JOBS_PAYLOADS: str
+    RECONCILE_JOBS_FINGERPRINTS: str
+    RECONCILE_TARGETS: str
+    RECONCILE_TARGETS_PAYLOADS: str
+    RECONCILE_TARGETS_FINGERPRINTS: str
     RECORD_FINGERPRINTS: str
 
     def types(self, names: Iterable[str]) -> Any:
-        """A set of job type names as CLAIM binds ``types`` and RECONCILE_PAGE_PAYLOADS ``want``:
+        """A set of job type names as CLAIM binds ``types`` and the reconciler's reads ``want``:
         a JSON array on SQLite (read by json_each), a list on PostgreSQL (an array, ``= ANY``)."""
         ordered = sorted(names)
         return ordered if self.dialect == "postgresql" else orjson.dumps(ordered).decode()

@@ -64,6 +64,7 @@ class PostgresBackend(Backend):
         self._pipelined: weakref.WeakSet[Any] = weakref.WeakSet()  # every such connection
         self._pipes: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()  # in a transaction
         self._pid = os.getpid()
+        self._closed = False  # once closed, a kept connection in use is closed when given back
 
     def _checkout_writer(self, pipelined: bool) -> tuple[Any, Any]:
         # A pipelined transaction (an enqueue's) sends BEGIN and its statements in one round trip
@@ -132,7 +133,7 @@ class PostgresBackend(Backend):
             super()._give_back(raw, driver)
             return
         with self._kept_lock:
-            if self._usable(driver) and len(self._idle) < self.commits_at_once:
+            if not self._closed and self._usable(driver) and len(self._idle) < self.commits_at_once:
                 self._idle.append(driver)
                 return
         driver.close()
@@ -196,6 +197,7 @@ class PostgresBackend(Backend):
 
     def close(self) -> None:
         with self._kept_lock:
+            self._closed = True
             kept, self._kept = self._kept, []
             kept += self._idle if self._pid == os.getpid() else []
             self._idle = []

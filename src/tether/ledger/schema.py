@@ -327,9 +327,13 @@ sa.Index(
     sqlite_where=sa.text(FINISHED_SQL),
     postgresql_where=sa.text(FINISHED_SQL),
 )
-# Reconcile streams every job with a target in (target, enqueue) order, so each path's latest job
-# ends its group; status and type are in it so that stream never touches the table (payloads are
-# read by id, and only for the probes that need them).
+# The failed jobs by type (a scrape's): few next to the history, but each one's row read for its
+# type is a seek into the table.
+FAILED_SQL = "status = 'failed' AND completed_at IS NOT NULL"
+_failed = sa.text(FAILED_SQL)
+sa.Index("ix_tether_jobs_failed", jobs.c.type, sqlite_where=_failed, postgresql_where=_failed)
+# Reconcile reads each target's jobs in (target, enqueue) order, its latest last, or skips to each
+# target's latest: status and type are in it so that neither read touches the table.
 _targeted = sa.text("ordering_key IS NOT NULL")
 sa.Index(
     "ix_tether_jobs_targeted",
@@ -346,22 +350,14 @@ sa.Index("ix_tether_jobs_key", jobs.c.type, jobs.c.idempotency_key, sqlite_where
 # "Was this failed job retried with a corrected payload, and as which job?" (``tether show``).
 _retried = sa.text("retry_of IS NOT NULL")
 sa.Index("ix_tether_jobs_retry_of", jobs.c.retry_of, jobs.c.id, sqlite_where=_retried, postgresql_where=_retried)
-sa.Index(
-    "ix_tether_jobs_parent",
-    jobs.c.parent_id,
-    sqlite_where=sa.text("parent_id IS NOT NULL"),
-    postgresql_where=sa.text("parent_id IS NOT NULL"),
-)
+_child = sa.text("parent_id IS NOT NULL")
+sa.Index("ix_tether_jobs_parent", jobs.c.parent_id, sqlite_where=_child, postgresql_where=_child)
 
 # Jobs a dead worker left quarantined and not yet finished: ``tether status`` counts them, the
 # sweep finds a crashed batch's other suspects. Empty while no worker dies.
 QUARANTINED_SQL = f"quarantine IS NOT NULL AND {ACTIVE_SQL}"
-sa.Index(
-    "ix_tether_jobs_quarantined",
-    jobs.c.quarantine,
-    sqlite_where=sa.text(QUARANTINED_SQL),
-    postgresql_where=sa.text(QUARANTINED_SQL),
-)
+_quarantined = sa.text(QUARANTINED_SQL)
+sa.Index("ix_tether_jobs_quarantined", jobs.c.quarantine, sqlite_where=_quarantined, postgresql_where=_quarantined)
 
 
 # The running jobs an operator asked to cancel, by the worker holding them: what each worker asks

@@ -40,11 +40,12 @@ from .. import events
 from ..errors import ConfigError, DatabaseUnavailable
 from ..ledger import faults
 from ..ledger.engine import ledger_name
+from ..ledger.schema import FAILED_SQL
 from ..ledger.schema import jobs as jobs_table
 from ..ledger.status import JobStatus
 from ..reconcile import runs as reconcile_runs
 from .health import stats
-from .readonly import Source, done, engine_of, now_of, reading
+from .readonly import Source, engine_of, now_of, reading
 from .tally import FinishedTally, SpendSum
 from .verdict import Thresholds, assess
 
@@ -225,12 +226,14 @@ def _spend_families(spend: dict[tuple[str, str], SpendSum], created: float) -> l
 
 
 def _failed_by_type(conn: sa.Connection) -> dict[str, int]:
-    # The failed range of ix_tether_jobs_done: as many rows as jobs waiting for an operator.
-    query = (
-        sa.select(jobs_table.c.type, sa.func.count())
-        .where(jobs_table.c.status == JobStatus.FAILED.value, done())
-        .group_by(jobs_table.c.type)
-    )
+    # ix_tether_jobs_failed alone, never a failed job's row: its condition is written as the
+    # index's own literal, which both databases match when they plan; named for SQLite, which
+    # without statistics prefers the range of ix_tether_jobs_done and a row per failed job.
+    failed: Any = jobs_table
+    if conn.dialect.name == "sqlite":
+        failed = sa.text(f"{jobs_table.name} INDEXED BY ix_tether_jobs_failed")
+    job_type: sa.ColumnClause[Any] = sa.literal_column("type")
+    query = sa.select(job_type, sa.func.count()).select_from(failed).where(sa.text(FAILED_SQL)).group_by(job_type)
     return {name: n for name, n in conn.execute(query)}
 
 

@@ -44,20 +44,32 @@ class LedgerReads:
         self.fingerprinted = bool(fingerprinted)
         sql = self.backend.sql
         if self.fingerprinted:
-            self._page = sql.RECONCILE_PAGE_FINGERPRINTS
+            self._jobs, self._targets = sql.RECONCILE_JOBS_FINGERPRINTS, sql.RECONCILE_TARGETS_FINGERPRINTS
             self._wanted = {"want": sql.types(wanting), "fingerprinted": sql.types(fingerprinted)}
+        elif self.wide:
+            self._jobs, self._targets = sql.RECONCILE_JOBS_PAYLOADS, sql.RECONCILE_TARGETS_PAYLOADS
+            self._wanted = {"want": sql.types(wanting)}
         else:
-            self._page = sql.RECONCILE_PAGE_PAYLOADS if self.wide else sql.RECONCILE_PAGE
-            self._wanted = {"want": sql.types(wanting)} if self.wide else {}
+            self._jobs, self._targets = sql.RECONCILE_JOBS, sql.RECONCILE_TARGETS
+            self._wanted = {}
 
-    def page(self, after_key: str, after_id: str, limit: int) -> list[tuple[Any, ...]]:
-        """The deciding jobs (``targets.Targets``) of up to ``limit`` targets after ``after_key``, in
-        key order (``after_id`` is the last job read: a target's one row is all there is of it):
-        rows of id, type (None unless completed), target key and, when ``wide``, the payload of a
-        wanted type, and, when ``fingerprinted``, the fingerprint of a fingerprinted type. On the
-        driver cursor, as the hot path: the stream is most of a check's reading."""
+    # Both reads return rows of id, type (None unless completed), target key and, when ``wide``,
+    # the payload of a wanted type, and, when ``fingerprinted``, the fingerprint of a fingerprinted
+    # type. On the driver cursor, as the hot path: the stream is most of a check's reading.
+
+    def jobs(self, after_key: str, after_id: str, limit: int) -> list[tuple[Any, ...]]:
+        """Up to ``limit`` jobs that have a target, after ``(after_key, after_id)`` in that order
+        (a target's jobs in enqueue order): a target's jobs may run past the page's end."""
+        return self._rows(self._jobs, {"after_key": after_key, "after_id": after_id, "limit": limit})
+
+    def targets(self, after_key: str, limit: int) -> list[tuple[Any, ...]]:
+        """The deciding jobs (``targets.Targets``) of up to ``limit`` targets after ``after_key``,
+        in key order: one row per target, whatever its history holds."""
+        return self._rows(self._targets, {"after_key": after_key, "limit": limit})
+
+    def _rows(self, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         with self.backend.read() as cur:
-            return cur.rows(self._page, {"after_key": after_key, "after_id": after_id, "limit": limit, **self._wanted})
+            return cur.rows(statement, {**params, **self._wanted})
 
     def refresh(self, fingerprints: dict[str, str]) -> bool:
         """Record new fingerprints of completed jobs (job id -> fingerprint) whose files a check

@@ -1,9 +1,12 @@
 """The targets of a check, streamed from the ledger a page at a time.
 
-Each target's deciding job is read in key order through ``ix_tether_jobs_targeted``, in short
-read-only batches of targets (RECONCILE_PAGE in the statement catalogue): one row per target,
-however many jobs its history holds, so neither time per target nor memory grows with the
-number of jobs.
+Targets are read in key order through ``ix_tether_jobs_targeted``, in short read-only pages, by
+one of two reads (``LedgerReads``). Where targets hold a few jobs each, as most ledgers' do, a page
+is the next range of jobs (``jobs``), the cheapest read per row; where they hold many, it is the
+next targets' deciding jobs alone (``targets``, a skip scan: a few index seeks per target),
+which costs the same per target whatever a target's history holds. The stream chooses from the
+jobs per target of the last range it read, and reads a range again now and then to see whether
+the histories it meets have become short. Memory holds one page either way.
 """
 
 from __future__ import annotations
@@ -50,9 +53,21 @@ Row = tuple[Any, ...]  # a page's row: id, type (None unless completed), key[, p
 JOB_ID, JOB_TYPE, KEY, PAYLOAD, FINGERPRINT = map(itemgetter, range(len(Targets._fields)))
 
 
+DEEP = 6
+"""Jobs per target of a range page from which the next pages are skip scans. A skip scan costs
+per target about what a range costs for 4 to 15 jobs (SQLite at the low end, PostgreSQL at the
+high); either read costs at most about twice the other around here. Skip-scan pages follow only
+a full page of at least this many rows, so each holds more than the one target it starts with
+(the one the last page left open) and decides at least that one."""
+PROBE_EVERY = 8
+"""Skip-scan pages between two range pages that check whether targets are still deep. A range
+page over deep targets costs a fraction of a skip-scan page (and its targets count), so the check
+costs little where every target is deep."""
+
+
 class TargetStream:
     """The targets of every job that has a target, a list per page (iterate once). ``read`` is
-    the number of rows (targets) read so far, ``newest`` the newest job id among them."""
+    the number of targets decided so far, ``newest`` the newest of the jobs that decided them."""
 
     def __init__(self, reads: LedgerReads, batch_size: int) -> None:
         self.reads = reads
@@ -61,28 +76,42 @@ class TargetStream:
         self.newest: str | None = None
 
     def __iter__(self) -> Iterator[Targets]:
-        """A target's jobs may run past a page's end: its deciding row is carried into the next
-        page, before that page's rows, until a page ends on another target or the stream ends."""
-        after_key, after_id = "", ""
+        """A page may end inside a target's jobs: that target's rows are carried into the next
+        page, before its rows, until a page ends on another target or the stream ends. A skip-scan
+        page starts again from the carried target (``done_key``, the last target decided, is just
+        before it) and reads it whole, so what was carried goes."""
+        after_key, after_id, done_key = "", "", ""
         carried: Sequence[Row] = []
+        skips = 0  # skip-scan pages to read before the next range page
         while True:
-            rows = self.reads.page(after_key, after_id, self.batch_size)
-            self.read += len(rows)
-            if rows:
-                after_id, after_key = rows[-1][0], rows[-1][2]
-                newest = max(map(JOB_ID, rows))
-                self.newest = newest if self.newest is None else max(self.newest, newest)
-            pending = [*carried, *rows]
+            if skips:
+                rows, skips = self.reads.targets(done_key, self.batch_size), skips - 1
+                pending: Sequence[Row] = rows
+            else:
+                rows = self.reads.jobs(after_key, after_id, self.batch_size)
+                pending = [*carried, *rows]
+                skips = PROBE_EVERY if len(rows) >= DEEP * len(set(map(KEY, rows))) > 0 else 0
             if len(rows) < self.batch_size:
-                yield self._targets(pending)
+                yield self._decided(pending)
                 return
+            after_id, after_key = rows[-1][0], rows[-1][2]
             done = len(pending)
             while done and pending[done - 1][2] == after_key:
                 done -= 1
             carried = deciding_rows(pending[done:])
-            ready = self._targets(pending[:done])
+            done_key = pending[done - 1][2] if done else done_key
+            ready = self._decided(pending[:done])
             del rows, pending  # the page's rows go before its targets are checked: fewer live objects
             yield ready
+
+    def _decided(self, rows: Sequence[Row]) -> Targets:
+        """The targets of ``rows``, counted."""
+        targets = self._targets(rows)
+        if targets.job_ids:
+            self.read += len(targets.job_ids)
+            newest = max(targets.job_ids)
+            self.newest = newest if self.newest is None else max(self.newest, newest)
+        return targets
 
     def _targets(self, rows: Sequence[Row]) -> Targets:
         """The deciding rows of ``rows`` (as ``deciding_rows``) as columns, made in C; a page that

@@ -447,15 +447,51 @@ GROUP BY type ORDER BY type
 -- (clock.DatabaseClock): the time of this statement, not of its transaction's start.
 SELECT clock_timestamp()
 
--- Reconcile (read-only): per target, in target order, the one job that decides its check
--- (reconcile/targets.py): the first pending or claimed job on it, else its latest completed one.
+-- Reconcile (read-only), as in sqlite.sql: RECONCILE_JOBS* while targets hold a few jobs each,
+-- RECONCILE_TARGETS* where they hold many (reconcile/targets.py chooses page by page).
+
+-- RECONCILE_JOBS*: every job with a target, in target order and, within one target, in enqueue
+-- order, from just after the last one read: one range of ix_tether_jobs_targeted. A job's type
+-- only when it completed (NULL: it is pending or claimed).
+
+-- name: RECONCILE_JOBS
+SELECT id, CASE WHEN status = 'completed' THEN type END, ordering_key
+FROM tether_jobs
+WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (%(after_key)s, %(after_id)s)
+  AND status IN ('pending', 'claimed', 'completed')
+ORDER BY ordering_key, id
+LIMIT %(limit)s
+
+-- name: RECONCILE_JOBS_PAYLOADS
+-- :want is an array of type names (catalogue.Statements.types).
+SELECT id, CASE WHEN status = 'completed' THEN type END, ordering_key,
+       CASE WHEN type = ANY(%(want)s) THEN payload END
+FROM tether_jobs
+WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (%(after_key)s, %(after_id)s)
+  AND status IN ('pending', 'claimed', 'completed')
+ORDER BY ordering_key, id
+LIMIT %(limit)s
+
+-- name: RECONCILE_JOBS_FINGERPRINTS
+-- As in sqlite.sql; :want and :fingerprinted are arrays of type names.
+SELECT id, CASE WHEN status = 'completed' THEN type END, ordering_key,
+       CASE WHEN type = ANY(%(want)s) THEN payload END,
+       CASE WHEN type = ANY(%(fingerprinted)s) THEN fingerprint END
+FROM tether_jobs
+WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (%(after_key)s, %(after_id)s)
+  AND status IN ('pending', 'claimed', 'completed')
+ORDER BY ordering_key, id
+LIMIT %(limit)s
+
+-- RECONCILE_TARGETS*: per target after :after_key, in target order, the one job that decides its
+-- check: the first pending or claimed job on it, else its latest completed one.
 -- The targets are found by a skip scan of ix_tether_jobs_targeted (each next key one index
 -- probe past the last one's entries; the recursion stops at :limit targets), and each target's
 -- deciding job by one probe of the index of active targeted jobs and one to the end of its
 -- entries: a page costs the same whether a target's history holds one job or thousands. A
 -- job's type only when it completed (NULL: it is pending or claimed).
 
--- name: RECONCILE_PAGE
+-- name: RECONCILE_TARGETS
 WITH RECURSIVE targets(key) AS (
   (SELECT ordering_key FROM tether_jobs
    WHERE ordering_key IS NOT NULL AND ordering_key > %(after_key)s
@@ -482,7 +518,7 @@ SELECT j.id, CASE WHEN j.status = 'completed' THEN j.type END, j.ordering_key
 FROM deciding JOIN tether_jobs AS j ON j.id = deciding.id
 ORDER BY deciding.key
 
--- name: RECONCILE_PAGE_PAYLOADS
+-- name: RECONCILE_TARGETS_PAYLOADS
 -- :want is an array of type names (catalogue.Statements.types).
 WITH RECURSIVE targets(key) AS (
   (SELECT ordering_key FROM tether_jobs
@@ -511,7 +547,7 @@ SELECT j.id, CASE WHEN j.status = 'completed' THEN j.type END, j.ordering_key,
 FROM deciding JOIN tether_jobs AS j ON j.id = deciding.id
 ORDER BY deciding.key
 
--- name: RECONCILE_PAGE_FINGERPRINTS
+-- name: RECONCILE_TARGETS_FINGERPRINTS
 -- As in sqlite.sql; :want and :fingerprinted are arrays of type names.
 WITH RECURSIVE targets(key) AS (
   (SELECT ordering_key FROM tether_jobs

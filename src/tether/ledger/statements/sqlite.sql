@@ -487,8 +487,50 @@ GROUP BY type ORDER BY type
 -- (opening.ledger_clock); this is that clock, in the text form the ledger keeps.
 SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')
 
--- Reconcile (read-only): per target, in target order, the one job that decides its check
--- (reconcile/targets.py): the first pending or claimed job on it, else its latest completed one.
+-- Reconcile (read-only). A check reads its targets in target order a page at a time, by one of
+-- two reads that reconcile/targets.py chooses between page by page from the history it meets:
+-- RECONCILE_JOBS while targets hold a few jobs each, RECONCILE_TARGETS where they hold many.
+
+-- RECONCILE_JOBS*: every job with a target, in target order and, within one target, in enqueue
+-- order, from just after the last one read: one range of ix_tether_jobs_targeted, the cheapest
+-- read there is per row. A job's type only when it completed (NULL: it is pending or claimed).
+
+-- name: RECONCILE_JOBS
+-- Without payloads: reads ix_tether_jobs_targeted alone, never the table.
+SELECT id, CASE WHEN status = 'completed' THEN type END, ordering_key
+FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
+WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (:after_key, :after_id)
+  AND status IN ('pending', 'claimed', 'completed')
+ORDER BY ordering_key, id
+LIMIT :limit
+
+-- name: RECONCILE_JOBS_PAYLOADS
+-- With the payloads of the jobs whose types' probes read them in this mode (:want, a JSON array
+-- of type names: catalogue.Statements.types); NULL for the others, whose rows are then never
+-- read from the table (SQLite seeks a row only when one of its columns is used).
+SELECT id, CASE WHEN status = 'completed' THEN type END, ordering_key,
+       CASE WHEN type IN (SELECT value FROM json_each(:want)) THEN payload END
+FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
+WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (:after_key, :after_id)
+  AND status IN ('pending', 'claimed', 'completed')
+ORDER BY ordering_key, id
+LIMIT :limit
+
+-- name: RECONCILE_JOBS_FINGERPRINTS
+-- RECONCILE_JOBS_PAYLOADS for a content check by fingerprints: also the fingerprint of the jobs
+-- whose types' probes check by them (:fingerprinted, a JSON array as :want), whose payloads it
+-- leaves out (read by id for the few files that are read).
+SELECT id, CASE WHEN status = 'completed' THEN type END, ordering_key,
+       CASE WHEN type IN (SELECT value FROM json_each(:want)) THEN payload END,
+       CASE WHEN type IN (SELECT value FROM json_each(:fingerprinted)) THEN fingerprint END
+FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
+WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (:after_key, :after_id)
+  AND status IN ('pending', 'claimed', 'completed')
+ORDER BY ordering_key, id
+LIMIT :limit
+
+-- RECONCILE_TARGETS*: per target after :after_key, in target order, the one job that decides its
+-- check: the first pending or claimed job on it, else its latest completed one.
 -- The targets are found by a skip scan of ix_tether_jobs_targeted (each next key one seek past
 -- the last one's entries), and each target's latest completed job by one seek to the end of its
 -- entries: a page costs the same whether a target's history holds one job or thousands. The
@@ -497,7 +539,7 @@ SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')
 -- completed (NULL: it is pending or claimed). The page's rows are sorted by key, at most :limit
 -- of them, never the table.
 
--- name: RECONCILE_PAGE
+-- name: RECONCILE_TARGETS
 -- Without payloads: reads ix_tether_jobs_targeted and ix_tether_jobs_target_active alone (the
 -- deciding row found again in the index by key and id, never in the table).
 WITH RECURSIVE targets(key) AS (
@@ -530,7 +572,7 @@ LEFT JOIN tether_jobs AS j INDEXED BY ix_tether_jobs_targeted
   ON j.ordering_key IS NOT NULL AND j.ordering_key = p.key AND j.id = p.id
 ORDER BY p.key
 
--- name: RECONCILE_PAGE_PAYLOADS
+-- name: RECONCILE_TARGETS_PAYLOADS
 -- With the payloads of the deciding jobs whose types' probes read them in this mode (:want, a
 -- JSON array of type names: catalogue.Statements.types); NULL for the others. The completed row
 -- is read from the table once, by the rowid its index entry holds (a seek in the index by key
@@ -564,8 +606,8 @@ SELECT coalesce(a.id, j.id), CASE WHEN a.id IS NULL THEN j.type END, p.key,
 FROM page AS p LEFT JOIN active AS a ON a.key = p.key LEFT JOIN tether_jobs AS j ON j.rowid = p.rid
 ORDER BY p.key
 
--- name: RECONCILE_PAGE_FINGERPRINTS
--- RECONCILE_PAGE_PAYLOADS for a content check by fingerprints: also the fingerprint of the jobs
+-- name: RECONCILE_TARGETS_FINGERPRINTS
+-- RECONCILE_TARGETS_PAYLOADS for a content check by fingerprints: also the fingerprint of the jobs
 -- whose types' probes check by them (:fingerprinted, a JSON array as :want), whose payloads it
 -- leaves out (read by id for the few files that are read).
 WITH RECURSIVE targets(key) AS (
