@@ -56,14 +56,14 @@ def test_closing_a_postgresql_ledger_mid_enqueue_closes_that_enqueues_connection
     c = Coordinator.open(pg_database, root=tmp_path / "data", registry=registry_with(NoteType()))
     backend = c.queue.backend
     in_flight = []
-    answered = type(backend)._answered
+    commit = type(backend)._commit
 
-    def close_meanwhile(self, driver):
+    def close_meanwhile(self, driver, cur):
         in_flight.append(driver)
         c.close()
-        answered(self, driver)
+        commit(self, driver, cur)  # the transaction's one round trip, after the close
 
-    monkeypatch.setattr(type(backend), "_answered", close_meanwhile)
+    monkeypatch.setattr(type(backend), "_commit", close_meanwhile)
     job = c.enqueue(Note(name="a"))
     monkeypatch.undo()
     assert len(in_flight) == 1 and in_flight[0].closed
