@@ -77,6 +77,7 @@ class Report:
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STATUSES, 0))
     findings: list[Finding] = field(default_factory=list)
     newest_job_id: str | None = None
+    """The newest of the jobs that decided the targets checked (what the check knew of the ledger)."""
     finished_at: datetime | None = None
     ignored: list[tuple[Finding, str]] = field(default_factory=list)
     """Findings an ignore rule matched, each with that rule: listed, never counted as drift."""
