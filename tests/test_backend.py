@@ -6,10 +6,12 @@ import sqlite3
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from conftest import scratch_pg_database
 from jobkit import Note, NoteType, registry_with
 from tether import Coordinator
 from tether.ledger.sqlite import SQLiteBackend
@@ -47,23 +49,32 @@ def test_closing_the_ledger_closes_the_write_connections(tmp_path):
         conn.execute("SELECT 1")
 
 
+@pytest.fixture
+def own_pg_database() -> Iterator[str]:
+    """A database of this test's own: the session's is shared with tests whose ledgers record
+    another data root."""
+    with scratch_pg_database("tether_backend") as url:
+        yield url
+
+
 def test_closing_a_postgresql_ledger_mid_enqueue_closes_that_enqueues_connection_once_it_commits(
-    pg_database, tmp_path, monkeypatch
+    own_pg_database, tmp_path, monkeypatch
 ):
     """An enqueue's transaction runs on a connection kept out of the pool; a close() that comes
     while one is in flight (another thread's, at that instant) closes it as the enqueue gives it
     back, after its commit, rather than keeping it idle for a ledger no one will use."""
+    pg_database = own_pg_database
     c = Coordinator.open(pg_database, root=tmp_path / "data", registry=registry_with(NoteType()))
     backend = c.queue.backend
     in_flight = []
-    answered = type(backend)._answered
+    commit = type(backend)._commit
 
-    def close_meanwhile(self, driver):
+    def close_meanwhile(self, driver, cur):
         in_flight.append(driver)
         c.close()
-        answered(self, driver)
+        commit(self, driver, cur)  # the transaction's one round trip, after the close
 
-    monkeypatch.setattr(type(backend), "_answered", close_meanwhile)
+    monkeypatch.setattr(type(backend), "_commit", close_meanwhile)
     job = c.enqueue(Note(name="a"))
     monkeypatch.undo()
     assert len(in_flight) == 1 and in_flight[0].closed

@@ -46,6 +46,7 @@ class Backend:
         self.refusals: tuple[type[Exception], ...] = (dbapi.IntegrityError, dbapi.DataError)
         """The driver's errors for a statement the database will not run on these values (a
         constraint, a value out of range): the statement's own fault, not the connection's."""
+        self._then: dict[Any, tuple[str, Mapping[str, Any]]] = {}  # by driver connection: after_commit
         self.lock_waits = 0
         """Write transactions that found the ledger's write lock held and waited for it (SQLite:
         a whole-file lock; a worker claims larger batches while it is contended)."""
@@ -118,13 +119,15 @@ class Backend:
             try:
                 self._begin(cur)
                 result = body(_Cursor(self, cur))
-                self._answered(driver)
                 committing = True
                 self._commit(driver, cur)
-                return result
             except BaseException:
+                self._then.pop(driver, None)
                 self._rollback(driver, cur)
                 raise
+            else:
+                self._then_run(driver, cur)
+                return result
             finally:
                 cur.close()
         except self._dbapi_error as e:
@@ -196,9 +199,22 @@ class Backend:
     def _begin(self, cur: Any) -> None:
         pass
 
-    def _answered(self, driver: Any) -> None:
-        """Wait for the answers of every statement sent so far (a pipelined transaction's), so
-        that an error among them is told apart from one at COMMIT."""
+    def after_commit(self, cur: Any, statement: str, params: Mapping[str, Any]) -> None:
+        """Run ``statement`` once the transaction of ``cur`` (one of ``transact``'s) has committed,
+        in a transaction of its own: a wake-up sent there takes no lock held across the commit's
+        flush. Its failure neither fails nor undoes that commit (what it sends is a hint)."""
+        self._then[cur.connection] = (statement, params)
+
+    def _then_run(self, driver: Any, cur: Any) -> None:
+        then = self._then.pop(driver, None)
+        if then is None:
+            return
+        try:
+            cur.execute(*then)
+            driver.commit()
+        except self._dbapi_error as e:
+            self._rollback(driver, cur)
+            events.emit("after_commit_failed", error=faults.describe(e))
 
     def _commit(self, driver: Any, cur: Any) -> None:
         driver.commit()
@@ -280,6 +296,9 @@ class _Cursor:
     def executemany(self, statement: str, rows: list[Mapping[str, Any]]) -> None:
         bind = self._backend.bind
         self._cur.executemany(statement, [bind(r) for r in rows])
+
+    def after_commit(self, statement: str, params: Mapping[str, Any]) -> None:
+        self._backend.after_commit(self._cur, statement, params)
 
     def insert(self, statement: str, values: Mapping[str, Any] | list[Mapping[str, Any]]) -> None:
         """An insert of ``Backend.insert_values`` (one row, or a list of them), already bound."""

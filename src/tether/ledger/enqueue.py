@@ -161,7 +161,7 @@ class Enqueuer:
                 raise _Refused(i, self.backend.wrap(e)) from e
         for results in outcomes:
             if any(not r.duplicate for r in results):
-                self.wakeup.notify_in(cur)
+                self.wakeup.notify_after_commit(cur)
                 break
         return outcomes
 

@@ -15,6 +15,8 @@ from typing import Any
 import sqlalchemy as sa
 from psycopg import pq
 
+from .. import events
+from . import faults
 from .backend import Backend, _Cursor
 
 # A ledger in its own schema (engine.create_engine): an application's transaction has the
@@ -42,10 +44,9 @@ def _alive(driver: Any) -> bool:
 
 class PostgresBackend(Backend):
     name = "postgresql"
-    # The wake-up NOTIFY in every enqueue serialises their commits in the server (it holds a
-    # lock from just before the commit record until it is flushed), so the server's own grouping
-    # of commits cannot share them: the process groups its callers instead. A second group commit
-    # sends its statements while the first commits.
+    # The process groups its callers' enqueues (fewer transactions: less work for both sides);
+    # a second group commit sends its statements while the first commits, and the server's own
+    # grouping shares their flushes.
     commits_at_once = 2
 
     def __init__(self, engine: sa.Engine) -> None:
@@ -96,10 +97,27 @@ class PostgresBackend(Backend):
             self._pipes[driver] = entered
             cur.execute("BEGIN")
 
-    def _answered(self, driver: Any) -> None:
-        entered = self._pipes.pop(driver, None)
-        if entered is not None:
+    def _commit(self, driver: Any, cur: Any) -> None:
+        entered = self._pipes.get(driver)
+        if entered is None:
+            driver.commit()
+            return
+        # COMMIT goes with the statements, and the wake-up after it as a transaction of its own:
+        # the whole transaction is one round trip, and its answer comes once the commit is
+        # durable. An error of any statement is raised here, where the connection's loss
+        # leaves the commit's fate unknown (the COMMIT was sent).
+        cur.execute("COMMIT")
+        then = self._then.pop(driver, None)
+        if then is not None:
+            cur.execute(*then)
+        del self._pipes[driver]
+        try:
             entered.__exit__(None, None, None)  # one Sync: every answer, the first error raised
+        except self._dbapi_error as e:
+            # A cursor keeps the last answer that was no error: COMMIT's, if the commit stands.
+            if cur.statusmessage != "COMMIT":
+                raise
+            events.emit("after_commit_failed", error=faults.describe(e))  # committed: a lost hint
 
     def _rollback(self, driver: Any, cur: Any) -> None:
         entered = self._pipes.pop(driver, None)

@@ -42,6 +42,10 @@ class Wakeup:
         cursor of ``Backend.write()``); it is delivered when, and only if, that transaction
         commits. Nothing to do in-process: call ``wake_local`` after the commit."""
 
+    def notify_after_commit(self, cur: Any) -> None:
+        """Queue the cross-process wake-up to be sent once the transaction of ``cur``, one of
+        tether's own (``Backend.transact``), has committed; never sent if it does not."""
+
     def generation(self) -> int:
         with self._lock:
             return self._generation
@@ -70,8 +74,9 @@ class Wakeup:
 class PgWakeup(Wakeup):
     """``Wakeup`` across processes and machines through PostgreSQL ``LISTEN/NOTIFY``.
 
-    ``notify_in(cur)`` sends ``NOTIFY channel`` inside the enqueue's own transaction, so listeners
-    hear it at the commit and never before the job is visible. The first ``wait()`` starts a
+    ``notify_in(cur)`` sends ``NOTIFY channel`` inside an application's transaction, so listeners
+    hear it at the commit and never before the job is visible; ``notify_after_commit(cur)`` sends
+    it just after the commit of one of tether's own, in the same round trip. The first ``wait()`` starts a
     daemon thread that holds its own connection, ``LISTEN``s, and bumps the generation on every
     notification from another ``PgWakeup``; it reconnects with backoff when the connection drops,
     and wakes waiters after each reconnect because notifications sent meanwhile are gone.
@@ -107,6 +112,13 @@ class PgWakeup(Wakeup):
         # NOTIFY is transactional: listeners hear it at the commit, with no extra connection,
         # round trip or commit (a NOTIFY after the commit would cost one of each).
         cur.execute(NOTIFY_SQL, {"channel": self.channel, "token": self.token})
+
+    def notify_after_commit(self, cur: Any) -> None:
+        # A NOTIFY holds one lock of the whole server from just before its transaction's commit
+        # record until that is flushed, so notifying commits cannot share a flush. After the
+        # commit, in a transaction of its own that does not wait for its flush, it holds that
+        # lock for microseconds, and listeners still hear it only once the jobs are visible.
+        cur.after_commit(NOTIFY_AFTER_COMMIT_SQL, {"channel": self.channel, "token": self.token})
 
     def wait(self, seen: int, timeout: float) -> bool:
         self.start()
@@ -147,6 +159,8 @@ class PgWakeup(Wakeup):
 
 
 NOTIFY_SQL = "SELECT pg_notify(%(channel)s, %(token)s)"  # run on the driver cursor: psycopg's placeholders
+# set_config(..., true) sets its own transaction only: the commit of the jobs before it is durable.
+NOTIFY_AFTER_COMMIT_SQL = "SELECT set_config('synchronous_commit', 'off', true), pg_notify(%(channel)s, %(token)s)"
 
 # How long one wait for notifications lasts before the listener checks whether to stop.
 _TICK = 0.5
