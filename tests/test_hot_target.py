@@ -20,6 +20,7 @@ from jobkit import Note, NoteType, completed, registry_with
 from tether import Coordinator, FakeClock, JobStatus
 from tether.ledger.catalogue import SQLITE
 from tether.ledger.lifecycle import Decision
+from workerkit import wait_for
 
 WAITING = 10_000
 
@@ -227,9 +228,7 @@ def test_postgres_a_job_enqueued_behind_one_being_completed_is_unblocked_by_that
             target=lambda: pg.queue.finish_and_claim("w", [completed(job, None)], records=False)
         )
         finishing.start()
-        deadline = time.monotonic() + 10
-        while not _waiting_for_a_lock(pg) and time.monotonic() < deadline:
-            finishing.join(0.01)
+        wait_for(lambda: _waiting_for_a_lock(pg) or not finishing.is_alive(), "the completion's update to wait", 10)
         assert finishing.is_alive()  # the completion waits for the application's transaction
         session.commit()
     finishing.join(10)
