@@ -520,7 +520,10 @@ DELETE FROM tether_workers WHERE beat_at < %(before)s
 -- The targets table, as in sqlite.sql: the triggers call one function, told by their argument
 -- what happened to the row ('enter', 'leave', 'fingerprint'). AFTER ... FOR EACH ROW triggers
 -- run at the end of their statement, so a purge's recomputation sees the whole purge done.
--- Concurrent completions on one target wait for each other on its row (ON CONFLICT).
+-- Concurrent completions on one target wait for each other on its row (ON CONFLICT). The
+-- function names the tables unqualified, as every statement here does: SQL by hand on the jobs
+-- of a ledger kept in a schema (``--schema``) runs with that schema on its search path, or the
+-- trigger fails and the statement with it (nothing is left half done).
 
 -- name: TARGETS_FUNCTION
 CREATE OR REPLACE FUNCTION tether_keep_targets() RETURNS trigger LANGUAGE plpgsql AS $$
