@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from test_targets_table import drop_targets
 from tether import Coordinator, CreateFile
 from tether.jobtypes.datafiles import content as content_probe
 from tether.jobtypes.datafiles import fingerprint
@@ -191,6 +192,7 @@ def test_a_ledger_of_schema_10_gets_the_fingerprint_column_and_its_jobs_are_read
     with engine.begin() as conn:  # as schema 10 left it
         conn.exec_driver_sql(f"DELETE FROM tether_meta WHERE key = '{meta.LAYOUT}'")
         conn.exec_driver_sql(f"UPDATE tether_meta SET value = '10' WHERE key = '{meta.VERSION}'")
+        drop_targets(conn)  # schema 13's, which read the column
         conn.exec_driver_sql("ALTER TABLE tether_jobs DROP COLUMN fingerprint")
     engine.dispose()
 

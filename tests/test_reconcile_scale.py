@@ -27,7 +27,6 @@ from tether.ledger.catalogue import SQLITE
 from tether.ledger.ids import new_id
 from tether.ledger.schema import jobs as jobs_table
 from tether.reconcile import check
-from tether.reconcile import targets as check_targets
 from tether.reconcile.check import reconcile
 from tether.reconcile.reads import ACTIVE_ON, COUNT_TARGETS, KNOWN_TARGETS, PAYLOADS, RECHECK, LedgerReads
 
@@ -201,36 +200,37 @@ def test_a_job_that_lands_between_the_ledger_read_and_the_disk_read_is_in_flight
 
 
 def pages_read(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
-    """Each page the reconciler reads from now on: the read (``jobs`` or ``targets``) and its rows."""
+    """Each page the reconciler reads from now on: the read (``targets`` or ``in_flight``) and
+    its rows (of a ``targets`` page: the targets a completed job names)."""
     pages: list[tuple[str, int]] = []
-    for name in ("jobs", "targets"):
+    for name in ("targets", "in_flight"):
         real = getattr(LedgerReads, name)
 
-        def counted(self: LedgerReads, *args: object, _real=real, _name=name) -> list:
-            rows = _real(self, *args)
-            pages.append((_name, len(rows)))
-            return rows
+        def counted(self: LedgerReads, *args: object, _real=real, _name=name) -> object:
+            found = _real(self, *args)
+            pages.append((_name, len(found[0] if _name == "targets" else found)))
+            return found
 
         monkeypatch.setattr(LedgerReads, name, counted)
     return pages
 
 
 def test_the_ledger_is_read_in_bounded_batches(sqlite_coordinator: Coordinator, monkeypatch) -> None:
-    """Streaming: no read returns more than batch_size jobs (peak memory itself:
-    benchmarks/reconcile.py); progress counts the targets decided, a page's last one with the next."""
+    """Streaming: no read returns more than batch_size targets (peak memory itself:
+    benchmarks/reconcile.py); progress counts the targets decided."""
     c = sqlite_coordinator
     completed_rows(c, [CreateFile(path=f"m/{i}.json", content=i) for i in range(3000)], files=False)
     pages = pages_read(monkeypatch)
     reads: list[int] = []
     report = reconcile(c, content=False, batch_size=500, progress=reads.append)
-    assert pages == [("jobs", 500)] * 6 + [("jobs", 0)]
-    assert reads == [499, 999, 1499, 1999, 2499, 2999, 3000]
+    assert pages == [("targets", 500)] * 6 + [("targets", 0), ("in_flight", 0)]
+    assert reads == [500, 1000, 1500, 2000, 2500, 3000]
     assert report.counts["missing"] == 3000
 
 
 PARAMS = {
     "after_key": "file:m/1.json",
-    "after_id": "0" * 26,
+    "through": "file:m/9.json",
     "limit": 500,
     "key": "file:m/1.json",
     "keys": ["file:m/1.json", "file:m/2.json"],
@@ -255,23 +255,24 @@ def to_qmark(sql: str) -> tuple[str, list]:
     return re.sub(r"(?<!:):(\w+)", bind, sql), args
 
 
-_OWN_ROWS = ("SCAN CONSTANT ROW", "SCAN targets", "SCAN p")
+_OWN_ROWS = ("SCAN CONSTANT ROW",)
+_TARGETS_RANGE = "SEARCH tether_targets USING PRIMARY KEY (key>?)"
+_TARGETS_RANGE_T = "SEARCH t USING PRIMARY KEY (key>?)"
 
 
 @pytest.mark.parametrize(
     "name, statement, index",
     [
-        ("jobs", SQLITE.RECONCILE_JOBS, "COVERING INDEX ix_tether_jobs_targeted"),  # never reads the table
-        ("jobs_payloads", SQLITE.RECONCILE_JOBS_PAYLOADS, "ix_tether_jobs_targeted"),
-        ("jobs_fingerprints", SQLITE.RECONCILE_JOBS_FINGERPRINTS, "ix_tether_jobs_targeted"),
-        ("targets", SQLITE.RECONCILE_TARGETS, "COVERING INDEX ix_tether_jobs_targeted"),  # never reads the table
-        ("targets_payloads", SQLITE.RECONCILE_TARGETS_PAYLOADS, "ix_tether_jobs_targeted"),
-        ("targets_fingerprints", SQLITE.RECONCILE_TARGETS_FINGERPRINTS, "ix_tether_jobs_targeted"),
+        ("targets", SQLITE.RECONCILE_TARGETS, _TARGETS_RANGE),  # one range of tether_targets alone
+        ("targets_payloads", SQLITE.RECONCILE_TARGETS_PAYLOADS, _TARGETS_RANGE_T),
+        ("targets_fingerprints", SQLITE.RECONCILE_TARGETS_FINGERPRINTS, _TARGETS_RANGE_T),
+        ("in_flight", SQLITE.RECONCILE_IN_FLIGHT, "ix_tether_jobs_target_active"),
+        ("in_flight_after", SQLITE.RECONCILE_IN_FLIGHT_AFTER, "ix_tether_jobs_target_active"),
         ("payloads", PAYLOADS, "sqlite_autoindex_tether_jobs_1"),
         ("recheck", RECHECK, "ix_tether_jobs_targeted"),
         ("active_on", ACTIVE_ON, "ix_tether_jobs_target_active"),
         ("known_targets", KNOWN_TARGETS, "ix_tether_jobs_targeted"),
-        ("count_targets", COUNT_TARGETS, "ix_tether_jobs_targeted"),
+        ("count_targets", COUNT_TARGETS, "ix_tether_jobs_target_active"),
     ],
 )
 def test_reconcile_queries_neither_scan_nor_sort(sqlite_coordinator: Coordinator, name, statement, index) -> None:
@@ -289,10 +290,11 @@ def test_reconcile_queries_neither_scan_nor_sort(sqlite_coordinator: Coordinator
         assert raw is not None
         steps = [row[3] for row in raw.execute("EXPLAIN QUERY PLAN " + sql, args)]
     # The wanted types' JSON array is walked (once, into the IN list), never the table; the
-    # page's own targets (a CTE of at most a page's rows) are walked, and sorted, not the table.
-    scans = [s for s in steps if s.startswith("SCAN") and s not in _OWN_ROWS and "json_each" not in s]
+    # count of targets counts tether_targets' rows (one row per target), as a check reads them.
+    counted = "SCAN tether_targets" if name == "count_targets" else None
+    scans = [s for s in steps if s.startswith("SCAN") and s not in (*_OWN_ROWS, counted) and "json_each" not in s]
     assert not scans, f"{name} scans: {steps}"
-    sorts = [s for s in steps if "TEMP B-TREE" in s and not (name.startswith("targets") and s.endswith("ORDER BY"))]
+    sorts = [s for s in steps if "TEMP B-TREE" in s and not (name == "count_targets" and "DISTINCT" in s)]
     assert not sorts, f"{name} sorts: {steps}"
     assert any(index in s for s in steps), f"{name} does not use {index}: {steps}"
 
@@ -301,9 +303,9 @@ def test_reconcile_queries_neither_scan_nor_sort(sqlite_coordinator: Coordinator
 
 
 def test_a_check_reads_one_row_per_target_however_long_its_history(coordinator: Coordinator, monkeypatch) -> None:
-    """300 completed jobs on 3 targets, then 2 pending on one of them: the first page (a range of
-    jobs) finds them deep, so the check reads each target's deciding job alone (its latest
-    completed one, or its first pending one): 3 rows after that page, not 296."""
+    """300 completed jobs on 3 targets, then 2 pending on one of them: the check reads each
+    target's deciding job alone (its latest completed one, or its first pending one): 3 rows in
+    all, not 302."""
     c = coordinator
     completed_rows(c, [CreateFile(path=f"m/{i % 3}.json", content=i, overwrite=True) for i in range(300)])
     first, _ = c.enqueue_many(
@@ -311,28 +313,11 @@ def test_a_check_reads_one_row_per_target_however_long_its_history(coordinator: 
     )
     pages = pages_read(monkeypatch)
     seen: list[int] = []
-    report = reconcile(c, content=True, batch_size=check_targets.DEEP, progress=seen.append)
-    assert pages == [("jobs", check_targets.DEEP), ("targets", 3)]
-    assert seen == [0, 3] and report.counts["in_sync"] == 2
+    report = reconcile(c, content=True, batch_size=2, progress=seen.append)
+    assert pages == [("targets", 2), ("targets", 1), ("in_flight", 0)]
+    assert seen == [2, 3] and report.counts["in_sync"] == 2
     [in_flight] = [f for f in report.findings if f.status == "not_checked"]
     assert (in_flight.path, in_flight.job_id) == ("m/1.json", first.id)
-
-
-def test_a_check_reads_ranges_again_where_histories_become_short(coordinator: Coordinator, monkeypatch) -> None:
-    """Deep targets first (10 jobs each), then shallow ones (1 job each): after the skip scans that
-    the deep ones call for, a range read finds the shallow ones and the check reads ranges again;
-    every target is decided once."""
-    c = coordinator
-    deep = [CreateFile(path=f"a/{i % 40:02d}.json", content=i, overwrite=True) for i in range(400)]
-    shallow = [CreateFile(path=f"b/{i:03d}.json", content=i) for i in range(200)]
-    completed_rows(c, deep + shallow, files=False)
-    pages = pages_read(monkeypatch)
-    report = reconcile(c, content=False, batch_size=10)
-    assert report.counts["missing"] == 240 and len({f.path for f in report.findings}) == 240
-    assert pages[:3] == [("jobs", 10), ("targets", 10), ("targets", 10)] and check_targets.DEEP <= 10
-    assert pages[check_targets.PROBE_EVERY + 1 :][:1] == [("jobs", 10)]
-    assert [read for read, _ in pages[-3:]] == ["jobs"] * 3 and pages[-1][1] < 10
-    assert sum(rows for _, rows in pages) < 240 + 20 * len(pages)
 
 
 @pytest.mark.parametrize("content", [False, True])
@@ -340,14 +325,14 @@ def test_each_in_flight_target_is_decided_by_its_first_active_job_wherever_pages
     coordinator: Coordinator, content: bool
 ) -> None:
     """The active jobs are read once per page, as a range of keys: a target in flight is one
-    whichever place it has in its page (first, last, alone), one with only active jobs too, and
-    one whose older job was put back to pending behind a newer completed one (a manual retry):
-    each is decided by its first active job, at every page size."""
+    whichever place it has in its page (first, last, alone), one with only active jobs too
+    (between targets with completed jobs, or after them all), and one whose older job was put
+    back to pending behind a newer completed one (a manual retry): each is decided by its first
+    active job, at every page size."""
     c = coordinator
     completed_rows(c, [CreateFile(path=f"m/{i % 12:02d}.json", content=i, overwrite=True) for i in range(48)])
     first: dict[str, str] = {}
-    for t in (0, 3, 4, 7, 11, 12):
-        path = f"m/{t:02d}.json"
+    for path in [f"m/{t:02d}.json" for t in (0, 3, 4, 7, 11, 12)] + ["m/06-new.json"]:
         jobs = c.enqueue_many(
             [CreateFile(path=path, content=-n, overwrite=True) for n in (1, 2)], delay=timedelta(hours=1)
         )
@@ -379,7 +364,7 @@ def test_an_existence_check_reads_no_payload_of_a_type_whose_probe_does_not_want
 
     def rows(self: backend._Cursor, statement: str, params: dict | None = None) -> list:
         found = real_rows(self, statement, params)
-        if "LIMIT :limit" in statement:  # a page of the stream
+        if "FROM tether_targets" in statement:  # a page of the stream
             pages.append(found)
         return found
 

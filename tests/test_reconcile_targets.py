@@ -1,5 +1,6 @@
 """The targets stream: every page size gives each target once, decided by the same job as reading
-the whole ledger at once would (its latest completed job, or its first pending or claimed one)."""
+the whole ledger at once would (its latest completed job, or its first pending or claimed one),
+a target with only in-flight jobs included wherever its key falls."""
 
 from __future__ import annotations
 
@@ -12,18 +13,27 @@ from tether.reconcile.targets import Targets, TargetStream
 
 
 class PagedRows:
-    """A ledger's target index as the page statement reads it, without a database."""
+    """A ledger's targets table and in-flight jobs as the page statements read them, without a
+    database."""
 
     def __init__(self, rows: list[tuple[Any, ...]], *, wide: bool, fingerprinted: bool) -> None:
-        self.rows, self.wide, self.fingerprinted = sorted(rows, key=lambda r: (r[2], r[0])), wide, fingerprinted
+        rows = sorted(rows, key=lambda r: (r[2], r[0]))
+        self.latest = {r[2]: r for r in rows if r[1] is not None}  # a later row of a key replaces
+        self.first_active: dict[str, str] = {}
+        for r in rows:
+            if r[1] is None:
+                self.first_active.setdefault(r[2], r[0])
+        self.wide, self.fingerprinted = wide, fingerprinted
 
-    def jobs(self, after_key: str, after_id: str, limit: int) -> list[tuple[Any, ...]]:
-        return [r for r in self.rows if (r[2], r[0]) > (after_key, after_id)][:limit]
+    def targets(self, after_key: str, limit: int) -> tuple[list[tuple[Any, ...]], dict[str, str]]:
+        rows = [self.latest[key] for key in sorted(self.latest) if key > after_key][:limit]
+        if not rows:
+            return rows, {}
+        through = rows[-1][2]
+        return rows, {k: i for k, i in sorted(self.first_active.items()) if after_key < k <= through}
 
-    def targets(self, after_key: str, limit: int) -> list[tuple[Any, ...]]:
-        """Each target's deciding row, as the skip scan reads it."""
-        keys = sorted({r[2] for r in self.rows if r[2] > after_key})[:limit]
-        return [deciding([r for r in self.rows if r[2] == key]) for key in keys]
+    def in_flight(self, after_key: str, limit: int) -> list[tuple[str, str]]:
+        return [(k, i) for k, i in sorted(self.first_active.items()) if k > after_key][:limit]
 
 
 def deciding(mine: list[tuple[Any, ...]]) -> tuple[Any, ...]:
@@ -33,11 +43,14 @@ def deciding(mine: list[tuple[Any, ...]]) -> tuple[Any, ...]:
 
 
 def expected(rows: list[tuple[Any, ...]], *, wide: bool, fingerprinted: bool) -> list[tuple[Any, ...]]:
-    """Per target, row by row: the first active job if there is one, else the latest completed."""
+    """Per target, row by row: the first active job if there is one (without payload or
+    fingerprint: it is not checked), else the latest completed."""
     out = []
     for key in sorted({r[2] for r in rows}):
         row = deciding(sorted((r for r in rows if r[2] == key), key=lambda r: r[0]))
-        out.append((row[0], row[1], row[2], row[3] if wide else None, row[4] if fingerprinted else None))
+        checked = row[1] is not None
+        payload = row[3] if wide and checked else None
+        out.append((row[0], row[1], row[2], payload, row[4] if fingerprinted and checked else None))
     return out
 
 
@@ -64,6 +77,7 @@ def test_every_page_size_decides_each_target_by_the_same_job(seed: int, columns:
         pages = list(stream)
         assert all(isinstance(page, Targets) and len({len(column) for column in page}) == 1 for page in pages)
         found = [target for page in pages for target in zip(*page, strict=True)]  # a target per row
-        assert found == expected(rows, wide=wide, fingerprinted=fingerprinted), size
+        assert sorted(found, key=lambda t: t[2]) == expected(rows, wide=wide, fingerprinted=fingerprinted), size
+        assert len({t[2] for t in found}) == len(found), size
         assert stream.read == len(found)
         assert stream.newest == max((r[0] for r in found), default=None)

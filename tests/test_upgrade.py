@@ -313,7 +313,7 @@ def test_a_ledger_of_schema_10_gets_the_trace_columns_and_keeps_its_jobs(db_url,
         with c.engine.connect() as conn:
             known = meta.read(conn)
             attempt_columns = {col["name"] for col in sa.inspect(conn).get_columns("tether_attempts")}
-        assert known[meta.VERSION] == str(meta.SCHEMA_VERSION) == "12"
+        assert known[meta.VERSION] == str(meta.SCHEMA_VERSION)
         assert "traceparent" in attempt_columns
         c.enqueue(CreateFile(path="b.json", content=2))
         assert c.run_until_idle() == 2

@@ -94,13 +94,21 @@ class Statements:
     WORKER_BEAT: str
     WORKER_STOP: str
     WORKER_FORGET: str
-    RECONCILE_JOBS: str
-    RECONCILE_JOBS_PAYLOADS: str
-    RECONCILE_JOBS_FINGERPRINTS: str
     RECONCILE_TARGETS: str
     RECONCILE_TARGETS_PAYLOADS: str
     RECONCILE_TARGETS_FINGERPRINTS: str
+    RECONCILE_IN_FLIGHT: str
+    RECONCILE_IN_FLIGHT_AFTER: str
     RECORD_FINGERPRINTS: str
+    TARGETS_FUNCTION: str
+    TARGETS_ON_INSERT: str
+    TARGETS_ON_ENTER: str
+    TARGETS_ON_LEAVE: str
+    TARGETS_ON_DELETE: str
+    TARGETS_ON_FINGERPRINT: str
+    TARGETS_TRIGGERS: str
+    TARGETS_CLEAR: str
+    TARGETS_FILL: str
 
     def types(self, names: Iterable[str]) -> Any:
         """A set of job type names as CLAIM binds ``types`` and the reconciler's reads ``want``:

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from .. import config
 from ..errors import ConfigError, DatabaseUnavailable, LedgerFault
-from . import faults, statuscheck
+from . import faults, statuscheck, targets
 from .catalogue import catalogue_for
 from .ledgerfile import missing_file, no_table, not_a_file
 from .schema import RETIRED_INDEXES, TABLE, metadata
@@ -278,7 +278,7 @@ def _add_missing_columns(conn: sa.Connection, dialect: sa.Dialect) -> set[str]:
 
 def layout() -> str:
     """A digest of what ``ensure_schema`` checks a ledger for: each table's column names and
-    index names, and the retired indexes it drops. Recorded in ``tether_meta`` once a ledger has
+    index names, the retired indexes it drops and the triggers it creates. Recorded in ``tether_meta`` once a ledger has
     them all, so an open that finds it current skips the inspection (``meta.settled``)."""
     global _layout
     if _layout is None:
@@ -287,6 +287,7 @@ def layout() -> str:
             for t in metadata.sorted_tables
         ]
         parts.append("-" + ",".join(RETIRED_INDEXES))
+        parts.append("+" + ",".join(targets.TRIGGERS))  # the triggers that keep tether_targets
         parts.append("|".join(status.value for status in JobStatus))  # the status CHECK (statuscheck.py)
         _layout = hashlib.sha256(";".join(parts).encode()).hexdigest()[:16]
     return _layout
@@ -296,8 +297,8 @@ _layout: str | None = None
 
 
 def ensure_schema(engine: sa.Engine) -> bool:
-    """Create the jobs table and any of its columns and indexes that are missing, drop the
-    indexes earlier versions used instead; safe to run from many workers at once. True when
+    """Create the jobs table and any of its columns, indexes and triggers that are missing, drop
+    the indexes earlier versions used instead; safe to run from many workers at once. True when
     this call created the ledger (its jobs table did not exist)."""
     try:
         with engine.begin() as conn:
@@ -324,8 +325,10 @@ def ensure_schema(engine: sa.Engine) -> bool:
             for name in RETIRED_INDEXES:
                 if name in present:
                     conn.exec_driver_sql(f"DROP INDEX {name}")
+            sql = catalogue_for(engine.dialect.name)
             if f"{TABLE}.blocked" in added:  # the waiting jobs of a ledger from before the flag
-                conn.exec_driver_sql(catalogue_for(engine.dialect.name).BLOCK_WAITING)
+                conn.exec_driver_sql(sql.BLOCK_WAITING)
+            targets.ensure(conn, sql)  # after the indexes: its fill reads ix_tether_jobs_targeted
             return created
     except sa.exc.SQLAlchemyError as e:
         raise opening_error(engine, e) from e

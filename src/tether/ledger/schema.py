@@ -332,8 +332,9 @@ sa.Index(
 FAILED_SQL = "status = 'failed' AND completed_at IS NOT NULL"
 _failed = sa.text(FAILED_SQL)
 sa.Index("ix_tether_jobs_failed", jobs.c.type, sqlite_where=_failed, postgresql_where=_failed)
-# Reconcile reads each target's jobs in (target, enqueue) order, its latest last, or skips to each
-# target's latest: status and type are in it so that neither read touches the table.
+# A target's jobs in enqueue order, its latest last: the order per target (NEWER_ON_TARGET), a check's
+# second look, and tether_targets' triggers finding a target's latest completed job (ledger/targets.py):
+# status and type are in it so that none of them touches the table.
 _targeted = sa.text("ordering_key IS NOT NULL")
 sa.Index(
     "ix_tether_jobs_targeted",

@@ -44,32 +44,39 @@ class LedgerReads:
         self.fingerprinted = bool(fingerprinted)
         sql = self.backend.sql
         if self.fingerprinted:
-            self._jobs, self._targets = sql.RECONCILE_JOBS_FINGERPRINTS, sql.RECONCILE_TARGETS_FINGERPRINTS
+            self._targets = sql.RECONCILE_TARGETS_FINGERPRINTS
             self._wanted = {"want": sql.types(wanting), "fingerprinted": sql.types(fingerprinted)}
         elif self.wide:
-            self._jobs, self._targets = sql.RECONCILE_JOBS_PAYLOADS, sql.RECONCILE_TARGETS_PAYLOADS
+            self._targets = sql.RECONCILE_TARGETS_PAYLOADS
             self._wanted = {"want": sql.types(wanting)}
         else:
-            self._jobs, self._targets = sql.RECONCILE_JOBS, sql.RECONCILE_TARGETS
+            self._targets = sql.RECONCILE_TARGETS
             self._wanted = {}
 
-    # Both reads return rows of id, type (None unless completed), target key and, when ``wide``,
-    # the payload of a wanted type, and, when ``fingerprinted``, the fingerprint of a fingerprinted
-    # type. On the driver cursor, as the hot path: the stream is most of a check's reading.
+    # On the driver cursor, as the hot path: the stream is most of a check's reading.
 
-    def jobs(self, after_key: str, after_id: str, limit: int) -> list[tuple[Any, ...]]:
-        """Up to ``limit`` jobs that have a target, after ``(after_key, after_id)`` in that order
-        (a target's jobs in enqueue order): a target's jobs may run past the page's end."""
-        return self._rows(self._jobs, {"after_key": after_key, "after_id": after_id, "limit": limit})
-
-    def targets(self, after_key: str, limit: int) -> list[tuple[Any, ...]]:
-        """The deciding jobs (``targets.Targets``) of up to ``limit`` targets after ``after_key``,
-        in key order: one row per target, whatever its history holds."""
-        return self._rows(self._targets, {"after_key": after_key, "limit": limit})
-
-    def _rows(self, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    def targets(self, after_key: str, limit: int) -> tuple[list[tuple[Any, ...]], dict[str, str]]:
+        """Up to ``limit`` targets after ``after_key`` that a completed job names, in key order,
+        each as its latest completed job's row (id, type, key and, when ``wide``, the payload of a
+        wanted type and, when ``fingerprinted``, the fingerprint of a fingerprinted type); and the
+        targets up to the last of them that a job is in flight on, each with its first pending or
+        claimed job's id (key -> id). Two statements on one connection: a job that completes
+        between them leaves its target decided by the job before it, which the check's second
+        look at a disagreeing target (``recheck``) finds, as it finds any job landing mid-check."""
+        sql = self.backend.sql
         with self.backend.read() as cur:
-            return cur.rows(statement, {**params, **self._wanted})
+            rows = cur.rows(self._targets, {"after_key": after_key, "limit": limit, **self._wanted})
+            if not rows:
+                return rows, {}
+            through = rows[-1][2]
+            return rows, dict(cur.rows(sql.RECONCILE_IN_FLIGHT, {"after_key": after_key, "through": through}))
+
+    def in_flight(self, after_key: str, limit: int) -> list[tuple[str, str]]:
+        """Up to ``limit`` targets after ``after_key`` that a job is in flight on, in key order,
+        each with its first pending or claimed job's id (key, id): past the last target a
+        completed job names, the targets of jobs that have not yet completed once."""
+        with self.backend.read() as cur:
+            return cur.rows(self.backend.sql.RECONCILE_IN_FLIGHT_AFTER, {"after_key": after_key, "limit": limit})
 
     def refresh(self, fingerprints: dict[str, str]) -> bool:
         """Record new fingerprints of completed jobs (job id -> fingerprint) whose files a check

@@ -1,29 +1,27 @@
 """The targets of a check, streamed from the ledger a page at a time.
 
-Targets are read in key order through ``ix_tether_jobs_targeted``, in short read-only pages, by
-one of two reads (``LedgerReads``). Where targets hold a few jobs each, as most ledgers' do, a page
-is the next range of jobs (``jobs``), the cheapest read per row; where they hold many, it is the
-next targets' deciding jobs alone (``targets``, a skip scan: a few index seeks per target),
-which costs the same per target whatever a target's history holds. The stream chooses from the
-jobs per target of the last range it read, and reads a range again now and then to see whether
-the histories it meets have become short. Memory holds one page either way.
+A page is the next range of ``tether_targets`` (``LedgerReads.targets``): one row per target
+that a completed job names, its latest completed job, whatever history the target holds; with
+it come the page's targets that a job is in flight on, which that job decides instead. Past the
+last such range, the targets only in-flight jobs name (``LedgerReads.in_flight``). Memory holds
+one page.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import compress, islice
-from operator import itemgetter, lt
+from itertools import compress
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from .reads import LedgerReads
 
 
 class Targets(NamedTuple):
-    """A page's targets whose jobs have all been read, as parallel columns (position ``n`` of each
-    is one target), in key order: per target, the one job that decides its check: the latest
-    completed job, or, while a job on it is pending or claimed, the first such job (its
-    ``job_types`` entry None: in flight, not checked). Columns, not an object per target: a
+    """A page's targets as parallel columns (position ``n`` of each is one target), in key order
+    (those no job has completed on yet after the others): per target, the one job that decides
+    its check: the latest completed job, or, while a job on it is pending or claimed, the first
+    such job (its ``job_types`` entry None: in flight, not checked). Columns, not an object per target: a
     page's rows become them in C, and the check reads a column at a time."""
 
     job_ids: list[str]
@@ -47,22 +45,10 @@ class Targets(NamedTuple):
         )
 
 
-Row = tuple[Any, ...]  # a page's row: id, type (None unless completed), key[, payload[, fingerprint]]
+Row = tuple[Any, ...]  # a page's row: id, type (None: in flight), key[, payload[, fingerprint]]
 
 # A field of every page row of a list at once, with ``map``: in C, by position.
 JOB_ID, JOB_TYPE, KEY, PAYLOAD, FINGERPRINT = map(itemgetter, range(len(Targets._fields)))
-
-
-DEEP = 6
-"""Jobs per target of a range page from which the next pages are skip scans. A skip scan costs
-per target about what a range costs for 4 to 15 jobs (SQLite at the low end, PostgreSQL at the
-high); either read costs at most about twice the other around here. Skip-scan pages follow only
-a full page of at least this many rows, so each holds more than the one target it starts with
-(the one the last page left open) and decides at least that one."""
-PROBE_EVERY = 8
-"""Skip-scan pages between two range pages that check whether targets are still deep. A range
-page over deep targets costs a fraction of a skip-scan page (and its targets count), so the check
-costs little where every target is deep."""
 
 
 class TargetStream:
@@ -76,72 +62,40 @@ class TargetStream:
         self.newest: str | None = None
 
     def __iter__(self) -> Iterator[Targets]:
-        """A page may end inside a target's jobs: that target's rows are carried into the next
-        page, before its rows, until a page ends on another target or the stream ends. A skip-scan
-        page starts again from the carried target (``done_key``, the last target decided, is just
-        before it) and reads it whole, so what was carried goes."""
-        after_key, after_id, done_key = "", "", ""
-        carried: Sequence[Row] = []
-        skips = 0  # skip-scan pages to read before the next range page
+        after_key = ""
         while True:
-            if skips:
-                rows, skips = self.reads.targets(done_key, self.batch_size), skips - 1
-                pending: Sequence[Row] = rows
-            else:
-                rows = self.reads.jobs(after_key, after_id, self.batch_size)
-                pending = [*carried, *rows]
-                skips = PROBE_EVERY if len(rows) >= DEEP * len(set(map(KEY, rows))) > 0 else 0
+            rows, in_flight = self.reads.targets(after_key, self.batch_size)
+            if rows:
+                after_key = rows[-1][2]
+                yield self._decided(rows, in_flight)
             if len(rows) < self.batch_size:
-                yield self._decided(pending)
+                break
+        while True:  # the targets whose jobs have yet to complete once
+            only = self.reads.in_flight(after_key, self.batch_size)
+            if only:
+                after_key = only[-1][0]
+                yield self._decided([], dict(only))
+            if len(only) < self.batch_size:
                 return
-            after_id, after_key = rows[-1][0], rows[-1][2]
-            done = len(pending)
-            while done and pending[done - 1][2] == after_key:
-                done -= 1
-            carried = deciding_rows(pending[done:])
-            done_key = pending[done - 1][2] if done else done_key
-            ready = self._decided(pending[:done])
-            del rows, pending  # the page's rows go before its targets are checked: fewer live objects
-            yield ready
 
-    def _decided(self, rows: Sequence[Row]) -> Targets:
-        """The targets of ``rows``, counted."""
-        targets = self._targets(rows)
+    def _decided(self, rows: Sequence[Row], in_flight: dict[str, str]) -> Targets:
+        """The targets of ``rows`` (latest completed jobs) and ``in_flight`` (key -> the first
+        active job), counted."""
+        targets = self._targets(rows, in_flight)
         if targets.job_ids:
             self.read += len(targets.job_ids)
             newest = max(targets.job_ids)
             self.newest = newest if self.newest is None else max(self.newest, newest)
         return targets
 
-    def _targets(self, rows: Sequence[Row]) -> Targets:
-        """The deciding rows of ``rows`` (as ``deciding_rows``) as columns, made in C; a page that
-        carries no payloads (fingerprints) gets a column of None. Where each row decides its target (most
-        pages), the columns read to find that out are the targets' own: each is read once."""
-        keys, types = list(map(KEY, rows)), list(map(JOB_TYPE, rows))
-        if not each_decides(keys, types):
-            rows = deciding_rows(rows)
-            keys, types = list(map(KEY, rows)), list(map(JOB_TYPE, rows))
+    def _targets(self, rows: Sequence[Row], in_flight: dict[str, str]) -> Targets:
+        """Columns made in C; a page that carries no payloads (fingerprints) gets a column of
+        None. A target in flight is decided by its active job (type None): in its row's place,
+        or, for one no job has completed on, after the page's others (in key order among them)."""
+        if in_flight:
+            pending = dict(in_flight)
+            rows = [(pending.pop(row[2]), None, row[2], None, None) if row[2] in pending else row for row in rows]
+            rows += [(job_id, None, key, None, None) for key, job_id in pending.items()]
         payloads = list(map(PAYLOAD, rows)) if self.reads.wide else [None] * len(rows)
         fingerprints = list(map(FINGERPRINT, rows)) if self.reads.fingerprinted else [None] * len(rows)
-        return Targets(list(map(JOB_ID, rows)), types, keys, payloads, fingerprints)
-
-
-def each_decides(keys: Sequence[str], types: Sequence[str | None]) -> bool:
-    """Whether each row of a run ordered by key decides its own target, from its columns: none is
-    in flight and each has another key (compared in C)."""
-    return None not in types and all(map(lt, keys, islice(keys, 1, None)))
-
-
-def deciding_rows(rows: Sequence[Row]) -> Sequence[Row]:
-    """The row that decides each target of ``rows`` (ordered by key and then id, each target's
-    rows all there), in key order: its last row, unless one is active (its type is None); then
-    its first active one."""
-    keys, types = list(map(KEY, rows)), list(map(JOB_TYPE, rows))
-    if each_decides(keys, types):
-        return rows
-    active = None in types
-    deciding = dict(zip(keys, rows, strict=True))  # later rows of a key replace earlier ones, in C
-    if active:
-        first = [row for row in reversed(rows) if row[1] is None]  # the first last, so it stays
-        deciding.update(zip(map(KEY, first), first, strict=True))
-    return list(deciding.values())
+        return Targets(list(map(JOB_ID, rows)), list(map(JOB_TYPE, rows)), list(map(KEY, rows)), payloads, fingerprints)

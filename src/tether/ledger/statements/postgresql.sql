@@ -447,135 +447,49 @@ GROUP BY type ORDER BY type
 -- (clock.DatabaseClock): the time of this statement, not of its transaction's start.
 SELECT clock_timestamp()
 
--- Reconcile (read-only), as in sqlite.sql: RECONCILE_JOBS* while targets hold a few jobs each,
--- RECONCILE_TARGETS* where they hold many (reconcile/targets.py chooses page by page).
-
--- RECONCILE_JOBS*: every job with a target, in target order and, within one target, in enqueue
--- order, from just after the last one read: one range of ix_tether_jobs_targeted. A job's type
--- only when it completed (NULL: it is pending or claimed).
-
--- name: RECONCILE_JOBS
-SELECT id, CASE WHEN status = 'completed' THEN type END, ordering_key
-FROM tether_jobs
-WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (%(after_key)s, %(after_id)s)
-  AND status IN ('pending', 'claimed', 'completed')
-ORDER BY ordering_key, id
-LIMIT %(limit)s
-
--- name: RECONCILE_JOBS_PAYLOADS
--- :want is an array of type names (catalogue.Statements.types).
-SELECT id, CASE WHEN status = 'completed' THEN type END, ordering_key,
-       CASE WHEN type = ANY(%(want)s) THEN payload END
-FROM tether_jobs
-WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (%(after_key)s, %(after_id)s)
-  AND status IN ('pending', 'claimed', 'completed')
-ORDER BY ordering_key, id
-LIMIT %(limit)s
-
--- name: RECONCILE_JOBS_FINGERPRINTS
--- As in sqlite.sql; :want and :fingerprinted are arrays of type names.
-SELECT id, CASE WHEN status = 'completed' THEN type END, ordering_key,
-       CASE WHEN type = ANY(%(want)s) THEN payload END,
-       CASE WHEN type = ANY(%(fingerprinted)s) THEN fingerprint END
-FROM tether_jobs
-WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (%(after_key)s, %(after_id)s)
-  AND status IN ('pending', 'claimed', 'completed')
-ORDER BY ordering_key, id
-LIMIT %(limit)s
-
--- RECONCILE_TARGETS*: per target after :after_key, in target order, the one job that decides its
--- check: the first pending or claimed job on it, else its latest completed one.
--- The targets are found by a skip scan of ix_tether_jobs_targeted (each next key one index
--- probe past the last one's entries; the recursion stops at :limit targets), and each target's
--- deciding job by one probe of the index of active targeted jobs and one to the end of its
--- entries: a page costs the same whether a target's history holds one job or thousands. A
--- job's type only when it completed (NULL: it is pending or claimed).
+-- Reconcile (read-only), as in sqlite.sql: a range of tether_targets, and in the same read
+-- transaction the in-flight targets of that range.
 
 -- name: RECONCILE_TARGETS
-WITH RECURSIVE targets(key) AS (
-  (SELECT ordering_key FROM tether_jobs
-   WHERE ordering_key IS NOT NULL AND ordering_key > %(after_key)s
-     AND status IN ('pending', 'claimed', 'completed')
-   ORDER BY ordering_key LIMIT 1)
-  UNION ALL
-  SELECT (SELECT n.ordering_key FROM tether_jobs AS n
-          WHERE n.ordering_key IS NOT NULL AND n.ordering_key > targets.key
-            AND n.status IN ('pending', 'claimed', 'completed')
-          ORDER BY n.ordering_key LIMIT 1)
-  FROM targets WHERE targets.key IS NOT NULL
-),
-deciding AS (
-  SELECT key, coalesce(
-    (SELECT a.id FROM tether_jobs AS a
-     WHERE a.ordering_key = targets.key AND a.status IN ('pending', 'claimed') ORDER BY a.id LIMIT 1),
-    (SELECT c.id FROM tether_jobs AS c
-     WHERE c.ordering_key = targets.key AND c.ordering_key IS NOT NULL AND c.status = 'completed'
-     ORDER BY c.id DESC LIMIT 1)) AS id
-  FROM targets WHERE key IS NOT NULL
-  LIMIT %(limit)s
-)
-SELECT j.id, CASE WHEN j.status = 'completed' THEN j.type END, j.ordering_key
-FROM deciding JOIN tether_jobs AS j ON j.id = deciding.id
-ORDER BY deciding.key
+SELECT job_id, type, key FROM tether_targets
+WHERE key > %(after_key)s
+ORDER BY key
+LIMIT %(limit)s
 
 -- name: RECONCILE_TARGETS_PAYLOADS
 -- :want is an array of type names (catalogue.Statements.types).
-WITH RECURSIVE targets(key) AS (
-  (SELECT ordering_key FROM tether_jobs
-   WHERE ordering_key IS NOT NULL AND ordering_key > %(after_key)s
-     AND status IN ('pending', 'claimed', 'completed')
-   ORDER BY ordering_key LIMIT 1)
-  UNION ALL
-  SELECT (SELECT n.ordering_key FROM tether_jobs AS n
-          WHERE n.ordering_key IS NOT NULL AND n.ordering_key > targets.key
-            AND n.status IN ('pending', 'claimed', 'completed')
-          ORDER BY n.ordering_key LIMIT 1)
-  FROM targets WHERE targets.key IS NOT NULL
-),
-deciding AS (
-  SELECT key, coalesce(
-    (SELECT a.id FROM tether_jobs AS a
-     WHERE a.ordering_key = targets.key AND a.status IN ('pending', 'claimed') ORDER BY a.id LIMIT 1),
-    (SELECT c.id FROM tether_jobs AS c
-     WHERE c.ordering_key = targets.key AND c.ordering_key IS NOT NULL AND c.status = 'completed'
-     ORDER BY c.id DESC LIMIT 1)) AS id
-  FROM targets WHERE key IS NOT NULL
-  LIMIT %(limit)s
-)
-SELECT j.id, CASE WHEN j.status = 'completed' THEN j.type END, j.ordering_key,
-       CASE WHEN j.type = ANY(%(want)s) THEN j.payload END
-FROM deciding JOIN tether_jobs AS j ON j.id = deciding.id
-ORDER BY deciding.key
+SELECT t.job_id, t.type, t.key,
+       CASE WHEN t.type = ANY(%(want)s)
+            THEN (SELECT j.payload FROM tether_jobs AS j WHERE j.id = t.job_id) END
+FROM tether_targets AS t
+WHERE t.key > %(after_key)s
+ORDER BY t.key
+LIMIT %(limit)s
 
 -- name: RECONCILE_TARGETS_FINGERPRINTS
 -- As in sqlite.sql; :want and :fingerprinted are arrays of type names.
-WITH RECURSIVE targets(key) AS (
-  (SELECT ordering_key FROM tether_jobs
-   WHERE ordering_key IS NOT NULL AND ordering_key > %(after_key)s
-     AND status IN ('pending', 'claimed', 'completed')
-   ORDER BY ordering_key LIMIT 1)
-  UNION ALL
-  SELECT (SELECT n.ordering_key FROM tether_jobs AS n
-          WHERE n.ordering_key IS NOT NULL AND n.ordering_key > targets.key
-            AND n.status IN ('pending', 'claimed', 'completed')
-          ORDER BY n.ordering_key LIMIT 1)
-  FROM targets WHERE targets.key IS NOT NULL
-),
-deciding AS (
-  SELECT key, coalesce(
-    (SELECT a.id FROM tether_jobs AS a
-     WHERE a.ordering_key = targets.key AND a.status IN ('pending', 'claimed') ORDER BY a.id LIMIT 1),
-    (SELECT c.id FROM tether_jobs AS c
-     WHERE c.ordering_key = targets.key AND c.ordering_key IS NOT NULL AND c.status = 'completed'
-     ORDER BY c.id DESC LIMIT 1)) AS id
-  FROM targets WHERE key IS NOT NULL
-  LIMIT %(limit)s
-)
-SELECT j.id, CASE WHEN j.status = 'completed' THEN j.type END, j.ordering_key,
-       CASE WHEN j.type = ANY(%(want)s) THEN j.payload END,
-       CASE WHEN j.type = ANY(%(fingerprinted)s) THEN j.fingerprint END
-FROM deciding JOIN tether_jobs AS j ON j.id = deciding.id
-ORDER BY deciding.key
+SELECT t.job_id, t.type, t.key,
+       CASE WHEN t.type = ANY(%(want)s)
+            THEN (SELECT j.payload FROM tether_jobs AS j WHERE j.id = t.job_id) END,
+       CASE WHEN t.type = ANY(%(fingerprinted)s) THEN t.fingerprint END
+FROM tether_targets AS t
+WHERE t.key > %(after_key)s
+ORDER BY t.key
+LIMIT %(limit)s
+
+-- name: RECONCILE_IN_FLIGHT
+SELECT ordering_key, min(id) FROM tether_jobs
+WHERE ordering_key IS NOT NULL AND status IN ('pending', 'claimed')
+  AND ordering_key > %(after_key)s AND ordering_key <= %(through)s
+GROUP BY ordering_key
+ORDER BY ordering_key
+
+-- name: RECONCILE_IN_FLIGHT_AFTER
+SELECT ordering_key, min(id) FROM tether_jobs
+WHERE ordering_key IS NOT NULL AND status IN ('pending', 'claimed') AND ordering_key > %(after_key)s
+GROUP BY ordering_key
+ORDER BY ordering_key
+LIMIT %(limit)s
 
 -- name: RECORD_FINGERPRINTS
 -- As in sqlite.sql: :rows is a JSON object {id: fingerprint}.
@@ -602,3 +516,76 @@ UPDATE tether_workers SET beat_at = %(now)s, stopped_at = %(now)s WHERE id = %(i
 -- Workers last heard of before the cutoff (stopped or dead), dropped when another starts, so the
 -- table holds the workers of about a day.
 DELETE FROM tether_workers WHERE beat_at < %(before)s
+
+-- The targets table, as in sqlite.sql: the triggers call one function, told by their argument
+-- what happened to the row ('enter', 'leave', 'fingerprint'). AFTER ... FOR EACH ROW triggers
+-- run at the end of their statement, so a purge's recomputation sees the whole purge done.
+-- Concurrent completions on one target wait for each other on its row (ON CONFLICT). The
+-- function names the tables unqualified, as every statement here does: SQL by hand on the jobs
+-- of a ledger kept in a schema (``--schema``) runs with that schema on its search path, or the
+-- trigger fails and the statement with it (nothing is left half done).
+
+-- name: TARGETS_FUNCTION
+CREATE OR REPLACE FUNCTION tether_keep_targets() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF TG_ARGV[0] = 'enter' THEN
+    INSERT INTO tether_targets AS t (key, job_id, type, fingerprint)
+    VALUES (NEW.ordering_key, NEW.id, NEW.type, NEW.fingerprint)
+    ON CONFLICT (key) DO UPDATE SET job_id = EXCLUDED.job_id, type = EXCLUDED.type, fingerprint = EXCLUDED.fingerprint
+    WHERE EXCLUDED.job_id >= t.job_id;
+  ELSIF TG_ARGV[0] = 'leave' THEN
+    DELETE FROM tether_targets WHERE key = OLD.ordering_key AND job_id = OLD.id;
+    INSERT INTO tether_targets (key, job_id, type, fingerprint)
+    SELECT ordering_key, id, type, fingerprint FROM tether_jobs
+    WHERE ordering_key IS NOT NULL AND ordering_key = OLD.ordering_key AND status = 'completed'
+      AND NOT EXISTS (SELECT 1 FROM tether_targets WHERE key = OLD.ordering_key)
+    ORDER BY id DESC LIMIT 1
+    ON CONFLICT (key) DO NOTHING;
+  ELSE
+    UPDATE tether_targets SET fingerprint = NEW.fingerprint WHERE key = NEW.ordering_key AND job_id = NEW.id;
+  END IF;
+  RETURN NULL;
+END
+$$
+
+-- name: TARGETS_ON_INSERT
+CREATE TRIGGER tether_targets_on_insert AFTER INSERT ON tether_jobs FOR EACH ROW
+WHEN (NEW.status = 'completed' AND NEW.ordering_key IS NOT NULL)
+EXECUTE FUNCTION tether_keep_targets('enter')
+
+-- name: TARGETS_ON_ENTER
+CREATE TRIGGER tether_targets_on_enter AFTER UPDATE OF status, ordering_key, type ON tether_jobs FOR EACH ROW
+WHEN (NEW.status = 'completed' AND NEW.ordering_key IS NOT NULL
+      AND (OLD.status <> 'completed' OR OLD.ordering_key IS DISTINCT FROM NEW.ordering_key OR OLD.type <> NEW.type))
+EXECUTE FUNCTION tether_keep_targets('enter')
+
+-- name: TARGETS_ON_LEAVE
+CREATE TRIGGER tether_targets_on_leave AFTER UPDATE OF status, ordering_key, type ON tether_jobs FOR EACH ROW
+WHEN (OLD.status = 'completed' AND OLD.ordering_key IS NOT NULL
+      AND (NEW.status <> 'completed' OR NEW.ordering_key IS DISTINCT FROM OLD.ordering_key OR NEW.type <> OLD.type))
+EXECUTE FUNCTION tether_keep_targets('leave')
+
+-- name: TARGETS_ON_DELETE
+CREATE TRIGGER tether_targets_on_delete AFTER DELETE ON tether_jobs FOR EACH ROW
+WHEN (OLD.status = 'completed' AND OLD.ordering_key IS NOT NULL)
+EXECUTE FUNCTION tether_keep_targets('leave')
+
+-- name: TARGETS_ON_FINGERPRINT
+CREATE TRIGGER tether_targets_on_fingerprint AFTER UPDATE OF fingerprint ON tether_jobs FOR EACH ROW
+WHEN (OLD.status = 'completed' AND NEW.status = 'completed' AND NEW.ordering_key IS NOT NULL
+      AND NEW.fingerprint IS DISTINCT FROM OLD.fingerprint)
+EXECUTE FUNCTION tether_keep_targets('fingerprint')
+
+-- name: TARGETS_TRIGGERS
+SELECT tgname FROM pg_trigger WHERE tgrelid = 'tether_jobs'::regclass AND NOT tgisinternal
+
+-- name: TARGETS_CLEAR
+DELETE FROM tether_targets
+
+-- name: TARGETS_FILL
+-- Every target's latest completed job, into the empty table: one pass over the targeted jobs
+-- (ix_tether_jobs_targeted), once per ledger.
+INSERT INTO tether_targets (key, job_id, type, fingerprint)
+SELECT DISTINCT ON (ordering_key) ordering_key, id, type, fingerprint FROM tether_jobs
+WHERE ordering_key IS NOT NULL AND status = 'completed'
+ORDER BY ordering_key, id DESC

@@ -24,20 +24,13 @@ SELECT 1 FROM tether_jobs WHERE ordering_key = :key AND status IN ('pending', 'c
 SELECT DISTINCT ordering_key FROM tether_jobs WHERE ordering_key IN :keys
 
 -- name: COUNT_TARGETS
--- The targets a check streams (a progress bar's total), counted by the page's skip scan of
--- ix_tether_jobs_targeted: one probe per target, however many jobs each one's history holds.
-WITH RECURSIVE targets(key) AS (
-  SELECT (SELECT ordering_key FROM tether_jobs
-          WHERE ordering_key IS NOT NULL AND status IN ('pending', 'claimed', 'completed')
-          ORDER BY ordering_key LIMIT 1)
-  UNION ALL
-  SELECT (SELECT n.ordering_key FROM tether_jobs AS n
-          WHERE n.ordering_key IS NOT NULL AND n.ordering_key > targets.key
-            AND n.status IN ('pending', 'claimed', 'completed')
-          ORDER BY n.ordering_key LIMIT 1)
-  FROM targets WHERE targets.key IS NOT NULL
-)
-SELECT count(key) FROM targets
+-- The targets a check streams (a progress bar's total): those a completed job names (the rows
+-- of tether_targets) and those only in-flight jobs name (from the small index of active
+-- targeted jobs, each looked up in tether_targets).
+SELECT (SELECT count(*) FROM tether_targets)
+     + (SELECT count(DISTINCT a.ordering_key) FROM tether_jobs AS a
+        WHERE a.ordering_key IS NOT NULL AND a.status IN ('pending', 'claimed')
+          AND NOT EXISTS (SELECT 1 FROM tether_targets AS t WHERE t.key = a.ordering_key))
 
 -- name: TYPE_TARGETED
 -- Whether a job type has ever had a job on a target (reconcile's search for untracked remote

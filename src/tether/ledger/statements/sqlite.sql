@@ -487,158 +487,63 @@ GROUP BY type ORDER BY type
 -- (opening.ledger_clock); this is that clock, in the text form the ledger keeps.
 SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')
 
--- Reconcile (read-only). A check reads its targets in target order a page at a time, by one of
--- two reads that reconcile/targets.py chooses between page by page from the history it meets:
--- RECONCILE_JOBS while targets hold a few jobs each, RECONCILE_TARGETS where they hold many.
-
--- RECONCILE_JOBS*: every job with a target, in target order and, within one target, in enqueue
--- order, from just after the last one read: one range of ix_tether_jobs_targeted, the cheapest
--- read there is per row. A job's type only when it completed (NULL: it is pending or claimed).
-
--- name: RECONCILE_JOBS
--- Without payloads: reads ix_tether_jobs_targeted alone, never the table.
-SELECT id, CASE WHEN status = 'completed' THEN type END, ordering_key
-FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
-WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (:after_key, :after_id)
-  AND status IN ('pending', 'claimed', 'completed')
-ORDER BY ordering_key, id
-LIMIT :limit
-
--- name: RECONCILE_JOBS_PAYLOADS
--- With the payloads of the jobs whose types' probes read them in this mode (:want, a JSON array
--- of type names: catalogue.Statements.types); NULL for the others, whose rows are then never
--- read from the table (SQLite seeks a row only when one of its columns is used).
-SELECT id, CASE WHEN status = 'completed' THEN type END, ordering_key,
-       CASE WHEN type IN (SELECT value FROM json_each(:want)) THEN payload END
-FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
-WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (:after_key, :after_id)
-  AND status IN ('pending', 'claimed', 'completed')
-ORDER BY ordering_key, id
-LIMIT :limit
-
--- name: RECONCILE_JOBS_FINGERPRINTS
--- RECONCILE_JOBS_PAYLOADS for a content check by fingerprints: also the fingerprint of the jobs
--- whose types' probes check by them (:fingerprinted, a JSON array as :want), whose payloads it
--- leaves out (read by id for the few files that are read).
-SELECT id, CASE WHEN status = 'completed' THEN type END, ordering_key,
-       CASE WHEN type IN (SELECT value FROM json_each(:want)) THEN payload END,
-       CASE WHEN type IN (SELECT value FROM json_each(:fingerprinted)) THEN fingerprint END
-FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
-WHERE ordering_key IS NOT NULL AND (ordering_key, id) > (:after_key, :after_id)
-  AND status IN ('pending', 'claimed', 'completed')
-ORDER BY ordering_key, id
-LIMIT :limit
-
--- RECONCILE_TARGETS*: per target after :after_key, in target order, the one job that decides its
--- check: the first pending or claimed job on it, else its latest completed one.
--- The targets are found by a skip scan of ix_tether_jobs_targeted (each next key one seek past
--- the last one's entries), and each target's latest completed job by one seek to the end of its
--- entries: a page costs the same whether a target's history holds one job or thousands. The
--- pending and claimed jobs on the page's targets are read once per page, as one range of the
--- (small) index of active targeted jobs, not with a seek per target. A job's type only when it
--- completed (NULL: it is pending or claimed). The page's rows are sorted by key, at most :limit
--- of them, never the table.
+-- Reconcile (read-only). A check reads its targets in key order a page at a time: a range of
+-- tether_targets (one row per target: its latest completed job, kept by the TARGETS_ON_*
+-- triggers below), the same cost per target whatever history a target holds, and, in the same
+-- read transaction, the targets of that range that a job is in flight on (reconcile/targets.py
+-- puts the two together: a target in flight is decided by its first active job).
 
 -- name: RECONCILE_TARGETS
--- Without payloads: reads ix_tether_jobs_targeted and ix_tether_jobs_target_active alone (the
--- deciding row found again in the index by key and id, never in the table).
-WITH RECURSIVE targets(key) AS (
-  SELECT (SELECT ordering_key FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
-          WHERE ordering_key IS NOT NULL AND ordering_key > :after_key
-            AND status IN ('pending', 'claimed', 'completed')
-          ORDER BY ordering_key LIMIT 1)
-  UNION ALL
-  SELECT (SELECT ordering_key FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
-          WHERE ordering_key IS NOT NULL AND ordering_key > targets.key
-            AND status IN ('pending', 'claimed', 'completed')
-          ORDER BY ordering_key LIMIT 1)
-  FROM targets WHERE targets.key IS NOT NULL
-  LIMIT :limit
-),
-page(key, id) AS MATERIALIZED (
-  SELECT key, (SELECT id FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
-               WHERE ordering_key = targets.key AND status = 'completed' ORDER BY id DESC LIMIT 1)
-  FROM targets WHERE key IS NOT NULL
-),
-active(key, id) AS MATERIALIZED (
-  SELECT ordering_key, min(id) FROM tether_jobs INDEXED BY ix_tether_jobs_target_active
-  WHERE ordering_key IS NOT NULL AND status IN ('pending', 'claimed')
-    AND ordering_key > :after_key AND ordering_key <= (SELECT max(key) FROM page)
-  GROUP BY ordering_key
-)
-SELECT coalesce(a.id, j.id), CASE WHEN a.id IS NULL THEN j.type END, p.key
-FROM page AS p LEFT JOIN active AS a ON a.key = p.key
-LEFT JOIN tether_jobs AS j INDEXED BY ix_tether_jobs_targeted
-  ON j.ordering_key IS NOT NULL AND j.ordering_key = p.key AND j.id = p.id
-ORDER BY p.key
+-- Per target after :after_key: its latest completed job's id and type. One range of the
+-- table's primary key (WITHOUT ROWID: the row is in the key's b-tree).
+SELECT job_id, type, key FROM tether_targets
+WHERE key > :after_key
+ORDER BY key
+LIMIT :limit
 
 -- name: RECONCILE_TARGETS_PAYLOADS
--- With the payloads of the deciding jobs whose types' probes read them in this mode (:want, a
--- JSON array of type names: catalogue.Statements.types); NULL for the others. The completed row
--- is read from the table once, by the rowid its index entry holds (a seek in the index by key
--- and id, and then the table, would be two).
-WITH RECURSIVE targets(key) AS (
-  SELECT (SELECT ordering_key FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
-          WHERE ordering_key IS NOT NULL AND ordering_key > :after_key
-            AND status IN ('pending', 'claimed', 'completed')
-          ORDER BY ordering_key LIMIT 1)
-  UNION ALL
-  SELECT (SELECT ordering_key FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
-          WHERE ordering_key IS NOT NULL AND ordering_key > targets.key
-            AND status IN ('pending', 'claimed', 'completed')
-          ORDER BY ordering_key LIMIT 1)
-  FROM targets WHERE targets.key IS NOT NULL
-  LIMIT :limit
-),
-page(key, rid) AS MATERIALIZED (
-  SELECT key, (SELECT rowid FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
-               WHERE ordering_key = targets.key AND status = 'completed' ORDER BY id DESC LIMIT 1)
-  FROM targets WHERE key IS NOT NULL
-),
-active(key, id) AS MATERIALIZED (
-  SELECT ordering_key, min(id) FROM tether_jobs INDEXED BY ix_tether_jobs_target_active
-  WHERE ordering_key IS NOT NULL AND status IN ('pending', 'claimed')
-    AND ordering_key > :after_key AND ordering_key <= (SELECT max(key) FROM page)
-  GROUP BY ordering_key
-)
-SELECT coalesce(a.id, j.id), CASE WHEN a.id IS NULL THEN j.type END, p.key,
-       CASE WHEN a.id IS NULL AND j.type IN (SELECT value FROM json_each(:want)) THEN j.payload END
-FROM page AS p LEFT JOIN active AS a ON a.key = p.key LEFT JOIN tether_jobs AS j ON j.rowid = p.rid
-ORDER BY p.key
+-- With the payloads of the jobs whose types' probes read them in this mode (:want, a JSON array
+-- of type names: catalogue.Statements.types), each read from tether_jobs by id; NULL for the
+-- others, whose rows are then never read.
+SELECT t.job_id, t.type, t.key,
+       CASE WHEN t.type IN (SELECT value FROM json_each(:want))
+            THEN (SELECT j.payload FROM tether_jobs AS j WHERE j.id = t.job_id) END
+FROM tether_targets AS t
+WHERE t.key > :after_key
+ORDER BY t.key
+LIMIT :limit
 
 -- name: RECONCILE_TARGETS_FINGERPRINTS
 -- RECONCILE_TARGETS_PAYLOADS for a content check by fingerprints: also the fingerprint of the jobs
 -- whose types' probes check by them (:fingerprinted, a JSON array as :want), whose payloads it
 -- leaves out (read by id for the few files that are read).
-WITH RECURSIVE targets(key) AS (
-  SELECT (SELECT ordering_key FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
-          WHERE ordering_key IS NOT NULL AND ordering_key > :after_key
-            AND status IN ('pending', 'claimed', 'completed')
-          ORDER BY ordering_key LIMIT 1)
-  UNION ALL
-  SELECT (SELECT ordering_key FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
-          WHERE ordering_key IS NOT NULL AND ordering_key > targets.key
-            AND status IN ('pending', 'claimed', 'completed')
-          ORDER BY ordering_key LIMIT 1)
-  FROM targets WHERE targets.key IS NOT NULL
-  LIMIT :limit
-),
-page(key, rid) AS MATERIALIZED (
-  SELECT key, (SELECT rowid FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
-               WHERE ordering_key = targets.key AND status = 'completed' ORDER BY id DESC LIMIT 1)
-  FROM targets WHERE key IS NOT NULL
-),
-active(key, id) AS MATERIALIZED (
-  SELECT ordering_key, min(id) FROM tether_jobs INDEXED BY ix_tether_jobs_target_active
-  WHERE ordering_key IS NOT NULL AND status IN ('pending', 'claimed')
-    AND ordering_key > :after_key AND ordering_key <= (SELECT max(key) FROM page)
-  GROUP BY ordering_key
-)
-SELECT coalesce(a.id, j.id), CASE WHEN a.id IS NULL THEN j.type END, p.key,
-       CASE WHEN a.id IS NULL AND j.type IN (SELECT value FROM json_each(:want)) THEN j.payload END,
-       CASE WHEN a.id IS NULL AND j.type IN (SELECT value FROM json_each(:fingerprinted)) THEN j.fingerprint END
-FROM page AS p LEFT JOIN active AS a ON a.key = p.key LEFT JOIN tether_jobs AS j ON j.rowid = p.rid
-ORDER BY p.key
+SELECT t.job_id, t.type, t.key,
+       CASE WHEN t.type IN (SELECT value FROM json_each(:want))
+            THEN (SELECT j.payload FROM tether_jobs AS j WHERE j.id = t.job_id) END,
+       CASE WHEN t.type IN (SELECT value FROM json_each(:fingerprinted)) THEN t.fingerprint END
+FROM tether_targets AS t
+WHERE t.key > :after_key
+ORDER BY t.key
+LIMIT :limit
+
+-- name: RECONCILE_IN_FLIGHT
+-- The targets in (:after_key, :through] (a page of RECONCILE_TARGETS*) that a job is pending or
+-- claimed on, each with its first such job: one range of the (small) index of active targeted
+-- jobs. A page's targets without a completed job are among them.
+SELECT ordering_key, min(id) FROM tether_jobs INDEXED BY ix_tether_jobs_target_active
+WHERE ordering_key IS NOT NULL AND status IN ('pending', 'claimed')
+  AND ordering_key > :after_key AND ordering_key <= :through
+GROUP BY ordering_key
+ORDER BY ordering_key
+
+-- name: RECONCILE_IN_FLIGHT_AFTER
+-- RECONCILE_IN_FLIGHT past the last target with a completed job: the targets after :after_key
+-- that only in-flight jobs name, :limit at a time.
+SELECT ordering_key, min(id) FROM tether_jobs INDEXED BY ix_tether_jobs_target_active
+WHERE ordering_key IS NOT NULL AND status IN ('pending', 'claimed') AND ordering_key > :after_key
+GROUP BY ordering_key
+ORDER BY ordering_key
+LIMIT :limit
 
 -- name: RECORD_FINGERPRINTS
 -- A content check's new fingerprints of the files it read in sync: :rows is a JSON object
@@ -666,3 +571,103 @@ UPDATE tether_workers SET beat_at = :now, stopped_at = :now WHERE id = :id
 -- Workers last heard of before the cutoff (stopped or dead), dropped when another starts, so the
 -- table holds the workers of about a day.
 DELETE FROM tether_workers WHERE beat_at < :before
+
+-- The targets table (ledger/targets.py): per target, its latest completed job (the highest id
+-- among its completed jobs), kept by these triggers on every path that changes one: a
+-- completion, a completed job put back or failed (a manual retry, SQL by hand), a purge, a
+-- content check's new fingerprint. A job entering the completed state replaces its target's
+-- row only if it is newer; the deciding job leaving it (or deleted) has its target's row found
+-- again from tether_jobs (one seek to the end of its entries in ix_tether_jobs_targeted). Each
+-- trigger's WHEN reads only the row's own columns, so a statement that changes no completed
+-- targeted job (a claim, a failure, a job without a target) pays for no statement of its own.
+
+-- name: TARGETS_FUNCTION
+-- None on SQLite: a trigger here holds its statements (postgresql.sql's call a function).
+
+-- name: TARGETS_ON_INSERT
+CREATE TRIGGER tether_targets_on_insert AFTER INSERT ON tether_jobs
+WHEN new.status = 'completed' AND new.ordering_key IS NOT NULL
+BEGIN
+  INSERT INTO tether_targets (key, job_id, type, fingerprint)
+  VALUES (new.ordering_key, new.id, new.type, new.fingerprint)
+  ON CONFLICT (key) DO UPDATE SET job_id = excluded.job_id, type = excluded.type, fingerprint = excluded.fingerprint
+  WHERE excluded.job_id >= tether_targets.job_id;
+END
+
+-- name: TARGETS_ON_ENTER
+-- A job becomes completed (or a completed one changes target or type).
+CREATE TRIGGER tether_targets_on_enter AFTER UPDATE OF status, ordering_key, type ON tether_jobs
+WHEN new.status = 'completed' AND new.ordering_key IS NOT NULL
+  AND (old.status <> 'completed' OR old.ordering_key IS NOT new.ordering_key OR old.type <> new.type)
+BEGIN
+  INSERT INTO tether_targets (key, job_id, type, fingerprint)
+  VALUES (new.ordering_key, new.id, new.type, new.fingerprint)
+  ON CONFLICT (key) DO UPDATE SET job_id = excluded.job_id, type = excluded.type, fingerprint = excluded.fingerprint
+  WHERE excluded.job_id >= tether_targets.job_id;
+END
+
+-- name: TARGETS_ON_LEAVE
+-- A completed job stops being one (or changes target or type): if it decided its target, the
+-- target's latest completed job now takes its place (none: the row goes).
+CREATE TRIGGER tether_targets_on_leave AFTER UPDATE OF status, ordering_key, type ON tether_jobs
+WHEN old.status = 'completed' AND old.ordering_key IS NOT NULL
+  AND (new.status <> 'completed' OR new.ordering_key IS NOT old.ordering_key OR new.type <> old.type)
+BEGIN
+  DELETE FROM tether_targets WHERE key = old.ordering_key AND job_id = old.id;
+  INSERT INTO tether_targets (key, job_id, type, fingerprint)
+  SELECT ordering_key, id, type, fingerprint FROM tether_jobs
+  WHERE ordering_key IS NOT NULL AND ordering_key = old.ordering_key AND status = 'completed'
+    AND NOT EXISTS (SELECT 1 FROM tether_targets WHERE key = old.ordering_key)
+  ORDER BY id DESC LIMIT 1;
+END
+
+-- name: TARGETS_ON_DELETE
+-- A completed job deleted (a purge): as TARGETS_ON_LEAVE.
+CREATE TRIGGER tether_targets_on_delete AFTER DELETE ON tether_jobs
+WHEN old.status = 'completed' AND old.ordering_key IS NOT NULL
+BEGIN
+  DELETE FROM tether_targets WHERE key = old.ordering_key AND job_id = old.id;
+  INSERT INTO tether_targets (key, job_id, type, fingerprint)
+  SELECT ordering_key, id, type, fingerprint FROM tether_jobs
+  WHERE ordering_key IS NOT NULL AND ordering_key = old.ordering_key AND status = 'completed'
+    AND NOT EXISTS (SELECT 1 FROM tether_targets WHERE key = old.ordering_key)
+  ORDER BY id DESC LIMIT 1;
+END
+
+-- name: TARGETS_ON_FINGERPRINT
+-- A completed job's fingerprint renewed (RECORD_FINGERPRINTS): copied if it decides its target.
+CREATE TRIGGER tether_targets_on_fingerprint AFTER UPDATE OF fingerprint ON tether_jobs
+WHEN old.status = 'completed' AND new.status = 'completed' AND new.ordering_key IS NOT NULL
+  AND new.fingerprint IS NOT old.fingerprint
+BEGIN
+  UPDATE tether_targets SET fingerprint = new.fingerprint WHERE key = new.ordering_key AND job_id = new.id;
+END
+
+-- name: TARGETS_TRIGGERS
+-- The triggers a ledger holds (ensure_schema creates the TARGETS_ON_* it lacks).
+SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'tether_jobs'
+
+-- name: TARGETS_CLEAR
+DELETE FROM tether_targets
+
+-- name: TARGETS_FILL
+-- Every target's latest completed job, into the empty table (a ledger from before it, or one
+-- whose triggers were missing): a skip scan of ix_tether_jobs_targeted (one seek per target to
+-- its next key, one to its last completed job), then that job's row by rowid; in key order, so
+-- the table is written as an append.
+WITH RECURSIVE keys(key) AS (
+  SELECT (SELECT ordering_key FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
+          WHERE ordering_key IS NOT NULL ORDER BY ordering_key LIMIT 1)
+  UNION ALL
+  SELECT (SELECT ordering_key FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
+          WHERE ordering_key IS NOT NULL AND ordering_key > keys.key ORDER BY ordering_key LIMIT 1)
+  FROM keys WHERE keys.key IS NOT NULL
+),
+latest(rid) AS MATERIALIZED (
+  SELECT (SELECT rowid FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
+          WHERE ordering_key = keys.key AND status = 'completed' ORDER BY id DESC LIMIT 1)
+  FROM keys WHERE keys.key IS NOT NULL
+)
+INSERT INTO tether_targets (key, job_id, type, fingerprint)
+SELECT j.ordering_key, j.id, j.type, j.fingerprint
+FROM latest JOIN tether_jobs AS j ON j.rowid = latest.rid

@@ -1,0 +1,63 @@
+"""The targets table: one row per target, its latest completed job, kept by triggers.
+
+A reconcile check decides each target by its latest completed job (unless one is in flight).
+Read from ``tether_jobs``, that costs a seek per target into an index as long as the whole
+history, so a check slows as the history grows. ``tether_targets`` holds that job's id, type
+and fingerprint per target, so a check reads one range of it whatever each target's history
+holds (``reconcile/reads.py``).
+
+Triggers on ``tether_jobs`` keep it, on every path that makes, unmakes or changes a completed
+targeted job: a completion, an insert of a completed row, a completed job put back, failed or
+deleted (a manual retry, a purge, SQL by hand), a content check's new fingerprint. Triggers
+rather than the completer's own statements because those paths are many and some are not
+tether's. Their statements are the ``TARGETS_*`` blocks of each dialect's catalogue.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from .catalogue import Statements
+from .schema import jobs, metadata
+
+TABLE = "tether_targets"
+
+targets = sa.Table(
+    TABLE,
+    metadata,
+    # A target's latest completed job (the highest id among its completed jobs): what a check
+    # expects of the target. A target none of whose jobs completed has no row.
+    sa.Column("key", jobs.c.ordering_key.type, primary_key=True),  # tether_jobs.ordering_key
+    sa.Column("job_id", jobs.c.id.type, nullable=False),
+    sa.Column("type", jobs.c.type.type, nullable=False),
+    sa.Column("fingerprint", sa.Text),  # the job's, as tether_jobs.fingerprint (renewed with it)
+    sqlite_with_rowid=False,  # the row lives in its key's b-tree: a page is one range of it
+)
+
+TRIGGERS = {
+    "tether_targets_on_insert": "TARGETS_ON_INSERT",
+    "tether_targets_on_enter": "TARGETS_ON_ENTER",
+    "tether_targets_on_leave": "TARGETS_ON_LEAVE",
+    "tether_targets_on_delete": "TARGETS_ON_DELETE",
+    "tether_targets_on_fingerprint": "TARGETS_ON_FINGERPRINT",
+}
+"""The triggers on ``tether_jobs`` that keep the table, by name, with their catalogue entries."""
+
+
+def ensure(conn: sa.Connection, sql: Statements) -> None:
+    """Create the triggers a ledger lacks (with the PostgreSQL function they call) and, when any
+    was missing, fill the table afresh from ``tether_jobs``: a ledger from before the table, or
+    one whose triggers were dropped and whose table may have fallen behind. Runs in
+    ``ensure_schema``'s transaction; on PostgreSQL, creating a trigger locks ``tether_jobs``
+    against writers until it commits, so no completion can fall between the fill and the
+    triggers."""
+    present = set(conn.exec_driver_sql(sql.TARGETS_TRIGGERS).scalars())
+    if sql.TARGETS_FUNCTION:
+        conn.exec_driver_sql(sql.TARGETS_FUNCTION)
+    missing = [name for name in TRIGGERS if name not in present]
+    if not missing:
+        return
+    for name in missing:
+        conn.exec_driver_sql(getattr(sql, TRIGGERS[name]))
+    conn.exec_driver_sql(sql.TARGETS_CLEAR)
+    conn.exec_driver_sql(sql.TARGETS_FILL)
