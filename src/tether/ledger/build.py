@@ -83,7 +83,6 @@ class Builder:
         if registry is not self.registry or generation != self.registry.generation:
             kinds = {}
             self._kinds = (self.registry, self.registry.generation, kinds)
-        name = (kinds.get(type(payloads[0])) or self._kind(payloads[0], kinds)).name
         now = now or self.clock.now()
         # The defaults need no checking, and most enqueues pass none.
         if (
@@ -98,6 +97,7 @@ class Builder:
         ):
             run_at = now
         else:
+            name = (kinds.get(type(payloads[0])) or self._kind(payloads[0], kinds)).name
             run_at = _run_at(name, now, priority, max_attempts, delay, run_at, key, timeout)
             timeout = None if timeout is None else float(timeout)
         shared = (priority, max_attempts, now, run_at, parent_id, timeout, tracing.traceparent())

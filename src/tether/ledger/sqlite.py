@@ -196,8 +196,7 @@ class SQLiteBackend(Backend):
     def _cursor(self, driver: sqlite3.Connection, pipelined: bool) -> _Cursor:
         return _WriteCursor(self, driver.cursor(), pipelined)
 
-    def _commit(self, driver: sqlite3.Connection, cur: _Cursor) -> None:
-        assert isinstance(cur, _WriteCursor)
+    def _commit(self, driver: sqlite3.Connection, cur: Any) -> None:  # cur: a _WriteCursor
         if cur.begun:
             cur._cur.execute("COMMIT")  # the connection is in autocommit mode: BEGIN and COMMIT are ours
         elif cur.held is not None:  # the transaction's one statement, alone: its own transaction
