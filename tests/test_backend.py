@@ -203,3 +203,37 @@ def test_a_sqlite_ledger_never_loads_the_postgresql_driver(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_a_lone_enqueue_on_sqlite_is_one_insert_that_is_its_own_transaction(tmp_path):
+    # BEGIN IMMEDIATE, the insert and COMMIT would be three statements where one does.
+    with Coordinator.open(
+        f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())
+    ) as c:
+        sent: list[str] = []
+        _writer(c).set_trace_callback(sent.append)
+        result = c.enqueue(Note(name="a"))
+        assert [s.split()[0] for s in sent] == ["INSERT"]
+        assert c.get(result.id).status.value == "pending"
+
+
+def test_an_enqueue_of_more_than_one_statement_on_sqlite_commits_them_together_or_not_at_all(tmp_path):
+    # The first insert is held back; the statement after it begins the transaction it joins.
+    with Coordinator.open(
+        f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())
+    ) as c:
+        sent: list[str] = []
+        _writer(c).set_trace_callback(sent.append)
+        tagged = c.enqueue(Note(name="a"), tags=["t"])
+        assert [s.split()[0] for s in sent] == ["BEGIN", "INSERT", "INSERT", "COMMIT"]
+        assert c.get(tagged.id).status.value == "pending"
+        [job] = c.queue.enqueuer.builder.build([Note(name="b")])
+
+        def insert_then_fail(cur: Any) -> None:
+            c.queue.enqueuer.insert_all(cur, [job])
+            cur.execute("INSERT INTO no_such_table VALUES (1)")
+
+        with pytest.raises(Exception, match="no such table"):
+            c.queue.backend.transact(insert_then_fail, pipelined=True)
+        with c.engine.connect() as conn:
+            assert conn.exec_driver_sql("SELECT count(*) FROM tether_jobs").scalar() == 1  # the tagged one

@@ -58,7 +58,7 @@ def gone(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/status") as f:
             return any(line.startswith("State:") and "Z" in line for line in f)
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # the latter: it exited while its status was read
         return True
 
 

@@ -125,25 +125,42 @@ def engine(tmp_path_factory):
     with c.engine.begin() as conn:
         for i in range(2000):
             status = ["pending", "claimed", "completed", "failed"][i % 4]
-            conn.execute(
-                sa.text(SQLITE.INSERT),
-                {
-                    **PARAMS,
-                    "id": f"{i:026d}",
-                    "idempotency_key": f"k{i}" if i % 3 else None,
-                    "ordering_key": f"file:{i % 50}",
-                },
-            )
+            values = {**PARAMS, "id": f"{i:026d}", "idempotency_key": f"k{i}" if i % 3 else None}
+            conn.exec_driver_sql(SQLITE.INSERT, numbered({**values, "ordering_key": f"file:{i % 50}"}))
             conn.execute(sa.text("UPDATE tether_jobs SET status = :s WHERE id = :id"), {"s": status, "id": f"{i:026d}"})
         conn.exec_driver_sql("ANALYZE")
     yield c.engine
     c.close()
 
 
+# The values of the inserts, which number their parameters (?1 to ?13), in that order.
+INSERT_ORDER = (
+    "id",
+    "type",
+    "payload",
+    "priority",
+    "max_attempts",
+    "created_at",
+    "run_at",
+    "idempotency_key",
+    "ordering_key",
+    "parent_id",
+    "timeout",
+    "payload_bytes",
+    "traceparent",
+)
+
+
+def numbered(params: dict) -> tuple:
+    from tether.ledger.sqlitetime import to_text
+
+    return tuple(to_text(v) if isinstance(v, datetime) else v for v in (params[n] for n in INSERT_ORDER))
+
+
 def plan(engine: sa.Engine, statement: str) -> list[str]:
     from tether.ledger import drivers
 
-    params = drivers.for_engine(engine).bind(PARAMS)
+    params = numbered(PARAMS) if "?1" in statement else drivers.for_engine(engine).bind(PARAMS)
     with engine.connect() as conn:
         raw = conn.connection.driver_connection
         assert raw is not None

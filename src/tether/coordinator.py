@@ -170,7 +170,8 @@ class Coordinator:
         If an active job of the same type has the same idempotency ``key``, that job is returned
         with ``duplicate=True``. ``timeout`` (seconds) overrides the job type's for this job. ``tags``
         and ``meta`` go with it (``tether.ledger.notes``). Raises InvalidPayload for bad input."""
-        jobs = self.queue.enqueuer.build(
+        enqueuer = self.queue.enqueuer
+        jobs = enqueuer.builder.build(
             [payload],
             priority=priority,
             max_attempts=max_attempts,
@@ -179,10 +180,10 @@ class Coordinator:
             key=key,
             timeout=timeout,
         )
-        notes = notes_for(jobs, tags, meta)
+        notes = None if tags is None and meta is None else notes_for(jobs, tags, meta)
         if session is not None:
             return self._in_session(session, jobs, notes)[0]
-        return self.queue.enqueuer.enqueue(jobs, notes)[0]
+        return enqueuer.enqueue(jobs, notes)[0]
 
     @tracing.traced_enqueue
     def enqueue_many(

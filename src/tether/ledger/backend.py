@@ -61,9 +61,9 @@ class Backend:
         """A time as this driver stores it."""
         return value
 
-    def insert_values(self, job: JobRecord) -> dict[str, Any]:
-        """The named values of INSERT (and INSERT_UNKEYED, INSERT_ON_TARGET) for a new ``job``,
-        already bound."""
+    def insert_values(self, job: JobRecord) -> Any:
+        """The values of INSERT (and INSERT_UNKEYED, INSERT_ON_TARGET) for a new ``job``, already
+        bound: by name here (SQLite's, by position: sqlite.py)."""
         created_at = self.time(job.created_at)
         return {
             "id": job.id,
@@ -94,47 +94,44 @@ class Backend:
         another one (a deadlock; conflict.py). ``body`` builds what it returns afresh on each
         run, so nothing of a run the database ended is kept. A lost connection raises
         LostConnection, or LostCommit when it was lost during COMMIT. ``pipelined``: the body
-        reads nothing but the rows it fetches (no ``rowcount``), so a driver that can send its
-        statements ahead of their answers may (PostgreSQL), and a refusal may surface only when
-        the transaction ends."""
+        reads nothing but the rows it fetches (no ``rowcount``), so a driver may send its
+        statements ahead of their answers (PostgreSQL) or hold a lone insert back to run it as
+        its own transaction (SQLite), and a refusal may surface only when the transaction ends.
+        One function, not a context manager or two: every enqueue and group commit runs it."""
         attempt = 1
         while True:
             try:
-                return self._transaction(body, pipelined)
-            except sa.exc.DBAPIError as e:
-                if not conflict.run_again(e, attempt):
-                    raise
-                attempt += 1
-
-    def _transaction(self, body: Callable[[_Cursor], _T], pipelined: bool) -> _T:
-        """One run of ``transact``: a function rather than a context manager, since every
-        enqueue and every group commit runs one."""
-        try:
-            raw, driver = self._checkout_writer(pipelined)
-        except self._dbapi_error as e:
-            raise self._wrap(e) from e
-        committing = False
-        try:
-            cur = driver.cursor()
+                raw, driver = self._checkout_writer(pipelined)
+            except self._dbapi_error as e:
+                raise self._wrap(e) from e
+            committing = False
             try:
-                self._begin(cur)
-                result = body(_Cursor(self, cur))
-                committing = True
-                self._commit(driver, cur)
-            except BaseException:
-                self._then.pop(driver, None)
-                self._rollback(driver, cur)
-                raise
-            else:
-                self._then_run(driver, cur)
-                return result
+                cur = self._cursor(driver, pipelined)
+                try:
+                    result = body(cur)
+                    committing = True
+                    self._commit(driver, cur)
+                except BaseException:
+                    self._then.pop(driver, None)
+                    self._rollback(driver, cur)
+                    raise
+                else:
+                    if self._then:
+                        self._then_run(driver, cur._cur)
+                    return result
+                finally:
+                    cur._cur.close()
+            except self._dbapi_error as e:
+                error = self._wrap(e, driver, committing=committing)
+                if raw is not None:  # given back before a pause to run it again
+                    self._give_back(raw, driver)
+                    raw = None
+                if not conflict.run_again(error, attempt):
+                    raise error from e
             finally:
-                cur.close()
-        except self._dbapi_error as e:
-            raise self._wrap(e, driver, committing=committing) from e
-        finally:
-            if raw is not None:
-                self._give_back(raw, driver)
+                if raw is not None:
+                    self._give_back(raw, driver)
+            attempt += 1
 
     def write(self, conn: Any) -> AbstractContextManager[_Cursor]:
         """A cursor in an application's transaction: ``conn`` is its SQLAlchemy connection, and
@@ -196,8 +193,10 @@ class Backend:
         with self.read() as cur:
             return cur.scalar(statement, params)
 
-    def _begin(self, cur: Any) -> None:
-        pass
+    def _cursor(self, driver: Any, pipelined: bool) -> _Cursor:
+        """The cursor of one of ``transact``'s transactions on ``driver``, begun (or, SQLite's,
+        beginning with its first statement)."""
+        return _Cursor(self, driver.cursor())
 
     def after_commit(self, cur: Any, statement: str, params: Mapping[str, Any]) -> None:
         """Run ``statement`` once the transaction of ``cur`` (one of ``transact``'s) has committed,
@@ -216,10 +215,10 @@ class Backend:
             self._rollback(driver, cur)
             events.emit("after_commit_failed", error=faults.describe(e))
 
-    def _commit(self, driver: Any, cur: Any) -> None:
+    def _commit(self, driver: Any, cur: _Cursor) -> None:
         driver.commit()
 
-    def _rollback(self, driver: Any, cur: Any) -> None:
+    def _rollback(self, driver: Any, cur: _Cursor) -> None:
         try:
             driver.rollback()
         except self._dbapi_error:
@@ -277,6 +276,7 @@ class _DBCursor(Protocol):
     def executemany(self, statement: str, rows: Any, /) -> Any: ...
     def fetchall(self) -> list[tuple[Any, ...]]: ...
     def fetchone(self) -> tuple[Any, ...] | None: ...
+    def close(self) -> None: ...
 
 
 class _Cursor:
@@ -306,6 +306,12 @@ class _Cursor:
             self._cur.executemany(statement, values)
         else:
             self._cur.execute(statement, values)
+
+    def insert_returning(self, statement: str, values: Any) -> JobRecord | None:
+        """A keyed insert of ``Backend.insert_values``, already bound: the job inserted, or None."""
+        self._cur.execute(statement, values)
+        rows = self._backend.records(self._cur.fetchall())
+        return rows[0] if rows else None
 
     def records(self, statement: str, params: Mapping[str, Any] | None = None) -> list[JobRecord]:
         self._cur.execute(statement, self._backend.bind(params or {}))

@@ -83,20 +83,29 @@ class Builder:
         if registry is not self.registry or generation != self.registry.generation:
             kinds = {}
             self._kinds = (self.registry, self.registry.generation, kinds)
-        name = (kinds.get(type(payloads[0])) or self._kind(payloads[0], kinds)).name
         now = now or self.clock.now()
         # The defaults need no checking, and most enqueues pass none.
-        if all_default(priority, max_attempts, delay, run_at, key, timeout):
+        if (
+            priority.__class__ is int
+            and priority == 0
+            and max_attempts.__class__ is int
+            and max_attempts == 3
+            and delay is None
+            and run_at is None
+            and key is None
+            and timeout is None
+        ):
             run_at = now
         else:
+            name = (kinds.get(type(payloads[0])) or self._kind(payloads[0], kinds)).name
             run_at = _run_at(name, now, priority, max_attempts, delay, run_at, key, timeout)
-        timeout = None if timeout is None else float(timeout)
+            timeout = None if timeout is None else float(timeout)
         shared = (priority, max_attempts, now, run_at, parent_id, timeout, tracing.traceparent())
         ids = [new_id(now)] if len(payloads) == 1 else new_ids(now, len(payloads))
-        return [
-            self._job(kinds.get(type(payload)) or self._kind(payload, kinds), payload, job_id, key, shared)
-            for payload, job_id in zip(payloads, ids, strict=True)
-        ]
+        jobs = []  # a loop, not a comprehension: that would be a call of its own per enqueue
+        for payload, job_id in zip(payloads, ids, strict=True):
+            jobs.append(self._job(kinds.get(type(payload)) or self._kind(payload, kinds), payload, job_id, key, shared))
+        return jobs
 
     def _job(
         self, kind: _TypeHooks, payload: Payload, job_id: str, key: str | None, shared: tuple[Any, ...]
@@ -114,7 +123,14 @@ class Builder:
                 kind.name, [f"path: the target {ordering_key[:40]!r}... is longer than 1024 characters"]
             )
         idempotency_key = key if key is not None or kind.idempotency_key is None else kind.idempotency_key(payload)
-        encoded = self._encode(kind, payload)
+        # The stored JSON, within the limits (tether.ledger.limits).
+        try:
+            encoded = kind.encode(payload)
+        except PydanticSerializationError as e:
+            raise _unencodable(kind.name, payload, e) from e
+        problem = limits.payload_problem(encoded, self.max_payload_bytes)
+        if problem:
+            raise InvalidPayload(kind.name, [problem])
         priority, max_attempts, created_at, run_at, parent_id, timeout, traceparent = shared
         return make_tuple(
             JobRecord,
@@ -146,17 +162,6 @@ class Builder:
             ),
         )
 
-    def _encode(self, kind: _TypeHooks, payload: Payload) -> bytes:
-        """The stored JSON of ``payload``, within the limits (``tether.ledger.limits``)."""
-        try:
-            encoded = kind.encode(payload)
-        except PydanticSerializationError as e:
-            raise _unencodable(kind.name, payload, e) from e
-        problem = limits.payload_problem(encoded, self.max_payload_bytes)
-        if problem:
-            raise InvalidPayload(kind.name, [problem])
-        return encoded
-
     def _kind(self, payload: Any, kinds: dict[type, _TypeHooks]) -> _TypeHooks:
         if not isinstance(payload, Payload):
             raise InvalidPayload(
@@ -164,28 +169,6 @@ class Builder:
             )
         kind = kinds[type(payload)] = _TypeHooks.of(self.registry.for_payload(payload), type(payload))
         return kind
-
-
-def all_default(
-    priority: Any,
-    max_attempts: Any,
-    delay: float | timedelta | None,
-    run_at: datetime | None,
-    key: str | None,
-    timeout: float | None,
-) -> bool:
-    """Whether an enqueue's options are all their defaults, which need no checking (most
-    enqueues pass none)."""
-    return (
-        priority.__class__ is int
-        and priority == 0
-        and max_attempts.__class__ is int
-        and max_attempts == 3
-        and delay is None
-        and run_at is None
-        and key is None
-        and timeout is None
-    )
 
 
 def _run_at(

@@ -97,6 +97,9 @@ class Enqueuer:
         self.sql = backend.sql  # the statement catalogue of this ledger's dialect
         self._json_sql = (self.sql.INSERT_PAYLOADS, self.sql.INSERT_TARGETED) if backend.reads_json else None
         self._insert_keyed, self._insert_on_target = self.sql.INSERT, self.sql.INSERT_ON_TARGET
+        # One job without an idempotency key: with a target, the insert that says whether an
+        # older job on it holds this one back.
+        self._insert_unkeyed_one = self.sql.INSERT_UNKEYED
         self.group = GroupCommit(self._commit, backend.commits_at_once)
 
     def build(self, payloads: Sequence[Payload], **options: Any) -> list[JobRecord]:
@@ -126,7 +129,7 @@ class Enqueuer:
         pipelined = True
         while batch:
             try:
-                outcomes = self.backend.transact(partial(self._insert_batch, batch=batch), pipelined=pipelined)
+                outcomes = self.backend.transact(partial(self._insert_batch, batch), pipelined=pipelined)
             except _Refused as refused:
                 if pipelined and len(batch) > 1:
                     # A pipelined fetch raises the first error of every statement sent before it:
@@ -150,19 +153,24 @@ class Enqueuer:
                 request.results = results
             return
 
-    def _insert_batch(self, cur: Any, *, batch: list[Request]) -> list[list[InsertResult]]:
+    def _insert_batch(self, batch: list[Request], cur: Any) -> list[list[InsertResult]]:
         """Each request's jobs in the transaction of ``cur`` (built afresh on each run of it:
         Backend.transact); one wake-up for all, if any job is new."""
         outcomes = []
+        fresh = False
         for i, request in enumerate(batch):
             try:
-                outcomes.append(self.insert_all(cur, request.jobs, request.notes))
+                results = self.insert_all(cur, request.jobs, request.notes)
             except self.backend.refusals as e:
                 raise _Refused(i, self.backend.wrap(e)) from e
-        for results in outcomes:
-            if any(not r.duplicate for r in results):
-                self.wakeup.notify_after_commit(cur)
-                break
+            outcomes.append(results)
+            if not fresh:
+                for r in results:
+                    if not r.duplicate:
+                        fresh = True
+                        break
+        if fresh:
+            self.wakeup.notify_after_commit(cur)
         return outcomes
 
     def insert_all(
@@ -171,15 +179,23 @@ class Enqueuer:
         """Insert many in the caller's transaction: unkeyed jobs that share their options in one
         statement, keyed ones one at a time (each may meet an active job with its key); then the
         ``notes`` (by job id) of the jobs inserted, not of those found by their key."""
-        unkeyed = [job for job in jobs if job.idempotency_key is None]
+        # Loops rather than comprehensions: each of those is a call of its own, on every enqueue.
+        unkeyed = []
+        for job in jobs:
+            if job.idempotency_key is None:
+                unkeyed.append(job)
         if len(unkeyed) == 1:
-            cur.insert(self._insert_one(unkeyed[0]), self.backend.insert_values(unkeyed[0]))
+            job = unkeyed[0]
+            insert = self._insert_unkeyed_one if job.ordering_key is None else self._insert_on_target
+            cur.insert(insert, self.backend.insert_values(job))
         elif unkeyed:
             self._insert_unkeyed(cur, unkeyed)
-        results = [
-            make_tuple(InsertResult, (job, False)) if job.idempotency_key is None else self._insert_keyed_job(cur, job)
-            for job in jobs
-        ]
+        results = []
+        for job in jobs:
+            if job.idempotency_key is None:
+                results.append(make_tuple(InsertResult, (job, False)))
+            else:
+                results.append(self._insert_keyed_job(cur, job))
         if notes:
             inserted = {r.job.id for r in results if not r.duplicate}
             write_notes(cur, self.sql, {job_id: n for job_id, n in notes.items() if job_id in inserted})
@@ -188,7 +204,7 @@ class Enqueuer:
     def _insert_keyed_job(self, cur: Any, job: JobRecord) -> InsertResult:
         """Insert ``job`` (it has an idempotency key); an active job with the same key is returned."""
         while True:
-            inserted = cur.record(self._insert_keyed, self.backend.insert_values(job))
+            inserted = cur.insert_returning(self._insert_keyed, self.backend.insert_values(job))
             if inserted is not None:
                 return InsertResult(inserted)
             existing = cur.record(self.sql.ACTIVE_BY_KEY, {"type": job.type, "idempotency_key": job.idempotency_key})
@@ -200,11 +216,6 @@ class Enqueuer:
         """The active job holding ``job``'s type and idempotency key, if any (a read)."""
         with self.backend.read() as cur:
             return cur.record(self.sql.ACTIVE_BY_KEY, {"type": job.type, "idempotency_key": job.idempotency_key})
-
-    def _insert_one(self, job: JobRecord) -> str:
-        """The insert of one job without an idempotency key: with a target, the one that says
-        whether an older job on it holds this one back."""
-        return self.sql.INSERT_UNKEYED if job.ordering_key is None else self._insert_on_target
 
     def _insert_unkeyed(self, cur: Any, jobs: list[JobRecord]) -> None:
         groups: dict[tuple[Any, ...], list[JobRecord]] = {}

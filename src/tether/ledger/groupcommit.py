@@ -71,10 +71,12 @@ class GroupCommit:
     def submit(self, request: Request) -> None:
         """File ``request`` and return once the transaction holding it has ended."""
         with self._lock:
-            if self._in_flight < self.at_once:
+            if self._in_flight < self.at_once:  # lead at once, with every request waiting by now
                 self._in_flight += 1
-                self._waiting.append(request)
-                batch: list[Request] | None = self._take()
+                waiting = self._waiting
+                waiting.append(request)
+                batch: list[Request] | None = waiting
+                self._waiting = []
             else:
                 if request._ready is None:  # only a caller that waits needs one: most lead at once
                     request._ready = threading.Lock()

@@ -84,20 +84,26 @@ class PostgresBackend(Backend):
         driver = raw.driver_connection
         raw.detach()  # the pool neither counts it nor resets it; _give_back or close() closes it
         # In autocommit the driver sends no BEGIN of its own, which in pipeline mode it would
-        # wait on: _begin sends it in the pipeline, and COMMIT ends what it began.
+        # wait on: _cursor sends it in the pipeline, and COMMIT ends what it began.
         driver.autocommit = True
         self._pipelined.add(driver)
         return _KEPT, driver
 
-    def _begin(self, cur: Any) -> None:
-        driver = cur.connection
+    def _cursor(self, driver: Any, pipelined: bool) -> _Cursor:
+        cur = super()._cursor(driver, pipelined)
         if driver in self._pipelined:  # statements are sent without waiting for their answers
             entered = driver.pipeline()
             entered.__enter__()
             self._pipes[driver] = entered
-            cur.execute("BEGIN")
+            try:
+                cur._cur.execute("BEGIN")
+            except BaseException:
+                self._rollback(driver, cur)
+                cur._cur.close()
+                raise
+        return cur
 
-    def _commit(self, driver: Any, cur: Any) -> None:
+    def _commit(self, driver: Any, cur: _Cursor) -> None:
         entered = self._pipes.get(driver)
         if entered is None:
             driver.commit()
@@ -106,20 +112,21 @@ class PostgresBackend(Backend):
         # the whole transaction is one round trip, and its answer comes once the commit is
         # durable. An error of any statement is raised here, where the connection's loss
         # leaves the commit's fate unknown (the COMMIT was sent).
-        cur.execute("COMMIT")
+        raw: Any = cur._cur  # psycopg's cursor
+        raw.execute("COMMIT")
         then = self._then.pop(driver, None)
         if then is not None:
-            cur.execute(*then)
+            raw.execute(*then)
         del self._pipes[driver]
         try:
             entered.__exit__(None, None, None)  # one Sync: every answer, the first error raised
         except self._dbapi_error as e:
             # A cursor keeps the last answer that was no error: COMMIT's, if the commit stands.
-            if cur.statusmessage != "COMMIT":
+            if raw.statusmessage != "COMMIT":
                 raise
             events.emit("after_commit_failed", error=faults.describe(e))  # committed: a lost hint
 
-    def _rollback(self, driver: Any, cur: Any) -> None:
+    def _rollback(self, driver: Any, cur: _Cursor) -> None:
         entered = self._pipes.pop(driver, None)
         if entered is not None:
             try:

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from ..errors import LedgerFault
 from . import faults, sqlitetime
-from .backend import Backend
+from .backend import Backend, _Cursor
 from .record import JobRecord, from_rows
 
 _T = TypeVar("_T")
@@ -145,8 +145,8 @@ class SQLiteBackend(Backend):
             self._writers.add(writer)
         return None, writer.driver
 
-    def _when_unlocked(self, execute: Callable[[str], _T], statement: str) -> _T:
-        """``execute(statement)``, a statement that takes the write lock, as soon as the lock is
+    def _when_unlocked(self, execute: Callable[..., _T], statement: str, *params: Any) -> _T:
+        """``execute(statement, *params)``, a statement that takes the write lock, as soon as the lock is
         free: retried after 50 us, doubling to 2 ms, until the busy timeout has passed. SQLite's own busy
         handler cannot do this: its first sleep is a whole millisecond (which a worker woken by
         the WAL watch while the writer that woke it is still syncing would always pay), and it
@@ -156,7 +156,7 @@ class SQLiteBackend(Backend):
         pause = 0.00005
         while True:
             try:
-                return execute(statement)
+                return execute(statement, *params)
             except sqlite3.OperationalError as e:
                 if not _busy(e):
                     raise
@@ -193,20 +193,108 @@ class SQLiteBackend(Backend):
     def records(self, rows: list[tuple[Any, ...]]) -> list[JobRecord]:
         return from_rows(rows, sqlitetime.from_text)
 
-    def _begin(self, cur: Any) -> None:
-        # Take the write lock up front: a deferred transaction that upgrades later can fail with
-        # "database is locked" without waiting for the busy timeout.
-        self._when_unlocked(cur.execute, "BEGIN IMMEDIATE")
+    def _cursor(self, driver: sqlite3.Connection, pipelined: bool) -> _Cursor:
+        return _WriteCursor(self, driver.cursor(), pipelined)
 
-    def _commit(self, driver: sqlite3.Connection, cur: Any) -> None:
-        cur.execute("COMMIT")  # the connection is in autocommit mode: BEGIN and COMMIT are ours
+    def _commit(self, driver: sqlite3.Connection, cur: Any) -> None:  # cur: a _WriteCursor
+        if cur.begun:
+            cur._cur.execute("COMMIT")  # the connection is in autocommit mode: BEGIN and COMMIT are ours
+        elif cur.held is not None:  # the transaction's one statement, alone: its own transaction
+            self._when_unlocked(cur._cur.execute, *cur.held)
 
-    def _rollback(self, driver: sqlite3.Connection, cur: Any) -> None:
+    def _rollback(self, driver: sqlite3.Connection, cur: _Cursor) -> None:
         if driver.in_transaction:
             try:
-                cur.execute("ROLLBACK")
+                cur._cur.execute("ROLLBACK")
             except sqlite3.Error:
                 # A connection whose transaction cannot be ended is not used again.
                 if getattr(getattr(self._local, "writer", None), "driver", None) is driver:
                     self._local.writer = None
                 driver.close()
+
+    def insert_values(self, job: JobRecord) -> tuple[Any, ...]:
+        # By position (?1 to ?13, sqlite.sql says which is which): the driver binds a tuple
+        # without making and looking up each parameter's name.
+        created_at = sqlitetime.to_text(job.created_at)
+        return (
+            job.id,
+            job.type,
+            job.payload,
+            job.priority,
+            job.max_attempts,
+            created_at,
+            created_at if job.run_at is job.created_at else sqlitetime.to_text(job.run_at),
+            job.idempotency_key,
+            job.ordering_key,
+            job.parent_id,
+            job.timeout,
+            job.payload_bytes,
+            job.traceparent,
+        )
+
+
+class _WriteCursor(_Cursor):
+    """The cursor of one of tether's own SQLite transactions. BEGIN IMMEDIATE goes just before its
+    first statement (taking the write lock up front: a deferred transaction that upgrades later
+    can fail with "database is locked" without waiting). In a pipelined transaction (an enqueue's
+    group commit) a first statement that answers nothing, one row's insert, is held instead: if
+    another follows, the transaction begins with it; if none does, it runs alone at the commit, as
+    its own transaction, one statement where BEGIN, it and COMMIT would be three."""
+
+    __slots__ = ("begun", "held", "_may_hold")
+
+    def __init__(self, backend: SQLiteBackend, cur: Any, pipelined: bool) -> None:
+        self._backend = backend
+        self._cur = cur
+        self.begun = False
+        self.held: tuple[str, Any] | None = None
+        self._may_hold = pipelined
+
+    def _begin(self) -> None:
+        self.begun = True
+        self._may_hold = False
+        backend = self._backend
+        assert isinstance(backend, SQLiteBackend)
+        backend._when_unlocked(self._cur.execute, "BEGIN IMMEDIATE")
+        if self.held is not None:
+            self._cur.execute(*self.held)
+            self.held = None
+
+    def insert(self, statement: str, values: Any) -> None:
+        if self._may_hold and not isinstance(values, list):  # executemany would commit row by row
+            self._may_hold = False
+            self.held = (statement, values)
+            return
+        if not self.begun:
+            self._begin()
+        _Cursor.insert(self, statement, values)
+
+    def insert_returning(self, statement: str, values: Any) -> JobRecord | None:
+        if not self.begun:
+            self._begin()
+        return _Cursor.insert_returning(self, statement, values)
+
+    def execute(self, statement: str, params: Mapping[str, Any] | None = None) -> int:
+        if not self.begun:
+            self._begin()
+        return _Cursor.execute(self, statement, params)
+
+    def executemany(self, statement: str, rows: list[Mapping[str, Any]]) -> None:
+        if not self.begun:
+            self._begin()
+        _Cursor.executemany(self, statement, rows)
+
+    def records(self, statement: str, params: Mapping[str, Any] | None = None) -> list[JobRecord]:
+        if not self.begun:
+            self._begin()
+        return _Cursor.records(self, statement, params)
+
+    def rows(self, statement: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        if not self.begun:
+            self._begin()
+        return _Cursor.rows(self, statement, params)
+
+    def scalar(self, statement: str, params: Mapping[str, Any] | None = None) -> Any:
+        if not self.begun:
+            self._begin()
+        return _Cursor.scalar(self, statement, params)

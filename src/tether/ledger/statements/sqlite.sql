@@ -1,8 +1,8 @@
 -- Every statement tether's hot path runs on a SQLite ledger, complete as it is sent: named
--- ``:name`` parameters (the sqlite3 module's own), INDEXED BY where a statement must read
--- through one index. postgresql.sql holds the same names for PostgreSQL; a comment says where
--- they differ and why. Loaded by name into ``catalogue.SQLITE`` (catalogue.py); the plans are
--- checked in tests/test_query_plans.py.
+-- ``:name`` parameters (the sqlite3 module's own; the inserts number theirs, below), INDEXED BY
+-- where a statement must read through one index. postgresql.sql holds the same names for
+-- PostgreSQL; a comment says where they differ and why. Loaded by name into
+-- ``catalogue.SQLITE`` (catalogue.py); the plans are checked in tests/test_query_plans.py.
 --
 -- INDEXED BY: SQLite does not weigh a partial index's smaller size, so each probe of the
 -- active jobs on a target (alias b, n, o, ho, a) is pinned to ix_tether_jobs_target_active and
@@ -20,13 +20,19 @@
 -- key fixed by an equality PostgreSQL may walk another index in id order (postgresql.sql says
 -- why); both files spell it alike.
 
+-- The three inserts of one job number their parameters (?1 to ?13) rather than name them: the
+-- driver binds a tuple by position, where a name costs it a string made and looked up per value,
+-- on every enqueue. The values, in order (SQLiteBackend.insert_values): ?1 id, ?2 type,
+-- ?3 payload, ?4 priority, ?5 max_attempts, ?6 created_at, ?7 run_at, ?8 idempotency_key,
+-- ?9 ordering_key, ?10 parent_id, ?11 timeout, ?12 payload_bytes, ?13 traceparent.
+
 -- name: INSERT_UNKEYED
 -- Jobs without an idempotency key cannot conflict: inserted in one executemany, no RETURNING
 -- (the caller already knows every value).
 INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,
                          created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes, traceparent)
-VALUES (:id, :type, :payload, 'pending', :priority, 0, :max_attempts,
-        :created_at, :run_at, :idempotency_key, :ordering_key, :parent_id, :timeout, :payload_bytes, :traceparent)
+VALUES (?1, ?2, ?3, 'pending', ?4, 0, ?5,
+        ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
 
 -- name: INSERT_ON_TARGET
 -- A job with a target and no key: INSERT_UNKEYED, blocked if an older job on the target is
@@ -34,11 +40,11 @@ VALUES (:id, :type, :payload, 'pending', :priority, 0, :max_attempts,
 INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,
                          created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes, traceparent,
                          blocked)
-VALUES (:id, :type, :payload, 'pending', :priority, 0, :max_attempts,
-        :created_at, :run_at, :idempotency_key, :ordering_key, :parent_id, :timeout, :payload_bytes, :traceparent,
+VALUES (?1, ?2, ?3, 'pending', ?4, 0, ?5,
+        ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13,
         EXISTS (SELECT 1 FROM tether_jobs AS b INDEXED BY ix_tether_jobs_target_active
-                WHERE b.ordering_key >= :ordering_key AND b.ordering_key IS NOT NULL
-                  AND b.status IN ('pending', 'claimed') AND (b.ordering_key, b.id) < (:ordering_key, :id)))
+                WHERE b.ordering_key >= ?9 AND b.ordering_key IS NOT NULL
+                  AND b.status IN ('pending', 'claimed') AND (b.ordering_key, b.id) < (?9, ?1)))
 
 -- name: INSERT
 -- A keyed job: INSERT_ON_TARGET, and nothing is inserted while an active job of its type holds
@@ -46,11 +52,11 @@ VALUES (:id, :type, :payload, 'pending', :priority, 0, :max_attempts,
 INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,
                          created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes, traceparent,
                          blocked)
-VALUES (:id, :type, :payload, 'pending', :priority, 0, :max_attempts,
-        :created_at, :run_at, :idempotency_key, :ordering_key, :parent_id, :timeout, :payload_bytes, :traceparent,
+VALUES (?1, ?2, ?3, 'pending', ?4, 0, ?5,
+        ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13,
         EXISTS (SELECT 1 FROM tether_jobs AS b INDEXED BY ix_tether_jobs_target_active
-                WHERE b.ordering_key >= :ordering_key AND b.ordering_key IS NOT NULL
-                  AND b.status IN ('pending', 'claimed') AND (b.ordering_key, b.id) < (:ordering_key, :id)))
+                WHERE b.ordering_key >= ?9 AND b.ordering_key IS NOT NULL
+                  AND b.status IN ('pending', 'claimed') AND (b.ordering_key, b.id) < (?9, ?1)))
 ON CONFLICT (type, idempotency_key) WHERE status IN ('pending', 'claimed') AND idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
