@@ -139,7 +139,10 @@ def test_a_write_lock_held_past_the_busy_timeout_fails_the_enqueue_cleanly(tmp_p
             assert conn.exec_driver_sql("SELECT count(*) FROM tether_jobs").scalar() == 1
 
 
-def test_a_write_inside_another_on_one_thread_is_refused_and_the_outer_one_survives(tmp_path):
+@pytest.mark.parametrize("pipelined", [False, True], ids=["begun", "insert_held_back"])
+def test_a_write_inside_another_on_one_thread_is_refused_and_the_outer_one_survives(tmp_path, pipelined):
+    # Pipelined, the outer transaction has begun nothing yet (its one insert is held back on the
+    # thread's write cursor, which the inner one would otherwise start afresh).
     with Coordinator.open(
         f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())
     ) as c:
@@ -150,7 +153,7 @@ def test_a_write_inside_another_on_one_thread_is_refused_and_the_outer_one_survi
             with pytest.raises(RuntimeError, match="nested writes are not supported"):
                 c.queue.backend.transact(lambda _: None)
 
-        c.queue.backend.transact(outer)
+        c.queue.backend.transact(outer, pipelined=pipelined)
         assert c.get(job.id).status.value == "pending"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 import pytest
@@ -133,7 +134,8 @@ def engine(tmp_path_factory):
     c.close()
 
 
-# The values of the inserts, which number their parameters (?1 to ?13), in that order.
+# The values of the inserts, which number their parameters (?1 to ?13), in that order; an insert
+# takes the first as many as it numbers.
 INSERT_ORDER = (
     "id",
     "type",
@@ -142,25 +144,26 @@ INSERT_ORDER = (
     "max_attempts",
     "created_at",
     "run_at",
-    "idempotency_key",
-    "ordering_key",
     "parent_id",
     "timeout",
     "payload_bytes",
     "traceparent",
+    "ordering_key",
+    "idempotency_key",
 )
 
 
-def numbered(params: dict) -> tuple:
+def numbered(params: dict, statement: str = SQLITE.INSERT) -> tuple:
     from tether.ledger.sqlitetime import to_text
 
-    return tuple(to_text(v) if isinstance(v, datetime) else v for v in (params[n] for n in INSERT_ORDER))
+    count = max(int(n) for n in re.findall(r"\?(\d+)", statement))
+    return tuple(to_text(v) if isinstance(v, datetime) else v for v in (params[n] for n in INSERT_ORDER[:count]))
 
 
 def plan(engine: sa.Engine, statement: str) -> list[str]:
     from tether.ledger import drivers
 
-    params = numbered(PARAMS) if "?1" in statement else drivers.for_engine(engine).bind(PARAMS)
+    params = numbered(PARAMS, statement) if "?1" in statement else drivers.for_engine(engine).bind(PARAMS)
     with engine.connect() as conn:
         raw = conn.connection.driver_connection
         assert raw is not None

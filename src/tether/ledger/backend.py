@@ -120,7 +120,7 @@ class Backend:
                         self._then_run(driver, cur._cur)
                     return result
                 finally:
-                    cur._cur.close()
+                    cur.close()
             except self._dbapi_error as e:
                 error = self._wrap(e, driver, committing=committing)
                 if raw is not None:  # given back before a pause to run it again
@@ -299,6 +299,10 @@ class _Cursor:
 
     def after_commit(self, statement: str, params: Mapping[str, Any]) -> None:
         self._backend.after_commit(self._cur, statement, params)
+
+    def close(self) -> None:
+        """The end of this cursor's transaction (``Backend.transact``)."""
+        self._cur.close()
 
     def insert(self, statement: str, values: Mapping[str, Any] | list[Mapping[str, Any]]) -> None:
         """An insert of ``Backend.insert_values`` (one row, or a list of them), already bound."""

@@ -155,21 +155,15 @@ class Enqueuer:
 
     def _insert_batch(self, batch: list[Request], cur: Any) -> list[list[InsertResult]]:
         """Each request's jobs in the transaction of ``cur`` (built afresh on each run of it:
-        Backend.transact); one wake-up for all, if any job is new."""
+        Backend.transact); one wake-up for other processes, if any job is new."""
         outcomes = []
-        fresh = False
         for i, request in enumerate(batch):
             try:
                 results = self.insert_all(cur, request.jobs, request.notes)
             except self.backend.refusals as e:
                 raise _Refused(i, self.backend.wrap(e)) from e
             outcomes.append(results)
-            if not fresh:
-                for r in results:
-                    if not r.duplicate:
-                        fresh = True
-                        break
-        if fresh:
+        if self.wakeup.sends and any(not r.duplicate for results in outcomes for r in results):
             self.wakeup.notify_after_commit(cur)
         return outcomes
 

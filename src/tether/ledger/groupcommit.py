@@ -70,7 +70,10 @@ class GroupCommit:
 
     def submit(self, request: Request) -> None:
         """File ``request`` and return once the transaction holding it has ended."""
-        with self._lock:
+        # The group's lock by acquire and release rather than ``with``: half the cost, taken
+        # twice by every enqueue.
+        self._lock.acquire()
+        try:
             if self._in_flight < self.at_once:  # lead at once, with every request waiting by now
                 self._in_flight += 1
                 waiting = self._waiting
@@ -83,6 +86,8 @@ class GroupCommit:
                     request._ready.acquire()
                 self._waiting.append(request)
                 batch = None
+        finally:
+            self._lock.release()
         if batch is None:
             try:
                 request._ready.acquire()  # woken by a leader: done, or handed the lead
@@ -120,12 +125,15 @@ class GroupCommit:
                     request.error = e if isinstance(e, Exception) else _interrupted(request, e)
             raise
         finally:
-            with self._lock:
+            self._lock.acquire()
+            try:
                 if self._waiting:
                     following: list[Request] | None = self._take()
                 else:
                     following = None
                     self._in_flight -= 1
+            finally:
+                self._lock.release()
             if following is not None:  # first, so the next commit starts while these return
                 following[0].batch = following
                 following[0]._ready.release()

@@ -99,7 +99,7 @@ class PostgresBackend(Backend):
                 cur._cur.execute("BEGIN")
             except BaseException:
                 self._rollback(driver, cur)
-                cur._cur.close()
+                cur.close()
                 raise
         return cur
 

@@ -23,15 +23,18 @@ _T = TypeVar("_T")
 
 
 class _Writer:
-    """One thread's write connection (a holder, since sqlite3 connections take no weak refs)."""
+    """One thread's write connection (a holder, since sqlite3 connections take no weak refs) and
+    the cursor each of its transactions runs on."""
 
-    __slots__ = ("driver", "pool", "pid", "__weakref__")
+    __slots__ = ("driver", "cursor", "pool", "pid", "__weakref__")
     driver: sqlite3.Connection
+    cursor: _WriteCursor
     pool: Any
     pid: int
 
-    def __init__(self, driver: sqlite3.Connection, pool: Any) -> None:
+    def __init__(self, backend: SQLiteBackend, driver: sqlite3.Connection, pool: Any) -> None:
         self.driver = driver
+        self.cursor = _WriteCursor(backend, driver.cursor())
         self.pool = pool
         self.pid = _pid
 
@@ -123,9 +126,10 @@ class SQLiteBackend(Backend):
         # closed with the thread (its locals go), or by close(); a new pool (engine.dispose()) or
         # a forked child gets a new one.
         writer = getattr(self._local, "writer", None)
-        if writer is not None and writer.pid == _pid and writer.driver.in_transaction:
+        if writer is not None and writer.pid == _pid and writer.cursor.in_use:
             # Its transaction is still open: a write() inside another on this thread, which would
-            # otherwise end the outer transaction and leave its rest to commit statement by statement.
+            # otherwise end the outer transaction (or drop the insert it holds back) and leave its
+            # rest to commit statement by statement.
             raise RuntimeError(
                 "a tether write transaction is already open on this thread; nested writes are not supported"
             )
@@ -141,7 +145,7 @@ class SQLiteBackend(Backend):
             # that woke it is still syncing would always pay it.
             self._busy_timeout = driver.execute("PRAGMA busy_timeout").fetchone()[0] / 1000
             driver.execute("PRAGMA busy_timeout=0")
-            writer = self._local.writer = _Writer(driver, self.engine.pool)
+            writer = self._local.writer = _Writer(self, driver, self.engine.pool)
             self._writers.add(writer)
         return None, writer.driver
 
@@ -194,7 +198,9 @@ class SQLiteBackend(Backend):
         return from_rows(rows, sqlitetime.from_text)
 
     def _cursor(self, driver: sqlite3.Connection, pipelined: bool) -> _Cursor:
-        return _WriteCursor(self, driver.cursor(), pipelined)
+        cur: _WriteCursor = self._local.writer.cursor  # the writer just checked out: ``driver``'s
+        cur.start(pipelined)
+        return cur
 
     def _commit(self, driver: sqlite3.Connection, cur: Any) -> None:  # cur: a _WriteCursor
         if cur.begun:
@@ -213,10 +219,12 @@ class SQLiteBackend(Backend):
                 driver.close()
 
     def insert_values(self, job: JobRecord) -> tuple[Any, ...]:
-        # By position (?1 to ?13, sqlite.sql says which is which): the driver binds a tuple
-        # without making and looking up each parameter's name.
+        # By position (sqlite.sql says which is which): the driver binds a tuple without making
+        # and looking up each parameter's name. A job without keys ends before them: its insert
+        # (INSERT_UNKEYED) takes no parameter for either, and one with a target but no
+        # idempotency key (INSERT_ON_TARGET) none for the idempotency key.
         created_at = sqlitetime.to_text(job.created_at)
-        return (
+        values = (
             job.id,
             job.type,
             job.payload,
@@ -224,13 +232,14 @@ class SQLiteBackend(Backend):
             job.max_attempts,
             created_at,
             created_at if job.run_at is job.created_at else sqlitetime.to_text(job.run_at),
-            job.idempotency_key,
-            job.ordering_key,
             job.parent_id,
             job.timeout,
             job.payload_bytes,
             job.traceparent,
         )
+        if job.idempotency_key is not None:
+            return (*values, job.ordering_key, job.idempotency_key)
+        return values if job.ordering_key is None else (*values, job.ordering_key)
 
 
 class _WriteCursor(_Cursor):
@@ -241,14 +250,28 @@ class _WriteCursor(_Cursor):
     another follows, the transaction begins with it; if none does, it runs alone at the commit, as
     its own transaction, one statement where BEGIN, it and COMMIT would be three."""
 
-    __slots__ = ("begun", "held", "_may_hold")
+    __slots__ = ("begun", "held", "in_use", "_may_hold")
 
-    def __init__(self, backend: SQLiteBackend, cur: Any, pipelined: bool) -> None:
+    def __init__(self, backend: SQLiteBackend, cur: Any) -> None:
         self._backend = backend
         self._cur = cur
         self.begun = False
         self.held: tuple[str, Any] | None = None
+        self.in_use = False
+        self._may_hold = False
+
+    def start(self, pipelined: bool) -> None:
+        """Begin a transaction's use of this cursor (a writer runs each of its transactions on
+        its one cursor, made with it); ``pipelined`` as ``Backend.transact`` says."""
+        self.in_use = True
+        self.begun = False
+        self.held = None
         self._may_hold = pipelined
+
+    def close(self) -> None:
+        # The cursor stays open for the writer's next transaction: a statement of this one is
+        # reset when the next runs (COMMIT or ROLLBACK ended it on this cursor).
+        self.in_use = False
 
     def _begin(self) -> None:
         self.begun = True

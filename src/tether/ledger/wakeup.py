@@ -23,6 +23,9 @@ DEFAULT_CHANNEL = "tether_jobs"
 class Wakeup:
     """A counter idle workers wait on; ``wake_local`` after an enqueue commits bumps it."""
 
+    sends = False
+    """Whether a commit also wakes other processes (``notify_in``, ``notify_after_commit``)."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -32,10 +35,14 @@ class Wakeup:
 
     def wake_local(self) -> None:
         """Wake this process's waiters only (shutdown, a file watcher): no message is sent."""
-        with self._lock:
+        # acquire and release rather than ``with``: half the cost, on every enqueue.
+        self._lock.acquire()
+        try:
             self._generation += 1
             if self._waiting:
                 self._cond.notify_all()
+        finally:
+            self._lock.release()
 
     def notify_in(self, cur: Any) -> None:
         """Queue the cross-process wake-up inside the caller's write transaction (``cur`` is the
@@ -82,6 +89,8 @@ class PgWakeup(Wakeup):
     and wakes waiters after each reconnect because notifications sent meanwhile are gone.
     Processes that only enqueue never listen.
     """
+
+    sends = True
 
     def __init__(
         self,

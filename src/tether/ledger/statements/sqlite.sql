@@ -20,43 +20,45 @@
 -- key fixed by an equality PostgreSQL may walk another index in id order (postgresql.sql says
 -- why); both files spell it alike.
 
--- The three inserts of one job number their parameters (?1 to ?13) rather than name them: the
--- driver binds a tuple by position, where a name costs it a string made and looked up per value,
--- on every enqueue. The values, in order (SQLiteBackend.insert_values): ?1 id, ?2 type,
--- ?3 payload, ?4 priority, ?5 max_attempts, ?6 created_at, ?7 run_at, ?8 idempotency_key,
--- ?9 ordering_key, ?10 parent_id, ?11 timeout, ?12 payload_bytes, ?13 traceparent.
+-- The three inserts of one job number their parameters rather than name them: the driver binds
+-- a tuple by position, where a name costs it a string made and looked up per value, on every
+-- enqueue. The values, in order (SQLiteBackend.insert_values): ?1 id, ?2 type, ?3 payload,
+-- ?4 priority, ?5 max_attempts, ?6 created_at, ?7 run_at, ?8 parent_id, ?9 timeout,
+-- ?10 payload_bytes, ?11 traceparent, ?12 ordering_key, ?13 idempotency_key. Each insert takes
+-- only the values its jobs may have (INSERT_UNKEYED ?1-?11, INSERT_ON_TARGET ?1-?12, INSERT all):
+-- the driver binds each None it is given through its adapter look-up, dearer than any other value.
 
 -- name: INSERT_UNKEYED
 -- Jobs without an idempotency key cannot conflict: inserted in one executemany, no RETURNING
 -- (the caller already knows every value).
 INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,
-                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes, traceparent)
+                         created_at, run_at, parent_id, timeout, payload_bytes, traceparent)
 VALUES (?1, ?2, ?3, 'pending', ?4, 0, ?5,
-        ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+        ?6, ?7, ?8, ?9, ?10, ?11)
 
 -- name: INSERT_ON_TARGET
 -- A job with a target and no key: INSERT_UNKEYED, blocked if an older job on the target is
 -- active.
 INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,
-                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes, traceparent,
+                         created_at, run_at, parent_id, timeout, payload_bytes, traceparent, ordering_key,
                          blocked)
 VALUES (?1, ?2, ?3, 'pending', ?4, 0, ?5,
-        ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13,
+        ?6, ?7, ?8, ?9, ?10, ?11, ?12,
         EXISTS (SELECT 1 FROM tether_jobs AS b INDEXED BY ix_tether_jobs_target_active
-                WHERE b.ordering_key >= ?9 AND b.ordering_key IS NOT NULL
-                  AND b.status IN ('pending', 'claimed') AND (b.ordering_key, b.id) < (?9, ?1)))
+                WHERE b.ordering_key >= ?12 AND b.ordering_key IS NOT NULL
+                  AND b.status IN ('pending', 'claimed') AND (b.ordering_key, b.id) < (?12, ?1)))
 
 -- name: INSERT
 -- A keyed job: INSERT_ON_TARGET, and nothing is inserted while an active job of its type holds
 -- the key (the caller then reads that one, ACTIVE_BY_KEY).
 INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,
-                         created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes, traceparent,
-                         blocked)
+                         created_at, run_at, parent_id, timeout, payload_bytes, traceparent, ordering_key,
+                         idempotency_key, blocked)
 VALUES (?1, ?2, ?3, 'pending', ?4, 0, ?5,
         ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13,
         EXISTS (SELECT 1 FROM tether_jobs AS b INDEXED BY ix_tether_jobs_target_active
-                WHERE b.ordering_key >= ?9 AND b.ordering_key IS NOT NULL
-                  AND b.status IN ('pending', 'claimed') AND (b.ordering_key, b.id) < (?9, ?1)))
+                WHERE b.ordering_key >= ?12 AND b.ordering_key IS NOT NULL
+                  AND b.status IN ('pending', 'claimed') AND (b.ordering_key, b.id) < (?12, ?1)))
 ON CONFLICT (type, idempotency_key) WHERE status IN ('pending', 'claimed') AND idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, type, payload, status, priority, attempts, max_attempts, last_error, locked_by, locked_at,
           created_at, claimed_at, completed_at, run_at, idempotency_key, ordering_key, parent_id, result,
