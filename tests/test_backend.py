@@ -247,3 +247,22 @@ def test_an_enqueue_of_more_than_one_statement_on_sqlite_commits_them_together_o
             c.queue.backend.transact(insert_then_fail, pipelined=True)
         with c.engine.connect() as conn:
             assert conn.exec_driver_sql("SELECT count(*) FROM tether_jobs").scalar() == 1  # the tagged one
+
+
+def test_a_sqlite_jobs_absent_parent_timeout_and_traceparent_are_stored_as_null(tmp_path):
+    # The inserts send them as values no job has ('' and 0); the statement makes those NULL.
+    with Coordinator.open(
+        f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())
+    ) as c:
+        plain = c.enqueue(Note(name="a")).job
+        timed = c.enqueue(Note(name="b"), timeout=2.5).job
+        with c.engine.connect() as conn:
+            rows: dict[str, str] = dict(
+                conn.exec_driver_sql(
+                    "SELECT id, json_array(parent_id IS NULL, timeout IS NULL, traceparent IS NULL, timeout)"
+                    " FROM tether_jobs"
+                ).all()
+            )
+        assert rows[plain.id] == "[1,1,1,null]"
+        assert rows[timed.id] == "[1,0,1,2.5]"
+        assert c.get(plain.id).timeout is None and c.get(timed.id).timeout == 2.5

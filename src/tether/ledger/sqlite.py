@@ -232,10 +232,10 @@ class SQLiteBackend(Backend):
             job.max_attempts,
             created_at,
             created_at if job.run_at is job.created_at else sqlitetime.to_text(job.run_at),
-            job.parent_id,
-            job.timeout,
+            job.parent_id or "",  # absences as values no job has (sqlite.sql: NULLIF)
+            job.timeout or 0.0,
             job.payload_bytes,
-            job.traceparent,
+            job.traceparent or "",
         )
         if job.idempotency_key is not None:
             return (*values, job.ordering_key, job.idempotency_key)

@@ -27,6 +27,9 @@
 -- ?10 payload_bytes, ?11 traceparent, ?12 ordering_key, ?13 idempotency_key. Each insert takes
 -- only the values its jobs may have (INSERT_UNKEYED ?1-?11, INSERT_ON_TARGET ?1-?12, INSERT all):
 -- the driver binds each None it is given through its adapter look-up, dearer than any other value.
+-- For the same reason a job's usual absences travel as values it can never have, which NULLIF
+-- makes NULL: no parent_id '' (ids are never empty), no timeout 0 (a timeout is > 0), no
+-- traceparent ''.
 
 -- name: INSERT_UNKEYED
 -- Jobs without an idempotency key cannot conflict: inserted in one executemany, no RETURNING
@@ -34,7 +37,7 @@
 INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,
                          created_at, run_at, parent_id, timeout, payload_bytes, traceparent)
 VALUES (?1, ?2, ?3, 'pending', ?4, 0, ?5,
-        ?6, ?7, ?8, ?9, ?10, ?11)
+        ?6, ?7, NULLIF(?8, ''), NULLIF(?9, 0), ?10, NULLIF(?11, ''))
 
 -- name: INSERT_ON_TARGET
 -- A job with a target and no key: INSERT_UNKEYED, blocked if an older job on the target is
@@ -43,7 +46,7 @@ INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_atte
                          created_at, run_at, parent_id, timeout, payload_bytes, traceparent, ordering_key,
                          blocked)
 VALUES (?1, ?2, ?3, 'pending', ?4, 0, ?5,
-        ?6, ?7, ?8, ?9, ?10, ?11, ?12,
+        ?6, ?7, NULLIF(?8, ''), NULLIF(?9, 0), ?10, NULLIF(?11, ''), ?12,
         EXISTS (SELECT 1 FROM tether_jobs AS b INDEXED BY ix_tether_jobs_target_active
                 WHERE b.ordering_key >= ?12 AND b.ordering_key IS NOT NULL
                   AND b.status IN ('pending', 'claimed') AND (b.ordering_key, b.id) < (?12, ?1)))
@@ -55,7 +58,7 @@ INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_atte
                          created_at, run_at, parent_id, timeout, payload_bytes, traceparent, ordering_key,
                          idempotency_key, blocked)
 VALUES (?1, ?2, ?3, 'pending', ?4, 0, ?5,
-        ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13,
+        ?6, ?7, NULLIF(?8, ''), NULLIF(?9, 0), ?10, NULLIF(?11, ''), ?12, ?13,
         EXISTS (SELECT 1 FROM tether_jobs AS b INDEXED BY ix_tether_jobs_target_active
                 WHERE b.ordering_key >= ?12 AND b.ordering_key IS NOT NULL
                   AND b.status IN ('pending', 'claimed') AND (b.ordering_key, b.id) < (?12, ?1)))
