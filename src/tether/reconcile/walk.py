@@ -139,8 +139,10 @@ def entries(
 
 def _push(stack: list[tuple[str, str | None]], prefix: str, subdirs: list[str], clean: CleanDirs | None) -> None:
     """The subdirectories of the directory at ``prefix`` onto ``stack`` (but ``.tether/`` at the
-    root), each with its clean row."""
-    rows = clean.under(prefix, subdirs) if clean is not None else {}
+    root), each with its clean row (none looked for under a directory without subdirectories:
+    most directories, a read each otherwise; rows left under it by subdirectories since removed
+    are never trusted, their directories being gone)."""
+    rows = clean.under(prefix, subdirs) if clean is not None and subdirs else {}
     stack.extend((f"{prefix}{name}/", rows.get(name)) for name in subdirs if prefix or name != paths.INTERNAL_DIR)
 
 
