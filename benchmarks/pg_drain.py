@@ -2,6 +2,7 @@
 procrastinate.
 
     .venv/bin/python benchmarks/pg_drain.py [--jobs 3000] [--workers 1,4,8] [--runs 3] [--only tether,pgqueuer]
+        [--before SRC]
 
 Per run and worker count, each system drains the same number of no-op jobs on the same server,
 each in a fresh database of its own, interleaved (the order of the systems rotates per run).
@@ -23,7 +24,9 @@ Throughput is jobs / drain window, the window read from each system's own tables
 claim to the last recorded completion (tether: min(claimed_at)..max(completed_at) of tether_jobs;
 pgqueuer: first 'picked' to last 'successful' row of pgqueuer_log; procrastinate: first 'started'
 to last 'succeeded' row of procrastinate_events, whose ``at`` is the writing transaction's
-start). Figures are medians over runs; the ratios are tether / the other.
+start). Figures are medians over runs; the ratios are tether / the other. With ``--before SRC``
+(another checkout's ``src/``), that tree's tether is one more system, ``before``, run the same way
+by a child process whose path puts it first.
 """
 
 from __future__ import annotations
@@ -183,7 +186,22 @@ def window(engine: sa.Engine, sql: str) -> float:
     return (last - first).total_seconds()
 
 
-def run_tether(jobs: int, workers: int) -> float:
+def run_before(src: Path, jobs: int, workers: int) -> float:
+    """``run_tether`` with another checkout's tether (``src`` first on the path), in a child
+    process: the ledger is made, filled and read by that tree's code, as its workers expect."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(REPO)])}
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", str(jobs), str(workers), str(src)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"before side failed:\n{done.stderr}")
+    return float(done.stdout.split()[-1])
+
+
+def run_tether(jobs: int, workers: int, src: Path | None = None) -> float:
     sys.path.insert(0, str(REPO / "tests"))
     import pg_jobtypes
     from tether import Coordinator
@@ -196,7 +214,7 @@ def run_tether(jobs: int, workers: int) -> float:
         root = REPO / ".bench" / "pg-drain-root"
         with Coordinator.open(url, root=root, registry=registry) as c:
             c.queue.wakeup = wakeup_for(c.engine)  # what Coordinator will pick by itself
-            env = {**os.environ, "PYTHONPATH": str(REPO)}
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(p) for p in (src, REPO) if p is not None])}
             procs = [
                 subprocess.Popen(
                     [
@@ -284,9 +302,15 @@ def main() -> None:
     parser.add_argument("--workers", default="1,4,8", help="worker process counts, comma-separated")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--only", default="tether,pgqueuer,procrastinate", help="systems, comma-separated")
+    parser.add_argument("--before", type=Path, help="another checkout's src: its tether is a system too ('before')")
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:  # run_before's child: PYTHONPATH puts the other tree first
+        jobs, workers, src = args.child
+        print(run_tether(int(jobs), int(workers), Path(src)))
+        return
     counts = [int(w) for w in args.workers.split(",")]
-    names = args.only.split(",")
+    names = args.only.split(",") + (["before"] if args.before else [])
     pgq = ensure_venv(VENV_PGQ, PGQUEUER, PGQ_SCRIPT) if "pgqueuer" in names else None
     pcr = ensure_venv(VENV_PROCRASTINATE, PROCRASTINATE, PROCRASTINATE_SCRIPT) if "procrastinate" in names else None
     with sa.create_engine(ADMIN_URL).connect() as conn:
@@ -304,6 +328,7 @@ def main() -> None:
         for workers in counts:
             sides = {
                 "tether": lambda workers=workers: run_tether(args.jobs, workers),
+                "before": lambda workers=workers: run_before(args.before, args.jobs, workers),
                 "pgqueuer": lambda workers=workers: run_pgqueuer(pgq, args.jobs, workers),  # type: ignore[arg-type]
                 "procrastinate": lambda workers=workers: run_procrastinate(pcr, args.jobs, workers),  # type: ignore[arg-type]
             }

@@ -4,9 +4,11 @@ the same ledger, the parts alternated run by run, medians (issue 37).
     .venv/bin/python benchmarks/reconcile_parts.py [--jobs 100000] [--runs 5] [--dir DIR]
 
 Parts: the bare ``os.stat`` loop of ``reconcile.py`` (paths in creation order); the whole check;
-the page statements with their fetch; the stream that turns pages into columns; ``compare`` (the
-stats, stamps and comparisons); the stats alone, as ``compare`` makes them (through each
-directory's descriptor, in key order); the walk for leftover temp files. The ledger is
+the page statements with their fetch; the stream that turns pages into columns (statements
+included); ``compare`` (the stats, stamps and comparisons); the stats alone, as ``compare`` makes
+them (through each directory's descriptor, in key order); the walk for leftover temp files, as a
+check makes it (a leaf directory unchanged since found clean not listed) and listing every
+directory (as ``--full``). The ledger is
 ``reconcile.py``'s (files on tmpfs by default), checked once first so every file has a
 fingerprint.
 """
@@ -38,10 +40,10 @@ def parts(c: Coordinator, root: Path, paths: list[str]) -> dict[str, Callable[[]
     rels = [[key[len(FILE_PREFIX) :] for key in page.keys] for page in pages]
     recorded = [page.fingerprints for page in pages]
 
-    def statements() -> None:  # the range reads a check of one job per target makes
-        after_key, after_id = "", ""
-        while len(rows := rec.reads.jobs(after_key, after_id, PAGE)) == PAGE:
-            after_id, after_key = rows[-1][0], rows[-1][2]
+    def statements() -> None:  # the page reads of tether_targets (and of the jobs in flight)
+        after_key = ""
+        while len(rows := rec.reads.targets(after_key, PAGE)[0]) == PAGE:
+            after_key = rows[-1][2]
 
     def stream() -> None:
         for _ in TargetStream(rec.reads, PAGE):
@@ -72,6 +74,9 @@ def parts(c: Coordinator, root: Path, paths: list[str]) -> dict[str, Callable[[]
         "files: compare (stat, stamp, compare)": compare,
         "files: the stats alone, as compare makes them": stats,
         "walk for leftover temp files": lambda: RootWalk(root, rec.reads, lambda f: None, untracked=False).run({}),
+        "walk, every directory listed": lambda: RootWalk(
+            root, rec.reads, lambda f: None, untracked=False, trust=False
+        ).run({}),
     }
 
 

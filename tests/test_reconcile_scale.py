@@ -236,7 +236,6 @@ PARAMS = {
     "keys": ["file:m/1.json", "file:m/2.json"],
     "ids": ["0" * 26, "1" * 26],
     "want": '["create_file", "sync_aws"]',
-    "fingerprinted": '["create_file"]',
 }
 
 

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 
 from .. import config
 from ..errors import ConfigError, DatabaseUnavailable, LedgerFault
+from . import clean_dirs as clean_dirs  # its table in the metadata, for create_all
 from . import faults, statuscheck, targets
 from .catalogue import catalogue_for
 from .ledgerfile import missing_file, no_table, not_a_file

@@ -162,7 +162,7 @@ class _Reconciler:
         self._recheck()
         # After the ledger pass. (Overlapping this walk with it in a thread measured no faster
         # here: the GIL-bound parts of both compete.)
-        RootWalk(self.root, self.reads, self._found, untracked=self.untracked).run(listed)
+        RootWalk(self.root, self.reads, self._found, untracked=self.untracked, trust=not self.full).run(listed)
         if self.untracked:
             self._remote_untracked()
         self.report.findings.sort(key=lambda f: f.path)

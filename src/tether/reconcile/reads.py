@@ -45,7 +45,7 @@ class LedgerReads:
         sql = self.backend.sql
         if self.fingerprinted:
             self._targets = sql.RECONCILE_TARGETS_FINGERPRINTS
-            self._wanted = {"want": sql.types(wanting), "fingerprinted": sql.types(fingerprinted)}
+            self._wanted = {"want": sql.types(wanting)}
         elif self.wide:
             self._targets = sql.RECONCILE_TARGETS_PAYLOADS
             self._wanted = {"want": sql.types(wanting)}
@@ -58,7 +58,7 @@ class LedgerReads:
     def targets(self, after_key: str, limit: int) -> tuple[list[tuple[Any, ...]], dict[str, str]]:
         """Up to ``limit`` targets after ``after_key`` that a completed job names, in key order,
         each as its latest completed job's row (id, type, key and, when ``wide``, the payload of a
-        wanted type and, when ``fingerprinted``, the fingerprint of a fingerprinted type); and the
+        wanted type and, when ``fingerprinted``, the fingerprint, of any type); and the
         targets up to the last of them that a job is in flight on, each with its first pending or
         claimed job's id (key -> id). Two statements on one connection: a job that completes
         between them leaves its target decided by the job before it, which the check's second
@@ -84,9 +84,33 @@ class LedgerReads:
         event) when the ledger refused the write (a read-only user): the check still stands."""
         if not fingerprints:
             return True
+        return self._record([(self.backend.sql.RECORD_FINGERPRINTS, fingerprints)])
+
+    def clean_dirs(self, parent: str) -> dict[str, str]:
+        """The clean leaf directories under ``parent`` (a walk's prefix), name -> fingerprint
+        (``clean_dirs.py``)."""
+        with self.backend.read() as cur:
+            return dict(cur.rows(self.backend.sql.CLEAN_DIRS, {"parent": parent}))
+
+    def keep_clean_dirs(self, clean: list[tuple[str, str, str]], gone: list[tuple[str, str]]) -> bool:
+        """Record clean leaf directories (parent, name, fingerprint) and forget others (parent,
+        name), in one short write transaction; False as ``refresh``."""
+        sql = self.backend.sql
+        return self._record([(sql.RECORD_CLEAN_DIRS, clean), (sql.FORGET_CLEAN_DIRS, gone)])
+
+    def _record(self, writes: list[tuple[str, Any]]) -> bool:
+        """Each statement of ``writes`` with its rows as one JSON parameter (none for empty
+        rows), in one write transaction; a refusal is an event, not an error."""
+        params = [(statement, {"rows": orjson.dumps(rows).decode()}) for statement, rows in writes if rows]
+        if not params:
+            return True
+
+        def write(cur: Any) -> None:
+            for statement, rows in params:
+                cur.execute(statement, rows)
+
         try:
-            rows = {"rows": orjson.dumps(fingerprints).decode()}
-            self.backend.transact(lambda cur: cur.execute(self.backend.sql.RECORD_FINGERPRINTS, rows))
+            self.backend.transact(write)
         except sa.exc.DBAPIError as e:
             events.emit("fingerprints_not_recorded", reason=" ".join(str(e.orig).split()))
             return False

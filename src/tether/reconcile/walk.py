@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from ..jobtypes.claude_extraction import answer_of
 from ..jobtypes.datafiles import durable, nofollow, paths
 from ..jobtypes.target import file_key
+from .clean_dirs import CleanDirs
 from .drift import LEFTOVER_TEMP, UNKNOWN, UNTRACKED, Finding
 from .reads import LedgerReads
 
@@ -25,14 +27,21 @@ Entry = tuple[str, os.DirEntry[str] | bool | None]  # (relative path, entry); se
 class RootWalk:
     """Report, through ``found``, what the walk of ``root`` finds that no running job explains."""
 
-    def __init__(self, root: Path, reads: LedgerReads, found: Callable[[Finding], None], *, untracked: bool) -> None:
-        self.root, self.reads, self.found, self.untracked = root, reads, found, untracked
+    def __init__(
+        self, root: Path, reads: LedgerReads, found: Callable[[Finding], None], *, untracked: bool, trust: bool = True
+    ) -> None:
+        self.root, self.reads, self.found, self.untracked, self.trust = root, reads, found, untracked, trust
 
     def run(self, listed: Listed) -> None:
         """Directories the probes listed in full (``listed``) are not read again: a temp file left
         by an earlier crash was there when they were read; one that appeared since was left by a
-        write running during this check, and the next check reports it if that write died."""
-        self._walk(entries(self.root, only_temps=not self.untracked, listed=listed))
+        write running during this check, and the next check reports it if that write died. A
+        leaf directory unchanged since a walk found it clean is not listed either, unless the
+        check trusts no fingerprint (``trust`` false: ``clean_dirs.py``)."""
+        clean = None if self.untracked else CleanDirs(self.reads, trust=self.trust)
+        self._walk(entries(self.root, only_temps=not self.untracked, listed=listed, clean=clean))
+        if clean is not None:
+            clean.flush()
 
     def _walk(self, found_entries: Iterable[Entry]) -> None:
         pending: list[tuple[str, int | None]] = []
@@ -88,21 +97,25 @@ class RootWalk:
                 self.found(Finding(rel, UNTRACKED, actual_size=size, detail="no job ever named this file"))
 
 
-def entries(root: Path, *, only_temps: bool, listed: Listed | None = None) -> Iterator[Entry]:
+def entries(
+    root: Path, *, only_temps: bool, listed: Listed | None = None, clean: CleanDirs | None = None
+) -> Iterator[Entry]:
     """(relative path, entry) of every non-directory entry under ``root`` (only temp files with
     ``only_temps``), skipping ``.tether/``; (directory, None) for one that could not be listed.
-    With ``listed`` (only temp files), the directories in it are taken from it (entry: True).
-    Each directory is opened from the root without following a symlink, as the probes read."""
-    stack = [""]
+    With ``listed`` (only temp files), the directories in it are taken from it (entry: True);
+    with ``clean`` (only temp files), a leaf directory unchanged since a listing found it clean
+    is not listed (``clean_dirs.py``). Each directory is opened from the root without following
+    a symlink, as the probes read."""
+    stack: list[tuple[str, str | None]] = [("", clean.root() if clean is not None else None)]
     with durable.opened_root(root) as root_fd:
         while stack:
-            prefix = stack.pop()
+            prefix, row = stack.pop()
             path = os.path.join(root, prefix) if prefix else root
             known = listed.get(os.path.normpath(path)) if listed else None
             if known is not None and only_temps:
-                temps, subdirs = known
+                temps, probed = known
                 yield from ((f"{prefix}{name}", True) for name in temps)
-                stack.extend(f"{prefix}{name}/" for name in subdirs if prefix or name != paths.INTERNAL_DIR)
+                _push(stack, prefix, probed, clean)
                 continue
             try:
                 dir_fd = nofollow.open_dir(root_fd, prefix.rstrip("/"))
@@ -111,29 +124,51 @@ def entries(root: Path, *, only_temps: bool, listed: Listed | None = None) -> It
             except OSError:
                 yield prefix.rstrip("/") or ".", None
                 continue
-            if only_temps and _leaf(dir_fd):
-                yield from _leaf_temps(dir_fd, prefix)
-            else:
-                yield from _scan(dir_fd, prefix, only_temps, stack)
+            if only_temps:
+                moment = time.time_ns()  # before the fstat: see clean_dirs.py
+                st = _leaf(dir_fd)
+                if st is not None:
+                    yield from _leaf_temps(dir_fd, prefix, moment, st, row, clean)
+                    continue
+            if row is not None and clean is not None:
+                clean.not_leaf(prefix)
+            subdirs: list[str] = []
+            yield from _scan(dir_fd, prefix, only_temps, subdirs)
+            _push(stack, prefix, subdirs, clean)
 
 
-def _leaf_temps(dir_fd: int, prefix: str) -> Iterator[Entry]:
-    """The temp files of a directory without subdirectories, from its names alone; closes it."""
+def _push(stack: list[tuple[str, str | None]], prefix: str, subdirs: list[str], clean: CleanDirs | None) -> None:
+    """The subdirectories of the directory at ``prefix`` onto ``stack`` (but ``.tether/`` at the
+    root), each with its clean row (none looked for under a directory without subdirectories:
+    most directories, a read each otherwise; rows left under it by subdirectories since removed
+    are never trusted, their directories being gone)."""
+    rows = clean.under(prefix, subdirs) if clean is not None and subdirs else {}
+    stack.extend((f"{prefix}{name}/", rows.get(name)) for name in subdirs if prefix or name != paths.INTERNAL_DIR)
+
+
+def _leaf_temps(
+    dir_fd: int, prefix: str, moment: int, st: os.stat_result, row: str | None, clean: CleanDirs | None
+) -> Iterator[Entry]:
+    """The temp files of a directory without subdirectories, from its names alone (none read
+    when ``clean`` says it is unchanged since a clean listing); closes it."""
     try:
-        names = os.listdir(dir_fd)
+        names = None if clean is not None and clean.unchanged(st, row) else os.listdir(dir_fd)
     except OSError:
-        names = None
+        yield prefix.rstrip("/") or ".", None
+        return
     finally:
         os.close(dir_fd)
     if names is None:
-        yield prefix.rstrip("/") or ".", None
-    elif paths.TEMP_SUFFIX in "/".join(names):  # most directories hold none: decided in C
-        yield from ((f"{prefix}{name}", True) for name in names if name.endswith(paths.TEMP_SUFFIX))
+        return
+    temps = [name for name in names if name.endswith(paths.TEMP_SUFFIX)] if paths.TEMP_SUFFIX in "/".join(names) else []
+    if clean is not None:  # most directories hold none: decided in C above
+        clean.listed(prefix, moment, st, row, temps=bool(temps))
+    yield from ((f"{prefix}{name}", True) for name in temps)
 
 
-def _scan(dir_fd: int, prefix: str, only_temps: bool, stack: list[str]) -> Iterator[Entry]:
-    """The entries of a directory (only temp files with ``only_temps``); its subdirectories, but
-    ``.tether/`` at the root, go on ``stack``. Closes the directory."""
+def _scan(dir_fd: int, prefix: str, only_temps: bool, subdirs: list[str]) -> Iterator[Entry]:
+    """The entries of a directory (only temp files with ``only_temps``); the names of its
+    subdirectories go to ``subdirs``. Closes the directory."""
     try:
         found = os.scandir(dir_fd)
     except OSError:
@@ -148,24 +183,24 @@ def _scan(dir_fd: int, prefix: str, only_temps: bool, stack: list[str]) -> Itera
                 except OSError:
                     is_dir = False
                 if is_dir:  # a data directory named ``x.tether-tmp`` is no temp file
-                    if prefix or entry.name != paths.INTERNAL_DIR:
-                        stack.append(f"{prefix}{entry.name}/")
+                    subdirs.append(entry.name)
                 elif not only_temps or entry.name.endswith(paths.TEMP_SUFFIX):
                     yield f"{prefix}{entry.name}", entry
     finally:
         os.close(dir_fd)
 
 
-def _leaf(dir_fd: int) -> bool:
-    """Whether the open directory has no subdirectory: a link count of 2 (its name and its own
-    ``.``) says so where the file system counts subdirectories' ``..`` (ext4, XFS, tmpfs; btrfs
-    says 1, and so does ext4 past 65,000 subdirectories: those are listed in full). A leaf's
-    temp files are found from its names alone, without a type check per entry: as GNU find's
-    leaf optimisation, and most of the walk's cost."""
+def _leaf(dir_fd: int) -> os.stat_result | None:
+    """The open directory's fstat if it has no subdirectory, else None: a link count of 2 (its
+    name and its own ``.``) says so where the file system counts subdirectories' ``..`` (ext4,
+    XFS, tmpfs; btrfs says 1, and so does ext4 past 65,000 subdirectories: those are listed in
+    full). A leaf's temp files are found from its names alone, without a type check per entry:
+    as GNU find's leaf optimisation, and most of the walk's cost."""
     try:
-        return os.fstat(dir_fd).st_nlink == 2
+        st = os.fstat(dir_fd)
     except OSError:
-        return False
+        return None
+    return st if st.st_nlink == 2 else None
 
 
 def _size(entry: os.DirEntry[str]) -> int | None:

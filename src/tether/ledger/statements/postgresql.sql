@@ -467,11 +467,11 @@ ORDER BY t.key
 LIMIT %(limit)s
 
 -- name: RECONCILE_TARGETS_FINGERPRINTS
--- As in sqlite.sql; :want and :fingerprinted are arrays of type names.
+-- As in sqlite.sql; :want is an array of type names.
 SELECT t.job_id, t.type, t.key,
        CASE WHEN t.type = ANY(%(want)s)
             THEN (SELECT j.payload FROM tether_jobs AS j WHERE j.id = t.job_id) END,
-       CASE WHEN t.type = ANY(%(fingerprinted)s) THEN t.fingerprint END
+       t.fingerprint
 FROM tether_targets AS t
 WHERE t.key > %(after_key)s
 ORDER BY t.key
@@ -496,6 +496,21 @@ LIMIT %(limit)s
 UPDATE tether_jobs AS t SET fingerprint = r.value
 FROM json_each_text(CAST(%(rows)s AS json)) AS r
 WHERE t.id = r.key AND t.status = 'completed'
+
+-- name: CLEAN_DIRS
+-- As in sqlite.sql.
+SELECT name, fingerprint FROM tether_clean_dirs WHERE parent = %(parent)s
+
+-- name: RECORD_CLEAN_DIRS
+-- As in sqlite.sql: :rows is a JSON array of [parent, name, fingerprint].
+INSERT INTO tether_clean_dirs (parent, name, fingerprint)
+SELECT r ->> 0, r ->> 1, r ->> 2 FROM json_array_elements(CAST(%(rows)s AS json)) AS r
+ON CONFLICT (parent, name) DO UPDATE SET fingerprint = EXCLUDED.fingerprint
+
+-- name: FORGET_CLEAN_DIRS
+-- As in sqlite.sql: :rows is a JSON array of [parent, name].
+DELETE FROM tether_clean_dirs AS d USING json_array_elements(CAST(%(rows)s AS json)) AS r
+WHERE d.parent = r ->> 0 AND d.name = r ->> 1
 
 -- name: WORKER_START
 -- A worker process registers itself (ledger/workers.py); its id is unique per process, so a

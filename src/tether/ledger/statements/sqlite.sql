@@ -525,13 +525,14 @@ ORDER BY t.key
 LIMIT :limit
 
 -- name: RECONCILE_TARGETS_FINGERPRINTS
--- RECONCILE_TARGETS_PAYLOADS for a content check by fingerprints: also the fingerprint of the jobs
--- whose types' probes check by them (:fingerprinted, a JSON array as :want), whose payloads it
--- leaves out (read by id for the few files that are read).
+-- RECONCILE_TARGETS_PAYLOADS for a content check by fingerprints: also each target's fingerprint,
+-- whatever its type (only the types whose probes check by them record one, and the check looks
+-- at no other's: no test of the type a row, a good part of the statement's cost otherwise). The
+-- fingerprinted types' payloads are left out of :want (read by id for the few files read).
 SELECT t.job_id, t.type, t.key,
        CASE WHEN t.type IN (SELECT value FROM json_each(:want))
             THEN (SELECT j.payload FROM tether_jobs AS j WHERE j.id = t.job_id) END,
-       CASE WHEN t.type IN (SELECT value FROM json_each(:fingerprinted)) THEN t.fingerprint END
+       t.fingerprint
 FROM tether_targets AS t
 WHERE t.key > :after_key
 ORDER BY t.key
@@ -562,6 +563,24 @@ LIMIT :limit
 UPDATE tether_jobs SET fingerprint = r.value
 FROM json_each(:rows) AS r
 WHERE tether_jobs.id = r.key AND tether_jobs.status = 'completed'
+
+-- name: CLEAN_DIRS
+-- The leaf directories under :parent (a walk's prefix: '' for the root's own entries, 'a/' under
+-- a) that a check's walk last found without a temp file, each with its fingerprint then
+-- (reconcile/clean_dirs.py); the root itself is the row of parent '' and name ''.
+SELECT name, fingerprint FROM tether_clean_dirs WHERE parent = :parent
+
+-- name: RECORD_CLEAN_DIRS
+-- :rows is a JSON array of [parent, name, fingerprint].
+INSERT INTO tether_clean_dirs (parent, name, fingerprint)
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]')
+FROM json_each(:rows) WHERE true
+ON CONFLICT (parent, name) DO UPDATE SET fingerprint = excluded.fingerprint
+
+-- name: FORGET_CLEAN_DIRS
+-- :rows is a JSON array of [parent, name]: directories gone, or no longer clean leaves.
+DELETE FROM tether_clean_dirs
+WHERE (parent, name) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:rows))
 
 -- name: WORKER_START
 -- A worker process registers itself (ledger/workers.py); its id is unique per process, so a
