@@ -87,41 +87,54 @@ def stop(procs: list[subprocess.Popen]) -> None:
             raise RuntimeError(f"worker exited {p.returncode}: {err.decode()[-1500:]}")
 
 
+# Run by the measured tree (``src`` first on the path), so the ledger is made and filled by the
+# code its workers run: an older tree refuses a ledger a newer one made.
+_LEDGER = """
+import sys
+from pathlib import Path
+from tests import pg_jobtypes
+from tether import Coordinator
+from tether.jobtypes import default_registry
+db, root, jobs = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+registry = default_registry()
+pg_jobtypes.register(registry)
+with Coordinator.open(f"sqlite:///{db}", root=root, registry=registry) as c:
+    if jobs:
+        c.enqueue_many([pg_jobtypes.PgNoop(n=i) for i in range(jobs)])
+"""
+
+
+def _ledger(src: Path, db: Path, root: Path, jobs: int) -> None:
+    """Make the ledger (``jobs`` 0) or enqueue ``jobs`` no-op jobs in one transaction, by ``src``."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(REPO)])}
+    subprocess.run([sys.executable, "-c", _LEDGER, str(db), str(root), str(jobs)], env=env, cwd=REPO, check=True)
+
+
 def drain(jobs: int, workers: int, src: Path, profile: bool = False) -> tuple[float, int, str]:
     """Jobs/s of ``workers`` processes (running the tether in ``src``) draining ``jobs``
     no-op jobs, and how many claims took them (distinct claimed_at: a claim stamps its batch)."""
-    sys.path.insert(0, str(REPO))
-    from tests import pg_jobtypes
-
-    from tether import Coordinator
-    from tether.jobtypes import default_registry
-
     with scratch(SCRATCH, "procs") as d:
         db, root, ready = d / "ledger.db", d / "root", Path(tempfile.mkdtemp(dir=d))
         spent = Path(tempfile.mkdtemp(dir=d)) if profile else None
         root.mkdir()
-        registry = default_registry()
-        pg_jobtypes.register(registry)
-        with Coordinator.open(f"sqlite:///{db}", root=root, registry=registry) as c:
-            procs = start_workers(db, root, workers, src, ready, spent)
+        _ledger(src, db, root, 0)
+        procs = start_workers(db, root, workers, src, ready, spent)
+        try:
+            wait_ready(procs, ready, src)
+            _ledger(src, db, root, jobs)
+            deadline = time.monotonic() + 1800
+            conn = sqlite3.connect(db, timeout=30)
             try:
-                wait_ready(procs, ready, src)
-                c.enqueue_many([pg_jobtypes.PgNoop(n=i) for i in range(jobs)])
-                deadline = time.monotonic() + 1800
-                conn = sqlite3.connect(db, timeout=30)
-                try:
-                    while (
-                        conn.execute("SELECT count(*) FROM tether_jobs WHERE status = 'completed'").fetchone()[0] < jobs
-                    ):
-                        if time.monotonic() > deadline:
-                            raise RuntimeError("not drained in time")
-                        time.sleep(0.05)
-                    first, last = conn.execute("SELECT min(claimed_at), max(completed_at) FROM tether_jobs").fetchone()
-                    claims = conn.execute("SELECT count(DISTINCT claimed_at) FROM tether_jobs").fetchone()[0]
-                finally:
-                    conn.close()
+                while conn.execute("SELECT count(*) FROM tether_jobs WHERE status = 'completed'").fetchone()[0] < jobs:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("not drained in time")
+                    time.sleep(0.05)
+                first, last = conn.execute("SELECT min(claimed_at), max(completed_at) FROM tether_jobs").fetchone()
+                claims = conn.execute("SELECT count(DISTINCT claimed_at) FROM tether_jobs").fetchone()[0]
             finally:
-                stop(procs)
+                conn.close()
+        finally:
+            stop(procs)
         report = "" if spent is None else _spent(spent)
     seconds = (datetime.fromisoformat(last) - datetime.fromisoformat(first)).total_seconds()
     return jobs / seconds, claims, report
