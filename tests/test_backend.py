@@ -17,27 +17,33 @@ from tether import Coordinator
 from tether.ledger.sqlite import SQLiteBackend
 
 
+@pytest.fixture
+def ledger(tmp_path) -> Iterator[Coordinator]:
+    """A SQLite ledger (``l.db`` under ``tmp_path``) with the Note type."""
+    with Coordinator.open(
+        f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())
+    ) as c:
+        yield c
+
+
 def _writer(c: Coordinator) -> sqlite3.Connection:
     # sqlite3's connection; not in tether's cursor Protocol
     return c.queue.backend.transact(lambda cur: cur._cur.connection)  # type: ignore[attr-defined]
 
 
-def test_each_thread_writes_on_its_own_connection_and_reuses_it(tmp_path):
-    with Coordinator.open(
-        f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())
-    ) as c:
-        mine = _writer(c)
-        assert _writer(c) is mine
-        theirs = []
-        t = threading.Thread(target=lambda: theirs.append(_writer(c)))
-        t.start()
-        t.join()
-        assert theirs[0] is not mine
-        # the thread's connection was set up like every other: WAL, FULL, busy timeout, and
-        # statement journals in memory (not a temp file made and deleted per batch)
-        assert mine.execute("PRAGMA synchronous").fetchone()[0] == 2
-        assert mine.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert mine.execute("PRAGMA temp_store").fetchone()[0] == 2
+def test_each_thread_writes_on_its_own_connection_and_reuses_it(ledger):
+    mine = _writer(ledger)
+    assert _writer(ledger) is mine
+    theirs = []
+    t = threading.Thread(target=lambda: theirs.append(_writer(ledger)))
+    t.start()
+    t.join()
+    assert theirs[0] is not mine
+    # the thread's connection was set up like every other: WAL, FULL, busy timeout, and
+    # statement journals in memory (not a temp file made and deleted per batch)
+    assert mine.execute("PRAGMA synchronous").fetchone()[0] == 2
+    assert mine.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert mine.execute("PRAGMA temp_store").fetchone()[0] == 2
 
 
 def test_closing_the_ledger_closes_the_write_connections(tmp_path):
@@ -82,14 +88,11 @@ def test_closing_a_postgresql_ledger_mid_enqueue_closes_that_enqueues_connection
         assert again.get(job.id) is not None  # committed before its connection closed
 
 
-def test_a_disposed_pool_gives_the_thread_a_new_connection(tmp_path):
-    with Coordinator.open(
-        f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())
-    ) as c:
-        before = _writer(c)
-        c.engine.dispose()  # e.g. to re-run connect-time set-up
-        assert _writer(c) is not before
-        assert c.enqueue(Note(name="a")).id
+def test_a_disposed_pool_gives_the_thread_a_new_connection(ledger):
+    before = _writer(ledger)
+    ledger.engine.dispose()  # e.g. to re-run connect-time set-up
+    assert _writer(ledger) is not before
+    assert ledger.enqueue(Note(name="a")).id
 
 
 def _hold_write_lock(path) -> sqlite3.Connection:
@@ -98,82 +101,70 @@ def _hold_write_lock(path) -> sqlite3.Connection:
     return other
 
 
-def test_a_write_waits_for_the_write_lock_in_short_steps_and_goes_on_when_it_is_free(tmp_path, monkeypatch):
-    with Coordinator.open(
-        f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())
-    ) as c:
-        c.enqueue(Note(name="warm"))  # the thread's write connection exists
-        other = _hold_write_lock(tmp_path / "l.db")
-        pauses = []
+def test_a_write_waits_for_the_write_lock_in_short_steps_and_goes_on_when_it_is_free(tmp_path, ledger, monkeypatch):
+    ledger.enqueue(Note(name="warm"))  # the thread's write connection exists
+    other = _hold_write_lock(tmp_path / "l.db")
+    pauses = []
 
-        def sleep(seconds):
-            pauses.append(seconds)
-            if len(pauses) == 3:
-                other.rollback()  # the other writer finishes
+    def sleep(seconds):
+        pauses.append(seconds)
+        if len(pauses) == 3:
+            other.rollback()  # the other writer finishes
 
-        monkeypatch.setattr("tether.ledger.sqlite.time.sleep", sleep)
-        job = c.enqueue(Note(name="a"))
-        assert pauses == [0.00005, 0.0001, 0.0002]  # not SQLite's first whole-millisecond sleep
-        assert c.get(job.id).status.value == "pending"
-        other.close()
+    monkeypatch.setattr("tether.ledger.sqlite.time.sleep", sleep)
+    job = ledger.enqueue(Note(name="a"))
+    assert pauses == [0.00005, 0.0001, 0.0002]  # not SQLite's first whole-millisecond sleep
+    assert ledger.get(job.id).status.value == "pending"
+    other.close()
 
 
-def test_a_write_lock_held_past_the_busy_timeout_fails_the_enqueue_cleanly(tmp_path, monkeypatch):
+def test_a_write_lock_held_past_the_busy_timeout_fails_the_enqueue_cleanly(tmp_path, ledger, monkeypatch):
     from tether.errors import DatabaseUnavailable
 
-    with Coordinator.open(
-        f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())
-    ) as c:
-        c.enqueue(Note(name="warm"))
-        assert isinstance(c.queue.backend, SQLiteBackend)
-        c.queue.backend._busy_timeout = 0.05
-        other = _hold_write_lock(tmp_path / "l.db")
-        try:
-            with pytest.raises(DatabaseUnavailable, match="database is locked"):
-                c.enqueue(Note(name="a"))
-            with pytest.raises(Exception, match="database is locked"):
-                c.queue.claim("w")
-        finally:
-            other.close()
-        with c.engine.connect() as conn:  # nothing half written
-            assert conn.exec_driver_sql("SELECT count(*) FROM tether_jobs").scalar() == 1
+    ledger.enqueue(Note(name="warm"))
+    assert isinstance(ledger.queue.backend, SQLiteBackend)
+    ledger.queue.backend._busy_timeout = 0.05
+    other = _hold_write_lock(tmp_path / "l.db")
+    try:
+        with pytest.raises(DatabaseUnavailable, match="database is locked"):
+            ledger.enqueue(Note(name="a"))
+        with pytest.raises(Exception, match="database is locked"):
+            ledger.queue.claim("w")
+    finally:
+        other.close()
+    with ledger.engine.connect() as conn:  # nothing half written
+        assert conn.exec_driver_sql("SELECT count(*) FROM tether_jobs").scalar() == 1
 
 
 @pytest.mark.parametrize("pipelined", [False, True], ids=["begun", "insert_held_back"])
-def test_a_write_inside_another_on_one_thread_is_refused_and_the_outer_one_survives(tmp_path, pipelined):
+def test_a_write_inside_another_on_one_thread_is_refused_and_the_outer_one_survives(ledger, pipelined):
     # Pipelined, the outer transaction has begun nothing yet (its one insert is held back on the
     # thread's write cursor, which the inner one would otherwise start afresh).
-    with Coordinator.open(
-        f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())
-    ) as c:
-        [job] = c.queue.enqueuer.build([Note(name="a")])
+    [job] = ledger.queue.enqueuer.build([Note(name="a")])
 
-        def outer(cur: Any) -> None:
-            c.queue.enqueuer.insert_all(cur, [job])
-            with pytest.raises(RuntimeError, match="nested writes are not supported"):
-                c.queue.backend.transact(lambda _: None)
+    def outer(cur: Any) -> None:
+        ledger.queue.enqueuer.insert_all(cur, [job])
+        with pytest.raises(RuntimeError, match="nested writes are not supported"):
+            ledger.queue.backend.transact(lambda _: None)
 
-        c.queue.backend.transact(outer, pipelined=pipelined)
-        assert c.get(job.id).status.value == "pending"
+    ledger.queue.backend.transact(outer, pipelined=pipelined)
+    assert ledger.get(job.id).status.value == "pending"
 
 
-def test_a_forked_child_leaves_the_parents_write_connections_alone(tmp_path):
+def test_a_forked_child_leaves_the_parents_write_connections_alone(ledger):
     import os
 
-    with Coordinator.open(
-        f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())
-    ) as c:
-        parent = _writer(c)
-        pid = os.fork()
-        if pid == 0:  # the child: its own connection, the parent's untouched
-            try:
-                ok = _writer(c) is not parent and c.enqueue(Note(name="child")).id is not None
-            finally:
-                os._exit(0 if ok else 1)
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
-        assert parent.execute("SELECT count(*) FROM tether_jobs").fetchone()[0] == 1  # still open, sees the child's job
-        assert c.enqueue(Note(name="parent")).id
+    parent = _writer(ledger)
+    pid = os.fork()
+    if pid == 0:  # the child: its own connection, the parent's untouched
+        try:
+            ok = _writer(ledger) is not parent and ledger.enqueue(Note(name="child")).id is not None
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert parent.execute("SELECT count(*) FROM tether_jobs").fetchone()[0] == 1  # still open, sees the child's job
+    assert ledger.enqueue(Note(name="parent")).id
 
 
 def test_a_time_is_stored_as_its_full_utc_text_and_read_back_exactly():
@@ -215,54 +206,45 @@ def statements(sent: list[str]) -> list[str]:
     return [s.split()[0] for s in dict.fromkeys(sent)]
 
 
-def test_a_lone_enqueue_on_sqlite_is_one_insert_that_is_its_own_transaction(tmp_path):
+def test_a_lone_enqueue_on_sqlite_is_one_insert_that_is_its_own_transaction(ledger):
     # BEGIN IMMEDIATE, the insert and COMMIT would be three statements where one does.
-    with Coordinator.open(
-        f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())
-    ) as c:
-        sent: list[str] = []
-        _writer(c).set_trace_callback(sent.append)
-        result = c.enqueue(Note(name="a"))
-        assert statements(sent) == ["INSERT"]
-        assert c.get(result.id).status.value == "pending"
+    sent: list[str] = []
+    _writer(ledger).set_trace_callback(sent.append)
+    result = ledger.enqueue(Note(name="a"))
+    assert statements(sent) == ["INSERT"]
+    assert ledger.get(result.id).status.value == "pending"
 
 
-def test_an_enqueue_of_more_than_one_statement_on_sqlite_commits_them_together_or_not_at_all(tmp_path):
+def test_an_enqueue_of_more_than_one_statement_on_sqlite_commits_them_together_or_not_at_all(ledger):
     # The first insert is held back; the statement after it begins the transaction it joins.
-    with Coordinator.open(
-        f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())
-    ) as c:
-        sent: list[str] = []
-        _writer(c).set_trace_callback(sent.append)
-        tagged = c.enqueue(Note(name="a"), tags=["t"])
-        assert statements(sent) == ["BEGIN", "INSERT", "INSERT", "COMMIT"]
-        assert c.get(tagged.id).status.value == "pending"
-        [job] = c.queue.enqueuer.builder.build([Note(name="b")])
+    sent: list[str] = []
+    _writer(ledger).set_trace_callback(sent.append)
+    tagged = ledger.enqueue(Note(name="a"), tags=["t"])
+    assert statements(sent) == ["BEGIN", "INSERT", "INSERT", "COMMIT"]
+    assert ledger.get(tagged.id).status.value == "pending"
+    [job] = ledger.queue.enqueuer.builder.build([Note(name="b")])
 
-        def insert_then_fail(cur: Any) -> None:
-            c.queue.enqueuer.insert_all(cur, [job])
-            cur.execute("INSERT INTO no_such_table VALUES (1)")
+    def insert_then_fail(cur: Any) -> None:
+        ledger.queue.enqueuer.insert_all(cur, [job])
+        cur.execute("INSERT INTO no_such_table VALUES (1)")
 
-        with pytest.raises(Exception, match="no such table"):
-            c.queue.backend.transact(insert_then_fail, pipelined=True)
-        with c.engine.connect() as conn:
-            assert conn.exec_driver_sql("SELECT count(*) FROM tether_jobs").scalar() == 1  # the tagged one
+    with pytest.raises(Exception, match="no such table"):
+        ledger.queue.backend.transact(insert_then_fail, pipelined=True)
+    with ledger.engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM tether_jobs").scalar() == 1  # the tagged one
 
 
-def test_a_sqlite_jobs_absent_parent_timeout_and_traceparent_are_stored_as_null(tmp_path):
+def test_a_sqlite_jobs_absent_parent_timeout_and_traceparent_are_stored_as_null(ledger):
     # The inserts send them as values no job has ('' and 0); the statement makes those NULL.
-    with Coordinator.open(
-        f"sqlite:///{tmp_path / 'l.db'}", root=tmp_path / "data", registry=registry_with(NoteType())
-    ) as c:
-        plain = c.enqueue(Note(name="a")).job
-        timed = c.enqueue(Note(name="b"), timeout=2.5).job
-        with c.engine.connect() as conn:
-            rows: dict[str, str] = dict(
-                conn.exec_driver_sql(
-                    "SELECT id, json_array(parent_id IS NULL, timeout IS NULL, traceparent IS NULL, timeout)"
-                    " FROM tether_jobs"
-                ).all()
-            )
-        assert rows[plain.id] == "[1,1,1,null]"
-        assert rows[timed.id] == "[1,0,1,2.5]"
-        assert c.get(plain.id).timeout is None and c.get(timed.id).timeout == 2.5
+    plain = ledger.enqueue(Note(name="a")).job
+    timed = ledger.enqueue(Note(name="b"), timeout=2.5).job
+    with ledger.engine.connect() as conn:
+        rows: dict[str, str] = dict(
+            conn.exec_driver_sql(
+                "SELECT id, json_array(parent_id IS NULL, timeout IS NULL, traceparent IS NULL, timeout)"
+                " FROM tether_jobs"
+            ).all()
+        )
+    assert rows[plain.id] == "[1,1,1,null]"
+    assert rows[timed.id] == "[1,0,1,2.5]"
+    assert ledger.get(plain.id).timeout is None and ledger.get(timed.id).timeout == 2.5

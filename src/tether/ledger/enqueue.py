@@ -96,9 +96,9 @@ class Enqueuer:
         self.where = where
         self.sql = backend.sql  # the statement catalogue of this ledger's dialect
         self._json_sql = (self.sql.INSERT_PAYLOADS, self.sql.INSERT_TARGETED) if backend.reads_json else None
+        # The inserts of one job: with an idempotency key; with a target (it says whether an older
+        # job on it holds this one back); with neither.
         self._insert_keyed, self._insert_on_target = self.sql.INSERT, self.sql.INSERT_ON_TARGET
-        # One job without an idempotency key: with a target, the insert that says whether an
-        # older job on it holds this one back.
         self._insert_unkeyed_one = self.sql.INSERT_UNKEYED
         self.group = GroupCommit(self._commit, backend.commits_at_once)
 

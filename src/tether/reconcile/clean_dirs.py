@@ -50,8 +50,9 @@ class CleanDirs:
         ``subdirs``; the rows of others under it are forgotten."""
         known = self.reads.clean_dirs(prefix)
         known.pop("", None)  # the root's own row, under the root's prefix
-        if len(known) > len(subdirs) or not known.keys() <= set(subdirs):
-            self._forget([(prefix, name) for name in known.keys() - set(subdirs)])
+        gone = known.keys() - set(subdirs)
+        if gone:
+            self._forget([(prefix, name) for name in gone])
         return known
 
     def unchanged(self, st: os.stat_result, known: str | None) -> bool:

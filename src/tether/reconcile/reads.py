@@ -45,13 +45,9 @@ class LedgerReads:
         sql = self.backend.sql
         if self.fingerprinted:
             self._targets = sql.RECONCILE_TARGETS_FINGERPRINTS
-            self._wanted = {"want": sql.types(wanting)}
-        elif self.wide:
-            self._targets = sql.RECONCILE_TARGETS_PAYLOADS
-            self._wanted = {"want": sql.types(wanting)}
         else:
-            self._targets = sql.RECONCILE_TARGETS
-            self._wanted = {}
+            self._targets = sql.RECONCILE_TARGETS_PAYLOADS if self.wide else sql.RECONCILE_TARGETS
+        self._wanted = {"want": sql.types(wanting)} if self.wide else {}
 
     # On the driver cursor, as the hot path: the stream is most of a check's reading.
 

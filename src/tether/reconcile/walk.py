@@ -160,8 +160,9 @@ def _leaf_temps(
         os.close(dir_fd)
     if names is None:
         return
+    # Most directories hold no temp file: that is decided in C, on the names joined.
     temps = [name for name in names if name.endswith(paths.TEMP_SUFFIX)] if paths.TEMP_SUFFIX in "/".join(names) else []
-    if clean is not None:  # most directories hold none: decided in C above
+    if clean is not None:
         clean.listed(prefix, moment, st, row, temps=bool(temps))
     yield from ((f"{prefix}{name}", True) for name in temps)
 
