@@ -11,9 +11,9 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-import secrets
 import stat
 import time
+from random import getrandbits
 from typing import NamedTuple
 
 from . import nofollow
@@ -194,7 +194,11 @@ class DataFile:
         to the data root, before the rename. The temp file is removed on any error, which leaves
         the target as it was. Returns the moment and stat of the file written, taken after the
         rename (which stamps its ctime on some file systems) on the descriptor written through."""
-        tmp = f".{self.name}.{secrets.token_hex(4)}{TEMP_SUFFIX}"
+        # The temp name need only differ from a temp file a dead writer of this path left (no
+        # live one can be here: the caller holds the path's lock); O_EXCL refuses a name taken, the
+        # attempt is retried, and a re-run removes such files first. So the process's generator,
+        # seeded from the OS (and again in a forked child), without a system call a file.
+        tmp = f".{self.name}.{getrandbits(32):08x}{TEMP_SUFFIX}"
         fd = os.open(
             tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, _FILE_MODE, dir_fd=self.dir_fd
         )
