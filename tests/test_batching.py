@@ -110,6 +110,23 @@ def test_a_slow_job_gives_the_rest_of_its_batch_back_and_later_claims_are_single
     assert w.run_once() == 1 and claimed == [1]
 
 
+def test_one_slow_job_among_fast_ones_keeps_its_batch(make_coordinator):
+    notes = NoteType()
+    c = make_coordinator(registry_with(notes))
+    c.enqueue_many([Note(name=str(i)) for i in range(6)])
+    original = notes.run
+
+    def run(payload, ctx):
+        if payload.name == "3":
+            time.sleep(0.3)  # past slow_job alone; the batch's mean stays well under it
+        return original(payload, ctx)
+
+    notes.run = run
+    w = c.worker(batch=6, slow_job=0.2, flush_after=60)
+    assert w.run_once() == 6
+    assert not w.producer.slow
+
+
 def test_a_finished_job_is_recorded_before_a_slow_one_starts(make_coordinator):
     notes = NoteType()
     c = make_coordinator(registry_with(notes))

@@ -62,7 +62,11 @@ class WorkerConfig:
     """Longest a finished job waits for its group commit (s). Wide enough that a whole batch of
     file jobs on a local disk ends inside it: a batch that overran it by a few jobs paid a second
     commit, and its directories' fsyncs, for those few (benchmarks/README.md)."""
-    slow_job: float = 0.01  # a job slower than this (s) gives its batch back; claims go one at a time
+    slow_job: float = 0.01
+    """Once a batch's handlers have taken longer than this (s) a job on average, its jobs not yet
+    started go back and claims go one at a time. The mean, not each job: one fsync that stalls
+    among fast jobs says nothing of the jobs after it, and giving them back costs a release and a
+    claim each."""
     shutdown_grace: float | None = config.DEFAULT_SHUTDOWN_GRACE
     """Seconds running jobs get to finish after the first shutdown signal (or ``stop()``); then
     they are cancelled at their next checkpoint and give their attempt back, as a second signal
@@ -88,6 +92,7 @@ class _Progress:
 
     pending: list[Decision] = field(default_factory=list)  # decided, not yet recorded
     ran: int = 0
+    took: float = 0.0  # seconds the handlers run so far took, together
     slow: bool = False
     edges: Counter[str] = field(default_factory=Counter)
 
@@ -334,8 +339,8 @@ class Worker:
     ) -> None:
         """Run ``jobs`` in order, deciding each. The outcomes wait for one group commit, made
         before the next handler (which may be slow) once the first of them has waited
-        ``flush_after``. Once stopping, or once a job was slow, the jobs not yet started go back
-        untouched, for any worker to take."""
+        ``flush_after``. Once stopping, or once the jobs run were slow (``slow_job``), the jobs not
+        yet started go back untouched, for any worker to take."""
         completer, stopping, config = self.completer, self.producer.stopping, self.config
         run, decide = self.executor.run, completer.decide
         pending = progress.pending
@@ -364,4 +369,5 @@ class Worker:
             progress.ran += 1
             if len(pending) == 1:
                 flush_at = time.perf_counter() + config.flush_after
-            progress.slow = duration > config.slow_job
+            progress.took += duration
+            progress.slow = progress.took > config.slow_job * progress.ran

@@ -29,7 +29,7 @@ class Claimed:
 
 class Producer:
     """Claims for one worker's threads. A claim takes ``batch`` jobs while jobs are fast, more
-    while the write lock is contended (``adapt``), one at a time once a job was slow."""
+    while the write lock is contended (``adapt``), one at a time once jobs were slow."""
 
     def __init__(
         self, queue: Queue, config: WorkerConfig, worker_id: str, stopping: threading.Event, scheduler: Scheduler | None
@@ -39,7 +39,7 @@ class Producer:
         self.worker_id = worker_id
         self.stopping = stopping
         self.scheduler = scheduler  # enqueues due periodic jobs before each claim (schedule.py)
-        self.slow = False  # the last batch met a slow job: claims go one at a time
+        self.slow = False  # the last batch's jobs were slow (WorkerConfig.slow_job): claims go one at a time
         self._limit = config.batch  # jobs the next claim takes while jobs are fast (see adapt)
         self._batch_took = float("inf")  # seconds the last batch took to run (none yet: unknown)
         # Until-idle bookkeeping shared by the threads: how many are inside a batch, and whether
@@ -83,7 +83,7 @@ class Producer:
 
     def ran(self, took: float | None, slow: bool) -> None:
         """What the last batch showed: how long it took to run whole (None: it did not finish)
-        and whether a job in it was slow."""
+        and whether its jobs were slow."""
         if took is not None:
             self._batch_took = took
         self.slow = slow
