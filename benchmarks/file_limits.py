@@ -10,7 +10,9 @@ one worker thread (``run_until_idle``), SQLite WAL + ``synchronous=FULL``.
 
 Each block writes ``--jobs`` files over ``--dirs`` directories (made beforehand on every side) in a
 fresh process and a fresh scratch directory. A round runs one block per side, the order rotating
-from round to round; the figures are medians of the per-round ratios. With ``--before SRC``
+from round to round; the figures are medians of the per-round ratios, and of each side's CPU a
+file split into user and system time (``getrusage`` around the timed part: what tether controls
+is mostly its user time; the system time of both sides moves with ext4's inode allocation). With ``--before SRC``
 (another checkout's ``src``, e.g. ``git worktree add /tmp/base main``), that tree's tether is a
 third side in the same rounds, so before and after come from one run on one machine state.
 
@@ -59,10 +61,10 @@ for d in range(dirs):
 _BARE = (
     _CONTENT
     + """
-import json, os, sys, time
+import json, os, resource, sys, time
 import orjson
 items = [(rel(i, dirs), content(i)) for i in range(jobs)]
-wall, cpu = time.perf_counter(), time.process_time()
+wall, cpu, ru = time.perf_counter(), time.process_time(), resource.getrusage(resource.RUSAGE_SELF)
 for n, (path, body) in enumerate(items):
     data = orjson.dumps(body, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
     target = os.path.join(root, path)
@@ -80,15 +82,16 @@ for n, (path, body) in enumerate(items):
         os.fsync(dfd)
     finally:
         os.close(dfd)
-wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-print(json.dumps({"wall": wall, "cpu": cpu, "fsyncs": fsyncs[0] / jobs, "tether": None}))
+wall, cpu, end = time.perf_counter() - wall, time.process_time() - cpu, resource.getrusage(resource.RUSAGE_SELF)
+user, sys_ = end.ru_utime - ru.ru_utime, end.ru_stime - ru.ru_stime
+print(json.dumps({"wall": wall, "cpu": cpu, "user": user, "sys": sys_, "fsyncs": fsyncs[0] / jobs, "tether": None}))
 """
 )
 
 _TETHER = (
     _CONTENT
     + """
-import json, os, sys, time
+import json, os, resource, sys, time
 import tether
 from tether import Coordinator, CreateFile
 from tether.jobtypes import render
@@ -96,15 +99,17 @@ c = Coordinator.open(f"sqlite:///{directory}/ledger.db", root=root, durability="
 payloads = [CreateFile(path=rel(i, dirs), content=content(i), overwrite=True) for i in range(jobs)]
 c.enqueue_many(payloads)
 w = c.worker(threads=1)
-wall, cpu, fsyncs[0] = time.perf_counter(), time.process_time(), 0
+wall, cpu, ru, fsyncs[0] = time.perf_counter(), time.process_time(), resource.getrusage(resource.RUSAGE_SELF), 0
 ran = w.run_until_idle(install_signals=False)
-wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+wall, cpu, end = time.perf_counter() - wall, time.process_time() - cpu, resource.getrusage(resource.RUSAGE_SELF)
+user, sys_ = end.ru_utime - ru.ru_utime, end.ru_stime - ru.ru_stime
 assert ran == jobs, ran
 for p in (payloads[0], payloads[-1]):
     with open(os.path.join(root, p.path), "rb") as f:
         assert f.read() == render(p), p.path
 c.close()
-print(json.dumps({"wall": wall, "cpu": cpu, "fsyncs": fsyncs[0] / jobs, "tether": tether.__file__}))
+print(json.dumps({"wall": wall, "cpu": cpu, "user": user, "sys": sys_, "fsyncs": fsyncs[0] / jobs,
+                  "tether": tether.__file__}))
 """
 )
 
@@ -138,6 +143,7 @@ def measure(args: argparse.Namespace) -> int:
         sides["before"] = args.before.resolve()
     rate: dict[str, list[float]] = {s: [] for s in sides}
     cpu: dict[str, list[float]] = {s: [] for s in sides}
+    split: dict[str, list[tuple[float, float]]] = {s: [] for s in sides}  # user, sys
     fsyncs: dict[str, list[float]] = {s: [] for s in sides}
     print(
         f"file_limits: {args.jobs} files per block over {args.dirs} directories, {args.rounds} rounds, "
@@ -154,6 +160,7 @@ def measure(args: argparse.Namespace) -> int:
             got = block(side, sides[side], args.jobs, args.dirs)
             rate[side].append(args.jobs / got["wall"])
             cpu[side].append(got["cpu"] / args.jobs * 1e6)
+            split[side].append((got["user"] / args.jobs * 1e6, got["sys"] / args.jobs * 1e6))
             fsyncs[side].append(got["fsyncs"])
         line = ", ".join(f"{s} {rate[s][-1]:,.0f}/s" for s in names)
         print(f"round {r + 1}: {line}; tether/bare {rate['tether'][-1] / rate['bare'][-1]:.3f}x", flush=True)
@@ -161,7 +168,9 @@ def measure(args: argparse.Namespace) -> int:
     for side in names:
         print(
             f"{side:>7}: median {statistics.median(rate[side]):,.0f} files/s, "
-            f"{statistics.median(cpu[side]):,.0f} us CPU per file, "
+            f"{statistics.median(cpu[side]):,.0f} us CPU per file "
+            f"(user {statistics.median(u for u, _ in split[side]):,.0f}, "
+            f"sys {statistics.median(k for _, k in split[side]):,.0f}), "
             f"{statistics.median(fsyncs[side]):.2f} fsyncs per file (files and directories; SQLite's not counted)"
         )
     pairs = [("tether", "bare")] + ([("before", "bare"), ("tether", "before")] if "before" in sides else [])
