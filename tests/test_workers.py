@@ -8,6 +8,7 @@ import json
 import os
 import socket
 import threading
+import time
 
 import sqlalchemy as sa
 
@@ -64,7 +65,12 @@ def test_an_idle_worker_s_heartbeat_keeps_it_shown_as_running(make_coordinator, 
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
     thread.start()
     try:
-        worker.heartbeat_once()  # once its loop has registered it (a beat before then registers it)
+        # Once its run has registered it: a registration landing after the clock moves would
+        # write the old time. Its loop threads start after the registration.
+        deadline = time.monotonic() + 30
+        while not any(t.name.startswith("tether-worker-") for t in threading.enumerate()):
+            assert time.monotonic() < deadline, "the worker never started its loop"
+            thread.join(0.01)
         clock.advance(c.lock_timeout + 1)  # without a beat since, it would be gone
         worker.heartbeat_once()
         [w] = workers(c)
