@@ -65,11 +65,11 @@ def test_an_idle_worker_s_heartbeat_keeps_it_shown_as_running(make_coordinator, 
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
     thread.start()
     try:
-        # Once its run has registered it: a registration landing after the clock moves would
-        # write the old time. Its loop threads start after the registration.
+        # Once the register shows it (its run's registration committed): a registration landing
+        # after the clock moves would write the old time.
         deadline = time.monotonic() + 30
-        while not any(t.name.startswith("tether-worker-") for t in threading.enumerate()):
-            assert time.monotonic() < deadline, "the worker never started its loop"
+        while not workers(c):
+            assert time.monotonic() < deadline, "the worker never registered"
             thread.join(0.01)
         clock.advance(c.lock_timeout + 1)  # without a beat since, it would be gone
         worker.heartbeat_once()
