@@ -371,3 +371,30 @@ def test_a_symlink_swapped_away_while_it_is_resolved_is_resolved_again_then_refu
     fails_wanted = 3
     with pytest.raises(paths.PathRejected, match="kept changing"):
         paths.canonical(root, "link/b.json")
+
+
+def _kernel_has_openat2() -> bool:
+    release = tuple(int(n) for n in os.uname().release.split(".")[:2] if n.isdigit())
+    return os.uname().sysname == "Linux" and release >= (5, 6) and not os.environ.get("TETHER_NO_OPENAT2")
+
+
+@pytest.mark.skipif(not _kernel_has_openat2(), reason="openat2 needs Linux 5.6")
+def test_openat2_itself_opens_beneath_the_root_and_refuses_a_symlink(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the kernel has openat2, tether's call of it works (a call that went wrong, through
+    ctypes, would pass every other test on the walk instead, a lookup per component slower)."""
+    monkeypatch.setattr(nofollow, "_usable", None)
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "a")
+    root_fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fd = nofollow._openat2(root_fd, "a/b", nofollow.DIR_FLAGS, 0)
+        assert fd >= 0, "openat2 refused a plain directory beneath the root"
+        try:
+            assert os.path.samestat(os.fstat(fd), os.stat(tmp_path / "a" / "b"))
+        finally:
+            os.close(fd)
+        assert nofollow._openat2(root_fd, "link/b", nofollow.DIR_FLAGS, 0) == -1  # ELOOP: the walk names it
+    finally:
+        os.close(root_fd)

@@ -26,7 +26,8 @@ DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 # openat2(2): Linux 5.6+. RESOLVE_NO_SYMLINKS refuses a symlink anywhere on the path (ELOOP), the
 # final component included; RESOLVE_BENEATH refuses anything that would leave the directory.
-_SYS_OPENAT2 = 437  # the same number on every architecture (the syscall table was unified first)
+# The same number on every architecture (the syscall table was unified first), as the C long it is.
+_SYS_OPENAT2 = ctypes.c_long(437)
 _RESOLVE = 0x04 | 0x08  # RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH
 
 
@@ -43,12 +44,14 @@ def _load_openat2() -> Any:
     except (OSError, AttributeError):
         return None
     call.restype = ctypes.c_long
-    call.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t]
+    # No argtypes: each call passes what the system call takes (the number and the size as C
+    # values made once, the descriptor a C int, the path bytes, the struct a pointer), since
+    # converting five arguments through argtypes costs ctypes more than the rest of the call.
     return call
 
 
 _syscall = _load_openat2()
-_HOW_SIZE = ctypes.sizeof(_OpenHow)
+_HOW_SIZE = ctypes.c_size_t(ctypes.sizeof(_OpenHow))
 _usable: bool | None = None  # found out on first use
 _hows: dict[tuple[int, int], Any] = {}  # (flags, mode) -> pointer to its struct open_how
 
