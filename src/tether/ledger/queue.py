@@ -255,10 +255,14 @@ class Queue:
         targets = sorted({job.ordering_key for job in ended if job.ordering_key is not None})
         # Only a pending job is ever blocked (every claim takes unblocked ones): with none, no
         # target has a job to unblock, and one entry of the claim index (ANY_BLOCKED) answers for
-        # a statement per target. PostgreSQL: a job inserted behind one of ``ended`` share-locked
-        # it, so the update that ended it waited for that insert to commit, and this read, after
-        # it, sees the job (statements/postgresql.sql).
-        if targets and cur.scalar(self.sql.ANY_BLOCKED) is not None:
+        # a statement per target. For one target that entry costs what its statement does, and
+        # a target's backlog is blocked behind it: the statement runs unasked. PostgreSQL: a job
+        # inserted behind one of ``ended`` share-locked it, so the update that ended it waited
+        # for that insert to commit, and this read, after it, sees the job
+        # (statements/postgresql.sql).
+        if not targets:
+            return
+        if len(targets) == 1 or cur.scalar(self.sql.ANY_BLOCKED) is not None:
             cur.executemany(self.sql.UNBLOCK_NEXT, [{"ordering_key": target} for target in targets])
 
     def heartbeat(self, worker: str, jobs: Sequence[JobRecord], *, now: datetime | None = None) -> list[str]:

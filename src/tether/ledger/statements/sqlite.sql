@@ -144,6 +144,11 @@ SELECT payload FROM tether_jobs WHERE id = :id
 -- unary + on the outer guard keeps the planner from walking the claim index over every pending
 -- row to re-check it: the chosen ids are looked up by primary key.
 --
+-- The types: SQLite answers ``IN (SELECT ...)`` from a temporary index it builds on every run
+-- of the statement, cheap beside a batch's candidates (j) but dearer than the row or two
+-- ``first`` reads, where each row read is asked with EXISTS instead (a claim of one job, a hot
+-- target's, would otherwise build two; benchmarks/README.md).
+--
 -- Payloads of up to catalogue.INLINE_PAYLOAD (16384) bytes come back with the rows; larger ones
 -- come back NULL and are read after, one at a time (PAYLOAD): SQLite holds every RETURNING row
 -- until the statement ends, beside the row it rewrote (benchmarks/README.md).
@@ -155,7 +160,7 @@ WHERE +status = 'pending' AND id IN (
                     THEN max(coalesce(h.payload_bytes, 0), :max_bytes / max(:limit, 1), 1) ELSE -1 END
         FROM tether_jobs AS h INDEXED BY ix_tether_jobs_queue
         WHERE h.status = 'pending' AND h.blocked = FALSE AND h.run_at <= :now
-          AND h.type IN (SELECT value FROM json_each(:types))
+          AND EXISTS (SELECT 1 FROM json_each(:types) WHERE value = h.type)
           AND (h.ordering_key IS NULL OR h.id = (
               SELECT ho.id FROM tether_jobs AS ho INDEXED BY ix_tether_jobs_target_active
               WHERE ho.ordering_key >= h.ordering_key AND ho.ordering_key IS NOT NULL
