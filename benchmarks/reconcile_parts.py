@@ -4,7 +4,8 @@ the same ledger, the parts alternated run by run, medians (issue 37).
     .venv/bin/python benchmarks/reconcile_parts.py [--jobs 100000] [--runs 5] [--dir DIR]
 
 Parts: the bare ``os.stat`` loop of ``reconcile.py`` (paths in creation order); the whole check;
-the page statements with their fetch; the stream that turns pages into columns (statements
+the page statements with their fetch; the same rows fetched by plain ``sqlite3`` (what any read
+of a row a target costs in Python); the stream that turns pages into columns (statements
 included); ``compare`` (the stats, stamps and comparisons); the stats alone, as ``compare`` makes
 them (through each directory's descriptor, in key order); the walk for leftover temp files, as a
 check makes it (a leaf directory unchanged since found clean not listed) and listing every
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sqlite3
 import statistics
 import tempfile
 import time
@@ -32,6 +34,8 @@ from tether.reconcile.targets import TargetStream
 from tether.reconcile.walk import RootWalk
 
 PAGE = 2000
+# A page's rows as the check reads them (RECONCILE_TARGETS_FINGERPRINTS without its payload test).
+BARE_PAGE = "SELECT job_id, type, key, NULL, fingerprint FROM tether_targets WHERE key > ? ORDER BY key LIMIT ?"
 
 
 def parts(c: Coordinator, root: Path, paths: list[str]) -> dict[str, Callable[[], object]]:
@@ -44,6 +48,15 @@ def parts(c: Coordinator, root: Path, paths: list[str]) -> dict[str, Callable[[]
         after_key = ""
         while len(rows := rec.reads.targets(after_key, PAGE)[0]) == PAGE:
             after_key = rows[-1][2]
+
+    def bare_fetch() -> None:  # the same pages' rows through plain sqlite3: the floor of a read
+        conn = sqlite3.connect(c.engine.url.database)
+        try:
+            after_key = ""
+            while len(rows := conn.execute(BARE_PAGE, (after_key, PAGE)).fetchall()) == PAGE:
+                after_key = rows[-1][2]
+        finally:
+            conn.close()
 
     def stream() -> None:
         for _ in TargetStream(rec.reads, PAGE):
@@ -70,6 +83,7 @@ def parts(c: Coordinator, root: Path, paths: list[str]) -> dict[str, Callable[[]
         "bare os.stat (reconcile.py's loop)": lambda: bare_stat(paths),
         "the check, whole": lambda: reconcile(c),
         "ledger: page statements and fetch": statements,
+        "ledger: the same rows through bare sqlite3": bare_fetch,
         "ledger: the stream (pages to columns)": stream,
         "files: compare (stat, stamp, compare)": compare,
         "files: the stats alone, as compare makes them": stats,
