@@ -49,6 +49,9 @@ def tether(
         capsys.readouterr()
         head = ("--db", site["db"], "--root", site["root"]) if prefix is None else prefix
         monkeypatch.setattr(sys, "argv", ["tether", *head, *args])
+        # As the installed script runs: Click names the program from ``__main__``'s package when
+        # there is one (``python -m pytest`` has one), and from ``argv[0]`` otherwise.
+        monkeypatch.setattr(sys.modules["__main__"], "__package__", None, raising=False)
         try:
             entry()
             code = 0
