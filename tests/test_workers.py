@@ -8,7 +8,6 @@ import json
 import os
 import socket
 import threading
-import time
 
 import sqlalchemy as sa
 
@@ -17,6 +16,7 @@ from tether.ledger import workers as register
 from tether.ledger.engine import ensure_schema
 from tether.observe.workers import GONE, RUNNING, STOPPED, workers
 from tether.version import installed
+from workerkit import wait_for
 
 
 def test_a_worker_registers_itself_and_marks_itself_stopped(make_coordinator, clock):
@@ -67,10 +67,7 @@ def test_an_idle_worker_s_heartbeat_keeps_it_shown_as_running(make_coordinator, 
     try:
         # Once the register shows it (its run's registration committed): a registration landing
         # after the clock moves would write the old time.
-        deadline = time.monotonic() + 30
-        while not workers(c):
-            assert time.monotonic() < deadline, "the worker never registered"
-            thread.join(0.01)
+        wait_for(lambda: workers(c), "the worker's registration")
         clock.advance(c.lock_timeout + 1)  # without a beat since, it would be gone
         worker.heartbeat_once()
         [w] = workers(c)
