@@ -6,13 +6,14 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from tether import CreateFile, DeleteFile, InvalidPayload, JobStatus
 from tether.jobtypes import create_file
-from tether.jobtypes.datafiles import durable
+from tether.jobtypes.datafiles import durable, paths
 from tether.worker.completer import STORAGE_WAIT
 
 # Each test with Linux openat2 (where the kernel has it) and with the portable walk.
@@ -50,7 +51,8 @@ def test_create_under_a_path_component_that_is_a_file_fails_at_once_naming_it(co
 
 def test_a_file_made_after_every_check_is_still_found_by_the_handler(coordinator, root, monkeypatch):
     # The enqueue-time check is a hint; the handler's own open is the authority.
-    monkeypatch.setattr(create_file, "enqueue_collision", lambda *args: None)
+    unchecked = partial(paths.checked_path, new_file=False)
+    monkeypatch.setattr(create_file, "checked_path", lambda *args, new_file: unchecked(*args))
     payload = CreateFile(path="a.json/b.json", content=1)
     job_id = coordinator.enqueue(payload, max_attempts=5).id
     (root / "a.json").write_text("{}")
@@ -66,6 +68,14 @@ def test_a_path_component_that_is_a_file_now_is_refused_at_enqueue_naming_it(coo
     with pytest.raises(InvalidPayload, match=r"path: .* cannot be made: a/b.json is a file, not a directory"):
         coordinator.enqueue(CreateFile(path="a/b.json/c/d.json", content=1))
     assert coordinator.enqueue(CreateFile(path="a/new/c.json", content=1)).id  # a missing directory is fine
+
+
+def test_a_file_on_the_way_through_a_symlinked_directory_is_refused_at_enqueue_by_its_own_name(coordinator, root):
+    (root / "real").mkdir()
+    (root / "real/a.json").write_text("{}")
+    (root / "link").symlink_to("real")
+    with pytest.raises(InvalidPayload, match=r"path: 'real/a.json/b.json' cannot be made: real/a.json is a file"):
+        coordinator.enqueue(CreateFile(path="link/a.json/b.json", content=1))
 
 
 def test_a_delete_under_a_file_finds_nothing_to_delete_which_is_done_unless_required(coordinator, root):

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tether import CreateFile, DeleteFile, InvalidPayload, JobStatus
-from tether.jobtypes import render
+from tether.jobtypes import create_file, render
 from tether.jobtypes.context import JobContext
 from tether.jobtypes.datafiles import existence, nofollow, paths
 from tether.reconcile.check import reconcile
@@ -97,7 +97,7 @@ def test_a_symlinked_directory_met_at_run_time_fails_the_job_and_touches_nothing
     swap_for_symlink(root / "d", outside)
     # the run-time prepare resolves d/f.json through the link (outside: refused); skip it to
     # show that the open itself refuses, whatever a check before it said
-    monkeypatch.setattr(paths, "canonical", lambda root, rel: rel)
+    monkeypatch.setattr(create_file, "checked_path", lambda job_type, field, root, rel, new_file: rel)
     coordinator.run_until_idle()
     job = coordinator.get(job_id)
     assert job.status is JobStatus.FAILED and job.attempts == 1

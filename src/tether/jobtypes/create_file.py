@@ -16,7 +16,7 @@ from .datafiles import durable, fingerprint, paths
 from .datafiles.content import check_files, with_expected
 from .datafiles.effects import write_known
 from .datafiles.existence import file_paths, files_exist
-from .datafiles.paths import checked_path, enqueue_collision
+from .datafiles.paths import checked_path
 from .target import Target
 
 if TYPE_CHECKING:
@@ -123,8 +123,7 @@ class CreateFileType(JobType[CreateFile]):
     probe = CreateFileProbe()
 
     def prepare(self, payload: CreateFile, root: Path) -> CreateFile:
-        path = checked_path(self.name, "path", root, payload.path)
-        enqueue_collision(self.name, "path", root, path)
+        path = checked_path(self.name, "path", root, payload.path, new_file=True)
         return payload if path == payload.path else payload.model_copy(update={"path": path})
 
     def target(self, payload: CreateFile) -> Target:

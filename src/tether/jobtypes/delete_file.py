@@ -45,7 +45,7 @@ class DeleteFileType(JobType[DeleteFile]):
     probe = DeleteFileProbe()
 
     def prepare(self, payload: DeleteFile, root: Path) -> DeleteFile:
-        # No enqueue_collision: a file on the way means the path cannot exist, which a delete
+        # Not a ``new_file``: a file on the way means the path cannot exist, which a delete
         # counts as done (as it counts a missing file).
         path = checked_path(self.name, "path", root, payload.path)
         return payload if path == payload.path else payload.model_copy(update={"path": path})

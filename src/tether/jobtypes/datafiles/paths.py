@@ -96,23 +96,30 @@ def canonical(root: Path, rel: str) -> str:
     return _resolve(root, rel)[1]
 
 
-def _resolve(root: Path, rel: str) -> tuple[str, str]:
-    """(absolute, relative to the real root) of ``rel``, checked. Walks only the components
-    under the root, one lstat each, and hands any symlink met on the way to realpath."""
+def _resolve(root: Path, rel: str, *, new_file: bool = False) -> tuple[str, str, str | None]:
+    """(absolute, relative to the real root, the first directory on the way that is a regular
+    file) of ``rel``, checked. Walks only the components under the root, one lstat each, and
+    hands any symlink met on the way to realpath; the third is None where the walk met no file on
+    the way, and past a symlink it is looked for only for a ``new_file``."""
     norm = normalize(rel)
     top = real_root(os.fspath(root))
     path = top
-    for part in norm.split("/"):
+    parts = norm.split("/")
+    last = len(parts) - 1
+    for n, part in enumerate(parts):
         path = f"{path}/{part}"
         try:
             mode = os.lstat(path).st_mode
         except (FileNotFoundError, NotADirectoryError):
             break  # nothing below a missing entry exists, so no symlink can lead elsewhere
         if stat.S_ISLNK(mode):
-            return _resolve_links(top, norm)
+            absolute, resolved = _resolve_links(top, norm)
+            return absolute, resolved, _file_on_the_way(top, resolved) if new_file else None
+        if n < last and stat.S_ISREG(mode):  # nothing below a file exists either
+            return f"{top}/{norm}", norm, "/".join(parts[: n + 1])
     else:
-        return path, norm
-    return f"{top}/{norm}", norm
+        return path, norm, None
+    return f"{top}/{norm}", norm, None
 
 
 def _resolve_links(top: str, norm: str) -> tuple[str, str]:
@@ -144,29 +151,33 @@ def real_root(root: str) -> str:
     return os.path.realpath(root)
 
 
-def checked_path(job_type: str, field: str, root: Path, rel: str) -> str:
-    """``rel`` in canonical form if it is safe under ``root``, else UnsafePath naming the field."""
+def checked_path(job_type: str, field: str, root: Path, rel: str, *, new_file: bool = False) -> str:
+    """``rel`` in canonical form if it is safe under ``root``, else UnsafePath naming the field.
+    ``new_file``: the job makes the file, so a directory on its way that is a regular file now
+    (``a.json`` for ``a.json/b.json``) is refused too (InvalidPayload): the job could never
+    succeed. That is only a hint: the handler's own open is the authority, so a file made or
+    removed after this check is still found at run time."""
     try:
-        return canonical(root, rel)
+        _, path, on_the_way = _resolve(root, rel, new_file=new_file)
     except PathRejected as e:
         raise UnsafePath(job_type, field, rel, str(e)) from e
+    if new_file and on_the_way is not None:
+        raise InvalidPayload(job_type, [f"{field}: {path!r} cannot be made: {on_the_way} is a file, not a directory"])
+    return path
 
 
-def enqueue_collision(job_type: str, field: str, root: Path, rel: str) -> None:
-    """Refuse ``rel`` at enqueue when a directory on its way is a regular file now (``a.json`` for
-    ``a.json/b.json``): the job could never succeed. Only a hint: the handler's own open is the
-    authority, so a file made or removed after this check is still found at run time."""
+def _file_on_the_way(top: str, rel: str) -> str | None:
+    """The first directory on the way to ``rel`` (canonical) under the real root ``top`` that is
+    a regular file, if any."""
     parts = rel.split("/")[:-1]
-    if not parts:
-        return
-    real = f"{os.fspath(root)}/"
+    real = f"{top}/"
     for n in range(1, len(parts) + 1):
         try:
             mode = os.lstat(real + "/".join(parts[:n])).st_mode
         except OSError:
-            return  # missing (made at run time) or unreadable: the run decides
+            return None  # missing (made at run time) or unreadable: the run decides
         if stat.S_ISREG(mode):
-            comp = "/".join(parts[:n])
-            raise InvalidPayload(job_type, [f"{field}: {rel!r} cannot be made: {comp} is a file, not a directory"])
+            return "/".join(parts[:n])
         if not stat.S_ISDIR(mode):
-            return  # a symlink (canonical resolved it) or something odd: the run decides
+            return None  # a symlink or something odd: the run decides
+    return None
