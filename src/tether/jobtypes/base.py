@@ -33,12 +33,14 @@ class Payload(BaseModel):
 def encoder(model: type[Payload]) -> Callable[[Payload], bytes]:
     """``to_json`` for payloads of ``model``, with its per-model work done once."""
     serialize = model.__pydantic_serializer__.to_json
-    optional = tuple(name for name, info in model.model_fields.items() if info.default is None)
+    optional = {name for name, info in model.model_fields.items() if info.default is None}
     if not optional:
         return serialize
 
     def encode(payload: Payload) -> bytes:
-        omit = {name for name in optional if name not in payload.model_fields_set}
+        # The fields set read without ``model_fields_set``'s frame, and the difference in C:
+        # every enqueue encodes.
+        omit = optional - payload.__pydantic_fields_set__
         return serialize(payload, exclude=omit or None)
 
     return encode

@@ -32,6 +32,11 @@ class PathRejected(ValueError):
 
 def normalize(rel: str) -> str:
     """The canonical form of a payload path (``a//b/./c`` -> ``a/b/c``), or PathRejected."""
+    return _normalized(rel)[0]
+
+
+def _normalized(rel: str) -> tuple[str, list[str]]:
+    """``normalize(rel)`` and its components."""
     if not isinstance(rel, str) or not rel:
         raise PathRejected("is empty")
     if "\x00" in rel:
@@ -40,7 +45,10 @@ def normalize(rel: str) -> str:
         raise PathRejected("contains a backslash")
     if rel.startswith("/"):
         raise PathRejected("is absolute")
-    parts = [p for p in rel.split("/") if p and p != "."]
+    parts = rel.split("/")
+    if "" in parts or "." in parts:  # two scans in C, where a filter is a loop of Python
+        parts = [p for p in parts if p and p != "."]
+        rel = "/".join(parts)
     if ".." in parts:
         raise PathRejected("contains '..'")
     if not parts:
@@ -48,7 +56,7 @@ def normalize(rel: str) -> str:
     _check_internal(parts)
     if len(rel) > _SHORT:  # a shorter path cannot break a length limit, however it is encoded
         _check_lengths(parts)
-    return "/".join(parts)
+    return rel, parts
 
 
 # The longest path (in characters) whose every encoding fits every length limit: UTF-8 (with
@@ -101,10 +109,9 @@ def _resolve(root: Path, rel: str, *, new_file: bool = False) -> tuple[str, str,
     file) of ``rel``, checked. Walks only the components under the root, one lstat each, and
     hands any symlink met on the way to realpath; the third is None where the walk met no file on
     the way, and past a symlink it is looked for only for a ``new_file``."""
-    norm = normalize(rel)
+    norm, parts = _normalized(rel)
     top = real_root(os.fspath(root))
     path = top
-    parts = norm.split("/")
     last = len(parts) - 1
     for n, part in enumerate(parts):
         path = f"{path}/{part}"
