@@ -2,7 +2,7 @@
 procrastinate.
 
     .venv/bin/python benchmarks/pg_drain.py [--jobs 3000] [--workers 1,4,8] [--runs 3] [--only tether,pgqueuer]
-        [--before SRC]
+        [--before SRC] [--analyzed]
 
 Per run and worker count, each system drains the same number of no-op jobs on the same server,
 each in a fresh database of its own, interleaved (the order of the systems rotates per run).
@@ -26,7 +26,9 @@ pgqueuer: first 'picked' to last 'successful' row of pgqueuer_log; procrastinate
 to last 'succeeded' row of procrastinate_events, whose ``at`` is the writing transaction's
 start). Figures are medians over runs; the ratios are tether / the other. With ``--before SRC``
 (another checkout's ``src/``), that tree's tether is one more system, ``before``, run the same way
-by a child process whose path puts it first.
+by a child process whose path puts it first. ``--analyzed`` (tether and before only): before the
+workers start, the ledger is filled with as many jobs, analyzed and emptied, so the drain's claims
+plan on statistics as a running system's autovacuum leaves them, not on a new table's none.
 """
 
 from __future__ import annotations
@@ -186,12 +188,12 @@ def window(engine: sa.Engine, sql: str) -> float:
     return (last - first).total_seconds()
 
 
-def run_before(src: Path, jobs: int, workers: int) -> float:
+def run_before(src: Path, jobs: int, workers: int, analyzed: bool = False) -> float:
     """``run_tether`` with another checkout's tether (``src`` first on the path), in a child
     process: the ledger is made, filled and read by that tree's code, as its workers expect."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(REPO)])}
     done = subprocess.run(
-        [sys.executable, __file__, "--child", str(jobs), str(workers), str(src)],
+        [sys.executable, __file__, "--child", str(jobs), str(workers), str(src), str(int(analyzed))],
         env=env,
         capture_output=True,
         text=True,
@@ -201,7 +203,7 @@ def run_before(src: Path, jobs: int, workers: int) -> float:
     return float(done.stdout.split()[-1])
 
 
-def run_tether(jobs: int, workers: int, src: Path | None = None) -> float:
+def run_tether(jobs: int, workers: int, src: Path | None = None, analyzed: bool = False) -> float:
     sys.path.insert(0, str(REPO / "tests"))
     import pg_jobtypes
     from tether import Coordinator
@@ -214,6 +216,11 @@ def run_tether(jobs: int, workers: int, src: Path | None = None) -> float:
         root = REPO / ".bench" / "pg-drain-root"
         with Coordinator.open(url, root=root, registry=registry) as c:
             c.queue.wakeup = wakeup_for(c.engine)  # what Coordinator will pick by itself
+            if analyzed:  # statistics as autovacuum leaves them on a queue this full, then emptied
+                c.enqueue_many([pg_jobtypes.PgNoop(n=i) for i in range(jobs)])
+                with c.engine.begin() as conn:
+                    conn.exec_driver_sql("ANALYZE tether_jobs")
+                    conn.exec_driver_sql("TRUNCATE tether_jobs CASCADE")  # no dead rows left behind
             env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(p) for p in (src, REPO) if p is not None])}
             procs = [
                 subprocess.Popen(
@@ -303,11 +310,17 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--only", default="tether,pgqueuer,procrastinate", help="systems, comma-separated")
     parser.add_argument("--before", type=Path, help="another checkout's src: its tether is a system too ('before')")
-    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--analyzed",
+        action="store_true",
+        help="tether: the planner's statistics gathered on a queue as full before the drain, as a running "
+        "system has them (by default the ledger is new: none until autovacuum's first ANALYZE)",
+    )
+    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:  # run_before's child: PYTHONPATH puts the other tree first
-        jobs, workers, src = args.child
-        print(run_tether(int(jobs), int(workers), Path(src)))
+        jobs, workers, src, analyzed = args.child
+        print(run_tether(int(jobs), int(workers), Path(src), analyzed=analyzed == "1"))
         return
     counts = [int(w) for w in args.workers.split(",")]
     names = args.only.split(",") + (["before"] if args.before else [])
@@ -327,8 +340,8 @@ def main() -> None:
     for run in range(args.runs):
         for workers in counts:
             sides = {
-                "tether": lambda workers=workers: run_tether(args.jobs, workers),
-                "before": lambda workers=workers: run_before(args.before, args.jobs, workers),
+                "tether": lambda workers=workers: run_tether(args.jobs, workers, analyzed=args.analyzed),
+                "before": lambda workers=workers: run_before(args.before, args.jobs, workers, args.analyzed),
                 "pgqueuer": lambda workers=workers: run_pgqueuer(pgq, args.jobs, workers),  # type: ignore[arg-type]
                 "procrastinate": lambda workers=workers: run_procrastinate(pcr, args.jobs, workers),  # type: ignore[arg-type]
             }
