@@ -26,9 +26,10 @@ pgqueuer: first 'picked' to last 'successful' row of pgqueuer_log; procrastinate
 to last 'succeeded' row of procrastinate_events, whose ``at`` is the writing transaction's
 start). Figures are medians over runs; the ratios are tether / the other. With ``--before SRC``
 (another checkout's ``src/``), that tree's tether is one more system, ``before``, run the same way
-by a child process whose path puts it first. ``--analyzed`` (tether and before only): before the
-workers start, the ledger is filled with as many jobs, analyzed and emptied, so the drain's claims
-plan on statistics as a running system's autovacuum leaves them, not on a new table's none.
+by a child process whose path puts it first. ``--analyzed`` (tether and before only): the jobs
+are enqueued in a transaction of the benchmark's own (``session=``) that then runs ``ANALYZE``, so
+the drain's claims plan on statistics as autovacuum leaves them on a running system, not on a new
+table's none.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import sqlalchemy as sa
+from sqlalchemy.orm import Session
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_PGQ = REPO / ".bench" / "venv-pgq"
@@ -216,11 +218,6 @@ def run_tether(jobs: int, workers: int, src: Path | None = None, analyzed: bool 
         root = REPO / ".bench" / "pg-drain-root"
         with Coordinator.open(url, root=root, registry=registry) as c:
             c.queue.wakeup = wakeup_for(c.engine)  # what Coordinator will pick by itself
-            if analyzed:  # statistics as autovacuum leaves them on a queue this full, then emptied
-                c.enqueue_many([pg_jobtypes.PgNoop(n=i) for i in range(jobs)])
-                with c.engine.begin() as conn:
-                    conn.exec_driver_sql("ANALYZE tether_jobs")
-                    conn.exec_driver_sql("TRUNCATE tether_jobs CASCADE")  # no dead rows left behind
             env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(p) for p in (src, REPO) if p is not None])}
             procs = [
                 subprocess.Popen(
@@ -246,7 +243,14 @@ def run_tether(jobs: int, workers: int, src: Path | None = None, analyzed: bool 
             ]
             try:
                 wait_connected(c.engine, procs, "bench-w")
-                c.enqueue_many([pg_jobtypes.PgNoop(n=i) for i in range(jobs)])
+                payloads = [pg_jobtypes.PgNoop(n=i) for i in range(jobs)]
+                if analyzed:  # the jobs and their statistics commit together, as autovacuum would leave them
+                    with Session(c.engine) as session:
+                        c.enqueue_many(payloads, session=session)
+                        session.execute(sa.text("ANALYZE tether_jobs"))
+                        session.commit()
+                else:
+                    c.enqueue_many(payloads)
                 wait_done(c.engine, "SELECT count(*) FROM tether_jobs WHERE status = 'completed'", jobs)
             finally:
                 stop(procs, "tether", graceful=True)
