@@ -105,7 +105,9 @@ def test_claiming_behind_a_target_with_10000_waiting_jobs_reads_only_its_head(
 
     pg_coordinator.registry.register(NoteType())
     finished = WAITING if statistics == "stale" else 0
-    jobs = pg_coordinator.enqueue_many([Note(name=f"{i}", target="file:hot") for i in range(finished + WAITING + 1)])
+    notes = [Note(name=f"{i}", target="file:hot") for i in range(finished + WAITING + 1)]
+    # Enqueued below the bulk size, which gathers statistics: here they lag, as after many small enqueues.
+    jobs = [job for at in range(0, len(notes), 500) for job in pg_coordinator.enqueue_many(notes[at : at + 500])]
     pg_coordinator.enqueue(Note(name="plain"))
     if statistics == "stale":
         # Analyzed while every job was waiting; then the first 10,000 finished (a drain between two
@@ -153,3 +155,50 @@ def test_marking_and_unmarking_blocked_jobs_read_one_active_job_of_their_target(
         [probe] = scans_of(plan["Plan"], alias)
         assert index_of(probe) == "ix_tether_jobs_target_active", plan
         assert rows_touched(plan["Plan"], alias) <= 1, probe
+
+
+QUEUED = 20_000
+
+
+def test_a_bulk_enqueue_gathers_statistics_so_the_claim_walks_the_queue_index(pg_coordinator: Coordinator) -> None:
+    with pg_coordinator.engine.begin() as conn:  # nothing but the enqueue gathers statistics here
+        conn.exec_driver_sql("ALTER TABLE tether_jobs SET (autovacuum_enabled = false)")
+    pg_coordinator.enqueue_many([pg_jobtypes.PgNoop(n=i) for i in range(QUEUED)])
+    params = {"worker": "w", "now": datetime.now(UTC), "limit": 100, "max_bytes": 8 << 20, "types": ["pg_noop"]}
+    plan = explain(pg_coordinator, POSTGRESQL.CLAIM, params)
+    # Lagging statistics took the queue for nearly empty: a bitmap scan and a sort of every pending job.
+    [walk] = scans_of(plan["Plan"], "j")
+    assert walk["Node Type"] == "Index Scan" and index_of(walk) == "ix_tether_jobs_queue", walk
+    assert rows_touched(plan["Plan"], "j") <= 100, f"{plan['Execution Time']:.1f} ms"
+
+
+def test_an_enqueue_below_the_bulk_size_leaves_the_statistics_to_autovacuum(pg_coordinator: Coordinator) -> None:
+    counted = "SELECT reltuples FROM pg_class WHERE oid = 'tether_jobs'::regclass"
+    with pg_coordinator.engine.begin() as conn:
+        conn.exec_driver_sql("ALTER TABLE tether_jobs SET (autovacuum_enabled = false)")
+    pg_coordinator.enqueue_many([pg_jobtypes.PgNoop(n=i) for i in range(999)])
+    with pg_coordinator.engine.connect() as conn:
+        assert conn.exec_driver_sql(counted).scalar_one() == -1  # never gathered
+    pg_coordinator.enqueue_many([pg_jobtypes.PgNoop(n=i) for i in range(1000)])
+    with pg_coordinator.engine.connect() as conn:
+        assert conn.exec_driver_sql(counted).scalar_one() == 1999
+
+
+def test_tethers_connections_compile_no_statement_with_jit(pg_database: str) -> None:
+    from tether.ledger.engine import create_engine
+
+    for schema in (None, "elsewhere"):
+        engine = create_engine(pg_database, schema=schema, create=False)
+        try:
+            with engine.connect() as conn:
+                assert conn.exec_driver_sql("SHOW jit").scalar_one() == "off"
+                assert conn.exec_driver_sql("SHOW search_path").scalar_one() == (schema or '"$user", public')
+        finally:
+            engine.dispose()
+    own = sa.make_url(pg_database).update_query_dict({"options": "-cjit=on"}).render_as_string(hide_password=False)
+    engine = create_engine(own, create=False)
+    try:
+        with engine.connect() as conn:  # the URL's own options stand
+            assert conn.exec_driver_sql("SHOW jit").scalar_one() == "on"
+    finally:
+        engine.dispose()

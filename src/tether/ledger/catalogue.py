@@ -89,6 +89,8 @@ class Statements:
     LOCK_TYPE_CLAIMS: str
     LOCK_FOR_REPAIR: str
     PENDING_UNSERVED: str
+    JOBS_COUNTED: str
+    ANALYZE_JOBS: str
     DATABASE_TIME: str
     WORKER_START: str
     WORKER_BEAT: str

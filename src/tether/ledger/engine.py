@@ -75,16 +75,28 @@ def create_engine(
             raise ConfigError("schema applies to PostgreSQL only: a SQLite ledger is its own file, use another file")
         return _sqlite_engine(parsed, durability, busy_timeout, create)
     parsed = parsed.set(drivername="postgresql+psycopg")
-    connect_args = {}
+    # No JIT compilation: every statement tether sends is short and walks an index, while the
+    # planner's cost of a claim on a large or freshly analyzed table passes jit_above_cost, and
+    # compiling it then takes longer than the claim runs (benchmarks/README.md). Options the URL
+    # gives come after, so the user's word (their own jit, a search_path) stands.
+    options = " ".join(["-cjit=off", *_as_list(parsed.query.get("options"))])
     if schema is not None:
         if not _IDENTIFIER.match(schema):
             raise ConfigError(f"schema {schema!r} is not a plain identifier (lowercase letters, digits, _; at most 63)")
         # Only this schema on the search path: with public on it too, the table check could
         # find another application's public.tether_jobs and use it.
-        connect_args["options"] = f"-csearch_path={schema}"
+        options += f" -csearch_path={schema}"
+    connect_args = {"options": options}
     engine = sa.create_engine(parsed, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args=connect_args)
     _schemas[engine] = schema
     return engine
+
+
+def _as_list(value: str | tuple[str, ...] | None) -> list[str]:
+    """A URL query value (absent, once, or repeated) as a list."""
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
 
 
 def _sqlite_engine(url: sa.URL, durability: Durability, busy_timeout: float, create: bool) -> sa.Engine:

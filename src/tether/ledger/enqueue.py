@@ -38,6 +38,9 @@ _shared = itemgetter(
 )
 # A JSON insert's rows travel as one value: past this many payload characters, another statement.
 _JSON_CHARS = 16 << 20
+# A transaction of tether's that inserts at least this many jobs may gather the planner's
+# statistics (JOBS_COUNTED); smaller ones never pay the extra round trips.
+_BULK = 1000
 
 
 def _targeted_rows(jobs: list[JobRecord]) -> list[tuple[str, str, str | None, int | None, bool]]:
@@ -153,16 +156,30 @@ class Enqueuer:
                 request.results = results
             return
 
+    def _gather_statistics(self, cur: Any, inserted: int) -> None:
+        """In the transaction that inserts ``inserted`` jobs: gather the planner's statistics of
+        the jobs table when they count fewer than ten times as many rows (JOBS_COUNTED in the
+        catalogue says why), so the jobs and the statistics that plan their claims commit together.
+        ANALYZE comes last: its lock is one another bulk enqueue waits for, and this transaction
+        waits for nothing once it holds it."""
+        counted = cur.scalar(self.sql.JOBS_COUNTED)
+        if counted < 0 or inserted * 10 >= counted:
+            cur.execute(self.sql.ANALYZE_JOBS)
+
     def _insert_batch(self, batch: list[Request], cur: Any) -> list[list[InsertResult]]:
         """Each request's jobs in the transaction of ``cur`` (built afresh on each run of it:
         Backend.transact); one wake-up for other processes, if any job is new."""
         outcomes = []
+        inserted = 0
         for i, request in enumerate(batch):
             try:
                 results = self.insert_all(cur, request.jobs, request.notes)
             except self.backend.refusals as e:
                 raise _Refused(i, self.backend.wrap(e)) from e
             outcomes.append(results)
+            inserted += len(results)
+        if inserted >= _BULK and self.sql.ANALYZE_JOBS:
+            self._gather_statistics(cur, inserted)
         if self.wakeup.sends and any(not r.duplicate for results in outcomes for r in results):
             self.wakeup.notify_after_commit(cur)
         return outcomes

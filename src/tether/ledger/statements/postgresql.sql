@@ -442,6 +442,16 @@ SELECT type, count(*) FROM tether_jobs
 WHERE status = 'pending' AND NOT (type = ANY(%(types)s))
 GROUP BY type ORDER BY type
 
+-- name: JOBS_COUNTED
+-- The rows of tether_jobs the planner's statistics count (-1: never gathered). A bulk enqueue
+-- that grows the table by a tenth of that or more gathers them (ANALYZE_JOBS, enqueue.py): until
+-- autovacuum does so, about a minute later, the planner takes a freshly filled queue for nearly
+-- empty and each CLAIM sorts every pending job instead of walking ix_tether_jobs_queue.
+SELECT reltuples FROM pg_class WHERE oid = 'tether_jobs'::regclass
+
+-- name: ANALYZE_JOBS
+ANALYZE tether_jobs
+
 -- name: DATABASE_TIME
 -- The database's clock, which lock times are measured by when machines share the ledger
 -- (clock.DatabaseClock): the time of this statement, not of its transaction's start.

@@ -498,6 +498,12 @@ SELECT type, count(*) FROM tether_jobs
 WHERE status = 'pending' AND type NOT IN (SELECT value FROM json_each(:types))
 GROUP BY type ORDER BY type
 
+-- name: JOBS_COUNTED
+-- None on SQLite: the claim pins its index (INDEXED BY), so no statistics can lead it elsewhere.
+
+-- name: ANALYZE_JOBS
+-- None on SQLite (JOBS_COUNTED).
+
 -- name: DATABASE_TIME
 -- Every process on a SQLite ledger runs on one machine and reads its clock
 -- (opening.ledger_clock); this is that clock, in the text form the ledger keeps.
