@@ -185,7 +185,8 @@ def _failed(trace: Any, span: Any, error: BaseException) -> None:
 
 
 class Attempt:
-    """One attempt's span while its handler runs; ``ended`` records how it came out."""
+    """One attempt's span while its handler runs (``span`` None: nothing records); ``ended``
+    records how it came out."""
 
     __slots__ = ("span", "trace")
 
@@ -223,14 +224,23 @@ class _Untraced:
 _NOTHING_TO_TRACE = _Untraced()
 
 
-def attempt(queue: Queue, job: JobRecord, worker: str) -> AbstractContextManager[Attempt]:
-    """The span of one attempt of ``job`` (``process <type>``), current while its handler runs:
-    a child of the enqueue's context, linked to it, and to the job's previous attempt when one
-    was traced. The spans the handler makes (AWS calls, follow-up enqueues) are its children."""
+def attempt_tracer() -> Any:
+    """The tracer the attempts of a batch record their spans in, or None when none would record:
+    asked once a batch, so that an attempt with no trace to carry costs ``attempt`` one check."""
     trace = _api if _api is not None else _trace()
-    tracer = _recording_tracer(trace) if trace else None
+    return _recording_tracer(trace) if trace else None
+
+
+def attempt(tracer: Any, queue: Queue, job: JobRecord, worker: str) -> AbstractContextManager[Attempt]:
+    """The span of one attempt of ``job`` (``process <type>``) in ``tracer`` (``attempt_tracer``),
+    current while its handler runs: a child of the enqueue's context, linked to it, and to the
+    job's previous attempt when one was traced. The spans the handler makes (AWS calls, follow-up
+    enqueues) are its children."""
+    if tracer is None and not job.traceparent:  # no span would record: a no-op one costs a job more than its work
+        return _NOTHING_TO_TRACE
+    trace = _api or None
     enqueued = parse_context(trace, job.traceparent) if trace else None
-    if tracer is None and enqueued is None:  # no span would record: a no-op one costs a job more than its work
+    if tracer is None and enqueued is None:
         return _NOTHING_TO_TRACE
     return _attempt(trace, tracer, enqueued, queue, job, worker)
 

@@ -331,7 +331,7 @@ class Worker:
     def _record(self, decisions: list[Decision], claim: int = 0) -> list[JobRecord]:
         """Record ``decisions`` in one group commit (taking ``claim`` more jobs in it); from here
         their fences are the completer's to judge, not the heartbeat's."""
-        self.executor.settling(d.job for d in decisions)
+        self.executor.settling([d.job.id for d in decisions])
         return self.completer.record(decisions, claim=claim)
 
     def _run_jobs(
@@ -345,6 +345,7 @@ class Worker:
         run, decide = self.executor.run, completer.decide
         pending = progress.pending
         flush_at = 0.0
+        tracer = tracing.attempt_tracer()
         for job, ctx in zip(jobs, contexts, strict=True):
             if (stopping.is_set() and progress.ran) or progress.slow:
                 pending.append(decide(job, NOT_RUN))
@@ -356,14 +357,16 @@ class Worker:
                 self._record(completer.synced(pending, syncs.flush()))
                 pending = progress.pending = []
             outcome: Outcome
-            with tracing.attempt(self.queue, job, self.id) as span:
+            with tracing.attempt(tracer, self.queue, job, self.id) as attempt:
                 outcome, duration = run(job, ctx)
                 if ctx.cancel_note is not None and not isinstance(outcome, Returned):
                     # An operator's cancel decides how an attempt that did not complete ends; a
                     # handler that returned has done its work, and its completion is the truth the
                     # data root and reconcile will show.
                     outcome = Stopped(ctx.cancel_note)
-                decision = span.ended(decide(job, outcome, duration), outcome)
+                decision = decide(job, outcome, duration)
+                if attempt.span is not None:  # a span that may record takes the outcome
+                    decision = attempt.ended(decision, outcome)
             pending.append(decision)
             progress.edges[decision.edge] += 1
             progress.ran += 1
