@@ -78,7 +78,7 @@ class Completer:
         try:
             if isinstance(outcome, Returned):  # first: nearly every outcome is one
                 self._full_streak = 0
-                return Decision(job, "complete", {"result": outcome.result}, outcome.children, duration, clock.now())
+                return Decision.complete(job, outcome.result, outcome.children, duration, clock.now())
             if isinstance(outcome, Stopped):
                 effect = effect_of(self.queue, job)
                 error = f"Cancelled: {outcome.note} (effect: {effect})"

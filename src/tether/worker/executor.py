@@ -21,7 +21,7 @@ from .. import tracing
 from ..errors import JobTimedOut
 from ..jobtypes.context import TIMEOUT, JobContext
 from ..ledger.lifecycle import encode_result
-from ..ledger.record import JobRecord
+from ..ledger.record import JobRecord, make_tuple
 
 if TYPE_CHECKING:
     from ..jobtypes import JobType, Payload
@@ -107,7 +107,10 @@ class Executor:
             result = (
                 perform(job_type, payload, ctx) if timeout is None else _run_bounded(job_type, payload, ctx, timeout)
             )
-            outcome: Returned | Exception = Returned(encode_result(job_type.name, result), ctx.followups())
+            # Returned(...) without the NamedTuple's Python __new__ (one per job)
+            outcome: Returned | Exception = make_tuple(
+                Returned, (encode_result(job_type.name, result), ctx.followups())
+            )
         except Exception as e:  # a handler error never kills the worker
             outcome = e
         return outcome, time.perf_counter() - start
