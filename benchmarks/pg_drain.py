@@ -2,7 +2,7 @@
 procrastinate.
 
     .venv/bin/python benchmarks/pg_drain.py [--jobs 3000] [--workers 1,4,8] [--runs 3] [--only tether,pgqueuer]
-        [--before SRC]
+        [--before SRC] [--analyzed]
 
 Per run and worker count, each system drains the same number of no-op jobs on the same server,
 each in a fresh database of its own, interleaved (the order of the systems rotates per run).
@@ -26,7 +26,10 @@ pgqueuer: first 'picked' to last 'successful' row of pgqueuer_log; procrastinate
 to last 'succeeded' row of procrastinate_events, whose ``at`` is the writing transaction's
 start). Figures are medians over runs; the ratios are tether / the other. With ``--before SRC``
 (another checkout's ``src/``), that tree's tether is one more system, ``before``, run the same way
-by a child process whose path puts it first.
+by a child process whose path puts it first. ``--analyzed`` (tether and before only): the jobs
+are enqueued in a transaction of the benchmark's own (``session=``) that then runs ``ANALYZE``, so
+the drain's claims plan on statistics as autovacuum leaves them on a running system, not on a new
+table's none.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import sqlalchemy as sa
+from sqlalchemy.orm import Session
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_PGQ = REPO / ".bench" / "venv-pgq"
@@ -186,12 +190,12 @@ def window(engine: sa.Engine, sql: str) -> float:
     return (last - first).total_seconds()
 
 
-def run_before(src: Path, jobs: int, workers: int) -> float:
+def run_before(src: Path, jobs: int, workers: int, analyzed: bool = False) -> float:
     """``run_tether`` with another checkout's tether (``src`` first on the path), in a child
     process: the ledger is made, filled and read by that tree's code, as its workers expect."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(REPO)])}
     done = subprocess.run(
-        [sys.executable, __file__, "--child", str(jobs), str(workers), str(src)],
+        [sys.executable, __file__, "--child", str(jobs), str(workers), str(src), str(int(analyzed))],
         env=env,
         capture_output=True,
         text=True,
@@ -201,7 +205,7 @@ def run_before(src: Path, jobs: int, workers: int) -> float:
     return float(done.stdout.split()[-1])
 
 
-def run_tether(jobs: int, workers: int, src: Path | None = None) -> float:
+def run_tether(jobs: int, workers: int, src: Path | None = None, analyzed: bool = False) -> float:
     sys.path.insert(0, str(REPO / "tests"))
     import pg_jobtypes
     from tether import Coordinator
@@ -240,7 +244,14 @@ def run_tether(jobs: int, workers: int, src: Path | None = None) -> float:
             ]
             try:
                 wait_connected(c.engine, procs, "bench-w")
-                c.enqueue_many([pg_jobtypes.PgNoop(n=i) for i in range(jobs)])
+                payloads = [pg_jobtypes.PgNoop(n=i) for i in range(jobs)]
+                if analyzed:  # the jobs and their statistics commit together, as autovacuum would leave them
+                    with Session(c.engine) as session:
+                        c.enqueue_many(payloads, session=session)
+                        session.execute(sa.text("ANALYZE tether_jobs"))
+                        session.commit()
+                else:
+                    c.enqueue_many(payloads)
                 wait_done(c.engine, "SELECT count(*) FROM tether_jobs WHERE status = 'completed'", jobs)
             finally:
                 stop(procs, "tether", graceful=True)
@@ -304,11 +315,17 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--only", default="tether,pgqueuer,procrastinate", help="systems, comma-separated")
     parser.add_argument("--before", type=Path, help="another checkout's src: its tether is a system too ('before')")
-    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--analyzed",
+        action="store_true",
+        help="tether: the planner's statistics gathered on a queue as full before the drain, as a running "
+        "system has them (by default the ledger is new: none until autovacuum's first ANALYZE)",
+    )
+    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:  # run_before's child: PYTHONPATH puts the other tree first
-        jobs, workers, src = args.child
-        print(run_tether(int(jobs), int(workers), Path(src)))
+        jobs, workers, src, analyzed = args.child
+        print(run_tether(int(jobs), int(workers), Path(src), analyzed=analyzed == "1"))
         return
     counts = [int(w) for w in args.workers.split(",")]
     names = args.only.split(",") + (["before"] if args.before else [])
@@ -328,8 +345,8 @@ def main() -> None:
     for run in range(args.runs):
         for workers in counts:
             sides = {
-                "tether": lambda workers=workers: run_tether(args.jobs, workers),
-                "before": lambda workers=workers: run_before(args.before, args.jobs, workers),
+                "tether": lambda workers=workers: run_tether(args.jobs, workers, analyzed=args.analyzed),
+                "before": lambda workers=workers: run_before(args.before, args.jobs, workers, args.analyzed),
                 "pgqueuer": lambda workers=workers: run_pgqueuer(pgq, args.jobs, workers),  # type: ignore[arg-type]
                 "procrastinate": lambda workers=workers: run_procrastinate(pcr, args.jobs, workers),  # type: ignore[arg-type]
             }
