@@ -218,7 +218,8 @@ def run_tether(jobs: int, workers: int, src: Path | None = None, analyzed: bool 
         root = REPO / ".bench" / "pg-drain-root"
         with Coordinator.open(url, root=root, registry=registry) as c:
             c.queue.wakeup = wakeup_for(c.engine)  # what Coordinator will pick by itself
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(p) for p in (src, REPO) if p is not None])}
+            # This checkout's tree unless another's is named: the venv's own install may be elsewhere.
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src or REPO / "src"), str(REPO)])}
             procs = [
                 subprocess.Popen(
                     [

@@ -133,7 +133,7 @@ def busy_window(c: Any, n: int, *, took: Any = lambda i: 1.0, status: str = "com
 def completed(job: JobRecord, result: Any = None, *, finished_at: datetime | None = None) -> Decision:
     """The decision a worker records for ``job`` when its handler returned ``result`` (the
     completer's ``decide`` given ``Returned``), for tests that drive the queue by hand."""
-    return Decision(job, "complete", {"result": encode_result(job.type, result)}, finished_at=finished_at)
+    return Decision.complete(job, encode_result(job.type, result), (), None, finished_at)
 
 
 def seed_states(c: Any, clock: Any) -> dict[str, int]:

@@ -129,6 +129,21 @@ def test_completed_job_keeps_the_handler_result_and_the_worker_that_ran_it(c):
     assert done.completed_at is not None and done.locked_at is None and done.locked_by == worker.id
 
 
+def test_a_completion_decision_holds_each_value_in_its_own_field(c, clock):
+    # Decision.complete fills the NamedTuple's fields by position (make_tuple): a field added,
+    # moved or left out shows here as a decision unequal to the one built by name.
+    parent, child = c.enqueue(Note(name="a")).job, c.enqueue(Note(name="b")).job
+    built = Decision.complete(parent, '{"ok": 1}', [child], 0.25, clock.now())
+    assert built == Decision(
+        job=parent,
+        edge="complete",
+        values={"result": '{"ok": 1}'},
+        children=[child],
+        duration=0.25,
+        finished_at=clock.now(),
+    )
+
+
 def test_retryable_error_returns_the_job_to_pending_with_backoff(c, clock):
     job_id = c.enqueue(Note(name="a", fail_times=1)).id
     w = c.worker()

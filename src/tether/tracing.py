@@ -17,7 +17,7 @@ import contextvars
 import functools
 import importlib.util
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .ledger.record import InsertResult, JobRecord
 
 F = TypeVar("F", bound=Callable[..., Any])
+C = TypeVar("C")  # what an attempt runs with (the worker's JobContext)
 
 # The SDK would record an escaping exception's message (an event, the status text); _failed
 # records its class instead.
@@ -207,37 +208,41 @@ class Attempt:
 _UNTRACED = Attempt(None, None)
 
 
-class _Untraced:
-    """``attempt`` when there is nothing to record and no trace to carry: a class rather than a
-    generator, since every job enters one."""
-
-    __slots__ = ()
-
-    def __enter__(self) -> Attempt:
-        return _UNTRACED
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-_NOTHING_TO_TRACE = _Untraced()
-
-
-def attempt(queue: Queue, job: JobRecord, worker: str) -> AbstractContextManager[Attempt]:
-    """The span of one attempt of ``job`` (``process <type>``), current while its handler runs:
-    a child of the enqueue's context, linked to it, and to the job's previous attempt when one
-    was traced. The spans the handler makes (AWS calls, follow-up enqueues) are its children."""
+def attempt_tracer() -> Any:
+    """The tracer the attempts of a batch record their spans in, or None when none would record:
+    asked once a batch, so that an attempt with no trace to carry costs ``attempt`` one check."""
     trace = _api if _api is not None else _trace()
-    tracer = _recording_tracer(trace) if trace else None
+    return _recording_tracer(trace) if trace else None
+
+
+def attempt(
+    tracer: Any,
+    queue: Queue,
+    job: JobRecord,
+    worker: str,
+    run: Callable[[JobRecord, C], tuple[Decision, object]],
+    ctx: C,
+) -> Decision:
+    """``run(job, ctx)``, one attempt of ``job`` to its decision and outcome, inside the attempt's
+    span (``process <type>``) in ``tracer`` (``attempt_tracer``): a child of the enqueue's context,
+    linked to it, and to the job's previous attempt when one was traced. The spans the handler
+    makes (AWS calls, follow-up enqueues) are its children. Returns the decision, carrying the
+    span's context. With no span to record and no trace to carry, ``run`` is simply called: a
+    no-op span (or a ``with``) would cost a job more than its work."""
+    if tracer is None and not job.traceparent:
+        return run(job, ctx)[0]
+    trace = _api or None
     enqueued = parse_context(trace, job.traceparent) if trace else None
-    if tracer is None and enqueued is None:  # no span would record: a no-op one costs a job more than its work
-        return _NOTHING_TO_TRACE
-    return _attempt(trace, tracer, enqueued, queue, job, worker)
+    if tracer is None and enqueued is None:
+        return run(job, ctx)[0]
+    with _attempt(trace, tracer, enqueued, queue, job, worker) as span:
+        decision, outcome = run(job, ctx)
+        return span.ended(decision, outcome)
 
 
 @contextmanager
 def _attempt(trace: Any, tracer: Any, enqueued: Any, queue: Queue, job: JobRecord, worker: str) -> Iterator[Attempt]:
-    """``attempt`` with a span to record, or an enqueue's trace to carry."""
+    """The span of ``attempt``, with a span to record or an enqueue's trace to carry."""
     if tracer is None:
         # Nothing records here, but what the handler enqueues keeps the trace its job was in.
         with trace.use_span(trace.NonRecordingSpan(enqueued)):

@@ -70,8 +70,6 @@ class Claimer:
     def _with_payloads(self, cur: Any, claimed: list[JobRecord]) -> list[JobRecord]:
         """Claimed jobs with every payload: those the claim left out (over ``catalogue.INLINE_PAYLOAD``
         bytes) read now, each by its own statement, so one is in flight at a time."""
-        if all(job.payload is not None for job in claimed):
-            return claimed
         return [
             job if job.payload is not None else job._replace(payload=cur.scalar(self.sql.PAYLOAD, {"id": job.id}))
             for job in claimed

@@ -17,7 +17,7 @@ import orjson
 
 from ..errors import PermanentError, TetherError
 from .attempts import Outcome
-from .record import JobRecord
+from .record import JobRecord, make_tuple
 from .status import ACTIVE, JobStatus
 
 _P, _C, _D, _F = JobStatus.PENDING, JobStatus.CLAIMED, JobStatus.COMPLETED, JobStatus.FAILED
@@ -100,6 +100,20 @@ class Decision(NamedTuple):
         """How the attempt ended, as its row records it; None: the job row tells it."""
         edge = EDGES[self.edge].attempt
         return None if edge is None or not self.ran else self.outcome or edge
+
+    @classmethod
+    def complete(
+        cls,
+        job: JobRecord,
+        result: str | None,
+        children: Sequence[JobRecord],
+        duration: float | None,
+        finished_at: datetime | None,
+    ) -> Decision:
+        """The handler returned ``result`` (stored JSON) and its follow-up jobs. Built by
+        ``make_tuple`` with every field in order, as one per job is: a NamedTuple's own
+        ``__new__`` is a Python frame with its defaults to fill."""
+        return make_tuple(cls, (job, "complete", {"result": result}, children, duration, finished_at, None, True, None))
 
     @classmethod
     def retry(

@@ -243,7 +243,7 @@ class Queue:
         self.unblock_next(
             cur, [d.job for d, job in zip(decisions, moved, strict=True) if job is not None and d.edge in ENDING]
         )
-        if inserted or any(d.edge in ("retry", "release", "defer", "snooze") for d in decisions):
+        if inserted or not {d.edge for d in decisions}.isdisjoint(("retry", "release", "defer", "snooze")):
             self.wakeup.notify_in(cur)
         claimed = self.claimer.claim_in(cur, worker, self.clock.now(), claim, claim_bytes) if claim else []
         return moved, inserted, claimed

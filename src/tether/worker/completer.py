@@ -76,13 +76,13 @@ class Completer:
         refused to store, or an error in deciding, fails the job visibly."""
         clock = self.queue.clock
         try:
+            if isinstance(outcome, Returned):  # first: nearly every outcome is one
+                self._full_streak = 0
+                return Decision.complete(job, outcome.result, outcome.children, duration, clock.now())
             if isinstance(outcome, Stopped):
                 effect = effect_of(self.queue, job)
                 error = f"Cancelled: {outcome.note} (effect: {effect})"
                 return Decision.cancel_running(job, error, effect, duration, clock.now())
-            if isinstance(outcome, Returned):
-                self._full_streak = 0
-                return Decision(job, "complete", {"result": outcome.result}, outcome.children, duration, clock.now())
             if isinstance(outcome, (NotRun, Cancelled)):
                 return Decision.release(job, duration, ran=not isinstance(outcome, NotRun))
             if isinstance(outcome, Unrecordable):

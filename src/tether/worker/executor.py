@@ -11,17 +11,17 @@ async handler gains here is that its awaits can be cancelled (``perform``).
 from __future__ import annotations
 
 import asyncio
-import inspect
 import threading
 import time
 from collections.abc import Coroutine, Iterable, Sequence
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import tracing
 from ..errors import JobTimedOut
 from ..jobtypes.context import TIMEOUT, JobContext
 from ..ledger.lifecycle import encode_result
-from ..ledger.record import JobRecord
+from ..ledger.record import JobRecord, make_tuple
 
 if TYPE_CHECKING:
     from ..jobtypes import JobType, Payload
@@ -63,10 +63,11 @@ class Executor:
                 self._running[job.id] = ctx
         return contexts
 
-    def settling(self, jobs: Iterable[JobRecord]) -> None:
-        """``jobs``' outcomes are about to be recorded (heartbeats still renew them until ``done``)."""
+    def settling(self, ids: Iterable[str]) -> None:
+        """The outcomes of the jobs ``ids`` are about to be recorded (heartbeats still renew them
+        until ``done``)."""
         with self._lock:
-            self._settling.update(job.id for job in jobs)
+            self._settling.update(ids)
 
     def done(self, jobs: Sequence[JobRecord]) -> None:
         with self._lock:
@@ -106,7 +107,10 @@ class Executor:
             result = (
                 perform(job_type, payload, ctx) if timeout is None else _run_bounded(job_type, payload, ctx, timeout)
             )
-            outcome: Returned | Exception = Returned(encode_result(job_type.name, result), ctx.followups())
+            # Returned(...) without the NamedTuple's Python __new__ (one per job)
+            outcome: Returned | Exception = make_tuple(
+                Returned, (encode_result(job_type.name, result), ctx.followups())
+            )
         except Exception as e:  # a handler error never kills the worker
             outcome = e
         return outcome, time.perf_counter() - start
@@ -121,7 +125,7 @@ def perform(job_type: JobType[Any], payload: Payload, ctx: JobContext) -> Any:
     """Call the handler; a coroutine it returns (``async def run``) is run to its end on a new
     event loop of this thread, so nothing bound to the loop outlives the attempt."""
     result = job_type.run(payload, ctx)
-    if inspect.iscoroutine(result):
+    if isinstance(result, CoroutineType):  # inspect.iscoroutine's test, without its frame
         return asyncio.run(_cancellable(result, ctx))
     return result
 

@@ -331,7 +331,7 @@ class Worker:
     def _record(self, decisions: list[Decision], claim: int = 0) -> list[JobRecord]:
         """Record ``decisions`` in one group commit (taking ``claim`` more jobs in it); from here
         their fences are the completer's to judge, not the heartbeat's."""
-        self.executor.settling(d.job for d in decisions)
+        self.executor.settling([d.job.id for d in decisions])
         return self.completer.record(decisions, claim=claim)
 
     def _run_jobs(
@@ -342,9 +342,10 @@ class Worker:
         ``flush_after``. Once stopping, or once the jobs run were slow (``slow_job``), the jobs not
         yet started go back untouched, for any worker to take."""
         completer, stopping, config = self.completer, self.producer.stopping, self.config
-        run, decide = self.executor.run, completer.decide
+        decide, attempt, queue, worker = completer.decide, self._attempt, self.queue, self.id
         pending = progress.pending
         flush_at = 0.0
+        tracer = tracing.attempt_tracer()
         for job, ctx in zip(jobs, contexts, strict=True):
             if (stopping.is_set() and progress.ran) or progress.slow:
                 pending.append(decide(job, NOT_RUN))
@@ -355,19 +356,23 @@ class Worker:
             if pending and time.perf_counter() >= flush_at:
                 self._record(completer.synced(pending, syncs.flush()))
                 pending = progress.pending = []
-            outcome: Outcome
-            with tracing.attempt(self.queue, job, self.id) as span:
-                outcome, duration = run(job, ctx)
-                if ctx.cancel_note is not None and not isinstance(outcome, Returned):
-                    # An operator's cancel decides how an attempt that did not complete ends; a
-                    # handler that returned has done its work, and its completion is the truth the
-                    # data root and reconcile will show.
-                    outcome = Stopped(ctx.cancel_note)
-                decision = span.ended(decide(job, outcome, duration), outcome)
+            decision = tracing.attempt(tracer, queue, job, worker, attempt, ctx)
             pending.append(decision)
             progress.edges[decision.edge] += 1
             progress.ran += 1
             if len(pending) == 1:
                 flush_at = time.perf_counter() + config.flush_after
-            progress.took += duration
+            progress.took += decision.duration or 0.0
             progress.slow = progress.took > config.slow_job * progress.ran
+
+    def _attempt(self, job: JobRecord, ctx: JobContext) -> tuple[Decision, Outcome]:
+        """Run ``job``'s handler and decide what the attempt comes to (its span, if any, is
+        current meanwhile): the decision, and the outcome it was made from."""
+        outcome: Outcome
+        outcome, duration = self.executor.run(job, ctx)
+        if ctx.cancel_note is not None and not isinstance(outcome, Returned):
+            # An operator's cancel decides how an attempt that did not complete ends; a handler
+            # that returned has done its work, and its completion is the truth the data root and
+            # reconcile will show.
+            outcome = Stopped(ctx.cancel_note)
+        return self.completer.decide(job, outcome, duration), outcome
