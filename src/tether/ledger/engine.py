@@ -88,9 +88,6 @@ def create_engine(
         options += f" -csearch_path={schema}"
     connect_args = {"options": options}
     engine = sa.create_engine(parsed, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args=connect_args)
-    from .pgtimes import read_times_once  # psycopg: imported for PostgreSQL ledgers only
-
-    sa.event.listen(engine, "connect", read_times_once)
     _schemas[engine] = schema
     return engine
 
