@@ -184,7 +184,7 @@ def test_an_enqueue_below_the_bulk_size_leaves_the_statistics_to_autovacuum(pg_c
         assert conn.exec_driver_sql(counted).scalar_one() == 1999
 
 
-def test_tethers_connections_compile_no_statement_with_jit(pg_database: str) -> None:
+def test_tethers_connections_run_in_utc_and_compile_no_statement_with_jit(pg_database: str) -> None:
     from tether.ledger.engine import create_engine
 
     for schema in (None, "elsewhere"):
@@ -192,6 +192,9 @@ def test_tethers_connections_compile_no_statement_with_jit(pg_database: str) -> 
         try:
             with engine.connect() as conn:
                 assert conn.exec_driver_sql("SHOW jit").scalar_one() == "off"
+                assert conn.exec_driver_sql("SHOW timezone").scalar_one() == "UTC"
+                driver: Any = conn.connection.driver_connection
+                assert driver.info.timezone is UTC  # times read with a fixed offset, not through zoneinfo
                 assert conn.exec_driver_sql("SHOW search_path").scalar_one() == (schema or '"$user", public')
         finally:
             engine.dispose()

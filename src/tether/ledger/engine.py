@@ -77,9 +77,12 @@ def create_engine(
     parsed = parsed.set(drivername="postgresql+psycopg")
     # No JIT compilation: every statement tether sends is short and walks an index, while the
     # planner's cost of a claim on a large or freshly analyzed table passes jit_above_cost, and
-    # compiling it then takes longer than the claim runs (benchmarks/README.md). Options the URL
-    # gives come after, so the user's word (their own jit, a search_path) stands.
-    options = " ".join(["-cjit=off", *_as_list(parsed.query.get("options"))])
+    # compiling it then takes longer than the claim runs. The session runs in UTC, the ledger's
+    # own zone, as on SQLite: psycopg reads a time of a UTC session with a fixed offset, and one
+    # of any named zone (a server's default Etc/UTC too) through zoneinfo, far dearer, and a
+    # claimed job carries four times (benchmarks/README.md). Options the URL gives come after,
+    # so the user's word (their own jit, time zone, search_path) stands.
+    options = " ".join(["-cjit=off", "-ctimezone=UTC", *_as_list(parsed.query.get("options"))])
     if schema is not None:
         if not _IDENTIFIER.match(schema):
             raise ConfigError(f"schema {schema!r} is not a plain identifier (lowercase letters, digits, _; at most 63)")
