@@ -13,6 +13,7 @@ ix_tether_jobs_target_active (~1 ms per claim).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -205,3 +206,33 @@ def test_tethers_connections_run_in_utc_and_compile_no_statement_with_jit(pg_dat
             assert conn.exec_driver_sql("SHOW jit").scalar_one() == "on"
     finally:
         engine.dispose()
+
+
+def test_a_claim_runs_on_its_generic_plan_and_leaves_the_sessions_choice_alone(pg_coordinator: Coordinator) -> None:
+    pg_coordinator.enqueue_many([pg_jobtypes.PgNoop(n=i) for i in range(3)])
+    queue = pg_coordinator.queue
+
+    def claim(cur: Any) -> tuple[int, str]:
+        jobs = queue.claimer.claim_in(cur, "w", datetime.now(UTC), 10, 8 << 20)
+        return len(jobs), cur.scalar("SHOW plan_cache_mode")
+
+    # Otherwise the plan cache plans every claim afresh (benchmarks/README.md).
+    assert queue.backend.transact(claim) == (3, "force_generic_plan")
+    with pg_coordinator.engine.connect() as conn:
+        assert conn.exec_driver_sql("SHOW plan_cache_mode").scalar_one() == "auto"
+
+
+def test_the_claims_generic_plan_walks_the_queue_index(pg_coordinator: Coordinator) -> None:
+    pg_coordinator.enqueue_many([pg_jobtypes.PgNoop(n=i) for i in range(QUEUED)])
+    order = {"now": 1, "limit": 2, "max_bytes": 3, "worker": 4, "types": 5}
+    claim = re.sub(r"%\((\w+)\)s", lambda m: f"${order[m.group(1)]}", POSTGRESQL.CLAIM)
+    with pg_coordinator.engine.connect() as conn:
+        conn.exec_driver_sql("SET plan_cache_mode = force_generic_plan")
+        conn.exec_driver_sql(f"PREPARE claim (timestamptz, int, bigint, text, text[]) AS {claim}")
+        ((plan,),) = conn.exec_driver_sql(
+            "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim (now(), 100, 8388608, 'w', '{pg_noop}')"
+        ).all()
+        conn.rollback()
+    [walk] = scans_of(plan[0]["Plan"], "j")
+    assert walk["Node Type"] == "Index Scan" and index_of(walk) == "ix_tether_jobs_queue", walk
+    assert rows_touched(plan[0]["Plan"], "j") <= 100, f"{plan[0]['Execution Time']:.1f} ms"

@@ -49,6 +49,7 @@ class Statements:
     NOTE_OF: str
     GET: str
     PAYLOAD: str
+    CLAIM_PLAN: str
     CLAIM: str
     COMPLETE: str
     COMPLETE_MANY: str

@@ -44,6 +44,8 @@ class Claimer:
             return self._with_payloads(cur, self._claim_limited(cur, worker, now, limit, max_bytes, limited, paused))
         types = self._claimed_types(paused)
         params = {"worker": worker, "now": now, "limit": limit, "max_bytes": max_bytes, "types": types}
+        if self.sql.CLAIM_PLAN:
+            cur.execute(self.sql.CLAIM_PLAN)
         return self._with_payloads(cur, cur.records(self.sql.CLAIM, params))
 
     def _claimed_types(self, paused: frozenset[str]) -> Any:

@@ -110,6 +110,13 @@ FROM tether_jobs WHERE id = %(id)s
 -- name: PAYLOAD
 SELECT payload FROM tether_jobs WHERE id = %(id)s
 
+-- name: CLAIM_PLAN
+-- Sent before CLAIM in its transaction: the claim's generic plan is the one its custom plans
+-- choose, but its estimated cost runs a little over theirs (:types of unknown length), so the
+-- plan cache would plan every claim afresh (benchmarks/README.md). Transaction-local: the
+-- connection's other statements keep the server's own choice.
+SET LOCAL plan_cache_mode = force_generic_plan
+
 -- name: CLAIM
 -- The rules are sqlite.sql's; :types is an array of the registered type names
 -- (catalogue.Statements.types). Concurrent claimers skip rows another transaction is claiming

@@ -120,6 +120,9 @@ FROM tether_jobs WHERE id = :id
 -- A claimed job's payload that CLAIM left out (over catalogue.INLINE_PAYLOAD bytes).
 SELECT payload FROM tether_jobs WHERE id = :id
 
+-- name: CLAIM_PLAN
+-- None on SQLite: sqlite3 keeps each statement compiled, with no choice of plan by its values.
+
 -- name: CLAIM
 -- Up to :limit ready jobs of the types a worker has registered (:types, a JSON array of their
 -- names: catalogue.Statements.types), so a job of a type it lacks waits for a worker that has
