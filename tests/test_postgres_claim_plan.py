@@ -14,6 +14,7 @@ ix_tether_jobs_target_active (~1 ms per claim).
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -236,3 +237,33 @@ def test_the_claims_generic_plan_walks_the_queue_index(pg_coordinator: Coordinat
     [walk] = scans_of(plan[0]["Plan"], "j")
     assert walk["Node Type"] == "Index Scan" and index_of(walk) == "ix_tether_jobs_queue", walk
     assert rows_touched(plan[0]["Plan"], "j") <= 100, f"{plan[0]['Execution Time']:.1f} ms"
+
+
+def test_two_processes_bulk_enqueueing_at_once_both_commit_with_the_statistics(
+    pg_coordinator: Coordinator, pg_database: str, tmp_path: Path
+) -> None:
+    # Each bulk transaction ends with ANALYZE, whose lock the other's ANALYZE waits for: neither
+    # may fail or deadlock.
+    registry = default_registry()
+    pg_jobtypes.register(registry)
+    barrier = threading.Barrier(2)
+    done: dict[int, int] = {}
+
+    def enqueue(c: Coordinator, n: int) -> None:
+        payloads = [pg_jobtypes.PgNoop(n=i) for i in range(1500)]
+        barrier.wait()
+        done[n] = len(c.enqueue_many(payloads))
+
+    with Coordinator.open(pg_database, root=tmp_path / "data", registry=registry) as other:
+        threads = [threading.Thread(target=enqueue, args=(c, n)) for n, c in enumerate((pg_coordinator, other))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert done == {0: 1500, 1: 1500}
+    with pg_coordinator.engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM tether_jobs").scalar_one() == 3000
+        assert (
+            conn.exec_driver_sql("SELECT reltuples FROM pg_class WHERE oid = 'tether_jobs'::regclass").scalar_one()
+            >= 1500
+        )
