@@ -209,7 +209,11 @@ def test_tethers_connections_run_in_utc_and_compile_no_statement_with_jit(pg_dat
         engine.dispose()
 
 
-def test_a_claim_runs_on_its_generic_plan_and_leaves_the_sessions_choice_alone(pg_coordinator: Coordinator) -> None:
+@pytest.mark.parametrize("max_running", [None, 5])
+def test_a_claim_runs_on_its_generic_plan_and_leaves_the_sessions_choice_alone(
+    pg_coordinator: Coordinator, max_running: int | None
+) -> None:
+    pg_coordinator.registry.get("pg_noop").max_running = max_running  # 5: claimed type by type
     pg_coordinator.enqueue_many([pg_jobtypes.PgNoop(n=i) for i in range(3)])
     queue = pg_coordinator.queue
 

@@ -231,7 +231,7 @@ def attempt(
     no-op span (or a ``with``) would cost a job more than its work."""
     if tracer is None and not job.traceparent:
         return run(job, ctx)[0]
-    trace = _api or None
+    trace = _trace()
     enqueued = parse_context(trace, job.traceparent) if trace else None
     if tracer is None and enqueued is None:
         return run(job, ctx)[0]

@@ -38,14 +38,14 @@ class Claimer:
         """Take up to ``limit`` ready jobs for ``worker`` in ``cur``'s transaction, holding at most
         ``max_bytes`` of payload between them (or one larger job), each with its payload."""
         now = self._claim_time(worker, now)
+        if self.sql.CLAIM_PLAN:  # for every CLAIM of this transaction, limited types' too
+            cur.execute(self.sql.CLAIM_PLAN)
         paused = self.paused.current(cur)
         limited = self._limited()
         if limited:
             return self._with_payloads(cur, self._claim_limited(cur, worker, now, limit, max_bytes, limited, paused))
         types = self._claimed_types(paused)
         params = {"worker": worker, "now": now, "limit": limit, "max_bytes": max_bytes, "types": types}
-        if self.sql.CLAIM_PLAN:
-            cur.execute(self.sql.CLAIM_PLAN)
         return self._with_payloads(cur, cur.records(self.sql.CLAIM, params))
 
     def _claimed_types(self, paused: frozenset[str]) -> Any:
