@@ -646,14 +646,22 @@ BEGIN
 END
 
 -- name: TARGETS_ON_UPDATE
--- A completed job stops being one or moves to another target: if it decided its old target, that
--- target's latest completed job now takes its place (none: the row goes). A job completed after
--- the update (newly, or with another target, type or fingerprint): its target's row becomes it
--- if it is the newest. Each statement's test on old and new runs once, before it reads a table.
+-- A job completed after the update (newly, or with another target, type or fingerprint): its
+-- target's row becomes it if it is the newest. A completed job that stops being one or moves to
+-- another target: if it decided its old target, that target's latest completed job now takes its
+-- place (none: the row goes). Each statement's test on old and new runs before it reads a table.
+-- No statement reads tether_targets in a SELECT (the refill's ON CONFLICT rather than NOT
+-- EXISTS): SQLite would then copy every INSERT's rows through a temporary table, built on each
+-- run, the upsert's of each completion included.
 CREATE TRIGGER tether_targets_on_update AFTER UPDATE OF completed_at, ordering_key, type, fingerprint ON tether_jobs
 WHEN (old.status = 'completed' AND old.ordering_key IS NOT NULL)
   OR (new.status = 'completed' AND new.ordering_key IS NOT NULL)
 BEGIN
+  INSERT INTO tether_targets (key, job_id, type, fingerprint)
+  SELECT new.ordering_key, new.id, new.type, new.fingerprint
+  WHERE new.status = 'completed' AND new.ordering_key IS NOT NULL
+  ON CONFLICT (key) DO UPDATE SET job_id = excluded.job_id, type = excluded.type, fingerprint = excluded.fingerprint
+  WHERE excluded.job_id >= tether_targets.job_id;
   DELETE FROM tether_targets
   WHERE old.status = 'completed' AND (new.status <> 'completed' OR new.ordering_key IS NOT old.ordering_key)
     AND key = old.ordering_key AND job_id = old.id;
@@ -661,13 +669,8 @@ BEGIN
   SELECT ordering_key, id, type, fingerprint FROM tether_jobs
   WHERE old.status = 'completed' AND (new.status <> 'completed' OR new.ordering_key IS NOT old.ordering_key)
     AND ordering_key IS NOT NULL AND ordering_key = old.ordering_key AND status = 'completed'
-    AND NOT EXISTS (SELECT 1 FROM tether_targets WHERE key = old.ordering_key)
-  ORDER BY id DESC LIMIT 1;
-  INSERT INTO tether_targets (key, job_id, type, fingerprint)
-  SELECT new.ordering_key, new.id, new.type, new.fingerprint
-  WHERE new.status = 'completed' AND new.ordering_key IS NOT NULL
-  ON CONFLICT (key) DO UPDATE SET job_id = excluded.job_id, type = excluded.type, fingerprint = excluded.fingerprint
-  WHERE excluded.job_id >= tether_targets.job_id;
+  ORDER BY id DESC LIMIT 1
+  ON CONFLICT (key) DO NOTHING;
 END
 
 -- name: TARGETS_ON_DELETE
@@ -679,8 +682,8 @@ BEGIN
   INSERT INTO tether_targets (key, job_id, type, fingerprint)
   SELECT ordering_key, id, type, fingerprint FROM tether_jobs
   WHERE ordering_key IS NOT NULL AND ordering_key = old.ordering_key AND status = 'completed'
-    AND NOT EXISTS (SELECT 1 FROM tether_targets WHERE key = old.ordering_key)
-  ORDER BY id DESC LIMIT 1;
+  ORDER BY id DESC LIMIT 1
+  ON CONFLICT (key) DO NOTHING;
 END
 
 -- name: TARGETS_TRIGGERS
