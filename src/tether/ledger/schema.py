@@ -51,10 +51,9 @@ class UTCDateTime(sa.TypeDecorator[datetime]):
 metadata = sa.MetaData()
 """tether's own metadata, so an application's ``metadata.create_all`` never touches these tables."""
 
-# The status CHECK as comparisons joined by OR, not ``status IN (...)``: SQLite codes an IN list of
-# more than two values as a temporary table, and in a CHECK it builds that table afresh for every
-# row an INSERT or UPDATE writes (a claim's and a completion's rows included); a comparison is a
-# few instructions. ensure_schema respells a ledger's older CHECK (statuscheck.py).
+# The status CHECK as comparisons joined by OR, not ``status IN (...)``: SQLite codes a CHECK's IN
+# list of more than two values as a temporary table built afresh for every row an INSERT or UPDATE
+# writes (each claimed and completed row); ensure_schema respells an older CHECK (statuscheck.py).
 STATUS_CHECK_SQL = " OR ".join(f"status = '{s.value}'" for s in JobStatus)
 _OUTCOMES = ", ".join(f"'{o.value}'" for o in STORED)
 ACTIVE_SQL = "status IN ('pending', 'claimed')"
