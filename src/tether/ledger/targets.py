@@ -10,7 +10,10 @@ Triggers on ``tether_jobs`` keep it, on every path that makes, unmakes or change
 targeted job: a completion, an insert of a completed row, a completed job put back, failed or
 deleted (a manual retry, a purge, SQL by hand), a content check's new fingerprint. Triggers
 rather than the completer's own statements because those paths are many and some are not
-tether's. Their statements are the ``TARGETS_*`` blocks of each dialect's catalogue.
+tether's. Their statements are the ``TARGETS_*`` blocks of each dialect's catalogue. An update
+wakes them when it sets ``completed_at`` (or the target, type or fingerprint), never ``status``
+alone, so that a claim wakes none: every statement that moves a job into or out of a finished
+state sets ``completed_at``, and SQL by hand that does must set it too (``statements/sqlite.sql``).
 """
 
 from __future__ import annotations
