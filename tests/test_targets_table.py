@@ -7,6 +7,7 @@ from before it gets it filled on its first open."""
 from __future__ import annotations
 
 import random
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -18,10 +19,11 @@ from tether.errors import TetherError
 from tether.jobtypes import default_registry
 from tether.jobtypes.target import file_key
 from tether.ledger import meta
+from tether.ledger.catalogue import POSTGRESQL, SQLITE, Statements
 from tether.ledger.engine import create_engine
 from tether.ledger.ids import new_id
 from tether.ledger.schema import jobs
-from tether.ledger.targets import TRIGGERS, targets
+from tether.ledger.targets import RETIRED_TRIGGERS, TRIGGERS, targets
 from tether.reconcile.check import reconcile
 from tether.reconcile.reads import LedgerReads
 
@@ -160,3 +162,112 @@ def test_a_ledger_of_schema_12_gets_the_table_filled_from_its_jobs_and_kept_afte
         assert report.counts["in_sync"] == len(PATHS) - 1 and report.counts["not_checked"] == 1
         c.run_until_idle()  # the triggers keep it from here
         assert_kept(c, "after the upgrade")
+
+
+# -- the update trigger wakes on completed_at, never on status alone ------------------------------
+
+
+def assignments(statement: str) -> dict[str, str] | None:
+    """The columns an UPDATE of tether_jobs sets, with their values; None for any other statement."""
+    head = re.search(r"^UPDATE tether_jobs(?: AS \w+)?(?: INDEXED BY \w+)?\s+SET\s", statement, re.M)
+    if head is None:
+        return None
+    found, depth, current = [], 0, ""
+    for i, ch in enumerate(statement[head.end() :], start=head.end()):
+        if depth == 0 and re.match(r"\s(FROM|WHERE|RETURNING)\b", statement[i:]):
+            break
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            found.append(current)
+            current = ""
+        else:
+            current += ch
+    found.append(current)
+    return {a.split("=", 1)[0].strip(): a.split("=", 1)[1].strip() for a in found}
+
+
+@pytest.mark.parametrize("statements", [SQLITE, POSTGRESQL], ids=["sqlite", "postgresql"])
+def test_every_statement_that_sets_status_but_wakes_no_trigger_keeps_its_rows_out_of_completed(
+    statements: Statements,
+):
+    watched = re.search(r"AFTER UPDATE OF ([\w, ]+) ON tether_jobs", statements.TARGETS_ON_UPDATE)
+    assert watched is not None
+    columns = {c.strip() for c in watched.group(1).split(",")}
+    assert "status" not in columns and {"completed_at", "ordering_key", "type", "fingerprint"} <= columns
+    quiet = []
+    for name, statement in statements.named().items():
+        assigned = assignments(statement)
+        if assigned is None or "status" not in assigned or columns & assigned.keys():
+            continue
+        # Then it moves rows to another status than completed, and only rows it found by a status
+        # (its own WHERE, or PostgreSQL's claim's candidates) that is never completed.
+        assert re.fullmatch(r"'(\w+)'", assigned["status"]) and assigned["status"] != "'completed'", name
+        assert re.search(r"(?<!\w)\+?(?:\w+\.)?status = '\w+'", statement), f"{name} names no status it changes"
+        assert "'completed'" not in statement, f"{name} may change a completed row"
+        quiet.append(name)
+    assert {"CLAIM", "RETRY", "RELEASE", "DEFER", "RECLAIM"} <= set(quiet), quiet
+    moving = [name for name, s in statements.named().items() if "status" in (assignments(s) or {})]
+    assert {"COMPLETE", "COMPLETE_MANY", "FAIL", "CANCEL", "MANUAL_RETRY", "RECLAIM_EXHAUSTED"} <= set(moving)
+    for name in set(moving) - set(quiet):  # every other move of a job wakes the trigger, completed_at first
+        assert "completed_at" in assignments(getattr(statements, name)), name  # type: ignore[operator]
+
+
+def test_a_claim_runs_no_trigger_and_a_completion_one_that_builds_no_temporary_table_on_sqlite(tmp_path):
+    with Coordinator.open(f"sqlite:///{tmp_path / 'tether.db'}", root=tmp_path / "data") as c:
+        with c.engine.connect() as conn:
+
+            def ops(statement: str) -> list[str]:
+                program = conn.exec_driver_sql("EXPLAIN " + re.sub(r":(\w+)", "NULL", statement)).all()
+                return [op[1] for op in program]
+
+            assert ops(SQLITE.CLAIM).count("Program") == 0
+            assert ops(SQLITE.COMPLETE_MANY).count("Program") == 1
+            # The trigger's program and the row's own checks (the status CHECK among them) included.
+            completion = ops(SQLITE.COMPLETE_NO_RETURN)
+            assert completion.count("Program") == 1 and "OpenEphemeral" not in completion
+
+
+def to_retired_triggers(url: str) -> None:
+    """The ledger as schema 14 left it: tether_targets kept by triggers woken by status."""
+    engine = create_engine(url)
+    pg = engine.dialect.name == "postgresql"
+    when = {
+        "enter": "NEW.status = 'completed' AND NEW.ordering_key IS NOT NULL AND (OLD.status <> 'completed'"
+        " OR OLD.ordering_key IS DISTINCT FROM NEW.ordering_key OR OLD.type <> NEW.type)",
+        "leave": "OLD.status = 'completed' AND OLD.ordering_key IS NOT NULL AND (NEW.status <> 'completed'"
+        " OR NEW.ordering_key IS DISTINCT FROM OLD.ordering_key OR NEW.type <> OLD.type)",
+        "fingerprint": "OLD.status = 'completed' AND NEW.status = 'completed' AND NEW.ordering_key IS NOT NULL",
+    }
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP TRIGGER tether_targets_on_update" + (" ON tether_jobs" if pg else ""))
+        for what in ("enter", "leave", "fingerprint"):
+            columns = "fingerprint" if what == "fingerprint" else "status, ordering_key, type"
+            head = f"CREATE TRIGGER tether_targets_on_{what} AFTER UPDATE OF {columns} ON tether_jobs"
+            if pg:
+                conn.exec_driver_sql(
+                    f"{head} FOR EACH ROW WHEN ({when[what]}) EXECUTE FUNCTION tether_keep_targets('{what}')"
+                )
+            else:  # a body that marks the row, so a trigger left behind shows
+                body = "UPDATE tether_targets SET type = 'stale' WHERE key = new.ordering_key"
+                conn.exec_driver_sql(
+                    f"{head} WHEN {when[what].replace('IS DISTINCT FROM', 'IS NOT')} BEGIN {body}; END"
+                )
+        conn.exec_driver_sql(f"DELETE FROM tether_meta WHERE key = '{meta.LAYOUT}'")
+        conn.exec_driver_sql(f"UPDATE tether_meta SET value = '14' WHERE key = '{meta.VERSION}'")
+    engine.dispose()
+
+
+def test_opening_a_ledger_kept_by_the_retired_triggers_swaps_them_for_the_update_trigger(db_url, tmp_path):
+    root = tmp_path / "data"
+    with Coordinator.open(db_url, root=root, registry=default_registry()) as c:
+        c.enqueue_many([CreateFile(path=p, content=1, overwrite=True) for p in PATHS])
+        c.run_until_idle()
+    to_retired_triggers(db_url)
+    with Coordinator.open(db_url, root=root, registry=default_registry()) as c:
+        with c.engine.connect() as conn:
+            present = set(conn.exec_driver_sql(c.queue.sql.TARGETS_TRIGGERS).scalars())
+            assert present == set(TRIGGERS) and not present & set(RETIRED_TRIGGERS)
+            assert meta.read(conn)[meta.VERSION] == str(meta.SCHEMA_VERSION)
+        c.enqueue_many([CreateFile(path=p, content=2, overwrite=True) for p in PATHS[:2]])
+        c.run_until_idle()
+        assert_kept(c, "after the swap")

@@ -320,3 +320,34 @@ def test_a_ledger_of_schema_10_gets_the_trace_columns_and_keeps_its_jobs(db_url,
     again = create_engine(db_url)
     ensure_schema(again)  # a second upgrade finds nothing missing
     again.dispose()
+
+
+def test_a_sqlite_status_check_spelled_as_a_list_is_respelled_as_comparisons_and_refuses_what_it_did(tmp_path):
+    from tether.ledger.schema import STATUS_CHECK, STATUS_CHECK_SQL
+
+    url = f"sqlite:///{tmp_path / 'ledger' / 'tether.db'}"
+    with Coordinator.open(url, root=tmp_path / "data", registry=default_registry()) as c:
+        job_id = c.enqueue(CreateFile(path="a.json", content=1)).id
+    listed = "status IN ('pending', 'claimed', 'completed', 'failed', 'cancelled')"  # as schema 14 wrote it
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        forget_layout(conn)
+        definition = conn.exec_driver_sql("SELECT sql FROM sqlite_master WHERE name = 'tether_jobs'").scalar_one()
+        cookie = conn.exec_driver_sql("PRAGMA schema_version").scalar_one()
+        conn.exec_driver_sql("PRAGMA writable_schema = ON")
+        conn.exec_driver_sql(
+            "UPDATE sqlite_master SET sql = ? WHERE name = 'tether_jobs'",
+            (definition.replace(f"CHECK ({STATUS_CHECK_SQL})", f"CHECK ({listed})"),),
+        )
+        conn.exec_driver_sql(f"PRAGMA schema_version = {cookie + 1}")
+        conn.exec_driver_sql("PRAGMA writable_schema = OFF")
+    engine.dispose()
+
+    with Coordinator.open(url, root=tmp_path / "data", registry=default_registry()) as c:
+        with c.engine.connect() as conn:
+            definition = conn.exec_driver_sql("SELECT sql FROM sqlite_master WHERE name = 'tether_jobs'").scalar_one()
+            assert f"CONSTRAINT {STATUS_CHECK} CHECK ({STATUS_CHECK_SQL})" in definition and listed not in definition
+            assert conn.exec_driver_sql("PRAGMA integrity_check").scalar() == "ok"
+        with c.engine.begin() as conn, pytest.raises(sa.exc.IntegrityError):
+            conn.exec_driver_sql(f"UPDATE tether_jobs SET status = 'lost' WHERE id = '{job_id}'")
+        assert c.run_until_idle() == 1 and c.get(job_id).status is JobStatus.COMPLETED

@@ -21,8 +21,7 @@ from . import clean_dirs as clean_dirs  # its table in the metadata, for create_
 from . import faults, statuscheck, targets
 from .catalogue import catalogue_for
 from .ledgerfile import missing_file, no_table, not_a_file
-from .schema import RETIRED_INDEXES, TABLE, metadata
-from .status import JobStatus
+from .schema import RETIRED_INDEXES, STATUS_CHECK_SQL, TABLE, metadata
 from .url import mask_url, parse_url
 
 Durability = Literal["full", "normal"]
@@ -294,8 +293,9 @@ def _add_missing_columns(conn: sa.Connection, dialect: sa.Dialect) -> set[str]:
 
 def layout() -> str:
     """A digest of what ``ensure_schema`` checks a ledger for: each table's column names and
-    index names, the retired indexes it drops and the triggers it creates. Recorded in ``tether_meta`` once a ledger has
-    them all, so an open that finds it current skips the inspection (``meta.settled``)."""
+    index names, the retired indexes it drops, the triggers it creates and the status CHECK.
+    Recorded in ``tether_meta`` once a ledger has them all, so an open that finds it current skips
+    the inspection (``meta.settled``)."""
     global _layout
     if _layout is None:
         parts = [
@@ -304,7 +304,7 @@ def layout() -> str:
         ]
         parts.append("-" + ",".join(RETIRED_INDEXES))
         parts.append("+" + ",".join(targets.TRIGGERS))  # the triggers that keep tether_targets
-        parts.append("|".join(status.value for status in JobStatus))  # the status CHECK (statuscheck.py)
+        parts.append(STATUS_CHECK_SQL)  # the status CHECK, its statuses and spelling (statuscheck.py)
         _layout = hashlib.sha256(";".join(parts).encode()).hexdigest()[:16]
     return _layout
 

@@ -51,7 +51,10 @@ class UTCDateTime(sa.TypeDecorator[datetime]):
 metadata = sa.MetaData()
 """tether's own metadata, so an application's ``metadata.create_all`` never touches these tables."""
 
-_STATUSES = ", ".join(f"'{s.value}'" for s in JobStatus)
+# The status CHECK as comparisons joined by OR, not ``status IN (...)``: SQLite codes a CHECK's IN
+# list of more than two values as a temporary table built afresh for every row an INSERT or UPDATE
+# writes (each claimed and completed row); ensure_schema respells an older CHECK (statuscheck.py).
+STATUS_CHECK_SQL = " OR ".join(f"status = '{s.value}'" for s in JobStatus)
 _OUTCOMES = ", ".join(f"'{o.value}'" for o in STORED)
 ACTIVE_SQL = "status IN ('pending', 'claimed')"
 PENDING_SQL = "status = 'pending'"
@@ -125,7 +128,7 @@ jobs = sa.Table(
     # The W3C trace context (``traceparent``) current when the job was enqueued, which each attempt's
     # span links to (tether.tracing); None when no trace was being recorded. Added after the first release.
     sa.Column("traceparent", sa.String(64)),
-    sa.CheckConstraint(f"status IN ({_STATUSES})", name=STATUS_CHECK),
+    sa.CheckConstraint(STATUS_CHECK_SQL, name=STATUS_CHECK),
 )
 
 paused = sa.Table(

@@ -549,23 +549,27 @@ UPDATE tether_workers SET beat_at = %(now)s, stopped_at = %(now)s WHERE id = %(i
 -- table holds the workers of about a day.
 DELETE FROM tether_workers WHERE beat_at < %(before)s
 
--- The targets table, as in sqlite.sql: the triggers call one function, told by their argument
--- what happened to the row ('enter', 'leave', 'fingerprint'). AFTER ... FOR EACH ROW triggers
--- run at the end of their statement, so a purge's recomputation sees the whole purge done.
--- Concurrent completions on one target wait for each other on its row (ON CONFLICT). The
--- function names the tables unqualified, as every statement here does: SQL by hand on the jobs
--- of a ledger kept in a schema (``--schema``) runs with that schema on its search path, or the
--- trigger fails and the statement with it (nothing is left half done).
+-- The targets table, as in sqlite.sql, with the same triggers on the same columns: they call one
+-- function, told by their argument what happened to the row ('enter': inserted, 'leave':
+-- deleted, 'update'). AFTER ... FOR EACH ROW triggers run at the end of their statement, so a
+-- purge's recomputation sees the whole purge done. Concurrent completions on one target wait for
+-- each other on its row (ON CONFLICT). The function names the tables unqualified, as every
+-- statement here does: SQL by hand on the jobs of a ledger kept in a schema (``--schema``) runs
+-- with that schema on its search path, or the trigger fails and the statement with it (nothing
+-- is left half done).
 
 -- name: TARGETS_FUNCTION
 CREATE OR REPLACE FUNCTION tether_keep_targets() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  leaving boolean := TG_ARGV[0] = 'leave';
+  entering boolean := TG_ARGV[0] = 'enter';
 BEGIN
-  IF TG_ARGV[0] = 'enter' THEN
-    INSERT INTO tether_targets AS t (key, job_id, type, fingerprint)
-    VALUES (NEW.ordering_key, NEW.id, NEW.type, NEW.fingerprint)
-    ON CONFLICT (key) DO UPDATE SET job_id = EXCLUDED.job_id, type = EXCLUDED.type, fingerprint = EXCLUDED.fingerprint
-    WHERE EXCLUDED.job_id >= t.job_id;
-  ELSIF TG_ARGV[0] = 'leave' THEN
+  IF TG_ARGV[0] = 'update' THEN
+    leaving := OLD.status = 'completed' AND OLD.ordering_key IS NOT NULL
+               AND (NEW.status <> 'completed' OR NEW.ordering_key IS DISTINCT FROM OLD.ordering_key);
+    entering := NEW.status = 'completed' AND NEW.ordering_key IS NOT NULL;
+  END IF;
+  IF leaving THEN
     DELETE FROM tether_targets WHERE key = OLD.ordering_key AND job_id = OLD.id;
     INSERT INTO tether_targets (key, job_id, type, fingerprint)
     SELECT ordering_key, id, type, fingerprint FROM tether_jobs
@@ -573,8 +577,12 @@ BEGIN
       AND NOT EXISTS (SELECT 1 FROM tether_targets WHERE key = OLD.ordering_key)
     ORDER BY id DESC LIMIT 1
     ON CONFLICT (key) DO NOTHING;
-  ELSE
-    UPDATE tether_targets SET fingerprint = NEW.fingerprint WHERE key = NEW.ordering_key AND job_id = NEW.id;
+  END IF;
+  IF entering THEN
+    INSERT INTO tether_targets AS t (key, job_id, type, fingerprint)
+    VALUES (NEW.ordering_key, NEW.id, NEW.type, NEW.fingerprint)
+    ON CONFLICT (key) DO UPDATE SET job_id = EXCLUDED.job_id, type = EXCLUDED.type, fingerprint = EXCLUDED.fingerprint
+    WHERE EXCLUDED.job_id >= t.job_id;
   END IF;
   RETURN NULL;
 END
@@ -585,28 +593,17 @@ CREATE TRIGGER tether_targets_on_insert AFTER INSERT ON tether_jobs FOR EACH ROW
 WHEN (NEW.status = 'completed' AND NEW.ordering_key IS NOT NULL)
 EXECUTE FUNCTION tether_keep_targets('enter')
 
--- name: TARGETS_ON_ENTER
-CREATE TRIGGER tether_targets_on_enter AFTER UPDATE OF status, ordering_key, type ON tether_jobs FOR EACH ROW
-WHEN (NEW.status = 'completed' AND NEW.ordering_key IS NOT NULL
-      AND (OLD.status <> 'completed' OR OLD.ordering_key IS DISTINCT FROM NEW.ordering_key OR OLD.type <> NEW.type))
-EXECUTE FUNCTION tether_keep_targets('enter')
-
--- name: TARGETS_ON_LEAVE
-CREATE TRIGGER tether_targets_on_leave AFTER UPDATE OF status, ordering_key, type ON tether_jobs FOR EACH ROW
-WHEN (OLD.status = 'completed' AND OLD.ordering_key IS NOT NULL
-      AND (NEW.status <> 'completed' OR NEW.ordering_key IS DISTINCT FROM OLD.ordering_key OR NEW.type <> OLD.type))
-EXECUTE FUNCTION tether_keep_targets('leave')
+-- name: TARGETS_ON_UPDATE
+CREATE TRIGGER tether_targets_on_update
+AFTER UPDATE OF completed_at, ordering_key, type, fingerprint ON tether_jobs FOR EACH ROW
+WHEN ((OLD.status = 'completed' AND OLD.ordering_key IS NOT NULL)
+      OR (NEW.status = 'completed' AND NEW.ordering_key IS NOT NULL))
+EXECUTE FUNCTION tether_keep_targets('update')
 
 -- name: TARGETS_ON_DELETE
 CREATE TRIGGER tether_targets_on_delete AFTER DELETE ON tether_jobs FOR EACH ROW
 WHEN (OLD.status = 'completed' AND OLD.ordering_key IS NOT NULL)
 EXECUTE FUNCTION tether_keep_targets('leave')
-
--- name: TARGETS_ON_FINGERPRINT
-CREATE TRIGGER tether_targets_on_fingerprint AFTER UPDATE OF fingerprint ON tether_jobs FOR EACH ROW
-WHEN (OLD.status = 'completed' AND NEW.status = 'completed' AND NEW.ordering_key IS NOT NULL
-      AND NEW.fingerprint IS DISTINCT FROM OLD.fingerprint)
-EXECUTE FUNCTION tether_keep_targets('fingerprint')
 
 -- name: TARGETS_TRIGGERS
 SELECT tgname FROM pg_trigger WHERE tgrelid = 'tether_jobs'::regclass AND NOT tgisinternal

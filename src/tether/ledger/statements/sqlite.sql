@@ -621,9 +621,16 @@ DELETE FROM tether_workers WHERE beat_at < :before
 -- completion, a completed job put back or failed (a manual retry, SQL by hand), a purge, a
 -- content check's new fingerprint. A job entering the completed state replaces its target's
 -- row only if it is newer; the deciding job leaving it (or deleted) has its target's row found
--- again from tether_jobs (one seek to the end of its entries in ix_tether_jobs_targeted). Each
--- trigger's WHEN reads only the row's own columns, so a statement that changes no completed
--- targeted job (a claim, a failure, a job without a target) pays for no statement of its own.
+-- again from tether_jobs (one seek to the end of its entries in ix_tether_jobs_targeted).
+--
+-- SQLite runs a row trigger's WHEN inside the trigger's own sub-program, so every row an UPDATE
+-- changes calls the sub-program of each trigger whose ``UPDATE OF`` names a column the UPDATE
+-- sets, whatever its WHEN then says. One update trigger watches completed_at rather than status:
+-- every statement that moves a job into or out of a finished state sets completed_at (a manual
+-- retry clears it), while a claim and the transitions between pending and claimed, which never
+-- touch a completed job, set status only and call no sub-program (tests/test_targets_table.py
+-- walks the catalogue for it). SQL by hand that moves a job into or out of 'completed' sets
+-- completed_at with status, as ix_tether_jobs_done asks of it already.
 
 -- name: TARGETS_FUNCTION
 -- None on SQLite: a trigger here holds its statements (postgresql.sql's call a function).
@@ -638,35 +645,36 @@ BEGIN
   WHERE excluded.job_id >= tether_targets.job_id;
 END
 
--- name: TARGETS_ON_ENTER
--- A job becomes completed (or a completed one changes target or type).
-CREATE TRIGGER tether_targets_on_enter AFTER UPDATE OF status, ordering_key, type ON tether_jobs
-WHEN new.status = 'completed' AND new.ordering_key IS NOT NULL
-  AND (old.status <> 'completed' OR old.ordering_key IS NOT new.ordering_key OR old.type <> new.type)
+-- name: TARGETS_ON_UPDATE
+-- A job completed after the update (newly, or with another target, type or fingerprint): its
+-- target's row becomes it if it is the newest. A completed job that stops being one or moves to
+-- another target: if it decided its old target, that target's latest completed job now takes its
+-- place (none: the row goes). Each statement's test on old and new runs before it reads a table.
+-- No statement reads tether_targets in a SELECT (the refill's ON CONFLICT rather than NOT
+-- EXISTS): SQLite would then copy every INSERT's rows through a temporary table, built on each
+-- run, the upsert's of each completion included.
+CREATE TRIGGER tether_targets_on_update AFTER UPDATE OF completed_at, ordering_key, type, fingerprint ON tether_jobs
+WHEN (old.status = 'completed' AND old.ordering_key IS NOT NULL)
+  OR (new.status = 'completed' AND new.ordering_key IS NOT NULL)
 BEGIN
   INSERT INTO tether_targets (key, job_id, type, fingerprint)
-  VALUES (new.ordering_key, new.id, new.type, new.fingerprint)
+  SELECT new.ordering_key, new.id, new.type, new.fingerprint
+  WHERE new.status = 'completed' AND new.ordering_key IS NOT NULL
   ON CONFLICT (key) DO UPDATE SET job_id = excluded.job_id, type = excluded.type, fingerprint = excluded.fingerprint
   WHERE excluded.job_id >= tether_targets.job_id;
-END
-
--- name: TARGETS_ON_LEAVE
--- A completed job stops being one (or changes target or type): if it decided its target, the
--- target's latest completed job now takes its place (none: the row goes).
-CREATE TRIGGER tether_targets_on_leave AFTER UPDATE OF status, ordering_key, type ON tether_jobs
-WHEN old.status = 'completed' AND old.ordering_key IS NOT NULL
-  AND (new.status <> 'completed' OR new.ordering_key IS NOT old.ordering_key OR new.type <> old.type)
-BEGIN
-  DELETE FROM tether_targets WHERE key = old.ordering_key AND job_id = old.id;
+  DELETE FROM tether_targets
+  WHERE old.status = 'completed' AND (new.status <> 'completed' OR new.ordering_key IS NOT old.ordering_key)
+    AND key = old.ordering_key AND job_id = old.id;
   INSERT INTO tether_targets (key, job_id, type, fingerprint)
   SELECT ordering_key, id, type, fingerprint FROM tether_jobs
-  WHERE ordering_key IS NOT NULL AND ordering_key = old.ordering_key AND status = 'completed'
-    AND NOT EXISTS (SELECT 1 FROM tether_targets WHERE key = old.ordering_key)
-  ORDER BY id DESC LIMIT 1;
+  WHERE old.status = 'completed' AND (new.status <> 'completed' OR new.ordering_key IS NOT old.ordering_key)
+    AND ordering_key IS NOT NULL AND ordering_key = old.ordering_key AND status = 'completed'
+  ORDER BY id DESC LIMIT 1
+  ON CONFLICT (key) DO NOTHING;
 END
 
 -- name: TARGETS_ON_DELETE
--- A completed job deleted (a purge): as TARGETS_ON_LEAVE.
+-- A completed job deleted (a purge): as TARGETS_ON_UPDATE's leaving.
 CREATE TRIGGER tether_targets_on_delete AFTER DELETE ON tether_jobs
 WHEN old.status = 'completed' AND old.ordering_key IS NOT NULL
 BEGIN
@@ -674,17 +682,8 @@ BEGIN
   INSERT INTO tether_targets (key, job_id, type, fingerprint)
   SELECT ordering_key, id, type, fingerprint FROM tether_jobs
   WHERE ordering_key IS NOT NULL AND ordering_key = old.ordering_key AND status = 'completed'
-    AND NOT EXISTS (SELECT 1 FROM tether_targets WHERE key = old.ordering_key)
-  ORDER BY id DESC LIMIT 1;
-END
-
--- name: TARGETS_ON_FINGERPRINT
--- A completed job's fingerprint renewed (RECORD_FINGERPRINTS): copied if it decides its target.
-CREATE TRIGGER tether_targets_on_fingerprint AFTER UPDATE OF fingerprint ON tether_jobs
-WHEN old.status = 'completed' AND new.status = 'completed' AND new.ordering_key IS NOT NULL
-  AND new.fingerprint IS NOT old.fingerprint
-BEGIN
-  UPDATE tether_targets SET fingerprint = new.fingerprint WHERE key = new.ordering_key AND job_id = new.id;
+  ORDER BY id DESC LIMIT 1
+  ON CONFLICT (key) DO NOTHING;
 END
 
 -- name: TARGETS_TRIGGERS
