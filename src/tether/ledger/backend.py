@@ -94,10 +94,11 @@ class Backend:
         another one (a deadlock; conflict.py). ``body`` builds what it returns afresh on each
         run, so nothing of a run the database ended is kept. A lost connection raises
         LostConnection, or LostCommit when it was lost during COMMIT. ``pipelined``: the body
-        reads nothing but the rows it fetches (no ``rowcount``), so a driver may send its
-        statements ahead of their answers (PostgreSQL) or hold a lone insert back to run it as
-        its own transaction (SQLite), and a refusal may surface only when the transaction ends.
-        One function, not a context manager or two: every enqueue and group commit runs it."""
+        runs by ``send`` each statement whose answer it does not read, so a driver may send
+        those ahead of their answers, waiting only where the body reads one (PostgreSQL), or
+        hold a lone insert back to run it as its own transaction (SQLite); a refusal may surface
+        only when the body next reads an answer, or when the transaction ends. One function,
+        not a context manager or two: every enqueue, claim and group commit runs it."""
         attempt = 1
         while True:
             try:
@@ -291,7 +292,17 @@ class _Cursor:
     def execute(self, statement: str, params: Mapping[str, Any] | None = None) -> int:
         """Run a statement; returns the number of rows it changed."""
         self._cur.execute(statement, self._backend.bind(params or {}))
+        return self._changed()
+
+    def _changed(self) -> int:
+        """The number of rows the last statement changed."""
         return self._cur.rowcount
+
+    def send(self, statement: str, params: Mapping[str, Any] | None = None) -> None:
+        """Run a statement whose answer the transaction does not read: in a pipelined
+        transaction (``Backend.transact``) it goes without waiting for one, where ``execute``
+        waits for the count of rows changed."""
+        self._cur.execute(statement, self._backend.bind(params or {}))
 
     def executemany(self, statement: str, rows: list[Mapping[str, Any]]) -> None:
         bind = self._backend.bind

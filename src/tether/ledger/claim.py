@@ -39,7 +39,7 @@ class Claimer:
         ``max_bytes`` of payload between them (or one larger job), each with its payload."""
         now = self._claim_time(worker, now)
         if self.sql.CLAIM_PLAN:  # for every CLAIM of this transaction, limited types' too
-            cur.execute(self.sql.CLAIM_PLAN)
+            cur.send(self.sql.CLAIM_PLAN)
         paused = self.paused.current(cur)
         limited = self._limited()
         if limited:

@@ -42,6 +42,22 @@ def _alive(driver: Any) -> bool:
         return False
 
 
+class _PipelinedCursor(_Cursor):
+    """The cursor of a pipelined transaction: ``send`` goes without waiting for an answer, and
+    a statement whose answer is read (rows, or ``execute``'s count) waits for it, and so for
+    those sent before it."""
+
+    __slots__ = ("_pipe",)
+
+    def __init__(self, backend: Backend, cur: Any, pipe: Any) -> None:
+        super().__init__(backend, cur)
+        self._pipe = pipe
+
+    def _changed(self) -> int:
+        self._pipe.sync()  # the count comes with the answer (a Sync ends no explicit transaction)
+        return self._cur.rowcount
+
+
 class PostgresBackend(Backend):
     name = "postgresql"
     # The process groups its callers' enqueues (fewer transactions: less work for both sides);
@@ -58,18 +74,20 @@ class PostgresBackend(Backend):
         self._askers = threading.local()  # each thread's connection for ask()
         self._kept: list[Any] = []  # every such connection, closed with the backend
         self._kept_lock = threading.Lock()
-        # Pipelined transactions' connections, idle between them: at most commits_at_once are
-        # kept, as many as the group commits that use them at a time.
+        # Pipelined transactions' connections (enqueues' group commits, workers' claims and
+        # completions), idle between them: kept up to as many as the engine's pool keeps.
         self._idle: list[Any] = []
+        size = getattr(engine.pool, "size", None)
+        self._keep = max(self.commits_at_once, size() if callable(size) else 0)
         self._pipelined: weakref.WeakSet[Any] = weakref.WeakSet()  # every such connection
         self._pipes: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()  # in a transaction
         self._pid = os.getpid()
         self._closed = False  # once closed, a kept connection in use is closed when given back
 
     def _checkout_writer(self, pipelined: bool) -> tuple[Any, Any]:
-        # A pipelined transaction (an enqueue's) sends BEGIN and its statements in one round trip
-        # and COMMIT in a second, on a connection kept for it: no pool checkout, no ping, no
-        # reset. A dead one is told by its socket (_alive).
+        # A pipelined transaction (an enqueue's, a worker's claim or group commit) sends BEGIN
+        # with the statements that follow it, on a connection kept for it: no pool checkout, no
+        # ping, no reset. A dead one is told by its socket (_alive).
         if not pipelined:
             return super()._checkout_writer(pipelined)
         if os.getpid() != self._pid:  # a forked child: the parent's connections are not its own
@@ -90,17 +108,19 @@ class PostgresBackend(Backend):
         return _KEPT, driver
 
     def _cursor(self, driver: Any, pipelined: bool) -> _Cursor:
-        cur = super()._cursor(driver, pipelined)
-        if driver in self._pipelined:  # statements are sent without waiting for their answers
-            entered = driver.pipeline()
-            entered.__enter__()
-            self._pipes[driver] = entered
-            try:
-                cur._cur.execute("BEGIN")
-            except BaseException:
-                self._rollback(driver, cur)
-                cur.close()
-                raise
+        if driver not in self._pipelined:
+            return super()._cursor(driver, pipelined)
+        # Statements are sent without waiting for their answers.
+        entered = driver.pipeline()
+        pipe = entered.__enter__()
+        self._pipes[driver] = entered
+        cur = _PipelinedCursor(self, driver.cursor(), pipe)
+        try:
+            cur.send("BEGIN")
+        except BaseException:
+            self._rollback(driver, cur)
+            cur.close()
+            raise
         return cur
 
     def _commit(self, driver: Any, cur: _Cursor) -> None:
@@ -140,7 +160,7 @@ class PostgresBackend(Backend):
             super()._give_back(raw, driver)
             return
         with self._kept_lock:
-            if not self._closed and self._usable(driver) and len(self._idle) < self.commits_at_once:
+            if not self._closed and self._usable(driver) and len(self._idle) < self._keep:
                 self._idle.append(driver)
                 return
         driver.close()

@@ -99,7 +99,9 @@ class Queue:
         """Atomically take up to ``limit`` ready jobs: highest priority first, then oldest, with at
         most ``max_bytes`` of payload between them, or one larger job (claim.py)."""
         now = now or self.clock.now()
-        rows = self.backend.transact(lambda cur: self.claimer.claim_in(cur, worker, now, limit, max_bytes))
+        rows = self.backend.transact(
+            lambda cur: self.claimer.claim_in(cur, worker, now, limit, max_bytes), pipelined=True
+        )
         return self._claimed(rows, worker)
 
     def pending_unserved(self) -> dict[str, int]:
@@ -184,7 +186,8 @@ class Queue:
         if len({d.job.id for d in completing}) != len(completing):
             completing = []  # one job twice (never from a worker): one statement each, in order
         moved, inserted, claimed = self.backend.transact(
-            lambda cur: self._finish_in(cur, worker, decisions, completing, now, records, claim, claim_bytes)
+            lambda cur: self._finish_in(cur, worker, decisions, completing, now, records, claim, claim_bytes),
+            pipelined=True,
         )
         requeued = False
         log = events.enabled()
@@ -233,7 +236,7 @@ class Queue:
             if job is None or d.edge == "complete":
                 continue
             if d.edge == "defer":  # after the batch's releases: they wait too
-                cur.execute(self.sql.DEFER_TYPE, {"type": d.job.type, "run_at": d.values["run_at"]})
+                cur.send(self.sql.DEFER_TYPE, {"type": d.job.type, "run_at": d.values["run_at"]})
             outcome = d.attempt
             if outcome is not None:
                 values = {"error": d.values.get("error"), "traceparent": d.traceparent}
