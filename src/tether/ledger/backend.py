@@ -268,6 +268,35 @@ class LostCommit(LostConnection):
     SQLite commit either returns or raises with the transaction rolled back."""
 
 
+class Answer:
+    """The rows of a statement run by ``_Cursor.later``, read when first asked for. In a
+    pipelined transaction they come with the answers of what was sent after the statement: at
+    the latest with the COMMIT's, and ``Backend.transact`` has read every one before it returns.
+    Asked for before then, they cost a round trip of their own."""
+
+    __slots__ = ("_backend", "_cur", "_rows")
+
+    def __init__(self, backend: Backend, cur: Any = None, rows: list[tuple[Any, ...]] | None = None) -> None:
+        self._backend = backend
+        self._cur = cur  # the driver cursor the statement ran on, until its rows are read
+        self._rows = rows
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        if self._rows is None:
+            self._rows = self._cur.fetchall()
+            self._cur.close()
+            self._cur = None
+        return self._rows
+
+    def records(self) -> list[JobRecord]:
+        return self._backend.records(self.rows())
+
+    def close(self) -> None:
+        """Drop the rows of a transaction that did not commit."""
+        if self._cur is not None:
+            self._cur.close()
+
+
 class _DBCursor(Protocol):
     """What tether uses of a DBAPI cursor (sqlite3's, psycopg's)."""
 
@@ -297,6 +326,14 @@ class _Cursor:
     def _changed(self) -> int:
         """The number of rows the last statement changed."""
         return self._cur.rowcount
+
+    def later(self, statement: str, params: Mapping[str, Any] | None = None) -> Answer:
+        """Run a statement whose rows the transaction may read later, or only once it has
+        committed: in a pipelined transaction it goes without waiting for them (``Answer``)."""
+        return self._later(statement, params)
+
+    def _later(self, statement: str, params: Mapping[str, Any] | None) -> Answer:
+        return Answer(self._backend, rows=self.rows(statement, params))
 
     def send(self, statement: str, params: Mapping[str, Any] | None = None) -> None:
         """Run a statement whose answer the transaction does not read: in a pipelined

@@ -17,7 +17,7 @@ from psycopg import pq
 
 from .. import events
 from . import faults
-from .backend import Backend, _Cursor
+from .backend import Answer, Backend, _Cursor
 
 # A ledger in its own schema (engine.create_engine): an application's transaction has the
 # ledger's schema put alone on its search path for the span of tether's statements in it, as
@@ -43,15 +43,29 @@ def _alive(driver: Any) -> bool:
 
 
 class _PipelinedCursor(_Cursor):
-    """The cursor of a pipelined transaction: ``send`` goes without waiting for an answer, and
-    a statement whose answer is read (rows, or ``execute``'s count) waits for it, and so for
-    those sent before it."""
+    """The cursor of a pipelined transaction: ``send`` and ``later`` go without waiting for an
+    answer, and a statement whose answer is read (rows, ``execute``'s count, an ``Answer`` asked
+    for) waits for it, and so for those sent before it."""
 
-    __slots__ = ("_pipe",)
+    __slots__ = ("_driver", "_pipe", "answers")
 
-    def __init__(self, backend: Backend, cur: Any, pipe: Any) -> None:
-        super().__init__(backend, cur)
+    def __init__(self, backend: Backend, driver: Any, pipe: Any) -> None:
+        super().__init__(backend, driver.cursor())
+        self._driver = driver
         self._pipe = pipe
+        self.answers: list[Answer] = []  # read once the transaction has committed (_commit)
+
+    def _later(self, statement: str, params: Mapping[str, Any] | None) -> Answer:
+        cur = self._driver.cursor()  # a cursor keeps the answer of its last statement only
+        answer = Answer(self._backend, cur)
+        self.answers.append(answer)
+        cur.execute(statement, self._backend.bind(params or {}))
+        return answer
+
+    def close(self) -> None:
+        for answer in self.answers:
+            answer.close()
+        super().close()
 
     def _changed(self) -> int:
         self._pipe.sync()  # the count comes with the answer (a Sync ends no explicit transaction)
@@ -114,7 +128,7 @@ class PostgresBackend(Backend):
         entered = driver.pipeline()
         pipe = entered.__enter__()
         self._pipes[driver] = entered
-        cur = _PipelinedCursor(self, driver.cursor(), pipe)
+        cur = _PipelinedCursor(self, driver, pipe)
         try:
             cur.send("BEGIN")
         except BaseException:
@@ -145,6 +159,9 @@ class PostgresBackend(Backend):
             if raw.statusmessage != "COMMIT":
                 raise
             events.emit("after_commit_failed", error=faults.describe(e))  # committed: a lost hint
+        assert isinstance(cur, _PipelinedCursor)
+        for answer in cur.answers:  # all here: read before the connection serves another transaction
+            answer.rows()
 
     def _rollback(self, driver: Any, cur: _Cursor) -> None:
         entered = self._pipes.pop(driver, None)
