@@ -16,7 +16,7 @@ from psycopg import pq
 
 from conftest import scratch_pg_database
 from jobkit import Note, NoteType, completed, registry_with
-from tether import Coordinator, JobStatus
+from tether import Coordinator, CreateFile, JobStatus
 from tether.ledger import pausing
 from tether.ledger.lifecycle import Decision
 from tether.ledger.postgresql import PostgresBackend
@@ -114,3 +114,41 @@ def test_a_group_commit_sees_which_jobs_kept_their_lease(c):
         JobStatus.COMPLETED,
         JobStatus.PENDING,
     ]
+
+
+def test_a_group_commit_of_jobs_on_targets_waits_for_one_answer(c, tmp_path):
+    # The one answer read before the commit: whether any job waits behind a target (ANY_BLOCKED).
+    first = [r.id for r in c.enqueue_many([CreateFile(path=f"{n}.json", content=n) for n in range(2)])]
+    second = [r.id for r in c.enqueue_many([CreateFile(path=f"{n}.json", content=-n) for n in range(2)])]
+    jobs = c.queue.claim("w", limit=2)
+    assert sorted(job.id for job in jobs) == sorted(first)
+
+    def finish() -> tuple[list[Any], list[Any]]:
+        return c.queue.finish_and_claim("w", [completed(job) for job in jobs], records=False, claim=10)
+
+    (moved, following), messages = traced(c, tmp_path / "trace", finish)
+    assert moved == [True, True]
+    assert sorted(job.id for job in following) == sorted(second)  # unblocked, then claimed
+    assert round_trips(messages) == 2
+
+
+def test_a_completion_that_lost_its_lease_leaves_the_job_behind_it_blocked(c):
+    ahead, behind, other = (
+        r.id
+        for r in c.enqueue_many(
+            [
+                CreateFile(path="a.json", content=1),
+                CreateFile(path="a.json", content=2),
+                CreateFile(path="b.json", content=3),
+            ]
+        )
+    )
+    jobs = c.queue.claim("w", limit=10)
+    assert sorted(job.id for job in jobs) == sorted([ahead, other])  # behind waits for ahead
+    with c.engine.begin() as conn:  # another worker holds the job ahead now
+        conn.exec_driver_sql("UPDATE tether_jobs SET locked_by = 'other' WHERE id = %s", (ahead,))
+    moved, following = c.queue.finish_and_claim("w", [completed(job) for job in jobs], records=False, claim=10)
+    assert dict(zip([job.id for job in jobs], moved, strict=True)) == {ahead: None, other: True}
+    assert following == []  # the job behind is still blocked: the one ahead of it is running
+    with c.engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT blocked FROM tether_jobs WHERE id = %s", (behind,)).scalar_one() is True

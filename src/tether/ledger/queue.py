@@ -217,16 +217,15 @@ class Queue:
         claim_bytes: int,
     ) -> tuple[list[Any], list[InsertResult], list[Answer]]:
         """The transaction of ``finish_and_claim``: (moved, follow-up jobs inserted, the claim's
-        answers). A job of ``completing`` is read from its statement's answer once the transaction
-        has committed (its entry is the ``Completed``), unless its follow-ups or its target need
-        it in the transaction: the worker's transaction then waits for no answer."""
+        answers). Whether a job of ``completing`` moved is read from its statement's answer once the
+        transaction has committed (its entry is the ``Completed``), unless its follow-ups need it
+        in the transaction: the worker's transaction then waits for no answer."""
         moved: list[Any] = []
         inserted: list[InsertResult] = []
         completed = self.complete_many(cur, worker, completing, now) if len(completing) > 1 else None
         for d in decisions:
             if completed is not None and d.edge == "complete":
-                needed = d.children or d.job.ordering_key is not None
-                job: JobRecord | bool | Completed | None = completed.moved(d.job) if needed else completed
+                job: JobRecord | bool | Completed | None = completed.moved(d.job) if d.children else completed
             else:
                 values = dict(d.values)
                 if d.edge in ("complete", "fail", "cancel_running"):
@@ -249,7 +248,8 @@ class Queue:
                 ended.append(attempts.row(d.job, outcome, d.finished_at or now, worker=worker, **values))
         if ended:
             cur.executemany(self.sql.INSERT_ATTEMPT, ended)
-        # A Completed entry stands for a job without a target here: unblock_next passes it by.
+        # A Completed entry counts as moved: where its job did not move, the target's oldest
+        # active job is that job or one before it, which nothing blocks (UNBLOCK_NEXT leaves it).
         self.unblock_next(
             cur, [d.job for d, job in zip(decisions, moved, strict=True) if job is not None and d.edge in ENDING]
         )
