@@ -217,12 +217,13 @@ def test_a_claim_runs_on_its_generic_plan_and_leaves_the_sessions_choice_alone(
     pg_coordinator.enqueue_many([pg_jobtypes.PgNoop(n=i) for i in range(3)])
     queue = pg_coordinator.queue
 
-    def claim(cur: Any) -> tuple[int, str]:
-        jobs = queue.claimer.claim_in(cur, "w", datetime.now(UTC), 10, 8 << 20)
-        return len(jobs), cur.scalar("SHOW plan_cache_mode")
+    def claim(cur: Any) -> tuple[list[Any], str]:
+        answers = queue.claimer.claim_in(cur, "w", datetime.now(UTC), 10, 8 << 20)
+        return answers, cur.scalar("SHOW plan_cache_mode")
 
     # Otherwise the plan cache plans every claim afresh (benchmarks/README.md).
-    assert queue.backend.transact(claim) == (3, "force_generic_plan")
+    answers, mode = queue.backend.transact(claim, pipelined=True)  # as Queue.claim runs it
+    assert (len(queue.claimer.claimed(queue.backend, answers)), mode) == (3, "force_generic_plan")
     with pg_coordinator.engine.connect() as conn:
         assert conn.exec_driver_sql("SHOW plan_cache_mode").scalar_one() == "auto"
 

@@ -161,7 +161,7 @@ class Conflicts:
         self.marker = ""
         self.times = 0
         self.raised = 0
-        for name in ("execute", "executemany", "records", "rows", "scalar", "insert_returning"):
+        for name in ("execute", "send", "later", "executemany", "records", "rows", "scalar", "insert_returning"):
             original = getattr(_Cursor, name)
             monkeypatch.setattr(_Cursor, name, self._wrap(original))
 

@@ -88,13 +88,13 @@ def test_wakeup_for_picks_listen_notify_on_postgres_only(engines, tmp_path: Path
 
 
 class _TextCursor:
-    """The cursor contract notify_in needs (``execute(sql, params)`` with the driver's own
+    """The cursor contract notify_in needs (``send(sql, params)`` with the driver's own
     ``%(name)s`` binds), over a SQLAlchemy connection."""
 
     def __init__(self, conn: sa.Connection) -> None:
         self.conn = conn
 
-    def execute(self, statement: str, params: dict) -> None:
+    def send(self, statement: str, params: dict) -> None:
         self.conn.exec_driver_sql(statement, params)
 
 

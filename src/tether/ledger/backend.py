@@ -94,10 +94,11 @@ class Backend:
         another one (a deadlock; conflict.py). ``body`` builds what it returns afresh on each
         run, so nothing of a run the database ended is kept. A lost connection raises
         LostConnection, or LostCommit when it was lost during COMMIT. ``pipelined``: the body
-        reads nothing but the rows it fetches (no ``rowcount``), so a driver may send its
-        statements ahead of their answers (PostgreSQL) or hold a lone insert back to run it as
-        its own transaction (SQLite), and a refusal may surface only when the transaction ends.
-        One function, not a context manager or two: every enqueue and group commit runs it."""
+        runs by ``send`` each statement whose answer it does not read, so a driver may send
+        those ahead of their answers, waiting only where the body reads one (PostgreSQL), or
+        hold a lone insert back to run it as its own transaction (SQLite); a refusal may surface
+        only when the body next reads an answer, or when the transaction ends. One function,
+        not a context manager or two: every enqueue, claim and group commit runs it."""
         attempt = 1
         while True:
             try:
@@ -267,6 +268,35 @@ class LostCommit(LostConnection):
     SQLite commit either returns or raises with the transaction rolled back."""
 
 
+class Answer:
+    """The rows of a statement run by ``_Cursor.later``, read when first asked for. In a
+    pipelined transaction they come with the answers of what was sent after the statement: at
+    the latest with the COMMIT's, and ``Backend.transact`` has read every one before it returns.
+    Asked for before then, they cost a round trip of their own."""
+
+    __slots__ = ("_backend", "_cur", "_rows")
+
+    def __init__(self, backend: Backend, cur: Any = None, rows: list[tuple[Any, ...]] | None = None) -> None:
+        self._backend = backend
+        self._cur = cur  # the driver cursor the statement ran on, until its rows are read
+        self._rows = rows
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        if self._rows is None:
+            self._rows = self._cur.fetchall()
+            self._cur.close()
+            self._cur = None
+        return self._rows
+
+    def records(self) -> list[JobRecord]:
+        return self._backend.records(self.rows())
+
+    def close(self) -> None:
+        """Drop the rows of a transaction that did not commit."""
+        if self._cur is not None:
+            self._cur.close()
+
+
 class _DBCursor(Protocol):
     """What tether uses of a DBAPI cursor (sqlite3's, psycopg's)."""
 
@@ -291,7 +321,25 @@ class _Cursor:
     def execute(self, statement: str, params: Mapping[str, Any] | None = None) -> int:
         """Run a statement; returns the number of rows it changed."""
         self._cur.execute(statement, self._backend.bind(params or {}))
+        return self._changed()
+
+    def _changed(self) -> int:
+        """The number of rows the last statement changed."""
         return self._cur.rowcount
+
+    def later(self, statement: str, params: Mapping[str, Any] | None = None) -> Answer:
+        """Run a statement whose rows the transaction may read later, or only once it has
+        committed: in a pipelined transaction it goes without waiting for them (``Answer``)."""
+        return self._later(statement, params)
+
+    def _later(self, statement: str, params: Mapping[str, Any] | None) -> Answer:
+        return Answer(self._backend, rows=self.rows(statement, params))
+
+    def send(self, statement: str, params: Mapping[str, Any] | None = None) -> None:
+        """Run a statement whose answer the transaction does not read: in a pipelined
+        transaction (``Backend.transact``) it goes without waiting for one, where ``execute``
+        waits for the count of rows changed."""
+        self._cur.execute(statement, self._backend.bind(params or {}))
 
     def executemany(self, statement: str, rows: list[Mapping[str, Any]]) -> None:
         bind = self._backend.bind

@@ -5,7 +5,8 @@ own; ``finish_and_claim`` shares the one that records a batch's outcomes). It ta
 highest priority first, then oldest, within a byte budget (CLAIM in ``statements/sqlite.sql``: a job larger than the
 batch's share waits for the claim it leads), each registered type with a ``max_running`` limit
 only up to its room, leaves out the types an operator paused (pausing.py), and gives each claim
-of a worker a time of its own.
+of a worker a time of its own. What it took is read once the transaction has committed
+(``Claimer.claimed``): a pipelined transaction (``Backend.transact``) waits for no answer.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..jobtypes import Registry
+from .backend import Answer, Backend
 from .catalogue import Statements
 from .pausing import PausedTypes
 from .record import JobRecord
@@ -34,19 +36,31 @@ class Claimer:
         self._last_claim_at: dict[str, datetime] = {}  # by worker id
         self._claim_time_lock = threading.Lock()
 
-    def claim_in(self, cur: Any, worker: str, now: datetime, limit: int, max_bytes: int) -> list[JobRecord]:
+    def claim_in(self, cur: Any, worker: str, now: datetime, limit: int, max_bytes: int) -> list[Answer]:
         """Take up to ``limit`` ready jobs for ``worker`` in ``cur``'s transaction, holding at most
-        ``max_bytes`` of payload between them (or one larger job), each with its payload."""
+        ``max_bytes`` of payload between them (or one larger job); the jobs are the answers'
+        (``claimed``), read once the transaction has committed: nothing in it waits for them."""
         now = self._claim_time(worker, now)
         if self.sql.CLAIM_PLAN:  # for every CLAIM of this transaction, limited types' too
-            cur.execute(self.sql.CLAIM_PLAN)
+            cur.send(self.sql.CLAIM_PLAN)
         paused = self.paused.current(cur)
         limited = self._limited()
         if limited:
-            return self._with_payloads(cur, self._claim_limited(cur, worker, now, limit, max_bytes, limited, paused))
+            return self._claim_limited(cur, worker, now, limit, max_bytes, limited, paused)
         types = self._claimed_types(paused)
         params = {"worker": worker, "now": now, "limit": limit, "max_bytes": max_bytes, "types": types}
-        return self._with_payloads(cur, cur.records(self.sql.CLAIM, params))
+        return [cur.later(self.sql.CLAIM, params)]
+
+    def claimed(self, backend: Backend, answers: list[Answer]) -> list[JobRecord]:
+        """The jobs of ``claim_in``'s committed answers, each with its payload: those the claim
+        left out (over ``catalogue.INLINE_PAYLOAD`` bytes) read now, each by its own statement,
+        so one is in flight at a time. They are this worker's already, and a claimed job's
+        payload does not change."""
+        return [
+            job if job.payload is not None else job._replace(payload=backend.ask(self.sql.PAYLOAD, {"id": job.id}))
+            for answer in answers
+            for job in answer.records()
+        ]
 
     def _claimed_types(self, paused: frozenset[str]) -> Any:
         """CLAIM's ``types``: this registry's types less the paused ones, bound again only when
@@ -68,14 +82,6 @@ class Claimer:
                 now = last + timedelta(microseconds=1)
             self._last_claim_at[worker] = now
         return now
-
-    def _with_payloads(self, cur: Any, claimed: list[JobRecord]) -> list[JobRecord]:
-        """Claimed jobs with every payload: those the claim left out (over ``catalogue.INLINE_PAYLOAD``
-        bytes) read now, each by its own statement, so one is in flight at a time."""
-        return [
-            job if job.payload is not None else job._replace(payload=cur.scalar(self.sql.PAYLOAD, {"id": job.id}))
-            for job in claimed
-        ]
 
     # -- per-type concurrency limits: only when a registered type has max_running ------------
 
@@ -100,15 +106,16 @@ class Claimer:
         max_bytes: int,
         limited: dict[str, int],
         paused: frozenset[str],
-    ) -> list[JobRecord]:
+    ) -> list[Answer]:
         """The claim, with each limited type taken only up to its room: ``max_running`` minus its
         jobs claimed now, across every worker (counted in the claiming transaction). The byte cap
         spans the statements: each later one has what the batch has left, and takes at least one
         job while any is left (a batch may end one job past ``max_bytes``, never starving a
-        limited type of large jobs)."""
+        limited type of large jobs); so each statement's answer is read before the next."""
         params: dict[str, Any] = {"worker": worker, "now": now, "limit": limit, "max_bytes": max_bytes}
         unlimited = [name for name in self.registry.names() if name not in limited and name not in paused]
-        claimed: list[JobRecord] = cur.records(self.sql.CLAIM, {**params, "types": self.sql.types(unlimited)})
+        answers = [cur.later(self.sql.CLAIM, {**params, "types": self.sql.types(unlimited)})]
+        claimed = answers[0].records()
         for name, cap in limited.items():
             if name in paused:
                 continue
@@ -120,5 +127,6 @@ class Claimer:
             room = min(limit - len(claimed), cap - int(cur.scalar(self.sql.RUNNING_OF_TYPE, {"type": name})))
             if room > 0:
                 of_type = {**params, "limit": room, "max_bytes": left}
-                claimed += cur.records(self.sql.CLAIM, {**of_type, "types": self.sql.types([name])})
-        return claimed
+                answers.append(cur.later(self.sql.CLAIM, {**of_type, "types": self.sql.types([name])}))
+                claimed += answers[-1].records()
+        return answers

@@ -164,7 +164,7 @@ class Enqueuer:
         waits for nothing once it holds it."""
         counted = cur.scalar(self.sql.JOBS_COUNTED)
         if counted < 0 or inserted * 10 >= counted:
-            cur.execute(self.sql.ANALYZE_JOBS)
+            cur.send(self.sql.ANALYZE_JOBS)
 
     def _insert_batch(self, batch: list[Request], cur: Any) -> list[list[InsertResult]]:
         """Each request's jobs in the transaction of ``cur`` (built afresh on each run of it:
@@ -265,10 +265,10 @@ class Enqueuer:
         }
         for part in _by_size(group):
             if any(job.ordering_key is not None for job in part):
-                cur.execute(targeted, {**values, "rows": orjson.dumps(_targeted_rows(part)).decode()})
+                cur.send(targeted, {**values, "rows": orjson.dumps(_targeted_rows(part)).decode()})
             else:
                 rows = orjson.dumps({job.id: job.payload for job in part}).decode()
-                cur.execute(untargeted, {**values, "rows": rows})
+                cur.send(untargeted, {**values, "rows": rows})
 
     def _not_recorded(self, e: sa.exc.SQLAlchemyError, jobs: Sequence[JobRecord]) -> Exception:
         """What an enqueue of ``jobs`` whose transaction failed raises: CommitUnknown (the

@@ -17,7 +17,7 @@ from psycopg import pq
 
 from .. import events
 from . import faults
-from .backend import Backend, _Cursor
+from .backend import Answer, Backend, _Cursor
 
 # A ledger in its own schema (engine.create_engine): an application's transaction has the
 # ledger's schema put alone on its search path for the span of tether's statements in it, as
@@ -42,6 +42,36 @@ def _alive(driver: Any) -> bool:
         return False
 
 
+class _PipelinedCursor(_Cursor):
+    """The cursor of a pipelined transaction: ``send`` and ``later`` go without waiting for an
+    answer, and a statement whose answer is read (rows, ``execute``'s count, an ``Answer`` asked
+    for) waits for it, and so for those sent before it."""
+
+    __slots__ = ("_driver", "_pipe", "answers")
+
+    def __init__(self, backend: Backend, driver: Any, pipe: Any) -> None:
+        super().__init__(backend, driver.cursor())
+        self._driver = driver
+        self._pipe = pipe
+        self.answers: list[Answer] = []  # read once the transaction has committed (_commit)
+
+    def _later(self, statement: str, params: Mapping[str, Any] | None) -> Answer:
+        cur = self._driver.cursor()  # a cursor keeps the answer of its last statement only
+        answer = Answer(self._backend, cur)
+        self.answers.append(answer)
+        cur.execute(statement, self._backend.bind(params or {}))
+        return answer
+
+    def close(self) -> None:
+        for answer in self.answers:
+            answer.close()
+        super().close()
+
+    def _changed(self) -> int:
+        self._pipe.sync()  # the count comes with the answer (a Sync ends no explicit transaction)
+        return self._cur.rowcount
+
+
 class PostgresBackend(Backend):
     name = "postgresql"
     # The process groups its callers' enqueues (fewer transactions: less work for both sides);
@@ -58,18 +88,20 @@ class PostgresBackend(Backend):
         self._askers = threading.local()  # each thread's connection for ask()
         self._kept: list[Any] = []  # every such connection, closed with the backend
         self._kept_lock = threading.Lock()
-        # Pipelined transactions' connections, idle between them: at most commits_at_once are
-        # kept, as many as the group commits that use them at a time.
+        # Pipelined transactions' connections (enqueues' group commits, workers' claims and
+        # completions), idle between them: kept up to as many as the engine's pool keeps.
         self._idle: list[Any] = []
+        size = getattr(engine.pool, "size", None)
+        self._keep = max(self.commits_at_once, size() if callable(size) else 0)
         self._pipelined: weakref.WeakSet[Any] = weakref.WeakSet()  # every such connection
         self._pipes: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()  # in a transaction
         self._pid = os.getpid()
         self._closed = False  # once closed, a kept connection in use is closed when given back
 
     def _checkout_writer(self, pipelined: bool) -> tuple[Any, Any]:
-        # A pipelined transaction (an enqueue's) sends BEGIN and its statements in one round trip
-        # and COMMIT in a second, on a connection kept for it: no pool checkout, no ping, no
-        # reset. A dead one is told by its socket (_alive).
+        # A pipelined transaction (an enqueue's, a worker's claim or group commit) sends BEGIN
+        # with the statements that follow it, on a connection kept for it: no pool checkout, no
+        # ping, no reset. A dead one is told by its socket (_alive).
         if not pipelined:
             return super()._checkout_writer(pipelined)
         if os.getpid() != self._pid:  # a forked child: the parent's connections are not its own
@@ -90,17 +122,19 @@ class PostgresBackend(Backend):
         return _KEPT, driver
 
     def _cursor(self, driver: Any, pipelined: bool) -> _Cursor:
-        cur = super()._cursor(driver, pipelined)
-        if driver in self._pipelined:  # statements are sent without waiting for their answers
-            entered = driver.pipeline()
-            entered.__enter__()
-            self._pipes[driver] = entered
-            try:
-                cur._cur.execute("BEGIN")
-            except BaseException:
-                self._rollback(driver, cur)
-                cur.close()
-                raise
+        if driver not in self._pipelined:
+            return super()._cursor(driver, pipelined)
+        # Statements are sent without waiting for their answers.
+        entered = driver.pipeline()
+        pipe = entered.__enter__()
+        self._pipes[driver] = entered
+        cur = _PipelinedCursor(self, driver, pipe)
+        try:
+            cur.send("BEGIN")
+        except BaseException:
+            self._rollback(driver, cur)
+            cur.close()
+            raise
         return cur
 
     def _commit(self, driver: Any, cur: _Cursor) -> None:
@@ -125,6 +159,9 @@ class PostgresBackend(Backend):
             if raw.statusmessage != "COMMIT":
                 raise
             events.emit("after_commit_failed", error=faults.describe(e))  # committed: a lost hint
+        assert isinstance(cur, _PipelinedCursor)
+        for answer in cur.answers:  # all here: read before the connection serves another transaction
+            answer.rows()
 
     def _rollback(self, driver: Any, cur: _Cursor) -> None:
         entered = self._pipes.pop(driver, None)
@@ -140,7 +177,7 @@ class PostgresBackend(Backend):
             super()._give_back(raw, driver)
             return
         with self._kept_lock:
-            if not self._closed and self._usable(driver) and len(self._idle) < self.commits_at_once:
+            if not self._closed and self._usable(driver) and len(self._idle) < self._keep:
                 self._idle.append(driver)
                 return
         driver.close()

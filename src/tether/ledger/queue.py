@@ -21,6 +21,7 @@ from ..errors import AlreadyRetried, DuplicateActiveJob, InvalidTransition, JobN
 from ..jobtypes import Payload, Registry
 from ..jobtypes.target import display
 from . import attempts, drivers, reclaim
+from .backend import Answer
 from .build import Builder
 from .catalogue import Statements
 from .claim import Claimer
@@ -99,8 +100,10 @@ class Queue:
         """Atomically take up to ``limit`` ready jobs: highest priority first, then oldest, with at
         most ``max_bytes`` of payload between them, or one larger job (claim.py)."""
         now = now or self.clock.now()
-        rows = self.backend.transact(lambda cur: self.claimer.claim_in(cur, worker, now, limit, max_bytes))
-        return self._claimed(rows, worker)
+        answers = self.backend.transact(
+            lambda cur: self.claimer.claim_in(cur, worker, now, limit, max_bytes), pipelined=True
+        )
+        return self._claimed(self.claimer.claimed(self.backend, answers), worker)
 
     def pending_unserved(self) -> dict[str, int]:
         """Pending jobs of the types this queue's registry lacks, counted by type: jobs that a
@@ -145,18 +148,15 @@ class Queue:
             assert job.status is to_status, (edge, from_status, job.status)
         return job
 
-    def complete_many(
-        self, cur: Any, worker: str, decisions: Sequence[Decision], now: datetime
-    ) -> set[tuple[str, int]]:
+    def complete_many(self, cur: Any, worker: str, decisions: Sequence[Decision], now: datetime) -> Completed:
         """``transition(cur, "complete", ...)`` for several of ``worker``'s jobs (distinct ids) in
-        one statement, each fenced exactly as ``transition`` fences it; returns the (id, attempt)
-        pairs that moved: the others lost their lease."""
+        one statement, each fenced exactly as ``transition`` fences it; the answer says which
+        moved: the others lost their lease."""
         time = self.backend.time
         rows = {d.job.id: (d.job.attempts, time(d.finished_at or now), d.values["result"]) for d in decisions}
         if len(rows) != len(decisions):
             raise ValueError("complete_many: each job once")
-        moved = cur.rows(self._complete_many_sql, {"worker": worker, "rows": orjson.dumps(rows).decode()})
-        return {(job_id, attempts) for job_id, attempts in moved}
+        return Completed(cur.later(self._complete_many_sql, {"worker": worker, "rows": orjson.dumps(rows).decode()}))
 
     def finish_and_claim(
         self,
@@ -183,9 +183,14 @@ class Queue:
         )
         if len({d.job.id for d in completing}) != len(completing):
             completing = []  # one job twice (never from a worker): one statement each, in order
-        moved, inserted, claimed = self.backend.transact(
-            lambda cur: self._finish_in(cur, worker, decisions, completing, now, records, claim, claim_bytes)
+        moved, inserted, answers = self.backend.transact(
+            lambda cur: self._finish_in(cur, worker, decisions, completing, now, records, claim, claim_bytes),
+            pipelined=True,
         )
+        moved = [
+            job.moved(d.job) if isinstance(job, Completed) else job for d, job in zip(decisions, moved, strict=True)
+        ]
+        claimed = self.claimer.claimed(self.backend, answers)
         requeued = False
         log = events.enabled()
         for d, job in zip(decisions, moved, strict=True):
@@ -210,14 +215,17 @@ class Queue:
         records: bool,
         claim: int,
         claim_bytes: int,
-    ) -> tuple[list[Any], list[InsertResult], list[JobRecord]]:
-        """The transaction of ``finish_and_claim``: (moved, follow-up jobs inserted, claimed)."""
+    ) -> tuple[list[Any], list[InsertResult], list[Answer]]:
+        """The transaction of ``finish_and_claim``: (moved, follow-up jobs inserted, the claim's
+        answers). Whether a job of ``completing`` moved is read from its statement's answer once the
+        transaction has committed (its entry is the ``Completed``), unless its follow-ups need it
+        in the transaction: the worker's transaction then waits for no answer."""
         moved: list[Any] = []
         inserted: list[InsertResult] = []
         completed = self.complete_many(cur, worker, completing, now) if len(completing) > 1 else None
         for d in decisions:
             if completed is not None and d.edge == "complete":
-                job: JobRecord | bool | None = True if (d.job.id, d.job.attempts) in completed else None
+                job: JobRecord | bool | Completed | None = completed.moved(d.job) if d.children else completed
             else:
                 values = dict(d.values)
                 if d.edge in ("complete", "fail", "cancel_running"):
@@ -233,20 +241,22 @@ class Queue:
             if job is None or d.edge == "complete":
                 continue
             if d.edge == "defer":  # after the batch's releases: they wait too
-                cur.execute(self.sql.DEFER_TYPE, {"type": d.job.type, "run_at": d.values["run_at"]})
+                cur.send(self.sql.DEFER_TYPE, {"type": d.job.type, "run_at": d.values["run_at"]})
             outcome = d.attempt
             if outcome is not None:
                 values = {"error": d.values.get("error"), "traceparent": d.traceparent}
                 ended.append(attempts.row(d.job, outcome, d.finished_at or now, worker=worker, **values))
         if ended:
             cur.executemany(self.sql.INSERT_ATTEMPT, ended)
+        # A Completed entry counts as moved: where its job did not move, the target's oldest
+        # active job is that job or one before it, which nothing blocks (UNBLOCK_NEXT leaves it).
         self.unblock_next(
             cur, [d.job for d, job in zip(decisions, moved, strict=True) if job is not None and d.edge in ENDING]
         )
         if inserted or not {d.edge for d in decisions}.isdisjoint(("retry", "release", "defer", "snooze")):
             self.wakeup.notify_in(cur)
-        claimed = self.claimer.claim_in(cur, worker, self.clock.now(), claim, claim_bytes) if claim else []
-        return moved, inserted, claimed
+        answers = self.claimer.claim_in(cur, worker, self.clock.now(), claim, claim_bytes) if claim else []
+        return moved, inserted, answers
 
     def unblock_next(self, cur: Any, ended: Iterable[JobRecord]) -> None:
         """After ``ended`` left the active set (in their transaction): on each of their targets,
@@ -355,3 +365,20 @@ class Queue:
             if edge in ("retry", "fail", "reclaim", "reclaim_exhausted")
             else None,
         )
+
+
+class Completed:
+    """Which jobs COMPLETE_MANY moved (``Queue.complete_many``), read from its answer when first
+    asked for."""
+
+    __slots__ = ("_answer", "_moved")
+
+    def __init__(self, answer: Answer) -> None:
+        self._answer = answer
+        self._moved: set[tuple[str, int]] | None = None
+
+    def moved(self, job: JobRecord) -> bool | None:
+        """True if ``job`` moved, None if it lost its lease (as ``Queue.transition``)."""
+        if self._moved is None:
+            self._moved = {(job_id, attempts) for job_id, attempts in self._answer.rows()}
+        return True if (job.id, job.attempts) in self._moved else None

@@ -302,6 +302,11 @@ class _WriteCursor(_Cursor):
             self._begin()
         return _Cursor.execute(self, statement, params)
 
+    def send(self, statement: str, params: Mapping[str, Any] | None = None) -> None:
+        if not self.begun:
+            self._begin()
+        _Cursor.send(self, statement, params)
+
     def executemany(self, statement: str, rows: list[Mapping[str, Any]]) -> None:
         if not self.begun:
             self._begin()

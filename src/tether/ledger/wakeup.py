@@ -120,7 +120,7 @@ class PgWakeup(Wakeup):
     def notify_in(self, cur: Any) -> None:
         # NOTIFY is transactional: listeners hear it at the commit, with no extra connection,
         # round trip or commit (a NOTIFY after the commit would cost one of each).
-        cur.execute(NOTIFY_SQL, {"channel": self.channel, "token": self.token})
+        cur.send(NOTIFY_SQL, {"channel": self.channel, "token": self.token})
 
     def notify_after_commit(self, cur: Any) -> None:
         # A NOTIFY holds one lock of the whole server from just before its transaction's commit
