@@ -37,9 +37,8 @@ WARM = 200
 
 def child(action: str, url: str, jobs: int, targets: int | None, warm_url: str) -> None:
     """fill: enqueue ``jobs`` no-op jobs at ``url`` (and WARM at ``warm_url``); drain: both."""
-    from typing import ClassVar
-
-    from tether import Coordinator, JobContext, JobType, Payload
+    from hot_jobtypes import hot_noop
+    from tether import Coordinator
     from tether.jobtypes import default_registry
 
     try:
@@ -49,20 +48,7 @@ def child(action: str, url: str, jobs: int, targets: int | None, warm_url: str) 
     except ImportError:  # a tree from before the paused types
         pass
 
-    class HotNoop(Payload):
-        job_type: ClassVar[str] = "bench_hot"
-        n: int
-        key: str | None = None
-
-    class HotNoopType(JobType[HotNoop]):
-        name = "bench_hot"
-        payload_model = HotNoop
-
-        def ordering_key(self, payload: HotNoop) -> str | None:
-            return payload.key
-
-        def run(self, payload: HotNoop, ctx: JobContext) -> None:
-            return None
+    HotNoop, HotNoopType = hot_noop()
 
     registry = default_registry()
     registry.register(HotNoopType())

@@ -67,27 +67,13 @@ def bare_commits(n: int) -> dict[str, Any]:
 
 def child(spec: dict[str, Any]) -> dict[str, Any]:
     """One measurement, in this process (which imports tether from PYTHONPATH)."""
-    from typing import ClassVar
-
     import tether
-    from tether import Coordinator, JobContext, JobType, Payload
+    from hot_jobtypes import hot_noop
+    from tether import Coordinator
     from tether.jobtypes import default_registry
     from tether.observe.health import stats as observe_stats
 
-    class HotNoop(Payload):
-        job_type: ClassVar[str] = "bench_hot"
-        n: int
-        key: str | None = None
-
-    class HotNoopType(JobType[HotNoop]):
-        name = "bench_hot"
-        payload_model = HotNoop
-
-        def ordering_key(self, payload: HotNoop) -> str | None:
-            return payload.key
-
-        def run(self, payload: HotNoop, ctx: JobContext) -> None:
-            return None
+    HotNoop, HotNoopType = hot_noop()
 
     if "bare" in spec:
         return bare_commits(spec["bare"])
