@@ -12,12 +12,11 @@ import orjson
 import psycopg
 import pytest
 import sqlalchemy as sa
-from psycopg import pq
 
 from conftest import scratch_pg_database
+from pgwire import kept_connection, sent_statements, statements, traced
 from tether import Coordinator, CreateFile, JobStatus
 from tether.ledger import wakeup
-from tether.ledger.postgresql import PostgresBackend
 
 
 @pytest.fixture
@@ -28,37 +27,13 @@ def c(tmp_path: Path) -> Iterator[Coordinator]:
             yield coordinator
 
 
-def kept_connection(c: Coordinator) -> psycopg.Connection:
-    """The connection the enqueues' transactions run on, idle between them."""
-    backend = c.queue.backend
-    assert isinstance(backend, PostgresBackend)
-    [driver] = backend._idle
-    return driver
-
-
-def traced(c: Coordinator, path: Path, enqueue) -> list[list[str]]:
-    """The protocol messages of ``enqueue()`` on the kept connection (libpq's trace), split in
-    fields: direction, length, message type, contents."""
-    driver = kept_connection(c)
-    with path.open("w") as out:
-        driver.pgconn.trace(out.fileno())
-        driver.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
-        try:
-            enqueue()
-        finally:
-            driver.pgconn.untrace()
-    return [line.split("\t") for line in path.read_text().splitlines()]
-
-
 def test_an_enqueue_is_one_round_trip_and_its_wake_up_follows_its_commit(c, tmp_path):
-    messages = traced(c, tmp_path / "trace", lambda: c.enqueue(CreateFile(path="a.json", content={})))
+    _, messages = traced(c, tmp_path / "trace", lambda: c.enqueue(CreateFile(path="a.json", content={})))
     # One answer of the server's for the whole transaction: one round trip, as bare psycopg
     # would need three for BEGIN, INSERT and COMMIT.
     assert [m[2] for m in messages if m[0] == "B" and m[2].startswith("ReadyForQuery")] == ["ReadyForQuery"]
-    sent = [m[3] for m in messages if m[0] == "F" and m[2] == "Parse"]
-    statements = [next(word for word in s.split('"') if word.strip()) for s in sent]
-    assert [s.split()[0] for s in statements] == ["BEGIN", "INSERT", "COMMIT", "SELECT"]
-    assert "pg_notify" in statements[-1]  # the wake-up, after the COMMIT
+    assert statements(messages) == ["BEGIN", "INSERT", "COMMIT", "SELECT"]
+    assert "pg_notify" in sent_statements(messages)[-1]  # the wake-up, after the COMMIT
 
 
 def test_the_wake_up_leaves_the_enqueue_connection_committing_durably(c):

@@ -5,21 +5,19 @@ COMMIT sent before any answer is read); a transaction that reads an answer befor
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg import pq
 
 from conftest import scratch_pg_database
 from jobkit import Note, NoteType, completed, registry_with
+from pgwire import round_trips, statements, traced
 from tether import Coordinator, CreateFile, JobStatus
 from tether.ledger import pausing
 from tether.ledger.lifecycle import Decision
-from tether.ledger.postgresql import PostgresBackend
 
 
 @pytest.fixture
@@ -33,40 +31,6 @@ def c(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Coordinator]:
             yield coordinator
 
 
-def kept_connection(c: Coordinator) -> psycopg.Connection:
-    """The connection pipelined transactions run on, idle between them (one at a time here)."""
-    backend = c.queue.backend
-    assert isinstance(backend, PostgresBackend)
-    [driver] = backend._idle
-    return driver
-
-
-def traced(c: Coordinator, path: Path, run: Callable[[], Any]) -> tuple[Any, list[list[str]]]:
-    """What ``run()`` returns, and the protocol messages it exchanged on the kept connection
-    (libpq's trace), split in fields: direction, length, message type, contents."""
-    driver = kept_connection(c)
-    with path.open("w") as out:
-        driver.pgconn.trace(out.fileno())
-        driver.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
-        try:
-            result = run()
-        finally:
-            driver.pgconn.untrace()
-    return result, [line.split("\t") for line in path.read_text().splitlines()]
-
-
-def round_trips(messages: list[list[str]]) -> int:
-    """How often the client waited for the server: each turn from sending to receiving."""
-    directions = [m[0] for m in messages if m[0] in ("F", "B")]
-    return sum(1 for sent, got in zip(directions, directions[1:], strict=False) if sent == "F" and got == "B")
-
-
-def statements(messages: list[list[str]]) -> list[str]:
-    """The first word of each statement sent (each is parsed once here: none is prepared yet)."""
-    parsed = [m[3] for m in messages if m[0] == "F" and m[2] == "Parse"]
-    return [next(word for word in text.split('"') if word.strip()).split()[0] for text in parsed]
-
-
 def test_a_claim_is_one_round_trip(c, tmp_path):
     ids = [r.id for r in c.enqueue_many([Note(name=f"a{n}") for n in range(3)])]
     claimed, messages = traced(c, tmp_path / "trace", lambda: c.queue.claim("w", limit=10))
@@ -75,18 +39,29 @@ def test_a_claim_is_one_round_trip(c, tmp_path):
     assert statements(messages) == ["BEGIN", "SET", "WITH", "COMMIT"]
 
 
-def test_a_group_commit_that_claims_the_next_batch_is_one_round_trip(c, tmp_path):
-    first = [r.id for r in c.enqueue_many([Note(name=f"a{n}") for n in range(2)])]
-    second = [r.id for r in c.enqueue_many([Note(name=f"b{n}") for n in range(2)])]
-    jobs = c.queue.claim("w", limit=2)
-    assert sorted(job.id for job in jobs) == sorted(first)
+def finish_and_claim_the_next(
+    c: Coordinator, path: Path, first: list[Any], second: list[Any]
+) -> tuple[list[str], list[list[str]]]:
+    """Enqueue ``first`` then ``second``, claim ``first``, and trace the group commit that
+    completes it and claims ``second`` (checked: all of ``first`` moved, all of ``second``
+    claimed); returns the ids of ``first`` and the commit's protocol messages."""
+    first_ids = [r.id for r in c.enqueue_many(first)]
+    second_ids = [r.id for r in c.enqueue_many(second)]
+    jobs = c.queue.claim("w", limit=len(first))
+    assert sorted(job.id for job in jobs) == sorted(first_ids)
 
     def finish() -> tuple[list[Any], list[Any]]:
         return c.queue.finish_and_claim("w", [completed(job) for job in jobs], records=False, claim=10)
 
-    (moved, following), messages = traced(c, tmp_path / "trace", finish)
-    assert moved == [True, True]
-    assert sorted(job.id for job in following) == sorted(second)
+    (moved, following), messages = traced(c, path, finish)
+    assert moved == [True] * len(first)
+    assert sorted(job.id for job in following) == sorted(second_ids)  # on targets: unblocked, then claimed
+    return first_ids, messages
+
+
+def test_a_group_commit_that_claims_the_next_batch_is_one_round_trip(c, tmp_path):
+    notes = [[Note(name=f"{batch}{n}") for n in range(2)] for batch in "ab"]
+    first, messages = finish_and_claim_the_next(c, tmp_path / "trace", *notes)
     assert round_trips(messages) == 1
     # The completions in one statement, then the claim, then COMMIT: no answer read between.
     assert statements(messages) == ["BEGIN", "UPDATE", "SET", "WITH", "COMMIT"]
@@ -118,17 +93,8 @@ def test_a_group_commit_sees_which_jobs_kept_their_lease(c):
 
 def test_a_group_commit_of_jobs_on_targets_waits_for_one_answer(c, tmp_path):
     # The one answer read before the commit: whether any job waits behind a target (ANY_BLOCKED).
-    first = [r.id for r in c.enqueue_many([CreateFile(path=f"{n}.json", content=n) for n in range(2)])]
-    second = [r.id for r in c.enqueue_many([CreateFile(path=f"{n}.json", content=-n) for n in range(2)])]
-    jobs = c.queue.claim("w", limit=2)
-    assert sorted(job.id for job in jobs) == sorted(first)
-
-    def finish() -> tuple[list[Any], list[Any]]:
-        return c.queue.finish_and_claim("w", [completed(job) for job in jobs], records=False, claim=10)
-
-    (moved, following), messages = traced(c, tmp_path / "trace", finish)
-    assert moved == [True, True]
-    assert sorted(job.id for job in following) == sorted(second)  # unblocked, then claimed
+    files = [[CreateFile(path=f"{n}.json", content=sign * n) for n in range(2)] for sign in (1, -1)]
+    _, messages = finish_and_claim_the_next(c, tmp_path / "trace", *files)
     assert round_trips(messages) == 2
 
 

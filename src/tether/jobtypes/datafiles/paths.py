@@ -110,8 +110,7 @@ def _resolve(root: Path, rel: str, *, new_file: bool = False) -> tuple[str, str,
     hands any symlink met on the way to realpath; the third is None where the walk met no file on
     the way, and past a symlink it is looked for only for a ``new_file``."""
     norm, parts = _normalized(rel)
-    last_root = _last_root
-    top = last_root[1] if last_root[0] is root else top_of(root)
+    top = real_root(os.fspath(root))
     path = top
     last = len(parts) - 1
     for n, part in enumerate(parts):
@@ -163,18 +162,6 @@ def _resolve_links(top: str, norm: str) -> tuple[str, str]:
 def real_root(root: str) -> str:
     # The root is resolved once per process; paths under it are resolved on every call.
     return os.path.realpath(root)
-
-
-def top_of(root: os.PathLike[str] | str) -> str:
-    """``real_root`` of ``root``, remembered for the root asked about last: a coordinator asks
-    about its one root on every enqueue, and a Path's ``os.fspath`` is two calls of Python."""
-    global _last_root
-    top = real_root(os.fspath(root))
-    _last_root = (root, top)  # one assignment: a thread reads either pair, both true
-    return top
-
-
-_last_root: tuple[object, str] = (None, "")
 
 
 def checked_path(job_type: str, field: str, root: Path, rel: str, *, new_file: bool = False) -> str:
