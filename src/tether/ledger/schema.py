@@ -335,12 +335,9 @@ sa.Index(
 FAILED_SQL = "status = 'failed' AND completed_at IS NOT NULL"
 _failed = sa.text(FAILED_SQL)
 sa.Index("ix_tether_jobs_failed", jobs.c.type, sqlite_where=_failed, postgresql_where=_failed)
-# A target's jobs in enqueue order, its latest last: the order per target (NEWER_ON_TARGET), the
-# targets some job named (a check's untracked resources), the types that had a target, and
-# tether_targets' triggers finding a target's latest completed job (ledger/targets.py). No
-# column a claim or an outcome sets is in it, so a job's entry is written once, at enqueue: with
-# ``status`` in it every claim and every completion rewrote a page of it, one more page in each
-# commit of a hot target's drain. What asks for a status here reads the rows of one target only.
+# A target's jobs in enqueue order, its latest last: the order per target (NEWER_ON_TARGET), the targets
+# jobs named, the triggers' refill (ledger/targets.py). No column a claim or an outcome sets is in it
+# (not ``status``): a job's entry is written at enqueue only, never by a hot target's drain's commits.
 _targeted = sa.text("ordering_key IS NOT NULL")
 sa.Index(
     "ix_tether_jobs_on_target",
