@@ -8,7 +8,9 @@ Each figure is jobs/s of ``worker(threads=1).run_until_idle()`` over jobs enqueu
 ``--before`` (another checkout's ``src/``, put first on ``PYTHONPATH``) every figure is measured on
 both sides, alternating which goes first from round to round; medians over rounds. A drain still
 running after ``--cap`` seconds is stopped (the worker finishes its batch) and its rate is over
-the jobs it ran, marked ``*``: a capped drain ran while the backlog was at its largest.
+the jobs it ran, marked ``*``: a capped drain ran while the backlog was at its largest. The CPU
+time a job is the process's, split into user and system time (``os.times``): the system time is
+mostly the commits' writes and fsyncs.
 
 Also printed per side: ``observe.stats`` (what ``tether status`` reads) on the 100,000-job ledger
 with one target, before the drain, median of 5.
@@ -62,7 +64,16 @@ def bare_commits(n: int) -> dict[str, Any]:
             elapsed = time.perf_counter() - t0
         finally:
             conn.close()
-    return {"rate": n / elapsed, "cpu_us": None, "ran": n, "capped": False, "stats_ms": None, "tether": None}
+    return {
+        "rate": n / elapsed,
+        "cpu_us": None,
+        "ran": n,
+        "capped": False,
+        "stats_ms": None,
+        "tether": None,
+        "user_us": None,
+        "sys_us": None,
+    }
 
 
 def child(spec: dict[str, Any]) -> dict[str, Any]:
@@ -95,13 +106,15 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             worker = c.worker(threads=1, batch=batch)
             timer = threading.Timer(cap, worker.stop)
             timer.start()
-            t0, cpu0 = time.perf_counter(), time.process_time()
+            t0, cpu0, times0 = time.perf_counter(), time.process_time(), os.times()
             ran = worker.run_until_idle(install_signals=False)
-            elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+            elapsed, cpu, times = time.perf_counter() - t0, time.process_time() - cpu0, os.times()
             timer.cancel()
     return {
         "rate": ran / elapsed,
         "cpu_us": cpu / ran * 1e6,
+        "user_us": (times.user - times0.user) / ran * 1e6,
+        "sys_us": (times.system - times0.system) / ran * 1e6,
         "ran": ran,
         "capped": ran < n,
         "stats_ms": stats_ms,
@@ -164,7 +177,7 @@ def main() -> None:
                 star = "*" if result["capped"] else ""
                 print(
                     f"round {r + 1} {side:6} {jobs:>7,} {label(keys, batch):18} {result['rate']:>9,.0f} jobs/s{star}"
-                    f" {result['cpu_us']:8.0f} us CPU/job",
+                    f" {result['cpu_us']:8.0f} us CPU/job ({result['user_us']:.0f} user + {result['sys_us']:.0f} sys)",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -182,7 +195,8 @@ def main() -> None:
             medians[side] = statistics.median(x["rate"] for x in runs)
             capped = any(x["capped"] for x in runs)
             rates.append(f"{medians[side]:,.0f}{'*' if capped else ''}")
-            cpus.append(f"{statistics.median(x['cpu_us'] for x in runs):,.0f} us")
+            split = "".join(f" {statistics.median(x[f'{k}_us'] for x in runs):,.0f} {k}" for k in ("user", "sys"))
+            cpus.append(f"{statistics.median(x['cpu_us'] for x in runs):,.0f} us ({split.strip()})")
         ratio = f"{medians['after'] / medians['before']:.2f}x" if "before" in medians else "-"
         print(f"| {jobs:,} | {label(keys, batch)} | {' | '.join(rates)} | {ratio} | {' | '.join(cpus)} |")
     bare = statistics.median(x["rate"] for x in results[("bare", BARE_COMMITS, None, 1)])

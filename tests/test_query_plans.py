@@ -79,7 +79,7 @@ HOT = {
     "release_no_return": (SQLITE.RELEASE_NO_RETURN, "sqlite_autoindex_tether_jobs_1"),
     "defer_no_return": (SQLITE.DEFER_NO_RETURN, "sqlite_autoindex_tether_jobs_1"),
     "manual_retry": (SQLITE.MANUAL_RETRY, ("sqlite_autoindex_tether_jobs_1", TARGET)),
-    "newer_on_target": (SQLITE.NEWER_ON_TARGET, "ix_tether_jobs_targeted"),
+    "newer_on_target": (SQLITE.NEWER_ON_TARGET, "ix_tether_jobs_on_target"),
     "retried_as": (SQLITE.RETRIED_AS, "ix_tether_jobs_retry_of"),
     "note_of": (SQLITE.NOTE_OF, ("sqlite_autoindex_tether_jobs_1", "ix_tether_job_tags_job")),
     "tag": (SQLITE.TAG, None),

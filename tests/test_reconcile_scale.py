@@ -268,9 +268,9 @@ _TARGETS_RANGE_T = "SEARCH t USING PRIMARY KEY (key>?)"
         ("in_flight", SQLITE.RECONCILE_IN_FLIGHT, "ix_tether_jobs_target_active"),
         ("in_flight_after", SQLITE.RECONCILE_IN_FLIGHT_AFTER, "ix_tether_jobs_target_active"),
         ("payloads", PAYLOADS, "sqlite_autoindex_tether_jobs_1"),
-        ("recheck", RECHECK, "ix_tether_jobs_targeted"),
+        ("recheck", RECHECK, "ix_tether_jobs_target_active"),
         ("active_on", ACTIVE_ON, "ix_tether_jobs_target_active"),
-        ("known_targets", KNOWN_TARGETS, "ix_tether_jobs_targeted"),
+        ("known_targets", KNOWN_TARGETS, "ix_tether_jobs_on_target"),
         ("count_targets", COUNT_TARGETS, "ix_tether_jobs_target_active"),
     ],
 )

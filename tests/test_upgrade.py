@@ -44,12 +44,18 @@ def test_an_older_ledger_gets_the_indexes_added_since_and_loses_the_retired_ones
         )
         conn.exec_driver_sql("DROP INDEX ix_tether_jobs_queue")  # all came after those
         conn.exec_driver_sql("DROP INDEX ix_tether_jobs_done")
+        conn.exec_driver_sql("DROP INDEX ix_tether_jobs_on_target")  # schema 15's, with status
+        conn.exec_driver_sql(
+            "CREATE INDEX ix_tether_jobs_targeted ON tether_jobs (ordering_key, id, status, type)"
+            " WHERE ordering_key IS NOT NULL"
+        )
     engine.dispose()
 
     Coordinator.open(db_url, root=tmp_path / "data", registry=default_registry()).close()
 
     names = index_names(db_url)
-    assert not {"ix_tether_jobs_claim", "ix_tether_jobs_finished", "ix_tether_jobs_pending"} & names
+    retired = {"ix_tether_jobs_claim", "ix_tether_jobs_finished", "ix_tether_jobs_pending", "ix_tether_jobs_targeted"}
+    assert not retired & names
     assert {index.name for index in jobs.indexes} <= names
 
 

@@ -344,7 +344,7 @@ def ensure_schema(engine: sa.Engine) -> bool:
             sql = catalogue_for(engine.dialect.name)
             if f"{TABLE}.blocked" in added:  # the waiting jobs of a ledger from before the flag
                 conn.exec_driver_sql(sql.BLOCK_WAITING)
-            targets.ensure(conn, sql)  # after the indexes: its fill reads ix_tether_jobs_targeted
+            targets.ensure(conn, sql)  # after the indexes: its fill reads ix_tether_jobs_on_target
             return created
     except sa.exc.SQLAlchemyError as e:
         raise opening_error(engine, e) from e

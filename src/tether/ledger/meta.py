@@ -19,7 +19,7 @@ from ..errors import ConfigError
 from .engine import READ_ONLY, ensure_schema, layout, opening_error, require_ledger
 from .schema import meta
 
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 """tether's ledger layout: 1 the first table, 2 partial indexes, 3 timeout/progress and tether_meta,
 4 quarantine (a job a dead worker held is claimed alone), 5 blocked (a job waiting behind an
 older one on its target is kept apart from the claim), 6 tether_workers (each worker process
@@ -36,8 +36,9 @@ tether_targets and its triggers (each target's latest completed job, which a rec
 reads: ledger/targets.py), filled from the jobs on the first open; 14 tether_clean_dirs (the leaf
 directories a check's walk found without temp files, as an fstat saw them: reconcile/clean_dirs.py),
 15 one trigger on completed_at rather than two on status keeping tether_targets (a claim wakes
-none) and the status CHECK spelled as comparisons (schema.py says why); ``ensure_schema`` brings
-an older ledger to each, adding a column only where it is missing."""
+none) and the status CHECK spelled as comparisons (schema.py says why), 16 ix_tether_jobs_on_target
+in place of ix_tether_jobs_targeted, without ``status`` (a claim and a completion leave it alone);
+``ensure_schema`` brings an older ledger to each, adding a column only where it is missing."""
 
 ROOT = "root"
 LEDGER_ID = "ledger_id"

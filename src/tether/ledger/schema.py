@@ -335,15 +335,14 @@ sa.Index(
 FAILED_SQL = "status = 'failed' AND completed_at IS NOT NULL"
 _failed = sa.text(FAILED_SQL)
 sa.Index("ix_tether_jobs_failed", jobs.c.type, sqlite_where=_failed, postgresql_where=_failed)
-# A target's jobs in enqueue order, its latest last: the order per target (NEWER_ON_TARGET), a check's
-# second look, and tether_targets' triggers finding a target's latest completed job (ledger/targets.py):
-# status and type are in it so that none of them touches the table.
+# A target's jobs in enqueue order, its latest last: the order per target (NEWER_ON_TARGET), the targets
+# jobs named, the triggers' refill (ledger/targets.py). No column a claim or an outcome sets is in it
+# (not ``status``): a job's entry is written at enqueue only, never by a hot target's drain's commits.
 _targeted = sa.text("ordering_key IS NOT NULL")
 sa.Index(
-    "ix_tether_jobs_targeted",
+    "ix_tether_jobs_on_target",
     jobs.c.ordering_key,
     jobs.c.id,
-    jobs.c.status,
     jobs.c.type,
     sqlite_where=_targeted,
     postgresql_where=_targeted,
@@ -397,4 +396,5 @@ RETIRED_INDEXES = (
     "ux_tether_jobs_active_key",
     "ix_tether_jobs_active_target",
     "ix_tether_jobs_target",
+    "ix_tether_jobs_targeted",  # (ordering_key, id, status, type), before ix_tether_jobs_on_target left status out
 )

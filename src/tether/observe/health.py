@@ -59,7 +59,7 @@ def stats_statements(
     # active jobs with a target, never a row: the backlog, however many finished jobs there are.
     n = sa.func.count().label("n")
     key: sa.ColumnClause[Any] = sa.literal_column("ordering_key")
-    # SQLite, named: it prefers ix_tether_jobs_targeted (every job with a target, covering), and
+    # SQLite, named: it prefers ix_tether_jobs_on_target (every job with a target, covering), and
     # walked all of a ledger's history there (an empty partial index has no statistics).
     active_targeted: Any = jobs_table
     if dialect == "sqlite":

@@ -73,7 +73,7 @@ class ResourcePage:
 def aws_resources(source: Source, *, after: str | None = None, limit: int = 100) -> ResourcePage:
     """The AWS resources jobs have targeted, each with its latest job, in target order, a page
     at a time (keyset: ``after`` is the last target of the previous page). Each target's newest
-    job id comes from ``ix_tether_jobs_targeted`` alone (the ``aws:`` range of it, grouped in its
+    job id comes from ``ix_tether_jobs_on_target`` alone (the ``aws:`` range of it, grouped in its
     own order); only the page's jobs are read from the table."""
     if limit < 1:
         raise ConfigError(f"a page holds at least one resource, not {limit}")

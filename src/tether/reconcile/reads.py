@@ -121,7 +121,8 @@ class LedgerReads:
         return dict(self._read(PAYLOADS, {"ids": ids})) if ids else {}
 
     def recheck(self, keys: list[str]) -> dict[str, tuple[str | None, int]]:
-        """Per target, its latest completed job now and whether one is active now."""
+        """Per target, its latest completed job now and whether one is active now; a target
+        without a completed job now is absent."""
         return {key: (latest, active) for key, latest, active in self._read(RECHECK, {"keys": keys})}
 
     def active_on(self, key: str) -> bool:

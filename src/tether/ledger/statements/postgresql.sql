@@ -613,7 +613,7 @@ DELETE FROM tether_targets
 
 -- name: TARGETS_FILL
 -- Every target's latest completed job, into the empty table: one pass over the targeted jobs
--- (ix_tether_jobs_targeted), once per ledger.
+-- (ix_tether_jobs_on_target), once per ledger.
 INSERT INTO tether_targets (key, job_id, type, fingerprint)
 SELECT DISTINCT ON (ordering_key) ordering_key, id, type, fingerprint FROM tether_jobs
 WHERE ordering_key IS NOT NULL AND status = 'completed'

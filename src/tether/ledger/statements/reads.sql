@@ -10,12 +10,13 @@ SELECT id, payload FROM tether_jobs WHERE id IN :ids
 
 -- name: RECONCILE_RECHECK
 -- Asked again after the disk was read, for targets that disagreed: the latest completed job and
--- whether one is active now, per target.
-SELECT ordering_key,
-       max(CASE WHEN status = 'completed' THEN id END),
-       max(CASE WHEN status IN ('pending', 'claimed') THEN 1 ELSE 0 END)
-FROM tether_jobs WHERE ordering_key IN :keys
-GROUP BY ordering_key
+-- whether one is active now, per target that has a completed job now (one without is absent,
+-- which the check takes for a change). The target's row of tether_targets and its range of the
+-- index of active targeted jobs, never its history.
+SELECT t.key, t.job_id,
+       CASE WHEN EXISTS (SELECT 1 FROM tether_jobs AS a
+                         WHERE a.ordering_key = t.key AND a.status IN ('pending', 'claimed')) THEN 1 ELSE 0 END
+FROM tether_targets AS t WHERE t.key IN :keys
 
 -- name: ACTIVE_ON_TARGET
 SELECT 1 FROM tether_jobs WHERE ordering_key = :key AND status IN ('pending', 'claimed') LIMIT 1
@@ -34,5 +35,5 @@ SELECT (SELECT count(*) FROM tether_targets)
 
 -- name: TYPE_TARGETED
 -- Whether a job type has ever had a job on a target (reconcile's search for untracked remote
--- resources); an index-only read of ix_tether_jobs_targeted, which holds the type.
+-- resources); an index-only read of ix_tether_jobs_on_target, which holds the type.
 SELECT 1 FROM tether_jobs WHERE ordering_key IS NOT NULL AND type = :type LIMIT 1

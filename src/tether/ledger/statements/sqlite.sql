@@ -621,7 +621,8 @@ DELETE FROM tether_workers WHERE beat_at < :before
 -- completion, a completed job put back or failed (a manual retry, SQL by hand), a purge, a
 -- content check's new fingerprint. A job entering the completed state replaces its target's
 -- row only if it is newer; the deciding job leaving it (or deleted) has its target's row found
--- again from tether_jobs (one seek to the end of its entries in ix_tether_jobs_targeted).
+-- again from tether_jobs (back from the end of its entries in ix_tether_jobs_on_target, each
+-- row's status read from the table until a completed one: its latest job, most often).
 --
 -- SQLite runs a row trigger's WHEN inside the trigger's own sub-program, so every row an UPDATE
 -- changes calls the sub-program of each trigger whose ``UPDATE OF`` names a column the UPDATE
@@ -695,19 +696,19 @@ DELETE FROM tether_targets
 
 -- name: TARGETS_FILL
 -- Every target's latest completed job, into the empty table (a ledger from before it, or one
--- whose triggers were missing): a skip scan of ix_tether_jobs_targeted (one seek per target to
--- its next key, one to its last completed job), then that job's row by rowid; in key order, so
--- the table is written as an append.
+-- whose triggers were missing): a skip scan of ix_tether_jobs_on_target (one seek per target to
+-- its next key, then back from its last entry, each row's status read, to its last completed
+-- job), then that job's row by rowid; in key order, so the table is written as an append.
 WITH RECURSIVE keys(key) AS (
-  SELECT (SELECT ordering_key FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
+  SELECT (SELECT ordering_key FROM tether_jobs INDEXED BY ix_tether_jobs_on_target
           WHERE ordering_key IS NOT NULL ORDER BY ordering_key LIMIT 1)
   UNION ALL
-  SELECT (SELECT ordering_key FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
+  SELECT (SELECT ordering_key FROM tether_jobs INDEXED BY ix_tether_jobs_on_target
           WHERE ordering_key IS NOT NULL AND ordering_key > keys.key ORDER BY ordering_key LIMIT 1)
   FROM keys WHERE keys.key IS NOT NULL
 ),
 latest(rid) AS MATERIALIZED (
-  SELECT (SELECT rowid FROM tether_jobs INDEXED BY ix_tether_jobs_targeted
+  SELECT (SELECT rowid FROM tether_jobs INDEXED BY ix_tether_jobs_on_target
           WHERE ordering_key = keys.key AND status = 'completed' ORDER BY id DESC LIMIT 1)
   FROM keys WHERE keys.key IS NOT NULL
 )
