@@ -199,6 +199,18 @@ def test_a_running_worker_names_them_each_time_it_runs_out_of_work(tmp_path: Pat
     assert [(e["pending"], e["types"]) for e in said()] == [(1, {"stamp": 1})] * 2  # at start; idle after b.json
 
 
+def test_the_unserved_check_counts_the_head_of_the_queue_however_many_wait(make_coordinator, monkeypatch):
+    from jobkit import Note, NoteType, registry_with
+    from tether.ledger import queue
+
+    with_notes = make_coordinator(registry_with(NoteType()))
+    with_notes.enqueue_many([Note(name=f"n{i}") for i in range(3)])
+    worker = make_coordinator().worker()  # the built-in types only
+    assert worker.unserved() == {"note": 3}
+    monkeypatch.setattr(queue, "UNSERVED_LOOK", 2)
+    assert worker.unserved() == {"note": 2}  # the first two waiting jobs in claim order
+
+
 # -- enqueue --job-timeout; --timeout belongs to --wait ------------------------------------------------
 
 

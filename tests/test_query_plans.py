@@ -103,6 +103,9 @@ HOT = {
     # the sweep's safety net, and the upgrade of a ledger from before the flag: every active job
     # with a target once, through their partial index (SQLite: SEARCH ... (ordering_key>?))
     "lost_heads": (SQLITE.LOST_HEADS, TARGET),
+    # a worker's unserved check at its start and when it runs out of work: the head of the queue,
+    # as many entries as its LIMIT, however many jobs wait
+    "waiting_types": (SQLITE.WAITING_TYPES, "ix_tether_jobs_queue"),
     "unblock_head": (SQLITE.UNBLOCK_HEAD, TARGET),
     "block_waiting": (SQLITE.BLOCK_WAITING, TARGET),
 }

@@ -138,3 +138,43 @@ def test_a_worker_whose_registration_failed_registers_on_its_next_heartbeat(make
     monkeypatch.setattr(register, "register", real)
     worker.heartbeat_once()
     assert [(w.id, w.state) for w in workers(c)] == [(worker.id, RUNNING)]
+
+
+# A commit's wait for the disk, as each database is asked for it (inside a transaction).
+SYNC_LEVEL = {"sqlite": ("PRAGMA synchronous", 1, 2), "postgresql": ("SHOW synchronous_commit", "off", "on")}
+
+
+def test_the_register_s_transactions_do_not_wait_for_the_disk_and_the_next_one_does(make_coordinator, monkeypatch):
+    c = make_coordinator()
+    backend = c.queue.backend
+    ask, unsynced, synced = SYNC_LEVEL[backend.name]
+    assert backend.transact_unsynced(lambda cur: cur.scalar(ask)) == unsynced
+    assert backend.transact(lambda cur: cur.scalar(ask)) == synced  # the level is back for every other commit
+    seen = []
+    real = backend.transact_unsynced
+
+    def noted(body, **kw):
+        return real(lambda cur: (seen.append(cur.scalar(ask)), body(cur))[1], **kw)
+
+    monkeypatch.setattr(backend, "transact_unsynced", noted)
+    c.run_until_idle()
+    assert seen == [unsynced, unsynced]  # the worker's start and its stop
+    assert [w.state for w in workers(c)] == [STOPPED]
+
+
+def test_a_worker_s_next_run_takes_over_its_last_run_s_connections(tmp_path):
+    from tether import Coordinator
+
+    opened = []
+    with Coordinator.open(f"sqlite:///{tmp_path / 'tether.db'}", root=tmp_path / "data") as c:
+        sa.event.listen(c.engine, "connect", lambda *_: opened.append(1))
+        worker = c.worker(threads=1)
+        # The first run's claiming thread takes the pool's idle connection for its own; the
+        # second run's reads open the pool another. From then on nothing is opened.
+        worker.run_until_idle(install_signals=False)
+        worker.run_until_idle(install_signals=False)
+        first = len(opened)
+        for _ in range(3):
+            worker.run_until_idle(install_signals=False)
+            c.worker(threads=1).run_until_idle(install_signals=False)  # a new worker, as a script makes
+        assert len(opened) == first, "each run opened a connection of its own"

@@ -163,6 +163,20 @@ class Backend:
         except self._dbapi_error as e:
             raise self._wrap(e) from e
 
+    def transact_unsynced(self, body: Callable[[_Cursor], _T], *, pipelined: bool = False) -> _T:
+        """``transact(body)`` with a commit that does not wait for the disk (COMMITS_UNSYNCED),
+        for rows a crash may take without harm (the register of workers): whole or not at all,
+        and durable with the next durable commit, as the log is written in order."""
+
+        def unsynced(cur: _Cursor) -> _T:
+            cur.send(self.sql.COMMITS_UNSYNCED)
+            return body(cur)
+
+        return self.transact(unsynced, pipelined=pipelined)
+
+    def thread_done(self) -> None:
+        """The calling thread makes no more transactions: what is kept for it may serve another."""
+
     def close(self) -> None:
         """Close connections this backend holds outside the engine's pool."""
 

@@ -89,10 +89,12 @@ class Statements:
     RUNNING_OF_TYPE: str
     LOCK_TYPE_CLAIMS: str
     LOCK_FOR_REPAIR: str
-    PENDING_UNSERVED: str
+    WAITING_TYPES: str
     JOBS_COUNTED: str
     ANALYZE_JOBS: str
     DATABASE_TIME: str
+    COMMITS_UNSYNCED: str
+    COMMITS_SYNCED: str
     WORKER_START: str
     WORKER_BEAT: str
     WORKER_STOP: str

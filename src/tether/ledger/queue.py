@@ -6,6 +6,7 @@ job's follow-up jobs are inserted in the transaction that records its outcome.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -32,6 +33,9 @@ from .limits import DEFAULT_MAX_PAYLOAD_BYTES
 from .record import InsertResult, JobRecord
 from .status import JobStatus
 from .wakeup import Wakeup
+
+UNSERVED_LOOK = 100
+"""Waiting jobs at the head of the queue that ``Queue.pending_unserved`` looks at: a batch's worth."""
 
 _EDGE_SQL = {  # each edge's statement, by its name in the catalogue
     "complete": "COMPLETE",
@@ -105,12 +109,17 @@ class Queue:
         )
         return self._claimed(self.claimer.claimed(self.backend, answers), worker)
 
-    def pending_unserved(self) -> dict[str, int]:
-        """Pending jobs of the types this queue's registry lacks, counted by type: jobs that a
-        worker on it never claims (a worker started without the module that registers them)."""
-        with self.backend.read() as cur:
-            rows = cur.rows(self.sql.PENDING_UNSERVED, {"types": self.sql.types(self.registry.names())})
-        return {name: count for name, count in rows}
+    def pending_unserved(self, *, cur: Any = None) -> dict[str, int]:
+        """Waiting jobs of the types this queue's registry lacks, counted by type: jobs that a
+        worker on it never claims (a worker started without the module that registers them).
+        Among the first ``UNSERVED_LOOK`` waiting jobs in claim order only (WAITING_TYPES says
+        why that head is enough), so a count is at most that. In ``cur``'s transaction if given."""
+        if cur is None:
+            with self.backend.read() as c:
+                return self.pending_unserved(cur=c)
+        served = self.registry.names()
+        waiting = Counter(t for (t,) in cur.rows(self.sql.WAITING_TYPES, {"limit": UNSERVED_LOOK}) if t not in served)
+        return dict(sorted(waiting.items()))
 
     def _claimed(self, rows: list[JobRecord], worker: str) -> list[JobRecord]:
         jobs = sorted(rows, key=lambda j: (-j.priority, j.created_at, j.id))

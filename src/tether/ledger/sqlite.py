@@ -92,7 +92,9 @@ class SQLiteBackend(Backend):
         super().__init__(engine)
         self._local = threading.local()
         self._writers: weakref.WeakSet[_Writer] = weakref.WeakSet()
+        self._spare: list[_Writer] = []  # write connections of finished threads (thread_done)
         self._busy_timeout = 30.0  # the engine's, read from the first write connection
+        self._synced_full = True  # synchronous=FULL (durability "full"), read with it
         _backends.add(self)
         self._path = engine.url.database or ""
         try:
@@ -136,18 +138,64 @@ class SQLiteBackend(Backend):
         if writer is None or writer.pool is not self.engine.pool or writer.pid != _pid:
             if writer is not None and writer.pid != _pid:
                 _inherited.append(writer)
-            raw = self.raw_connection()  # the engine's connect-time PRAGMAs included
-            driver: sqlite3.Connection | None = raw.driver_connection
-            assert driver is not None  # None only once the connection is closed
-            raw.detach()
-            # Waits for the write lock are ours (_when_unlocked): SQLite's own busy handler first
-            # sleeps a whole millisecond, and a worker woken by the WAL watch while the writer
-            # that woke it is still syncing would always pay it.
-            self._busy_timeout = driver.execute("PRAGMA busy_timeout").fetchone()[0] / 1000
-            driver.execute("PRAGMA busy_timeout=0")
-            writer = self._local.writer = _Writer(self, driver, self.engine.pool)
-            self._writers.add(writer)
+            writer = self._local.writer = self._handed_over() or self._new_writer()
         return None, writer.driver
+
+    def _new_writer(self) -> _Writer:
+        raw = self.raw_connection()  # the engine's connect-time PRAGMAs included
+        driver: sqlite3.Connection | None = raw.driver_connection
+        assert driver is not None  # None only once the connection is closed
+        raw.detach()
+        # Waits for the write lock are ours (_when_unlocked): SQLite's own busy handler first
+        # sleeps a whole millisecond, and a worker woken by the WAL watch while the writer
+        # that woke it is still syncing would always pay it.
+        self._busy_timeout = driver.execute("PRAGMA busy_timeout").fetchone()[0] / 1000
+        driver.execute("PRAGMA busy_timeout=0")
+        self._synced_full = driver.execute("PRAGMA synchronous").fetchone()[0] == 2  # the ledger's durability
+        writer = _Writer(self, driver, self.engine.pool)
+        self._writers.add(writer)
+        return writer
+
+    def transact_unsynced(self, body: Callable[[_Cursor], _T], *, pipelined: bool = False) -> _T:
+        # SQLite takes a connection's level for each transaction and refuses a change inside
+        # one: it goes down before this transaction and back up after it.
+        try:
+            _, driver = self._checkout_writer(pipelined)
+            if not self._synced_full:
+                return self.transact(body, pipelined=pipelined)
+            driver.execute(self.sql.COMMITS_UNSYNCED)
+        except sqlite3.Error as e:
+            raise self._wrap(e) from e
+        try:
+            return self.transact(body, pipelined=pipelined)
+        finally:
+            try:
+                driver.execute(self.sql.COMMITS_SYNCED)
+            except sqlite3.Error:
+                # Left unsynced, the connection would commit every later transaction so: closed
+                # instead, and this thread's next transaction opens another.
+                if getattr(self._local, "writer", None) is not None and self._local.writer.driver is driver:
+                    self._local.writer = None
+                driver.close()
+
+    def thread_done(self) -> None:
+        # A worker's claiming threads end with each run: the next run's threads take their write
+        # connections over instead of opening new ones (a connection's PRAGMAs and schema read
+        # cost more than a whole run of a worker with nothing to do).
+        writer = getattr(self._local, "writer", None)
+        if writer is not None and writer.pid == _pid and not writer.cursor.in_use:
+            self._local.writer = None
+            self._spare.append(writer)
+
+    def _handed_over(self) -> _Writer | None:
+        """A write connection a finished thread left (``thread_done``), if one is still good."""
+        while True:
+            try:
+                writer = self._spare.pop()
+            except IndexError:
+                return None
+            if writer.pool is self.engine.pool and writer.pid == _pid:
+                return writer
 
     def _when_unlocked(self, execute: Callable[..., _T], statement: str, *params: Any) -> _T:
         """``execute(statement, *params)``, a statement that takes the write lock, as soon as the lock is
@@ -178,6 +226,7 @@ class SQLiteBackend(Backend):
             if writer.pid == _pid:
                 writer.driver.close()
         self._writers.clear()
+        self._spare = []
         self._local = threading.local()
 
     def bind(self, params: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -157,14 +157,16 @@ class Worker:
         """Pending jobs of the types this worker has not registered, by type: it never claims them."""
         return self.queue.pending_unserved()
 
-    def _report_unserved(self) -> None:
+    def _report_unserved(self, unserved: dict[str, int] | None = None) -> None:
         """An event naming the pending jobs this worker leaves waiting because it lacks their
-        types (started without the module that registers them), when there are any. A database
-        error here skips the remark: the claim meets the same error and handles it."""
-        try:
-            unserved = self.unserved()
-        except sa.exc.SQLAlchemyError:
-            return
+        types (started without the module that registers them), when there are any: those given
+        (read with the register's row at start and stop), else read now. A database error here
+        skips the remark: the claim meets the same error and handles it."""
+        if unserved is None:
+            try:
+                unserved = self.unserved()
+            except sa.exc.SQLAlchemyError:
+                return
         if unserved:
             events.emit(
                 "types_not_registered",
@@ -213,8 +215,7 @@ class Worker:
             schema=schema_of(self.queue.engine),
             root=str(self.queue.root),
         )
-        self._report_unserved()
-        self.supervisor.register()
+        self._report_unserved(self.supervisor.register())
         threads = [
             threading.Thread(target=self._loop, args=(until_idle,), name=f"tether-worker-{i}", daemon=True)
             for i in range(self.config.threads)
@@ -231,10 +232,10 @@ class Worker:
             self.supervisor.join(threads)
             if watcher is not None:
                 watcher.stop()
-            self.supervisor.unregister()
+            left = self.supervisor.unregister(unserved=until_idle)
         fault = self.fault
         if until_idle and fault is None:
-            self._report_unserved()
+            self._report_unserved(left)
         events.emit(
             "worker_stopped",
             worker=self.id,
@@ -252,8 +253,11 @@ class Worker:
         try:
             self._loop_claiming(until_idle, carried)
         finally:
-            if carried.jobs:
-                self.completer.record([self.completer.decide(job, NOT_RUN) for job in carried.jobs])
+            try:
+                if carried.jobs:
+                    self.completer.record([self.completer.decide(job, NOT_RUN) for job in carried.jobs])
+            finally:
+                self.queue.backend.thread_done()
 
     def _loop_claiming(self, until_idle: bool, carried: Claimed) -> None:
         producer, supervisor = self.producer, self.supervisor

@@ -111,26 +111,31 @@ class Supervisor:
 
     # -- the register of workers ----------------------------------------------------------------
 
-    def register(self) -> None:
-        """This worker's row in the ledger's register of workers (its heartbeats renew it). A
-        ledger fault stops the worker here; another database error is logged and the worker runs
-        unlisted, as a page is no reason to refuse work."""
+    def register(self) -> dict[str, int]:
+        """This worker's row in the ledger's register of workers (its heartbeats renew it); returns
+        the waiting jobs it lacks the types of, read in the same transaction. A ledger fault stops
+        the worker here; another database error is logged and the worker runs unlisted, as a page
+        is no reason to refuse work (and has nothing to say of those jobs)."""
         try:
-            workers.register(self.queue, self.worker_id, self.config.threads)
+            unserved = workers.register(self.queue, self.worker_id, self.config.threads)
             self._listed = True
+            return unserved
         except sa.exc.SQLAlchemyError as e:
             if self.fatal(e):
                 raise self.fault from e  # type: ignore[misc]
             self.db_error(e, step="register")
+            return {}
 
-    def unregister(self) -> None:
-        """Mark this worker stopped (an error only logged: the worker is stopping anyway)."""
+    def unregister(self, *, unserved: bool = False) -> dict[str, int]:
+        """Mark this worker stopped; with ``unserved``, returns the waiting jobs it lacks the types
+        of, read in the same transaction. An error is only logged: the worker is stopping anyway."""
         if self.fault is not None:
-            return
+            return {}
         try:
-            workers.stopped(self.queue, self.worker_id)
+            return workers.stopped(self.queue, self.worker_id, unserved=unserved)
         except sa.exc.SQLAlchemyError as e:
             self.db_error(e, step="unregister")
+            return {}
 
     # -- locks: heartbeats and the sweep -------------------------------------------------------
 

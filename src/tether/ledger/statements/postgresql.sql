@@ -443,11 +443,12 @@ SELECT pg_advisory_xact_lock(hashtext(%(lock)s))
 -- commit between the check and the repair's insert. It holds for the few statements of an apply.
 LOCK TABLE tether_jobs IN SHARE ROW EXCLUSIVE MODE
 
--- name: PENDING_UNSERVED
--- As sqlite.sql's: the pending jobs of the types a worker lacks, by type.
-SELECT type, count(*) FROM tether_jobs
-WHERE status = 'pending' AND NOT (type = ANY(%(types)s))
-GROUP BY type ORDER BY type
+-- name: WAITING_TYPES
+-- As sqlite.sql's: the types of the first waiting jobs in claim order, through
+-- ix_tether_jobs_queue.
+SELECT type FROM tether_jobs
+WHERE status = 'pending' AND blocked = FALSE
+ORDER BY priority DESC, created_at, id LIMIT %(limit)s
 
 -- name: JOBS_COUNTED
 -- The rows of tether_jobs the planner's statistics count (-1: never gathered). A bulk enqueue
@@ -528,6 +529,14 @@ ON CONFLICT (parent, name) DO UPDATE SET fingerprint = EXCLUDED.fingerprint
 -- As in sqlite.sql: :rows is a JSON array of [parent, name].
 DELETE FROM tether_clean_dirs AS d USING json_array_elements(CAST(%(rows)s AS json)) AS r
 WHERE d.parent = r ->> 0 AND d.name = r ->> 1
+
+-- name: COMMITS_UNSYNCED
+-- Backend.transact_unsynced: this transaction's commit does not wait for its WAL to reach the
+-- disk; the server writes it within moments, and a later synchronous commit flushes it first.
+SET LOCAL synchronous_commit TO OFF
+
+-- name: COMMITS_SYNCED
+-- None on PostgreSQL: SET LOCAL ends with its transaction.
 
 -- name: WORKER_START
 -- A worker process registers itself (ledger/workers.py); its id is unique per process, so a

@@ -493,13 +493,17 @@ SELECT :lock
 -- keeps every other writer out between its check and its insert.
 SELECT 1
 
--- name: PENDING_UNSERVED
--- The pending jobs of the types a worker lacks (:types, as CLAIM's), counted by type: what a
--- worker says when it starts and when it runs out of work, so a job of a type no worker has
--- registered does not wait unseen. Not on the claim path: read at those moments only.
-SELECT type, count(*) FROM tether_jobs
-WHERE status = 'pending' AND type NOT IN (SELECT value FROM json_each(:types))
-GROUP BY type ORDER BY type
+-- name: WAITING_TYPES
+-- The types of the first :limit waiting jobs in claim order (the unblocked entries of
+-- ix_tether_jobs_queue): what a worker reads when it starts and when it runs out of work, to
+-- name the pending jobs whose types it lacks (Queue.pending_unserved), so that a job of a type
+-- no worker has registered does not wait unseen. The head of the queue, not all of it, so the
+-- read costs the same however many jobs wait: a worker runs out of work only once the ready jobs
+-- of its own types are gone from that head, and a blocked job waits behind its target's oldest
+-- active job, which the head shows or a worker is running. Not on the claim path.
+SELECT type FROM tether_jobs INDEXED BY ix_tether_jobs_queue
+WHERE status = 'pending' AND blocked = FALSE
+ORDER BY priority DESC, created_at, id LIMIT :limit
 
 -- name: JOBS_COUNTED
 -- None on SQLite: the claim pins its index (INDEXED BY), so no statistics can lead it elsewhere.
@@ -595,6 +599,16 @@ ON CONFLICT (parent, name) DO UPDATE SET fingerprint = excluded.fingerprint
 -- :rows is a JSON array of [parent, name]: directories gone, or no longer clean leaves.
 DELETE FROM tether_clean_dirs
 WHERE (parent, name) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:rows))
+
+-- name: COMMITS_UNSYNCED
+-- Backend.transact_unsynced: the connection's next commit does not wait for the disk (in WAL
+-- mode NORMAL syncs at checkpoints only). SQLite refuses to change the level inside a
+-- transaction, so this runs before it, and COMMITS_SYNCED after it.
+PRAGMA synchronous = NORMAL
+
+-- name: COMMITS_SYNCED
+-- The level a ledger opened with durability "full" keeps (engine.py's connect-time PRAGMAs).
+PRAGMA synchronous = FULL
 
 -- name: WORKER_START
 -- A worker process registers itself (ledger/workers.py); its id is unique per process, so a
