@@ -199,16 +199,20 @@ def test_a_running_worker_names_them_each_time_it_runs_out_of_work(tmp_path: Pat
     assert [(e["pending"], e["types"]) for e in said()] == [(1, {"stamp": 1})] * 2  # at start; idle after b.json
 
 
-def test_the_unserved_check_counts_the_head_of_the_queue_however_many_wait(make_coordinator, monkeypatch):
+def test_the_unserved_check_names_the_types_at_the_queue_s_head_and_counts_them_exactly(make_coordinator, monkeypatch):
     from jobkit import Note, NoteType, registry_with
+    from tether import CreateFile
     from tether.ledger import queue
 
     with_notes = make_coordinator(registry_with(NoteType()))
     with_notes.enqueue_many([Note(name=f"n{i}") for i in range(3)])
-    worker = make_coordinator().worker()  # the built-in types only
+    served = make_coordinator()  # the built-in types only
+    worker = served.worker()
     assert worker.unserved() == {"note": 3}
-    monkeypatch.setattr(queue, "UNSERVED_LOOK", 2)
-    assert worker.unserved() == {"note": 2}  # the first two waiting jobs in claim order
+    monkeypatch.setattr(queue, "UNSERVED_LOOK", 1)
+    assert worker.unserved() == {"note": 3}  # found in the head of one, counted whole
+    served.enqueue(CreateFile(path="first.json", content={}), priority=9)
+    assert worker.unserved() == {}  # the head is a job this worker runs: nothing past it is read
 
 
 # -- enqueue --job-timeout; --timeout belongs to --wait ------------------------------------------------

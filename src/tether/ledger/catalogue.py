@@ -90,6 +90,7 @@ class Statements:
     LOCK_TYPE_CLAIMS: str
     LOCK_FOR_REPAIR: str
     WAITING_TYPES: str
+    PENDING_OF_TYPES: str
     JOBS_COUNTED: str
     ANALYZE_JOBS: str
     DATABASE_TIME: str

@@ -6,7 +6,6 @@ job's follow-up jobs are inserted in the transaction that records its outcome.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -110,16 +109,19 @@ class Queue:
         return self._claimed(self.claimer.claimed(self.backend, answers), worker)
 
     def pending_unserved(self, *, cur: Any = None) -> dict[str, int]:
-        """Waiting jobs of the types this queue's registry lacks, counted by type: jobs that a
+        """Pending jobs of the types this queue's registry lacks, counted by type: jobs that a
         worker on it never claims (a worker started without the module that registers them).
-        Among the first ``UNSERVED_LOOK`` waiting jobs in claim order only (WAITING_TYPES says
-        why that head is enough), so a count is at most that. In ``cur``'s transaction if given."""
+        The types are those among the first ``UNSERVED_LOOK`` waiting jobs in claim order
+        (WAITING_TYPES says why that head is enough), so the read costs the same however many
+        jobs wait; only a type found there is counted, exactly. In ``cur``'s transaction if given."""
         if cur is None:
             with self.backend.read() as c:
                 return self.pending_unserved(cur=c)
-        served = self.registry.names()
-        waiting = Counter(t for (t,) in cur.rows(self.sql.WAITING_TYPES, {"limit": UNSERVED_LOOK}) if t not in served)
-        return dict(sorted(waiting.items()))
+        lacking = {t for (t,) in cur.rows(self.sql.WAITING_TYPES, {"limit": UNSERVED_LOOK})}
+        lacking.difference_update(self.registry.names())
+        if not lacking:
+            return {}
+        return dict(cur.rows(self.sql.PENDING_OF_TYPES, {"types": self.sql.types(lacking)}))
 
     def _claimed(self, rows: list[JobRecord], worker: str) -> list[JobRecord]:
         jobs = sorted(rows, key=lambda j: (-j.priority, j.created_at, j.id))

@@ -450,6 +450,12 @@ SELECT type FROM tether_jobs
 WHERE status = 'pending' AND blocked = FALSE
 ORDER BY priority DESC, created_at, id LIMIT %(limit)s
 
+-- name: PENDING_OF_TYPES
+-- As sqlite.sql's: the pending jobs of :types, counted by type.
+SELECT type, count(*) FROM tether_jobs
+WHERE status = 'pending' AND type = ANY(%(types)s)
+GROUP BY type ORDER BY type
+
 -- name: JOBS_COUNTED
 -- The rows of tether_jobs the planner's statistics count (-1: never gathered). A bulk enqueue
 -- that grows the table by a tenth of that or more gathers them (ANALYZE_JOBS, enqueue.py): until

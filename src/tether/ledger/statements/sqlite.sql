@@ -505,6 +505,13 @@ SELECT type FROM tether_jobs INDEXED BY ix_tether_jobs_queue
 WHERE status = 'pending' AND blocked = FALSE
 ORDER BY priority DESC, created_at, id LIMIT :limit
 
+-- name: PENDING_OF_TYPES
+-- The pending jobs of :types (those WAITING_TYPES found that a worker lacks), counted by type:
+-- read only when there is something to name, and then exactly.
+SELECT type, count(*) FROM tether_jobs
+WHERE status = 'pending' AND type IN (SELECT value FROM json_each(:types))
+GROUP BY type ORDER BY type
+
 -- name: JOBS_COUNTED
 -- None on SQLite: the claim pins its index (INDEXED BY), so no statistics can lead it elsewhere.
 
