@@ -347,6 +347,8 @@ def test_each_in_flight_target_is_decided_by_its_first_active_job_wherever_pages
         in_flight = {f.path: f.job_id for f in report.findings if f.status == "not_checked"}
         assert in_flight == first, f"batch size {size}"
         assert report.counts["in_sync"] == 12 - 6 and len(report.findings) == len(first), f"batch size {size}"
+        # Said to be in flight, also on a page of nothing else (size 1), not of an unknown type.
+        assert {f.detail for f in report.findings} == {"a job on this path is pending or claimed"}, f"size {size}"
 
 
 def test_an_existence_check_reads_no_payload_of_a_type_whose_probe_does_not_want_one(

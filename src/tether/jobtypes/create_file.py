@@ -85,24 +85,18 @@ class CreateFileProbe(Probe):
 
 
 def _expectations(items: Sequence[tuple[str, str]], unreadable: list[int]) -> Iterator[tuple[str, bytes]]:
-    """The path and bytes of each item's payload, rendered as ``check_files`` asks for them; the
-    indexes of payloads that cannot be read go to ``unreadable`` instead."""
+    """The path and bytes each item's stored payload promises, rendered as ``check_files`` asks
+    for them (inline: a call a file is a good part of a full check); the indexes of payloads
+    that cannot be read as one go to ``unreadable`` instead (only a row changed by hand: the
+    ledger validated them)."""
     for n, (_, payload) in enumerate(items):
-        expected = _expected(payload)
-        if expected is None:
+        try:
+            fields = orjson.loads(payload)
+            expected = fields["path"], render_fields(fields.get("content"), fields.get("text"))
+        except (orjson.JSONDecodeError, TypeError, KeyError, AttributeError):
             unreadable.append(n)
-        else:
-            yield expected
-
-
-def _expected(payload: str) -> tuple[str, bytes] | None:
-    """The path and bytes a stored payload promises; None if the row cannot be read as one (only
-    a row changed by hand: the ledger validated it)."""
-    try:
-        fields = orjson.loads(payload)
-        return fields["path"], render_fields(fields.get("content"), fields.get("text"))
-    except (orjson.JSONDecodeError, TypeError, KeyError, AttributeError):
-        return None
+            continue
+        yield expected
 
 
 def _expecting(check: Check, payload: str | None) -> Check:

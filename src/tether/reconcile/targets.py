@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import compress
-from operator import itemgetter
 from typing import Any, NamedTuple
 
 from .reads import LedgerReads
@@ -46,9 +45,6 @@ class Targets(NamedTuple):
 
 
 Row = tuple[Any, ...]  # a page's row: id, type (None: in flight), key[, payload[, fingerprint]]
-
-# A field of every page row of a list at once, with ``map``: in C, by position.
-JOB_ID, JOB_TYPE, KEY, PAYLOAD, FINGERPRINT = map(itemgetter, range(len(Targets._fields)))
 
 
 class TargetStream:
@@ -89,13 +85,19 @@ class TargetStream:
         return targets
 
     def _targets(self, rows: Sequence[Row], in_flight: dict[str, str]) -> Targets:
-        """Columns made in C; a page that carries no payloads (fingerprints) gets a column of
-        None. A target in flight is decided by its active job (type None): in its row's place,
-        or, for one no job has completed on, after the page's others (in key order among them)."""
+        """Columns made in C, by one transposition of the rows (``zip``: a field a step, where a
+        pass of ``map`` per column costs a call a field); a page that carries no payloads
+        (fingerprints) gets a column of None. A target in flight is decided by its active job
+        (type None): in its row's place, or, for one no job has completed on, after the page's
+        others (in key order among them). Its row is as wide as any: ``zip`` stops at the
+        narrowest, the statement's."""
         if in_flight:
             pending = dict(in_flight)
             rows = [(pending.pop(row[2]), None, row[2], None, None) if row[2] in pending else row for row in rows]
             rows += [(job_id, None, key, None, None) for key, job_id in pending.items()]
-        payloads = list(map(PAYLOAD, rows)) if self.reads.wide else [None] * len(rows)
-        fingerprints = list(map(FINGERPRINT, rows)) if self.reads.fingerprinted else [None] * len(rows)
-        return Targets(list(map(JOB_ID, rows)), list(map(JOB_TYPE, rows)), list(map(KEY, rows)), payloads, fingerprints)
+        if not rows:
+            return Targets([], [], [], [], [])
+        columns = list(map(list, zip(*rows, strict=False)))
+        payloads = columns[3] if self.reads.wide else [None] * len(rows)
+        fingerprints = columns[4] if self.reads.fingerprinted else [None] * len(rows)
+        return Targets(columns[0], columns[1], columns[2], payloads, fingerprints)

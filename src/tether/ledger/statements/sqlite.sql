@@ -540,11 +540,14 @@ LIMIT :limit
 -- name: RECONCILE_TARGETS_PAYLOADS
 -- With the payloads of the jobs whose types' probes read them in this mode (:want, a JSON array
 -- of type names: catalogue.Statements.types), each read from tether_jobs by id; NULL for the
--- others, whose rows are then never read.
-SELECT t.job_id, t.type, t.key,
-       CASE WHEN t.type IN (SELECT value FROM json_each(:want))
-            THEN (SELECT j.payload FROM tether_jobs AS j WHERE j.id = t.job_id) END
+-- others, whose rows are then never read (a NULL id seeks nothing). A join, not a scalar
+-- subquery as in RECONCILE_TARGETS_FINGERPRINTS: a subquery opens and closes its cursors on
+-- tether_jobs for every row, a good part of a full check's read, where the join holds them
+-- open. (Where :want matches no row the subquery costs less: it never opens them.)
+SELECT t.job_id, t.type, t.key, j.payload
 FROM tether_targets AS t
+LEFT JOIN tether_jobs AS j
+  ON j.id = CASE WHEN t.type IN (SELECT value FROM json_each(:want)) THEN t.job_id END
 WHERE t.key > :after_key
 ORDER BY t.key
 LIMIT :limit
