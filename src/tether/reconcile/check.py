@@ -185,11 +185,6 @@ class _Reconciler:
         """Ask each type's probe about its targets, a batch at a time. Per target only where one
         is in flight; the rest go to the probes by type, selected in C."""
         types = ready.job_types
-        if types[0] is not None and types.count(types[0]) == len(types):  # a page is never empty
-            # The common page: every target of one type, none in flight, found by one pass in C
-            # (comparing strings costs less than hashing each row's fresh one into a dict).
-            self._check_type(types[0], ready)
-            return
         if None in types:
             detail = "a job on this path is pending or claimed"
             for key, job_id, job_type in zip(ready.keys, ready.job_ids, types, strict=True):
