@@ -30,17 +30,7 @@ import tempfile
 from pathlib import Path
 
 from drain_cg import group, objects
-
-REPO = Path(__file__).resolve().parent.parent
-MODES = ("exists", "content", "full")
-
-_BUILD = """
-import sys
-from pathlib import Path
-sys.path.insert(0, sys.argv[1])
-from reconcile import build_ledger
-build_ledger(Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]))
-"""
+from reconcile_before import _BUILD, MODES, REPO  # the same ledger, built the same way
 
 # argv: ledger, root, measured mode ("" for none, "warm" for the untimed first pass), "profile"?
 _CHECK = """
