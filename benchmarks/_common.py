@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shutil
 import sqlite3
 import statistics
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -30,6 +33,23 @@ def scratch(base: Path, label: str) -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def run_child(script: str, src: Path, spec: dict[str, Any], *, prefix: Sequence[str] = ()) -> dict[str, Any]:
+    """Run ``script --child SPEC`` in a fresh interpreter with ``src`` (a checkout's ``src``) first
+    on ``PYTHONPATH`` and no ``TETHER_`` variables (``prefix``, e.g. strace, goes before it); returns
+    the JSON of its last stdout line, whose ``src`` (None on a bare side) must be that tree's
+    tether, so a mistyped path cannot measure the wrong tree."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(src), str(Path(script).parent)])
+    argv = [*prefix, sys.executable, script, "--child", json.dumps(spec)]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"child {spec.get('figure', spec)} failed:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    if result.get("src") is not None and Path(result["src"]).resolve() != (src / "tether").resolve():
+        raise RuntimeError(f"measured the tether in {result['src']}, not the one in {src}")
+    return result
 
 
 def sqlite_now() -> str:

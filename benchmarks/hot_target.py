@@ -22,13 +22,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import _common
 from _common import REPO, SCRATCH, machine, scratch
 
 # (jobs, targets or None, worker batch): the table
@@ -70,7 +70,7 @@ def bare_commits(n: int) -> dict[str, Any]:
         "ran": n,
         "capped": False,
         "stats_ms": None,
-        "tether": None,
+        "src": None,
         "user_us": None,
         "sys_us": None,
     }
@@ -118,20 +118,12 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         "ran": ran,
         "capped": ran < n,
         "stats_ms": stats_ms,
-        "tether": str(Path(tether.__file__).parent),
+        "src": str(Path(tether.__file__).parent),
     }
 
 
 def measure(src: Path, spec: dict[str, Any]) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(src), str(Path(__file__).parent)])
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", json.dumps(spec)], env=env, check=True, capture_output=True, text=True
-    ).stdout
-    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-    if result["tether"] is not None and Path(result["tether"]).resolve() != (src / "tether").resolve():
-        raise RuntimeError(f"measured the tether in {result['tether']}, not the one in {src}")
-    return result
+    return _common.run_child(__file__, src, spec)
 
 
 def label(keys: int | None, batch: int) -> str:

@@ -42,6 +42,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import _common
 from _common import BARE_INSERT, REPO, SCRATCH, machine, percentile, scratch
 
 BATCH = 100
@@ -324,17 +325,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_child(src: Path, spec: dict[str, Any]) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(src), str(Path(__file__).parent)])
-    done = subprocess.run(
-        [sys.executable, __file__, "--child", json.dumps(spec)], env=env, capture_output=True, text=True
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"child {spec['figure']} failed:\n{done.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    if Path(result["src"]).resolve() != (src / "tether").resolve():
-        raise RuntimeError(f"measured the tether in {result['src']}, not the one in {src}")
-    return result
+    return _common.run_child(__file__, src, spec)
 
 
 def one_round(r: int, trees: dict[str, Path], figures: list[str], jobs: int) -> dict[tuple[str, str], Any]:

@@ -33,12 +33,12 @@ import os
 import shutil
 import sqlite3
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import _common
 from _common import REPO, SCRATCH, machine, scratch
 
 MARK_START = "/nonexistent/tether-worker-start-bench/start"
@@ -119,18 +119,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_child(src: Path, spec: dict[str, Any], *, strace: Path | None = None) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(src), str(Path(__file__).parent)])
-    argv = [sys.executable, __file__, "--child", json.dumps(spec)]
-    if strace is not None:
-        argv = ["strace", "-f", "-qq", "-e", "trace=fsync,fdatasync,access", "-o", str(strace), *argv]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"child {spec['figure']} failed:\n{done.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    if Path(result["src"]).resolve() != (src / "tether").resolve():
-        raise RuntimeError(f"measured the tether in {result['src']}, not the one in {src}")
-    return result
+    trace = () if strace is None else ("strace", "-f", "-qq", "-e", "trace=fsync,fdatasync,access", "-o", str(strace))
+    return _common.run_child(__file__, src, spec, prefix=trace)
 
 
 def fsyncs_per_run(src: Path, base: Path, runs: int) -> float | None:

@@ -53,19 +53,17 @@ def worker(
     with events.to_stdout(not quiet), open_coordinator(ctx.obj, lock_timeout=lock_timeout) as coordinator:
         caps = {} if max_snoozes is None else {"max_snoozes": max_snoozes}
         w = coordinator.worker(threads=threads, poll_interval=poll_interval, shutdown_grace=shutdown_grace, **caps)
-        _say_unserved(w.unserved())
+        w.on_unserved = _say_unserved
         w.run_until_idle() if until_idle else w.run()
-        left = w.unserved() if until_idle else {}
     if not quiet:
         err.print(f"worker {w.id}: {summary(w.outcomes)}", markup=False)
-    _say_unserved(left)
 
 
 def _say_unserved(unserved: Mapping[str, int]) -> None:
-    """On stderr, whatever -q says: the pending jobs this worker cannot run, since it lacks their
-    types (a worker without --import runs the built-in types only), and how to give it them."""
-    if unserved:
-        err.print(f"tether worker: {unserved_text(unserved)}", markup=False, soft_wrap=True)
+    """On stderr, whatever -q says, when the worker starts, stops or runs out of work: the pending
+    jobs it cannot run, since it lacks their types (a worker without --import runs the built-in
+    types only), and how to give it them."""
+    err.print(f"tether worker: {unserved_text(unserved)}", markup=False, soft_wrap=True)
 
 
 def unserved_text(unserved: Mapping[str, int]) -> str:

@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -118,6 +118,9 @@ class Worker:
         self.executor = Executor(queue, self.id, threading.Event())
         self.supervisor = Supervisor(queue, self.config, self.id, stopping, self.producer, self.executor)
         self.completer = Completer(queue, self.config, self.producer, self.supervisor)
+        self.on_unserved: Callable[[dict[str, int]], None] | None = None
+        """Called with the pending jobs this worker lacks the types of, whenever it reports them
+        (``tether worker`` prints them on stderr, which ``-q`` leaves)."""
         self.processed = 0
         self._worked = False  # ran a job since it last ran out of work (_report_unserved)
         self.outcomes: Counter[str] = Counter()  # handlers run, by edge: complete, retry, fail, release
@@ -175,6 +178,8 @@ class Worker:
                 types=unserved,
                 hint="start the worker with --import MODULE (Python: coordinator.register)",
             )
+            if self.on_unserved is not None:
+                self.on_unserved(unserved)
 
     def stop(self, *, cancel: bool = False) -> None:
         """Stop claiming; running jobs have ``shutdown_grace`` seconds to finish. With ``cancel``
