@@ -52,6 +52,23 @@ def run_child(script: str, src: Path, spec: dict[str, Any], *, prefix: Sequence[
     return result
 
 
+PG_CHILD_PRELUDE = """
+import os, sys
+import pg_jobtypes
+from tether import Coordinator, CreateFile
+from tether.jobtypes import default_registry
+try:
+    from tether.ledger import pausing
+    pausing.REFRESH = 1e9
+except ImportError:  # a tree from before the paused types
+    pass
+registry = default_registry()
+pg_jobtypes.register(registry)
+"""
+"""The start of a PostgreSQL benchmark's child script (run with a tree's src and tests first on
+sys.path): the no-op and create_file types registered, the paused types read once."""
+
+
 def sqlite_now() -> str:
     """Now, as tether stores times in SQLite (naive UTC text, fixed width)."""
     return datetime.now(UTC).strftime(_SQLITE_TIME)

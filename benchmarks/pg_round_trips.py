@@ -28,22 +28,15 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from _common import PG_CHILD_PRELUDE
+
 REPO = Path(__file__).resolve().parent.parent
 ADMIN_URL = os.environ.get("TETHER_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 # Run with a tree's src and tests first on sys.path: fill URL N KIND ROOT | drain URL WARM_URL KIND ROOT.
-_CHILD = """
-import os, sys
-import pg_jobtypes
-from tether import Coordinator, CreateFile
-from tether.jobtypes import default_registry
-try:
-    from tether.ledger import pausing
-    pausing.REFRESH = 1e9
-except ImportError:  # a tree from before the paused types
-    pass
-registry = default_registry()
-pg_jobtypes.register(registry)
+_CHILD = (
+    PG_CHILD_PRELUDE
+    + """
 kind, root = sys.argv[4], sys.argv[5]
 def job(i):
     return CreateFile(path=f"f{i}.json", content=i) if kind == "create_file" else pg_jobtypes.PgNoop(n=i)
@@ -58,6 +51,7 @@ else:
             w.run_until_idle(install_signals=False)
             os.path.exists("/nonexistent/tether-round-trips-end")
 """
+)
 _CALL = re.compile(r"^(\d+)\s+(?:<\.\.\. )?(sendto|recvfrom|newfstatat|stat)\b")
 
 

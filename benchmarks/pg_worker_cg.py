@@ -32,22 +32,15 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from _common import PG_CHILD_PRELUDE
+
 REPO = Path(__file__).resolve().parent.parent
 ADMIN_URL = os.environ.get("TETHER_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 # Run with a tree's src and tests first on sys.path: fill URL N | drain URL WARM_URL.
-_CHILD = """
-import sys
-import pg_jobtypes
-from tether import Coordinator
-from tether.jobtypes import default_registry
-try:
-    from tether.ledger import pausing
-    pausing.REFRESH = 1e9
-except ImportError:  # a tree from before the paused types
-    pass
-registry = default_registry()
-pg_jobtypes.register(registry)
+_CHILD = (
+    PG_CHILD_PRELUDE
+    + """
 root = sys.argv[4]
 if sys.argv[1] == "fill":
     with Coordinator.open(sys.argv[2], root=root, registry=registry) as c:
@@ -73,6 +66,7 @@ else:  # cpu: the same, natively, with the worker's defaults; the CPU of both si
         cpu, server = time.process_time() - cpu, sum(ran(p) for p in backends) - sum(start)
     print(f"client {cpu * 1e3:.1f} ms, server {server / 1e6:.1f} ms", file=sys.stderr)
 """
+)
 
 
 def database(admin: sa.Engine, jobs: int, src: Path, root: str) -> str:
