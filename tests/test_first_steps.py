@@ -215,6 +215,24 @@ def test_the_unserved_check_names_the_types_at_the_queue_s_head_and_counts_them_
     assert worker.unserved() == {}  # the head is a job this worker runs: nothing past it is read
 
 
+def test_a_failing_unserved_hook_does_not_stop_the_worker(make_coordinator) -> None:
+    from jobkit import Note, NoteType, registry_with
+
+    make_coordinator(registry_with(NoteType())).enqueue(Note(name="left"))
+    served = make_coordinator()  # the built-in types only
+    served.enqueue(CreateFile(path="ran.json", content=1))
+    worker = served.worker()
+    told: list[dict[str, int]] = []
+
+    def broken_stream(unserved: dict[str, int]) -> None:
+        told.append(unserved)
+        raise BrokenPipeError("stderr is gone")
+
+    worker.on_unserved = broken_stream
+    assert worker.run_until_idle(install_signals=False) == 1
+    assert told == [{"note": 1}, {"note": 1}]  # at the start and at the stop, each raising
+
+
 # -- enqueue --job-timeout; --timeout belongs to --wait ------------------------------------------------
 
 

@@ -7,6 +7,7 @@ supervises them (``supervisor``: signals, grace, heartbeats, the stale-lock swee
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import socket
@@ -179,7 +180,8 @@ class Worker:
                 hint="start the worker with --import MODULE (Python: coordinator.register)",
             )
             if self.on_unserved is not None:
-                self.on_unserved(unserved)
+                with contextlib.suppress(Exception):  # a remark: a broken stream must not stop a thread
+                    self.on_unserved(unserved)
 
     def stop(self, *, cancel: bool = False) -> None:
         """Stop claiming; running jobs have ``shutdown_grace`` seconds to finish. With ``cancel``
