@@ -52,6 +52,25 @@ def ledger_with_jobs(tmp_path: Path, n: int = 300) -> tuple[Path, Path]:
     return db, root
 
 
+def test_a_ledger_removed_while_a_connection_opens_is_a_database_error(tmp_path: Path, monkeypatch) -> None:
+    # Between SQLite's open of the file and the look at its size, the file can go: that must
+    # reach callers as the database error they handle, not as a FileNotFoundError that ends a
+    # worker's thread with a traceback.
+    db, root = ledger_with_jobs(tmp_path, n=1)
+    with Coordinator.open(f"sqlite:///{db}", root=root) as c:
+        c.engine.dispose()  # the next connection is a new one
+        real_stat = Path.stat
+
+        def removed(self: Path, *args, **kwargs):
+            if self.name == db.name:
+                raise FileNotFoundError(2, "No such file or directory", str(self))
+            return real_stat(self, *args, **kwargs)
+
+        monkeypatch.setattr(Path, "stat", removed)
+        with pytest.raises(sa.exc.OperationalError, match="is gone"):
+            c.engine.connect()
+
+
 def run_bounded(worker: Worker, seconds: float = 30) -> int:
     """``worker.run_until_idle()``, failing the test if it is still retrying after ``seconds``
     (a fault must stop it at once, not after a backoff that never ends)."""

@@ -186,7 +186,16 @@ def _sqlite_engine_at(
 
     def connect() -> sqlite3.Connection:
         conn = sqlite3.connect(target, uri=True, timeout=busy_timeout, check_same_thread=False, isolation_level=None)
-        if not new and path.stat().st_size == 0:
+        if new:
+            return conn
+        try:
+            size = path.stat().st_size
+        except OSError as e:
+            # Removed between SQLite's open and this look: the database error a connection to a
+            # removed ledger raises (callers handle those), not an OSError none of them expects.
+            conn.close()
+            raise sqlite3.OperationalError(f"the ledger file {path} is gone ({e.strerror})") from None
+        if size == 0:
             # Emptied under the process: the connect-time PRAGMAs would wait out the busy
             # timeout on the other connections' locks before failing.
             conn.close()
