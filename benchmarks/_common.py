@@ -68,6 +68,24 @@ pg_jobtypes.register(registry)
 """The start of a PostgreSQL benchmark's child script (run with a tree's src and tests first on
 sys.path): the no-op and create_file types registered, the paused types read once."""
 
+NOOP_TYPE = """
+from typing import ClassVar
+from tether import Coordinator, JobType, Payload
+
+class Noop(Payload):
+    job_type: ClassVar[str] = "noop"
+    n: int
+
+class NoopType(JobType[Noop]):
+    name = "noop"
+    payload_model = Noop
+    def run(self, payload, ctx):
+        return None
+"""
+"""Child-script text defining a ``noop`` job type (``Noop(n=...)``, ``NoopType()``) and importing
+``Coordinator``, for the ``python -c`` children that time the hot path on small jobs (drain_ab.py,
+otel_overhead.py); the child's own lines go before and after it."""
+
 
 def sqlite_now() -> str:
     """Now, as tether stores times in SQLite (naive UTC text, fixed width)."""
