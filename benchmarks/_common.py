@@ -11,6 +11,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -144,6 +145,18 @@ def fsync_dir(directory: str | os.PathLike[str]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def median_ms(fn: Callable[[], Any], repeat: int) -> float:
+    """The median of ``repeat`` timed calls of ``fn``, in milliseconds, after one untimed call that
+    warms the page cache, as an operator's (or a scraper's) second look would."""
+    fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
