@@ -106,6 +106,17 @@ VALUES (?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 
 
+# A bare batch claim: ``LIMIT ?`` pending jobs in queue order claimed in one statement, as
+# tether's batched claim does (anchors.py, limits.py); parameters: worker, now, now, now, limit.
+BARE_CLAIM_N = """
+UPDATE tether_jobs SET status = 'claimed', locked_by = ?, locked_at = ?, claimed_at = ?, attempts = attempts + 1
+WHERE id IN (SELECT id FROM tether_jobs INDEXED BY ix_tether_jobs_queue
+             WHERE status = 'pending' AND blocked = 0 AND run_at <= ?
+             ORDER BY priority DESC, created_at, id LIMIT ?)
+RETURNING id, attempts, payload
+"""
+
+
 def bare_row(r: Any, time: Callable[[datetime], Any] = sqlite_time) -> tuple[Any, ...]:
     """The parameters of ``BARE_INSERT`` for ``r``, a JobRecord tether built (``queue.build``);
     ``time`` writes its times as the database stores them (SQLite's text by default)."""
