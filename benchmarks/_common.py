@@ -158,6 +158,20 @@ def fsync_dir(directory: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
+def write_replace(tmp: str, target: str, data: bytes, flags: int = 0) -> None:
+    """The bare baseline's durable file write: ``data`` to a new ``tmp`` (exclusive create, extra
+    open ``flags``), fsync, rename over ``target``, fsync its directory; what tether's create_file
+    does without its path checks and lock (core.py's handler, file_limits.py's bare child)."""
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | flags, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, target)
+    fsync_dir(os.path.dirname(target))
+
+
 def median_ms(fn: Callable[[], Any], repeat: int) -> float:
     """The median of ``repeat`` timed calls of ``fn``, in milliseconds, after one untimed call that
     warms the page cache, as an operator's (or a scraper's) second look would."""
