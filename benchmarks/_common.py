@@ -172,15 +172,20 @@ def write_replace(tmp: str, target: str, data: bytes, flags: int = 0) -> None:
     fsync_dir(os.path.dirname(target))
 
 
-def median_ms(fn: Callable[[], Any], repeat: int) -> float:
+def median_ms(fn: Callable[[], Any], repeat: int, after: Callable[[], Any] | None = None) -> float:
     """The median of ``repeat`` timed calls of ``fn``, in milliseconds, after one untimed call that
-    warms the page cache, as an operator's (or a scraper's) second look would."""
+    warms the page cache, as an operator's (or a scraper's) second look would; ``after``, untimed,
+    follows every call and undoes what it changed (flat.py: claimed jobs put back)."""
     fn()
+    if after:
+        after()
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
         fn()
         times.append((time.perf_counter() - start) * 1000)
+        if after:
+            after()
     return statistics.median(times)
 
 
