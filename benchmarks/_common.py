@@ -11,6 +11,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -68,6 +69,24 @@ pg_jobtypes.register(registry)
 """The start of a PostgreSQL benchmark's child script (run with a tree's src and tests first on
 sys.path): the no-op and create_file types registered, the paused types read once."""
 
+NOOP_TYPE = """
+from typing import ClassVar
+from tether import Coordinator, JobType, Payload
+
+class Noop(Payload):
+    job_type: ClassVar[str] = "noop"
+    n: int
+
+class NoopType(JobType[Noop]):
+    name = "noop"
+    payload_model = Noop
+    def run(self, payload, ctx):
+        return None
+"""
+"""Child-script text defining a ``noop`` job type (``Noop(n=...)``, ``NoopType()``) and importing
+``Coordinator``, for the ``python -c`` children that time the hot path on small jobs (drain_ab.py,
+otel_overhead.py); the child's own lines go before and after it."""
+
 
 def sqlite_now() -> str:
     """Now, as tether stores times in SQLite (naive UTC text, fixed width)."""
@@ -84,6 +103,17 @@ BARE_INSERT = """
 INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,
                          created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes)
 VALUES (?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+
+
+# A bare batch claim: ``LIMIT ?`` pending jobs in queue order claimed in one statement, as
+# tether's batched claim does (anchors.py, limits.py); parameters: worker, now, now, now, limit.
+BARE_CLAIM_N = """
+UPDATE tether_jobs SET status = 'claimed', locked_by = ?, locked_at = ?, claimed_at = ?, attempts = attempts + 1
+WHERE id IN (SELECT id FROM tether_jobs INDEXED BY ix_tether_jobs_queue
+             WHERE status = 'pending' AND blocked = 0 AND run_at <= ?
+             ORDER BY priority DESC, created_at, id LIMIT ?)
+RETURNING id, attempts, payload
 """
 
 
@@ -126,6 +156,37 @@ def fsync_dir(directory: str | os.PathLike[str]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_replace(tmp: str, target: str, data: bytes, flags: int = 0) -> None:
+    """The bare baseline's durable file write: ``data`` to a new ``tmp`` (exclusive create, extra
+    open ``flags``), fsync, rename over ``target``, fsync its directory; what tether's create_file
+    does without its path checks and lock (core.py's handler, file_limits.py's bare child)."""
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | flags, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, target)
+    fsync_dir(os.path.dirname(target))
+
+
+def median_ms(fn: Callable[[], Any], repeat: int, after: Callable[[], Any] | None = None) -> float:
+    """The median of ``repeat`` timed calls of ``fn``, in milliseconds, after one untimed call that
+    warms the page cache, as an operator's (or a scraper's) second look would; ``after``, untimed,
+    follows every call and undoes what it changed (flat.py: claimed jobs put back)."""
+    fn()
+    if after:
+        after()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1000)
+        if after:
+            after()
+    return statistics.median(times)
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import (
+    BARE_CLAIM_N,
     BARE_INSERT,
     SCRATCH,
     bare_connect,
@@ -243,15 +244,6 @@ def drain_lq(d: Path, n: int) -> tuple[float, float]:
         return done
 
     return _timed(body, n, "litequeue")
-
-
-BARE_CLAIM_N = """
-UPDATE tether_jobs SET status = 'claimed', locked_by = ?, locked_at = ?, claimed_at = ?, attempts = attempts + 1
-WHERE id IN (SELECT id FROM tether_jobs INDEXED BY ix_tether_jobs_queue
-             WHERE status = 'pending' AND blocked = 0 AND run_at <= ?
-             ORDER BY priority DESC, created_at, id LIMIT ?)
-RETURNING id, attempts, payload
-"""
 
 
 def bare_loop(db: Path, batch: int, handle: Callable[[str, str], str | None]) -> int:

@@ -68,6 +68,20 @@ async def _with_ticker(work: Callable[[], Awaitable[None]]) -> tuple[list[float]
     return lateness, busy
 
 
+async def _gather_timed(
+    one: Callable[[int], Awaitable[None]], tasks: int
+) -> tuple[float, tuple[list[float], list[float]]]:
+    """Run ``one(task)`` for ``tasks`` tasks at once on the loop, under the ticker: the seconds they
+    took together, and the ticker's lateness and busy records (run_async and run_in_loop)."""
+
+    async def work() -> None:
+        await asyncio.gather(*(one(t) for t in range(tasks)))
+
+    t0 = time.perf_counter()
+    ticks = await _with_ticker(work)
+    return time.perf_counter() - t0, ticks
+
+
 def _summary(latencies: list[float], seconds: float, ticks: tuple[list[float], list[float]] | None) -> dict[str, Any]:
     latencies.sort()
     out = {
@@ -95,12 +109,7 @@ def run_async(url: str, root: Path, tasks: int, per_task: int, threads: int) -> 
                     await c.enqueue(payload(task, i))
                     latencies.append(time.perf_counter() - t0)
 
-            async def work() -> None:
-                await asyncio.gather(*(one(t) for t in range(tasks)))
-
-            t0 = time.perf_counter()
-            ticks = await _with_ticker(work)
-            return time.perf_counter() - t0, ticks
+            return await _gather_timed(one, tasks)
 
     seconds, ticks = asyncio.run(main())
     return _summary(latencies, seconds, ticks)
@@ -119,12 +128,7 @@ def run_in_loop(url: str, root: Path, tasks: int, per_task: int) -> dict[str, An
                     latencies.append(time.perf_counter() - t0)
                     await asyncio.sleep(0)
 
-            async def work() -> None:
-                await asyncio.gather(*(one(t) for t in range(tasks)))
-
-            t0 = time.perf_counter()
-            ticks = await _with_ticker(work)
-            return time.perf_counter() - t0, ticks
+            return await _gather_timed(one, tasks)
 
     seconds, ticks = asyncio.run(main())
     return _summary(latencies, seconds, ticks)

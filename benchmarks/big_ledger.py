@@ -42,7 +42,7 @@ from tether.jobtypes.create_file import render_fields
 from tether.jobtypes.target import file_key
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from metrics_ledger import EXTRACTION_RESULT  # noqa: E402
+from metrics_ledger import extraction_result  # noqa: E402
 
 PENDING = 20_000
 CLAIMED, STUCK = 20, 4
@@ -91,15 +91,7 @@ def rows(
         job_id = ulid(ms, k)
         at = (created.strftime(_FMT), claimed.strftime(_FMT), done.strftime(_FMT))
         if k % 20 == 19:
-            result = EXTRACTION_RESULT.format(
-                bytes=rng.randrange(200, 2000),
-                digest=rng.randbytes(32).hex(),
-                cost=round(rng.uniform(0.002, 0.05), 6),
-                tokens_in=rng.randrange(300, 3000),
-                tokens_out=rng.randrange(50, 800),
-                ms=rng.randrange(2000, 30000),
-                session=rng.randbytes(16).hex(),
-            )
+            result = extraction_result(rng)
             yield (job_id, "claude_extraction", extraction, "completed", 0, 1, 3, None, "w:1", at[1], at[0],
                    at[1], at[2], at[0], None, result, len(extraction), 0, 0)  # fmt: skip
             continue

@@ -31,18 +31,8 @@ from typing import Any, ClassVar
 
 import orjson
 
-from _common import (
-    BARE_INSERT,
-    SCRATCH,
-    bare_connect,
-    bare_row,
-    fsync_dir,
-    machine,
-    median,
-    percentile,
-    scratch,
-    sqlite_now,
-)
+import _common
+from _common import BARE_INSERT, SCRATCH, bare_connect, bare_row, machine, median, percentile, scratch, sqlite_now
 from tether import Coordinator, CreateFile, JobContext, JobType, Payload
 from tether.jobtypes import default_registry, render
 
@@ -251,15 +241,7 @@ def _file_handler(root: Path) -> Callable[[str, str], str | None]:
         body = orjson.loads(payload)
         data = orjson.dumps(body["content"], option=orjson.OPT_INDENT_2) + b"\n"
         target = os.path.join(root, body["path"])
-        tmp = f"{target}.{job_id}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, target)
-        fsync_dir(os.path.dirname(target))
+        _common.write_replace(f"{target}.{job_id}.tmp", target, data)
         return orjson.dumps({"bytes": len(data)}).decode()
 
     return handle

@@ -27,25 +27,17 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _common import NOOP_TYPE
+
 REPO = Path(__file__).resolve().parent.parent
 SCRATCH = REPO / ".bench"
 
 # Run in a fresh interpreter with the side's src first on sys.path.
-_CHILD = """
-import json, sys, time
-from typing import ClassVar
-from tether import Coordinator, JobType, Payload
-
-class Noop(Payload):
-    job_type: ClassVar[str] = "noop"
-    n: int
-
-class NoopType(JobType[Noop]):
-    name = "noop"
-    payload_model = Noop
-    def run(self, payload, ctx):
-        return None
-
+_CHILD = (
+    """
+import json, sys, time"""
+    + NOOP_TYPE
+    + """
 directory, jobs, claims, singles = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "claims", int(sys.argv[4])
 single = {}
 if singles:
@@ -71,6 +63,7 @@ assert ran == jobs, ran
 import tether
 print(json.dumps({"wall": wall, "cpu": cpu, "tether": tether.__file__, **single}))
 """
+)
 
 
 def drain(src: Path, jobs: int, claims: bool = False, singles: int = 0) -> dict[str, float]:

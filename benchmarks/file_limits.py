@@ -63,25 +63,14 @@ _BARE = (
     + """
 import json, os, resource, sys, time
 import orjson
+from _common import write_replace
 items = [(rel(i, dirs), content(i)) for i in range(jobs)]
 wall, cpu, ru = time.perf_counter(), time.process_time(), resource.getrusage(resource.RUSAGE_SELF)
 for n, (path, body) in enumerate(items):
     data = orjson.dumps(body, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
     target = os.path.join(root, path)
     parent = os.path.dirname(target)
-    tmp = f"{parent}/.{os.path.basename(target)}.{n:08x}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, target)
-    dfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    write_replace(f"{parent}/.{os.path.basename(target)}.{n:08x}.tmp", target, data, os.O_CLOEXEC)
 wall, cpu, end = time.perf_counter() - wall, time.process_time() - cpu, resource.getrusage(resource.RUSAGE_SELF)
 user, sys_ = end.ru_utime - ru.ru_utime, end.ru_stime - ru.ru_stime
 print(json.dumps({"wall": wall, "cpu": cpu, "user": user, "sys": sys_, "fsyncs": fsyncs[0] / jobs, "tether": None}))
@@ -119,8 +108,8 @@ def block(side: str, src: Path | None, jobs: int, dirs: int) -> dict[str, float]
     SCRATCH.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(dir=SCRATCH, prefix=f"file-limits-{side}-") as d:
         env = dict(os.environ)
-        if src is not None:
-            env["PYTHONPATH"] = str(src)
+        # tether's side: that tree's tether; the bare side: _common's write_replace, nothing else.
+        env["PYTHONPATH"] = str(src if src is not None else Path(__file__).resolve().parent)
         code = _BARE if src is None else _TETHER
         done = subprocess.run(
             [sys.executable, "-c", code, d, str(jobs), str(dirs)], env=env, capture_output=True, text=True

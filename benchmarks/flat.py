@@ -31,7 +31,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -41,20 +40,6 @@ CLI = {
     "tether metrics (CLI)": ["metrics"],
     "tether durations (CLI)": ["durations"],
 }
-
-
-def median_ms(fn: Callable[[], Any], repeat: int, after: Callable[[], Any] | None = None) -> float:
-    fn()
-    if after:
-        after()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000)
-        if after:
-            after()
-    return statistics.median(times)
 
 
 def _notify_type() -> Any:
@@ -79,6 +64,7 @@ def ops(db: str, root: str, repeat: int) -> dict[str, float]:
     """Every operation but reconcile, timed on one ledger."""
     from starlette.testclient import TestClient
 
+    from _common import median_ms
     from big_ledger import target_payload
     from tether import Coordinator, CreateFile, ui
     from tether.jobtypes import default_registry
@@ -193,6 +179,8 @@ def child(args: list[str]) -> Any:
 
 
 def cli_ms(db: str, argv: list[str], repeat: int) -> float:
+    from _common import median_ms  # here, as in ops: the reconcile child's peak RSS stays without it
+
     env = _env(TETHER_DB=f"sqlite:///{db}")
     command = [sys.executable, "-m", "tether", *argv]
     return median_ms(lambda: subprocess.run(command, env=env, check=False, capture_output=True), repeat)

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import _common
-from _common import BARE_INSERT, REPO, SCRATCH, machine, percentile, scratch
+from _common import BARE_CLAIM_N, BARE_INSERT, REPO, SCRATCH, machine, percentile, scratch
 
 BATCH = 100
 FIGURES = ("enqueue", "interleaved", "first", "drain")
@@ -265,15 +265,6 @@ def _gc_timer() -> Iterator[list[float]]:
         yield spent
     finally:
         gc.callbacks.remove(note)
-
-
-BARE_CLAIM_N = """
-UPDATE tether_jobs SET status = 'claimed', locked_by = ?, locked_at = ?, claimed_at = ?, attempts = attempts + 1
-WHERE id IN (SELECT id FROM tether_jobs INDEXED BY ix_tether_jobs_queue
-             WHERE status = 'pending' AND blocked = 0 AND run_at <= ?
-             ORDER BY priority DESC, created_at, id LIMIT ?)
-RETURNING id, attempts, payload
-"""
 
 
 def _bare_drain(db: Path) -> int:

@@ -38,10 +38,9 @@ CLAIMED = 20
 STUCK = 4
 
 
-def result(rng: random.Random, job_type: str) -> str:
-    """A completed job's result: an extraction's envelope fields, else a file's size."""
-    if job_type != "claude_extraction":
-        return f'{{"bytes":{rng.randrange(1 << 20)}}}'
+def extraction_result(rng: random.Random) -> str:
+    """A completed claude_extraction's result (EXTRACTION_RESULT), its fields drawn from ``rng``;
+    shared with big_ledger.py, whose extractions record the same envelope."""
     return EXTRACTION_RESULT.format(
         bytes=rng.randrange(200, 2000),
         digest=rng.randbytes(32).hex(),
@@ -51,6 +50,13 @@ def result(rng: random.Random, job_type: str) -> str:
         ms=rng.randrange(2000, 30000),
         session=rng.randbytes(16).hex(),
     )
+
+
+def result(rng: random.Random, job_type: str) -> str:
+    """A completed job's result: an extraction's envelope fields, else a file's size."""
+    if job_type != "claude_extraction":
+        return f'{{"bytes":{rng.randrange(1 << 20)}}}'
+    return extraction_result(rng)
 
 
 def rows(completed: int, now: datetime, spread: timedelta, seed: int = 7) -> Iterator[tuple[Any, ...]]:

@@ -20,9 +20,12 @@ import subprocess
 import sys
 import tempfile
 
+from _common import NOOP_TYPE
+
 VARIANTS = ("absent", "api", "sdk")
 
-_CHILD = """
+_CHILD = (
+    """
 import json, sys, time
 variant, directory, jobs, singles = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 if variant == "absent":
@@ -38,20 +41,9 @@ elif variant == "sdk":
 
     provider = TracerProvider()
     provider.add_span_processor(BatchSpanProcessor(Drop()))
-    trace.set_tracer_provider(provider)
-from typing import ClassVar
-from tether import Coordinator, JobType, Payload
-
-class Noop(Payload):
-    job_type: ClassVar[str] = "noop"
-    n: int
-
-class NoopType(JobType[Noop]):
-    name = "noop"
-    payload_model = Noop
-    def run(self, payload, ctx):
-        return None
-
+    trace.set_tracer_provider(provider)"""
+    + NOOP_TYPE
+    + """
 c = Coordinator.open(f"sqlite:///{directory}/ledger.db", root=f"{directory}/data")
 c.register(NoopType())
 c.enqueue(Noop(n=-1))  # the first commit creates the file: not timed
@@ -70,6 +62,7 @@ assert ran == jobs, ran
 latencies.sort()
 print(json.dumps({"enqueue_p50_us": latencies[len(latencies) // 2] * 1e6, "drain_jobs_s": jobs / drain}))
 """
+)
 
 
 def run(variant: str, jobs: int, singles: int) -> dict[str, float]:

@@ -40,6 +40,8 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any
 
+from _common import median_ms
+
 REPO = Path(__file__).resolve().parent.parent
 SCRATCH = REPO / ".bench"
 BEFORE = "88e893d"  # main before issue 26
@@ -50,16 +52,6 @@ CLI = {
     "tether durations (CLI)": ["durations"],
     "tether recent --since 1h (CLI)": ["recent", "--since", "1h"],
 }
-
-
-def median_ms(fn: Any, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
 
 
 def child(side: str, db: str, repeat: int, rate: float) -> dict[str, float]:

@@ -18,7 +18,6 @@ import json
 import random
 import shutil
 import sqlite3
-import statistics
 import sys
 import tempfile
 import time
@@ -30,6 +29,7 @@ from typing import Any
 import sqlalchemy as sa
 from ulid import ULID
 
+from _common import median_ms
 from tether import SystemClock
 from tether.ledger.engine import create_engine, ensure_schema
 from tether.observe import duplicates, durations, finished, health, jobs, metrics, readonly, retention, stuck
@@ -138,16 +138,6 @@ def build(path: Path, n: int, now: datetime, seed: int = 7) -> dict[str, int]:
     conn.close()
     counts["stuck"] = stuck
     return counts
-
-
-def median_ms(fn: Callable[[], Any], repeat: int) -> float:
-    fn()  # warm the page cache once, as an operator's second look would
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
 
 
 def plans(engine: sa.Engine, fn: Callable[[], Any]) -> list[tuple[str, list[str]]]:

@@ -16,17 +16,14 @@ from __future__ import annotations
 import argparse
 import shutil
 import sqlite3
-import statistics
 import tempfile
 import time
-from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 from starlette.testclient import TestClient
 
-from _common import machine
+from _common import machine, median_ms
 from status import SCRATCH, build
 from tether import Coordinator, SystemClock, ui
 from tether.ledger import workers
@@ -35,16 +32,6 @@ from tether.observe.health import health
 from tether.ui.web import DURATIONS_SAMPLE
 
 BUDGET_MS = 200.0
-
-
-def median_ms(fn: Callable[[], Any], repeat: int) -> float:
-    fn()  # warm the page cache once, as an operator's second look would
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
 
 
 def main() -> None:
