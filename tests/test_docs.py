@@ -10,7 +10,8 @@ from pathlib import Path
 from tether.ledger.lifecycle import EDGES
 from tether.ledger.status import JobStatus
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "lifecycle.md"
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "lifecycle.md"
 
 
 def test_lifecycle_diagram_lists_exactly_the_transitions_in_code():
@@ -89,3 +90,26 @@ def test_a_link_to_a_missing_heading_or_file_is_reported(tmp_path):
         "README.md: benchmarks/HISTORY.md#limitspy names no heading",
         "README.md: docs/design.md does not exist",
     ]
+
+
+def test_the_readme_s_layer_table_names_every_module():
+    # A newcomer finds each concept in the table: a module is named by its path, by its file name
+    # in the row of its package, or (a command's module) by the command it is named for.
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("## Contributing: the layers", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("|")]
+    commands = [line for line in readme.splitlines() if line.startswith("| `tether ")]
+    src = ROOT / "src" / "tether"
+    unnamed = []
+    for path in sorted(src.rglob("*.py")):
+        rel = path.relative_to(src).as_posix()
+        package = rel.split("/")[0] + "/"
+        if path.name in ("__init__.py", "__main__.py") or f"`{rel}`" in table:
+            continue
+        if "/" in rel and any(f"`{package}" in row and f"`{path.name}`" in row for row in rows):
+            continue
+        command = path.stem.replace("_", "-")
+        if package == "cli/" and any(re.search(rf"`(tether )?{command}\b", row) for row in commands):
+            continue
+        unnamed.append(rel)
+    assert unnamed == [], f"modules the README's layer table does not name: {unnamed}"
