@@ -194,7 +194,7 @@ def _sqlite_engine_at(
             # Removed between SQLite's open and this look: the database error a connection to a
             # removed ledger raises (callers handle those), not an OSError none of them expects.
             conn.close()
-            raise sqlite3.OperationalError(f"the ledger file {path} is gone ({e.strerror})") from None
+            raise sqlite3.OperationalError(f"the ledger file {path}: {e.strerror}") from None
         if size == 0:
             # Emptied under the process: the connect-time PRAGMAs would wait out the busy
             # timeout on the other connections' locks before failing.
