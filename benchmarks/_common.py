@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -86,6 +87,24 @@ class NoopType(JobType[Noop]):
 """Child-script text defining a ``noop`` job type (``Noop(n=...)``, ``NoopType()``) and importing
 ``Coordinator``, for the ``python -c`` children that time the hot path on small jobs (drain_ab.py,
 otel_overhead.py); the child's own lines go before and after it."""
+
+
+def tree_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a benchmark that measures checkouts side by side in children (``run_child``):
+    ``--before`` and ``--after`` (each a checkout's ``src``) and the hidden ``--child SPEC``."""
+    parser.add_argument("--before", type=Path, help="src/ of the checkout to compare with")
+    parser.add_argument("--after", type=Path, default=REPO / "src", help="src/ measured as after (default: this one)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+
+
+def trees_or_child(args: argparse.Namespace, child: Callable[[dict[str, Any]], Any]) -> dict[str, Path] | None:
+    """In a child (``--child SPEC``): ``child(SPEC)`` printed as the JSON line ``run_child`` reads,
+    and None. Otherwise the trees to measure by side, ``before`` (if given) first."""
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))))
+        return None
+    trees = {"after": args.after.resolve()}
+    return {"before": args.before.resolve(), **trees} if args.before else trees
 
 
 def sqlite_now() -> str:

@@ -19,7 +19,6 @@ with one target, before the drain, median of 5.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import _common
-from _common import REPO, SCRATCH, machine, scratch
+from _common import SCRATCH, machine, scratch
 
 # (jobs, targets or None, worker batch): the table
 CELLS: list[tuple[int, int | None, int]] = [
@@ -132,21 +131,16 @@ def label(keys: int | None, batch: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--before", type=Path, help="src/ of the checkout to compare with")
-    parser.add_argument("--after", type=Path, default=REPO / "src", help="src/ measured as after (default: this one)")
+    _common.tree_options(parser)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cap", type=float, default=600.0, help="seconds a drain may run (default 600)")
     parser.add_argument("--cap-before", type=float, help="seconds a drain of --before may run (default: --cap)")
     parser.add_argument("--only", help="only the cases with this K (e.g. none, 1), with --jobs")
     parser.add_argument("--jobs", type=int, help="only the cases with this many jobs")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        print(json.dumps(child(json.loads(args.child))))
+    trees = _common.trees_or_child(args, child)
+    if trees is None:
         return
-    trees = {"after": args.after.resolve()}
-    if args.before:
-        trees = {"before": args.before.resolve(), **trees}
     cells = [
         (jobs, keys, batch)
         for jobs, keys, batch in CELLS

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import statistics
 import subprocess
@@ -442,20 +441,15 @@ def table(rounds: list[dict[tuple[str, str], Any]], trees: list[str], figures: l
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--before", type=Path, help="src/ of the checkout to compare with")
-    parser.add_argument("--after", type=Path, default=REPO / "src", help="src/ measured as after (default: this one)")
+    _common.tree_options(parser)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--jobs", type=int, default=5000, help="jobs per block (default 5000)")
     parser.add_argument("--only", default=",".join(FIGURES), help=f"comma-separated, of {', '.join(FIGURES)}")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        print(json.dumps(child(json.loads(args.child))))
+    trees = _common.trees_or_child(args, child)
+    if trees is None:
         return
     figures = [f for f in FIGURES if f in args.only.split(",")]
-    trees = {"after": args.after.resolve()}
-    if args.before:
-        trees = {"before": args.before.resolve(), **trees}
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load0 = os.getloadavg()
     rounds = [one_round(r, trees, figures, args.jobs) for r in range(args.rounds)]

@@ -20,13 +20,12 @@ import os
 import shutil
 import sqlite3
 import struct
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, SCRATCH, scratch
+import _common
+from _common import SCRATCH, scratch
 
 WAL_HEADER = 32
 FRAME_HEADER = 24
@@ -43,6 +42,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 
     # SQLAlchemy's driver module is sqlite3.dbapi2, whose connect is its own name.
     sqlite3.connect = sqlite3.dbapi2.connect = connect  # type: ignore[assignment]
+    import tether
     from hot_jobtypes import hot_noop
     from tether import Coordinator
     from tether.jobtypes import default_registry
@@ -59,7 +59,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             ran = c.worker(threads=1, batch=batch).run_until_idle(install_signals=False)
             shutil.copy(db, out / "ledger.db")
             shutil.copy(f"{db}-wal", out / "ledger.db-wal")
-    return {"ran": ran, "start": start}
+    return {"ran": ran, "start": start, "src": str(Path(tether.__file__).parent)}
 
 
 def frames(wal: bytes, start: int) -> tuple[int, list[list[int]]]:
@@ -131,33 +131,23 @@ def analyse(out: Path, start: int, ran: int, samples: int) -> dict[str, Any]:
 
 
 def measure(src: Path, args: argparse.Namespace) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(src), str(Path(__file__).parent)])
     with tempfile.TemporaryDirectory(dir=SCRATCH) as out:
         spec = {"jobs": args.jobs, "batch": args.batch, "key": "k0", "out": out}
-        res = subprocess.run(
-            [sys.executable, __file__, "--child", json.dumps(spec)], env=env, check=True, capture_output=True, text=True
-        ).stdout
-        got = json.loads(res.strip().splitlines()[-1])
+        got = _common.run_child(__file__, src, spec)
         return analyse(Path(out), got["start"], got["ran"], args.samples)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--before", type=Path, help="src/ of the checkout to compare with")
-    parser.add_argument("--after", type=Path, default=REPO / "src")
+    _common.tree_options(parser)
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--samples", type=int, default=40, help="commit pairs whose pages are put to b-trees")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        print(json.dumps(child(json.loads(args.child))))
+    trees = _common.trees_or_child(args, child)
+    if trees is None:
         return
     SCRATCH.mkdir(parents=True, exist_ok=True)
-    trees = {"after": args.after.resolve()}
-    if args.before:
-        trees = {"before": args.before.resolve(), **trees}
     for side, src in trees.items():
         print(f"== {side}: {src}")
         print(json.dumps(measure(src, args), indent=1))

@@ -28,7 +28,6 @@ without strace it prints n/a).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sqlite3
@@ -39,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import _common
-from _common import REPO, SCRATCH, machine, scratch
+from _common import SCRATCH, machine, scratch
 
 MARK_START = "/nonexistent/tether-worker-start-bench/start"
 MARK_END = "/nonexistent/tether-worker-start-bench/end"
@@ -143,21 +142,16 @@ def fsyncs_per_run(src: Path, base: Path, runs: int) -> float | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--before", type=Path, help="src/ of the checkout to compare with")
-    parser.add_argument("--after", type=Path, default=REPO / "src", help="src/ measured as after (default: this one)")
+    _common.tree_options(parser)
     parser.add_argument("--runs", type=int, default=15, help="timed runs per child (default 15)")
     parser.add_argument("--rounds", type=int, default=3, help="children per tree and figure (default 3)")
     parser.add_argument("--pending", type=int, default=200_000, help="the backlog's blocked jobs (default 200000)")
     parser.add_argument("--dir", type=Path, default=SCRATCH, help="where the ledgers go (default .bench/)")
     parser.add_argument("--no-fsyncs", action="store_true", help="skip the strace count")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        print(json.dumps(child(json.loads(args.child))))
+    trees = _common.trees_or_child(args, child)
+    if trees is None:
         return
-    trees = {"after": args.after.resolve()}
-    if args.before:
-        trees = {"before": args.before.resolve(), **trees}
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load0 = os.getloadavg()
     got: dict[tuple[str, str], list[float]] = {}
