@@ -2,7 +2,7 @@
 call, from the same number of threads of one process, in the same run.
 
     .venv/bin/python benchmarks/concurrent_enqueue.py [--jobs 2400] [--threads 1,4,16,64] [--rounds 3]
-        [--backends sqlite,postgres] [--pg-at-once 4]
+        [--backends sqlite,postgres] [--pg-at-once 4] [--batched 16]
 
 Per round, thread count and backend, each side runs in a fresh ledger (SQLite: a new file, WAL,
 synchronous=FULL as tether uses; PostgreSQL: a new schema of the server at
@@ -16,7 +16,12 @@ $TETHER_BENCH_PG_URL), the two sides' order alternating by round:
 
 Each thread makes a few untimed calls first (connections opened), then all start together at a
 barrier; jobs/s is jobs over the wall time from the barrier to the last thread's end, and p50 /
-p99 are of every call's latency. Figures are medians over rounds. ``--pg-at-once`` lists the
+p99 are of every call's latency, and cs/job the process's voluntary context switches per job
+(a thread that blocks: on a lock, the GIL, the disk). For tether's sides, jobs/commit and commit
+ms are of the group commit's transactions (their count, and the median wall time each took from
+its leader's start: what the GIL lets it have of the CPU included). ``--batched N`` adds a side
+that enqueues the same jobs from one thread, N at a time with ``enqueue_many``: what a shared
+commit costs a job with no thread to hand it between. Figures are medians over rounds. ``--pg-at-once`` lists the
 numbers of group commits a process runs at once on PostgreSQL to measure (tether's default is
 the backend's ``commits_at_once``; a number at least the thread count means no grouping: every
 caller commits alone, the server's own commit grouping left to share the fsyncs).
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import secrets
 import statistics
 import sys
@@ -49,8 +55,11 @@ def _payload(thread: int, i: int) -> Any:
     return CreateFile(path=f"t{thread}/{i}.json", content={"thread": thread, "i": i})
 
 
-def _drive(threads: int, per_thread: int, call: Callable[[int, int], None]) -> dict[str, float]:
-    """``call(thread, i)`` per_thread times from each of ``threads`` threads, started together."""
+def _drive(
+    threads: int, per_thread: int, call: Callable[[int, int], None], commits: list[float] | None = None
+) -> dict[str, float]:
+    """``call(thread, i)`` per_thread times from each of ``threads`` threads, started together;
+    ``commits``: filled with the wall time of each group commit (``_timed_commits``)."""
     barrier = threading.Barrier(threads + 1)
     samples: list[list[float]] = [[] for _ in range(threads)]
     failed: list[BaseException] = []
@@ -73,19 +82,50 @@ def _drive(threads: int, per_thread: int, call: Callable[[int, int], None]) -> d
     for w in workers:
         w.start()
     barrier.wait()
-    start, cpu = time.perf_counter(), time.process_time()
+    if commits is not None:
+        commits.clear()  # the warm-up's
+    start, cpu, switches = time.perf_counter(), time.process_time(), _switches()
     for w in workers:
         w.join()
-    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    wall, cpu, switches = time.perf_counter() - start, time.process_time() - cpu, _switches() - switches
     if failed:
         raise failed[0]
     every = [s for mine in samples for s in mine]
-    return {
+    figures = {
         "jobs_s": len(every) / wall,
         "p50": percentile(every, 0.5) * 1e3,
         "p99": percentile(every, 0.99) * 1e3,
         "cpu_us": cpu / len(every) * 1e6,  # this process's CPU (all threads) per job
+        "cs": switches / len(every),
     }
+    if commits:
+        figures["per_commit"] = len(every) / len(commits)
+        figures["commit_ms"] = statistics.median(commits) * 1e3
+    return figures
+
+
+def _switches() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+
+
+def _timed_commits(coordinator: Any) -> list[float] | None:
+    """The wall time of each of ``coordinator``'s group commits, appended as they end (None for
+    a tree without group commit)."""
+    group = getattr(coordinator.queue.enqueuer, "group", None)
+    if group is None:
+        return None
+    took: list[float] = []
+    commit = group._commit
+
+    def timed(batch: Any) -> None:
+        start = time.perf_counter()
+        try:
+            commit(batch)
+        finally:
+            took.append(time.perf_counter() - start)
+
+    group._commit = timed
+    return took
 
 
 # -- SQLite -------------------------------------------------------------------------------------
@@ -95,7 +135,24 @@ def sqlite_tether(threads: int, per_thread: int) -> dict[str, float]:
     from tether import Coordinator
 
     with scratch(SCRATCH, "concurrent") as d, Coordinator.open(f"sqlite:///{d}/ledger.db", root=d / "data") as c:
-        return _drive(threads, per_thread, lambda k, i: c.enqueue(_payload(k, i)))
+        return _drive(threads, per_thread, lambda k, i: c.enqueue(_payload(k, i)), _timed_commits(c))
+
+
+def sqlite_batched(size: int, jobs: int) -> dict[str, float]:
+    """The same jobs from one thread, ``size`` at a time by ``enqueue_many``: the latency figures
+    are of a call, the others of a job."""
+    from tether import Coordinator
+
+    with (
+        scratch(SCRATCH, "concurrent-batched") as d,
+        Coordinator.open(f"sqlite:///{d}/ledger.db", root=d / "data") as c,
+    ):
+        calls = max(1, jobs // size)
+        figures = _drive(1, calls, lambda k, i: c.enqueue_many([_payload(n, i) for n in range(size)]))
+        figures["jobs_s"] *= size
+        figures["cpu_us"] /= size
+        figures["cs"] /= size
+        return figures
 
 
 def sqlite_bare(threads: int, per_thread: int) -> dict[str, float]:
@@ -143,7 +200,7 @@ def pg_tether(threads: int, per_thread: int, at_once: int) -> dict[str, float]:
         with Coordinator.open(PG_URL, root=d / "data", schema=schema) as c:
             if hasattr(c.queue.enqueuer, "group"):  # a tree from before group commit has none
                 c.queue.backend.commits_at_once = c.queue.enqueuer.group.at_once = at_once
-            return _drive(threads, per_thread, lambda k, i: c.enqueue(_payload(k, i)))
+            return _drive(threads, per_thread, lambda k, i: c.enqueue(_payload(k, i)), _timed_commits(c))
 
 
 PG_BARE_INSERT = BARE_INSERT.replace("?", "%s")
@@ -186,6 +243,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--backends", default="sqlite,postgres")
     parser.add_argument("--pg-at-once", default="", help="group commits at once on PostgreSQL (default: tether's)")
+    parser.add_argument(
+        "--batched", type=int, default=0, help="also enqueue_many of N jobs a call from one thread (SQLite)"
+    )
     args = parser.parse_args()
     counts = [int(n) for n in args.threads.split(",")]
     backends = args.backends.split(",")
@@ -199,6 +259,8 @@ def main() -> None:
     if "sqlite" in backends:
         sides["sqlite tether"] = sqlite_tether
         sides["sqlite bare"] = sqlite_bare
+        if args.batched:
+            sides[f"sqlite tether batched {args.batched}"] = lambda t, p: sqlite_batched(args.batched, t * p)
     if "postgres" in backends:
         for n in at_onces:
             sides[f"pg tether at_once={n}"] = lambda t, p, n=n: pg_tether(t, p, n)
@@ -212,7 +274,8 @@ def main() -> None:
                 got.setdefault((side, threads), []).append(figures)
                 print(
                     f"round {r + 1} {side:24} {threads:3} threads: {figures['jobs_s']:8,.0f} jobs/s"
-                    f"  p50 {figures['p50']:.3f} ms  p99 {figures['p99']:.3f} ms  CPU {figures['cpu_us']:.0f} us/job",
+                    f"  p50 {figures['p50']:.3f} ms  p99 {figures['p99']:.3f} ms  CPU {figures['cpu_us']:.0f} us/job"
+                    f"  {figures['cs']:.1f} cs/job",
                     flush=True,
                 )
     print(f"load at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -223,12 +286,20 @@ def report(got: dict[tuple[str, int], list[dict[str, float]]], sides: list[str],
     def med(side: str, threads: int, figure: str) -> float:
         return statistics.median(f[figure] for f in got[side, threads])
 
-    print("\nmedians over rounds")
-    print("| side | threads | jobs/s | p50 ms | p99 ms | CPU µs/job |\n| --- | ---: | ---: | ---: | ---: | ---: |")
+    def grouped(side: str, threads: int) -> str:
+        if "commit_ms" not in got[side, threads][0]:
+            return " | |"
+        return f" {med(side, threads, 'per_commit'):.1f} | {med(side, threads, 'commit_ms'):.3f} |"
+
+    print("\nmedians over rounds (batched: one thread whatever the count, p50 and p99 of a call)")
+    print(
+        "| side | threads | jobs/s | p50 ms | p99 ms | CPU µs/job | cs/job | jobs/commit | commit ms |\n"
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    )
     for side in sides:
         for n in counts:
-            jobs_s, p50, p99, cpu = (med(side, n, figure) for figure in ("jobs_s", "p50", "p99", "cpu_us"))
-            print(f"| {side} | {n} | {jobs_s:,.0f} | {p50:.3f} | {p99:.3f} | {cpu:.0f} |")
+            jobs_s, p50, p99, cpu, cs = (med(side, n, figure) for figure in ("jobs_s", "p50", "p99", "cpu_us", "cs"))
+            print(f"| {side} | {n} | {jobs_s:,.0f} | {p50:.3f} | {p99:.3f} | {cpu:.0f} | {cs:.1f} |" + grouped(side, n))
     print()
     if "sqlite tether" in sides and 1 in counts:
         one = med("sqlite tether", 1, "jobs_s")
