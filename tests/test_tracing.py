@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from jobkit import Note, NoteType  # noqa: E402
 from tether import Coordinator, tracing  # noqa: E402
 from tether.jobtypes import CreateFile, default_registry  # noqa: E402
+from tether.worker.producer import Producer  # noqa: E402
 from tether.worker.retry import RetryPolicy  # noqa: E402
 
 SECRET = "s3cr3t-payload-text"
@@ -135,6 +136,22 @@ def test_with_no_tracer_provider_set_an_attempt_starts_no_span(c, monkeypatch):
     started = _no_provider_yet(monkeypatch)
     assert c.run_until_idle() == 1
     assert started == [] and c.get(job.id).status.value == "completed"
+
+
+def test_a_worker_looks_up_the_tracing_api_before_its_first_claim(c, monkeypatch):
+    """Its import (tens of milliseconds) would otherwise hold up the jobs of the first batch."""
+    c.enqueue(CreateFile(path="first.json", content=1))
+    monkeypatch.setattr(tracing, "_api", None)  # not looked up yet, as in a new worker process
+    at_claims: list[Any] = []
+    claim = Producer.claim
+
+    def claiming(self: Producer, *args: Any, **kwargs: Any) -> Any:
+        at_claims.append(tracing._api)
+        return claim(self, *args, **kwargs)
+
+    monkeypatch.setattr(Producer, "claim", claiming)
+    assert c.run_until_idle() == 1
+    assert at_claims and at_claims[0] is trace
 
 
 def test_with_no_tracer_provider_set_a_child_a_handler_enqueues_keeps_its_jobs_trace(c, monkeypatch):

@@ -223,6 +223,9 @@ class Worker:
             root=str(self.queue.root),
         )
         self._report_unserved(self.supervisor.register())
+        # The tracing API, where installed, is imported now: in the first batch its import would
+        # hold up the jobs claimed with it, and a burst's first claims are most of a short drain.
+        tracing.attempt_tracer()
         threads = [
             threading.Thread(target=self._loop, args=(until_idle,), name=f"tether-worker-{i}", daemon=True)
             for i in range(self.config.threads)
