@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import psycopg
 import pytest
 import sqlalchemy as sa
 
@@ -195,6 +196,33 @@ def test_an_enqueue_whose_commit_landed_before_its_answer_was_lost_is_unknown_an
         retried = c.enqueue(CreateFile(path="a.json", content={}), key="a")
         assert retried.duplicate and retried.id == job_id  # the key made the retry safe
         assert run_sql(admin, "SELECT count(*) FROM tether_jobs") == 1
+
+
+def test_an_enqueue_whose_commit_landed_and_whose_pipeline_then_broke_is_unknown_not_nothing_enqueued(
+    pg, tmp_path, monkeypatch
+):
+    """The driver can raise before it has read the connection's end ("cannot exit pipeline mode
+    while busy", the connection not yet marked closed): the COMMIT was sent, so whether it landed
+    is unknown all the same, and that connection is not used again."""
+    url, _admin = pg
+    real = PostgresBackend._commit
+    broken: list[Any] = []
+
+    def commit(backend: PostgresBackend, driver: Any, cur: Any) -> None:
+        real(backend, driver, cur)
+        if not broken:
+            broken.append(driver)
+            raise psycopg.OperationalError("cannot exit pipeline mode while busy")
+
+    monkeypatch.setattr(PostgresBackend, "_commit", commit)
+    with Coordinator.open(url, root=tmp_path / "data") as c:
+        with pytest.raises(CommitUnknown) as raised:
+            c.enqueue(CreateFile(path="a.json", content={}))
+        assert not isinstance(raised.value, DatabaseUnavailable)
+        [job_id] = raised.value.job_ids
+        assert c.get(job_id).status is JobStatus.PENDING  # it had landed
+        assert broken[0].closed
+        assert c.enqueue(CreateFile(path="b.json", content={})).job.status is JobStatus.PENDING
 
 
 def test_an_enqueue_whose_connection_died_before_its_commit_says_nothing_was_enqueued(pg, tmp_path, caplog):

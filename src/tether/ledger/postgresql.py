@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 import sqlalchemy as sa
 from psycopg import pq
 
@@ -250,3 +251,23 @@ class PostgresBackend(Backend):
 
     def _usable(self, driver: Any) -> bool:
         return not driver.closed  # psycopg: also after the server or the network cut it off
+
+    def _wrap(self, error: Exception, driver: Any = None, *, committing: bool = False) -> sa.exc.StatementError:
+        if driver is not None and not driver.closed and _ends_session(error):
+            # Closed now, so that it is neither used again nor given back to the pool, and the
+            # error is told as the lost connection it is: during COMMIT, one whose outcome is
+            # unknown (LostCommit), not a refusal that left nothing behind.
+            driver.close()
+        return super()._wrap(error, driver, committing=committing)
+
+
+def _ends_session(error: Exception) -> bool:
+    """Whether ``error`` ends its session although psycopg may read the socket's end only later:
+    the driver's own errors (no SQLSTATE: the socket cut, or a pipeline's protocol lost with it,
+    "cannot exit pipeline mode while busy") and the server's connection classes (08: connection
+    exception; 57P0x: terminated by an administrator, shut down). Any other SQLSTATE is a
+    statement's refusal, after which the session goes on."""
+    if not isinstance(error, psycopg.OperationalError):
+        return False
+    state = error.sqlstate
+    return state is None or state.startswith(("08", "57P0"))
