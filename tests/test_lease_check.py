@@ -3,6 +3,7 @@ out of the pool, replaced when the server drops it, closed with the coordinator.
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 
@@ -50,6 +51,35 @@ def test_a_lease_check_dropped_by_the_server_is_asked_again_on_a_new_connection(
     assert pg.queue.holds(job, "w")  # no error: the read is made again on a new connection
     assert not pg.queue.holds(job, "another worker")
     assert asker(pg) != first
+
+
+def test_a_lease_check_whose_session_ended_before_the_driver_saw_it_is_asked_again(pg: Coordinator, monkeypatch):
+    """The server's "terminating connection" read before the socket's end: psycopg has not marked
+    the connection closed yet, and it is replaced all the same, not given the next question."""
+    pg.enqueue(CreateFile(path="a.json", content=1))
+    [job] = pg.queue.claim("w")
+    backend = pg.queue.backend
+    assert isinstance(backend, PostgresBackend)
+
+    class Ended:
+        closed = False
+
+        def execute(self, *args: object, **kwargs: object) -> None:
+            raise psycopg.errors.AdminShutdown("terminating connection due to administrator command")
+
+        def close(self) -> None:
+            self.closed = True
+
+    ended, real = Ended(), backend._asker
+    handed: list[object] = []
+
+    def asker() -> object:
+        handed.append(ended if not handed else real())
+        return handed[-1]
+
+    monkeypatch.setattr(backend, "_asker", asker)
+    assert pg.queue.holds(job, "w")  # no error: asked again on a new connection
+    assert ended.closed and len(handed) == 2
 
 
 def test_the_lease_check_connections_close_with_the_coordinator(db_url: str, root, clock):

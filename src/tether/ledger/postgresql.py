@@ -216,7 +216,8 @@ class PostgresBackend(Backend):
             try:
                 row = driver.execute(statement, params).fetchone()
             except self._dbapi_error as e:
-                if again and driver.closed:
+                if again and (driver.closed or _ends_session(e)):
+                    driver.close()  # a session the server ended, though the driver may not know yet
                     continue
                 raise self._wrap(e, driver) from e
             return None if row is None else row[0]
