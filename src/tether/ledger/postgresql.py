@@ -216,8 +216,7 @@ class PostgresBackend(Backend):
             try:
                 row = driver.execute(statement, params).fetchone()
             except self._dbapi_error as e:
-                if again and (driver.closed or _ends_session(e)):
-                    driver.close()  # a session the server ended, though the driver may not know yet
+                if again and _gone(driver, e):
                     continue
                 raise self._wrap(e, driver) from e
             return None if row is None else row[0]
@@ -254,12 +253,21 @@ class PostgresBackend(Backend):
         return not driver.closed  # psycopg: also after the server or the network cut it off
 
     def _wrap(self, error: Exception, driver: Any = None, *, committing: bool = False) -> sa.exc.StatementError:
-        if driver is not None and not driver.closed and _ends_session(error):
-            # Closed now, so that it is neither used again nor given back to the pool, and the
-            # error is told as the lost connection it is: during COMMIT, one whose outcome is
-            # unknown (LostCommit), not a refusal that left nothing behind.
-            driver.close()
+        # A connection whose session ``error`` ended is closed first, so that it is neither used
+        # again nor given back to the pool, and the error is told as the lost connection it is:
+        # during COMMIT, one whose outcome is unknown (LostCommit), not a refusal that left
+        # nothing behind.
+        if driver is not None:
+            _gone(driver, error)
         return super()._wrap(error, driver, committing=committing)
+
+
+def _gone(driver: Any, error: Exception) -> bool:
+    """Whether ``driver``'s connection is lost after ``error``: closed by psycopg, or closed here
+    because the error ended its session before psycopg read the socket's end."""
+    if not driver.closed and _ends_session(error):
+        driver.close()
+    return bool(driver.closed)
 
 
 def _ends_session(error: Exception) -> bool:
