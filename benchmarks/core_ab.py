@@ -40,6 +40,8 @@ def run_core(src: Path, runs: int, jobs: int) -> dict[str, float]:
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
     figures = {}
     for line in out.splitlines():
+        if line.startswith("tether: ") and not line.startswith(f"tether: {src}/tether"):
+            raise SystemExit(f"core.py imported another tree than {src}: {line}")
         for label in FIGURES:
             if line.startswith(f"| {label}"):
                 figures[label] = float(line.split("|")[2].replace(",", ""))
@@ -70,6 +72,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2000, help="core.py's --jobs")
     args = parser.parse_args()
     sides = {"before": args.before.resolve(), "after": REPO / "src"}
+    if not (sides["before"] / "tether" / "__init__.py").is_file():
+        raise SystemExit(f"{args.before} holds no tether package: give another checkout's src directory")
     got: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
     blocks: list[list[tuple[str, dict[str, float]]]] = []
     for b in range(args.blocks):
