@@ -37,7 +37,11 @@ def run_core(src: Path, runs: int, jobs: int) -> dict[str, float]:
     """One ``core.py`` process with ``src`` first on its path: its table's tether column."""
     env = {**os.environ, "PYTHONPATH": str(src)}
     cmd = [sys.executable, str(REPO / "benchmarks" / "core.py"), "--runs", str(runs), "--jobs", str(jobs)]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SystemExit(f"core.py failed on {src} (exit {done.returncode}): {last}")
+    out = done.stdout
     figures = {}
     for line in out.splitlines():
         if line.startswith("tether: ") and not line.startswith(f"tether: {src}/tether"):
