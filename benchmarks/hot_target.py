@@ -12,6 +12,11 @@ the jobs it ran, marked ``*``: a capped drain ran while the backlog was at its l
 time a job is the process's, split into user and system time (``os.times``): the system time is
 mostly the commits' writes and fsyncs.
 
+``--sql SQL`` adds a third side, ``after+sql``: the after tree with ``SQL`` run on each ledger
+(one ``executescript``) once it is open and before the jobs go in, to price a piece of the schema
+on the same drains (``--sql "DROP TRIGGER tether_targets_on_update"``: the targets table's upkeep
+at each completion).
+
 Also printed per side: ``observe.stats`` (what ``tether status`` reads) on the 100,000-job ledger
 with one target, before the drain, median of 5.
 """
@@ -19,7 +24,9 @@ with one target, before the drain, median of 5.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import sqlite3
 import statistics
 import sys
 import threading
@@ -93,6 +100,11 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     with scratch(SCRATCH, "hot-target") as tmp:
         url = f"sqlite:///{tmp}/ledger.db"
         with Coordinator.open(url, root=tmp / "data", registry=registry, durability="full") as c:
+            if spec.get("sql"):
+                # A connection of its own: the coordinator has recorded the schema as ensured,
+                # so nothing puts back what the script drops.
+                with contextlib.closing(sqlite3.connect(tmp / "ledger.db")) as raw:
+                    raw.executescript(spec["sql"])
             c.enqueue_many([HotNoop(n=i, key=None if keys is None else f"k{i % keys}") for i in range(n)])
             stats_ms = None
             if spec.get("stats"):
@@ -137,10 +149,13 @@ def main() -> None:
     parser.add_argument("--cap-before", type=float, help="seconds a drain of --before may run (default: --cap)")
     parser.add_argument("--only", help="only the cases with this K (e.g. none, 1), with --jobs")
     parser.add_argument("--jobs", type=int, help="only the cases with this many jobs")
+    parser.add_argument("--sql", help="also measure the after tree with this SQL run on each ledger (side after+sql)")
     args = parser.parse_args()
     trees = _common.trees_or_child(args, child)
     if trees is None:
         return
+    if args.sql:
+        trees["after+sql"] = trees["after"]
     cells = [
         (jobs, keys, batch)
         for jobs, keys, batch in CELLS
@@ -158,6 +173,8 @@ def main() -> None:
             for side in order:
                 cap = args.cap_before if side == "before" and args.cap_before else args.cap
                 spec = {"jobs": jobs, "keys": keys, "batch": batch, "cap": cap, "stats": jobs == 100_000}
+                if side == "after+sql":
+                    spec["sql"] = args.sql
                 result = measure(trees[side], spec)
                 results.setdefault((side, jobs, keys, batch), []).append(result)
                 star = "*" if result["capped"] else ""
@@ -171,8 +188,10 @@ def main() -> None:
     print(f"{started}, {args.rounds} round(s), {caps}; {machine()}; load {os.getloadavg()[0]:.1f}")
     print("medians; jobs/s (* = stopped at the cap: rate over the jobs it ran), and CPU time per job\n")
     sides = " | ".join(trees)
-    print(f"| jobs | case | {sides} | after/before | CPU/job: {sides} |")
-    print("| ---: | --- | " + "---: | " * len(trees) + "---: | " + "---: | " * len(trees))
+    others = [side for side in trees if side != "before"] if "before" in trees else []
+    over = " | ".join(f"{side}/before" for side in others) or "after/before"
+    print(f"| jobs | case | {sides} | {over} | CPU/job: {sides} |")
+    print("| ---: | --- | " + "---: | " * len(trees) + "---: | " * max(1, len(others)) + "---: | " * len(trees))
     for jobs, keys, batch in cells:
         medians = {}
         rates, cpus = [], []
@@ -183,7 +202,7 @@ def main() -> None:
             rates.append(f"{medians[side]:,.0f}{'*' if capped else ''}")
             split = "".join(f" {statistics.median(x[f'{k}_us'] for x in runs):,.0f} {k}" for k in ("user", "sys"))
             cpus.append(f"{statistics.median(x['cpu_us'] for x in runs):,.0f} us ({split.strip()})")
-        ratio = f"{medians['after'] / medians['before']:.2f}x" if "before" in medians else "-"
+        ratio = " | ".join(f"{medians[side] / medians['before']:.2f}x" for side in others) or "-"
         print(f"| {jobs:,} | {label(keys, batch)} | {' | '.join(rates)} | {ratio} | {' | '.join(cpus)} |")
     bare = statistics.median(x["rate"] for x in results[("bare", BARE_COMMITS, None, 1)])
     print(f"\nthe disk's serial limit: a bare sqlite3 loop of one-row UPDATE commits, {bare:,.0f} commits/s")
@@ -198,4 +217,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except RuntimeError as e:  # a child failed: its last error line says why (a bad --sql, a broken tree)
+        sys.exit(f"hot_target.py: {str(e).strip().splitlines()[-1]}")
