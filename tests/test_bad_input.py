@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from clikit import run_split
 from tether import (
     Coordinator,
     CreateFile,
@@ -177,18 +178,20 @@ def test_cli_bad_payload_exits_non_zero_with_one_clear_line(tmp_path, args, mess
     assert not (tmp_path / "data").exists() or list((tmp_path / "data").iterdir()) == []
 
 
-def test_cli_jsonl_enqueues_all_lines_in_one_transaction_or_none(tmp_path):
+def test_cli_jsonl_enqueues_all_lines_in_one_transaction_or_none(tmp_path, monkeypatch, capsys):
+    # In this process (clikit.run_split): what is under test is the transaction, not a process start.
+    monkeypatch.setenv("TETHER_DB", f"sqlite:///{tmp_path / 'cli.db'}")
+    monkeypatch.setenv("TETHER_ROOT", str(tmp_path / "data"))
     good = tmp_path / "good.jsonl"
     good.write_text('{"path": "a.json", "content": 1}\n\n{"path": "b.json", "text": "hi"}\n')
-    assert run_cli(tmp_path, "init").returncode == 0
-    proc = run_cli(tmp_path, "enqueue", "create_file", "--jsonl", str(good))
-    assert proc.returncode == 0 and len(proc.stdout.split()) == 2
+    assert run_split(monkeypatch, capsys, "init")[0] == 0
+    code, out, _ = run_split(monkeypatch, capsys, "enqueue", "create_file", "--jsonl", str(good))
+    assert code == 0 and len(out.split()) == 2
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"path": "c.json", "content": 1}\n{"path": "/abs", "content": 1}\n')
-    proc = run_cli(tmp_path, "enqueue", "create_file", "--jsonl", str(bad))
-    assert proc.returncode == 1 and "line 2: path: '/abs' is absolute" in proc.stderr
-    proc = run_cli(tmp_path, "worker", "--until-idle", "--quiet")
-    assert proc.returncode == 0
+    code, _, err = run_split(monkeypatch, capsys, "enqueue", "create_file", "--jsonl", str(bad))
+    assert code == 1 and "line 2: path: '/abs' is absolute" in err
+    assert run_split(monkeypatch, capsys, "worker", "--until-idle", "--quiet")[0] == 0
     assert sorted(p.name for p in (tmp_path / "data").iterdir() if p.name != ".tether") == ["a.json", "b.json"]
 
 

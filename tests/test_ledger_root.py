@@ -4,13 +4,12 @@ refused unless the operator records a move, and only a new ledger creates its ro
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
+from clikit import run_split
 from tether import Coordinator, CreateFile
 from tether.ledger.meta import RootMismatch
 
@@ -74,28 +73,31 @@ def test_a_ledger_of_a_newer_tether_is_refused(db_url, tmp_path):
         Coordinator.open(db_url, root=tmp_path / "data")
 
 
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
-    return subprocess.run(
-        [sys.executable, "-m", "tether", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
-    )
+@pytest.fixture
+def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    """``tether ARGS`` in this process (clikit.run_split), from ``tmp_path``, no TETHER_* settings:
+    exit code, stdout, stderr. What is under test is which root is used, not a process start."""
+    for name in [k for k in os.environ if k.startswith("TETHER_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    return lambda *args: run_split(monkeypatch, capsys, *args)
 
 
-def test_a_mistyped_root_on_the_command_line_is_refused_and_never_created(tmp_path):
+def test_a_mistyped_root_on_the_command_line_is_refused_and_never_created(tmp_path, cli):
     db = f"sqlite:///{tmp_path / 'tether.db'}"
     with Coordinator.open(db, root=tmp_path / "data") as c:  # the README's Python example
         c.enqueue(CreateFile(path="people/ada.json", content={"name": "Ada"}))
         c.run_until_idle()
-    done = cli("--db", db, "--root", "typo-root", "worker", "--until-idle", cwd=tmp_path)
-    assert done.returncode == 1 and "this ledger's data root is" in done.stderr and "Traceback" not in done.stderr
+    code, _, err = cli("--db", db, "--root", "typo-root", "worker", "--until-idle")
+    assert code == 1 and "this ledger's data root is" in err and "Traceback" not in err
     assert not (tmp_path / "typo-root").exists()
-    checked = cli("--db", db, "reconcile", "--quiet", cwd=tmp_path)  # no --root: the recorded one
-    assert checked.returncode == 0 and "1 in_sync" in checked.stdout, checked.stdout + checked.stderr
+    code, out, err = cli("--db", db, "reconcile", "--quiet")  # no --root: the recorded one
+    assert code == 0 and "1 in_sync" in out, out + err
     moved = tmp_path / "elsewhere"
     (tmp_path / "data").rename(moved)
-    done = cli("--db", db, "--root", str(moved), "--moved", "reconcile", "--quiet", cwd=tmp_path)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert cli("--db", db, "reconcile", "--quiet", cwd=tmp_path).returncode == 0
+    code, out, err = cli("--db", db, "--root", str(moved), "--moved", "reconcile", "--quiet")
+    assert code == 0, out + err
+    assert cli("--db", db, "reconcile", "--quiet")[0] == 0
 
 
 def test_the_aws_ownership_id_is_the_recorded_one_and_survives_moving_the_ledger_file(tmp_path, monkeypatch):

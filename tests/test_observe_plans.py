@@ -8,9 +8,11 @@ their docstrings that they read every row, and are not asked here.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -92,9 +94,8 @@ QUESTIONS: dict[str, Callable[[Coordinator], Any]] = {
 }
 
 
-@pytest.fixture(params=["no statistics", "analyzed"])
-def ledger(request, tmp_path):
-    path = tmp_path
+def _fill(path: Path, analyzed: bool) -> None:
+    """A ledger of 3,000 jobs at ``path``, with statistics when ``analyzed``."""
     c = Coordinator.open(f"sqlite:///{path / 'plans.db'}", root=path / "data", registry=default_registry())
     with c.engine.begin() as conn:
         for i in range(3000):  # mostly finished, as a ledger in service is
@@ -122,8 +123,34 @@ def ledger(request, tmp_path):
                 conn.exec_driver_sql(
                     "INSERT INTO tether_job_tags (tag, job_id) VALUES (?, ?)", (f"tenant:{i % 3}", f"{i:026d}")
                 )
-        if request.param == "analyzed":
+        if analyzed:
             conn.exec_driver_sql("ANALYZE")
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """The filled ledger of each kind, made once per module: every test gets a copy of its own."""
+    made: dict[str, Path] = {}
+
+    def of(kind: str) -> Path:
+        if kind not in made:
+            made[kind] = tmp_path_factory.mktemp("plans")
+            _fill(made[kind], analyzed=kind == "analyzed")
+        return made[kind]
+
+    return of
+
+
+@pytest.fixture(params=["no statistics", "analyzed"])
+def ledger(request, tmp_path, filled):
+    """A copy of the filled ledger (a purge among the questions deletes rows); its data root is
+    the template's, which no question reads."""
+    made = filled(request.param)
+    for name in ("plans.db", "plans.db-wal"):
+        if (made / name).exists():
+            shutil.copyfile(made / name, tmp_path / name)
+    c = Coordinator.open(f"sqlite:///{tmp_path / 'plans.db'}", registry=default_registry())
     yield c
     c.close()
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from clikit import run_split
 from tether import Coordinator, CreateFile, DeleteFile
 
 REPO = Path(__file__).resolve().parents[1]
@@ -199,19 +200,26 @@ def register(registry):
 """
 
 
-def test_a_type_without_a_probe_is_reported_not_checked_never_in_sync(tmp_path: Path) -> None:
+def test_a_type_without_a_probe_is_reported_not_checked_never_in_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # In this process (clikit.run_split): what is under test is the report, not a process start.
     (tmp_path / "stamps.py").write_text(STAMPS)
+    for name in ("TETHER_DB", "TETHER_ROOT", "TETHER_IMPORT", "TETHER_SCHEMA"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "stamps", raising=False)
     db, root = f"sqlite:///{tmp_path / 'tether.db'}", tmp_path / "data"
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}, "PYTHONPATH": str(tmp_path)}
-    tether = [sys.executable, "-m", "tether", "--db", db, "--root", str(root), "--import", "stamps"]
-    subprocess.run([*tether, "init"], env=env, check=True, timeout=60)
-    subprocess.run([*tether, "enqueue", "stamp", "--payload", '{"path": "a.txt"}'], env=env, check=True, timeout=60)
-    subprocess.run([*tether, "worker", "--until-idle", "-q"], env=env, check=True, timeout=60)
+    tether = ["--db", db, "--root", str(root), "--import", "stamps"]
+    assert run_split(monkeypatch, capsys, *tether, "init")[0] == 0
+    assert run_split(monkeypatch, capsys, *tether, "enqueue", "stamp", "--payload", '{"path": "a.txt"}')[0] == 0
+    assert run_split(monkeypatch, capsys, *tether, "worker", "--until-idle", "-q")[0] == 0
     (root / "a.txt").unlink()  # the effect is gone, and nothing can tell
-    done = subprocess.run([*tether, "reconcile", "--quiet"], env=env, capture_output=True, text=True, timeout=60)
-    assert "not_checked" in done.stdout and "type 'stamp' has no probe" in done.stdout
-    assert "in sync where checked; 1 not checked" in done.stdout
-    assert "\nin sync\n" not in done.stdout
+    _, out, _ = run_split(monkeypatch, capsys, *tether, "reconcile", "--quiet")
+    assert "not_checked" in out and "type 'stamp' has no probe" in out
+    assert "in sync where checked; 1 not checked" in out
+    assert "\nin sync\n" not in out
 
 
 def test_full_reads_every_file_and_refuses_to_go_with_exists_only(site: dict[str, str]) -> None:

@@ -1,20 +1,19 @@
-"""Acting on drift through the CLI, as real processes on each backend, against a moto server:
+"""Acting on drift through the CLI on each backend, against a moto server:
 ``reconcile --plan`` proposes exactly the jobs that restore what was changed by hand, ``repair
 apply`` enqueues them (never a stale plan), a worker carries them out and ``reconcile`` then exits
 0; ``drift accept`` makes a hand edit the expected state; ignore rules list findings as ignored
 without changing the exit code; ``drift`` shows the last run without reading the disk.
 
-The commands under test run as processes; the ledger they act on is made ready, drained and
-counted in this process through the library (each process start costs a second or more, and
-the setup's half-dozen of them were most of these tests' time)."""
+The commands run in this process through the console entry point (``clikit.run_split``): what is
+under test is what they plan, apply and accept, not how a process starts (each start costs a
+second or more, mostly imports). The ledger they act on is made ready, drained and counted
+through the library."""
 
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,8 @@ import pytest
 import sqlalchemy as sa
 from moto.server import ThreadedMotoServer
 
-from awskit import DUMMY_ENV, client_hook, dummy_environment
+from awskit import client_hook, dummy_environment
+from clikit import run_split
 from tether import Coordinator, CreateFile, DeleteFile
 from tether.jobtypes.aws import SyncAws
 
@@ -48,10 +48,14 @@ def endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 
 
 class Cli:
-    """``tether --db DB --root ROOT ...`` as a process of its own, talking to the moto server."""
+    """``tether --db DB --root ROOT ...`` through the console entry point, talking to the moto server
+    (the ``endpoint`` fixture points this process's AWS settings at it)."""
 
-    def __init__(self, db: str, root: Path, endpoint: str) -> None:
+    def __init__(
+        self, db: str, root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
         self.db, self.root = db, root
+        self.monkeypatch, self.capsys = monkeypatch, capsys
         # The moto servers of one test process share their resources: each test names its own.
         suffix = secrets.token_hex(3)
         self.bucket, self.queue, self.topic = (
@@ -59,18 +63,11 @@ class Cli:
             f"repair-queue-{suffix}",
             f"repair-topic-{suffix}",
         )
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-        self.env.update(DUMMY_ENV)
-        self.env.update(
-            AWS_ENDPOINT_URL=endpoint,
-            AWS_CONFIG_FILE="/nonexistent/tether-test-aws",
-            AWS_SHARED_CREDENTIALS_FILE="/nonexistent/tether-test-aws",
-        )
 
-    def __call__(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-c", "from tether.cli import main; main()", "--db", self.db]
-        command += ["--root", str(self.root), *args]
-        return subprocess.run(command, env=self.env, input=stdin, capture_output=True, text=True, timeout=120)
+    def __call__(self, *args: str) -> subprocess.CompletedProcess[str]:
+        argv = ["--db", self.db, "--root", str(self.root), *args]
+        code, out, err = run_split(self.monkeypatch, self.capsys, *argv)
+        return subprocess.CompletedProcess(["tether", *argv], code, out, err)
 
     def json(self, *args: str) -> tuple[int, Any]:
         done = self(*args, "--json")
@@ -138,18 +135,19 @@ def change_by_hand(cli: Cli) -> dict[str, tuple[str, str]]:
     return expected
 
 
-def the_cli(db_url: str, tmp_path: Path, endpoint: str) -> Cli:
+@pytest.fixture
+def cli(
+    db_url: str, tmp_path: Path, endpoint: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Cli:
+    """The command line on this test's ledger and data root, against the moto server at ``endpoint``."""
     root = tmp_path / "data"
     root.mkdir(exist_ok=True)
-    cli = Cli(db_url, root, endpoint)
+    cli = Cli(db_url, root, monkeypatch, capsys)
     assert cli("init").returncode == 0  # the command line creates a ledger only when asked
     return cli
 
 
-def test_plan_lists_exactly_the_changed_targets_and_apply_restores_them(
-    db_url: str, tmp_path: Path, endpoint: str
-) -> None:
-    cli = the_cli(db_url, tmp_path, endpoint)
+def test_plan_lists_exactly_the_changed_targets_and_apply_restores_them(cli: Cli, tmp_path: Path) -> None:
     set_ready(cli)
     expected = change_by_hand(cli)
     plan_file = tmp_path / "plan.json"
@@ -168,10 +166,7 @@ def test_plan_lists_exactly_the_changed_targets_and_apply_restores_them(
     assert final.returncode == 0, final.stdout
 
 
-def test_a_plan_made_stale_by_a_new_job_is_refused_naming_its_target(
-    db_url: str, tmp_path: Path, endpoint: str
-) -> None:
-    cli = the_cli(db_url, tmp_path, endpoint)
+def test_a_plan_made_stale_by_a_new_job_is_refused_naming_its_target(cli: Cli, tmp_path: Path) -> None:
     set_ready(cli)
     change_by_hand(cli)
     plan_file = tmp_path / "plan.json"
@@ -186,10 +181,7 @@ def test_a_plan_made_stale_by_a_new_job_is_refused_naming_its_target(
     assert cli.jobs() == before  # nothing enqueued
 
 
-def test_accepted_hand_edit_and_ignored_findings_leave_the_check_in_sync(
-    db_url: str, tmp_path: Path, endpoint: str
-) -> None:
-    cli = the_cli(db_url, tmp_path, endpoint)
+def test_accepted_hand_edit_and_ignored_findings_leave_the_check_in_sync(cli: Cli) -> None:
     payload = json.dumps({"path": "tmp/scratch.json", "content": {"a": 1}})
     assert cli("enqueue", "create_file", "-q", "-p", payload).returncode == 0
     set_ready(cli)
