@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import shutil
 import sqlite3
 import statistics
@@ -221,6 +222,14 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 def median(values: Sequence[float]) -> float:
     return statistics.median(values)
+
+
+def median_interval(values: Sequence[float], draws: int = 2000) -> tuple[float, float, float]:
+    """The median of ``values`` (e.g. each round's after / before, a pair measured side by side)
+    and a 90 % bootstrap interval of it, resampling the values (seeded: a rerun prints the same)."""
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
+    return statistics.median(values), medians[draws // 20], medians[draws - draws // 20 - 1]
 
 
 def machine() -> str:

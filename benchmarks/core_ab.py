@@ -11,7 +11,7 @@ back, the journal's commit) land on the second, always the same tree; ABBA gives
 place equally. Prints, per figure of core.py's table: each tree's median over its processes (each
 process's own figure is already its median of ``--runs``), their ratio with a 90 % bootstrap
 interval over the processes, and the median of the blocks' ratios (each block's after pair over
-its before pair).
+its before pair) with its own bootstrap interval over the blocks.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+from _common import median_interval
 
 REPO = Path(__file__).resolve().parent.parent
 FIGURES = {
@@ -88,7 +90,7 @@ def main() -> None:
         drain = [f"{side} {figures['(b) drain']:,.0f}" for side, figures in block]
         print(f"block {b + 1}/{args.blocks}: drain {', '.join(drain)}; load {os.getloadavg()[0]:.1f}", flush=True)
     print(f"\n{args.blocks} ABBA blocks, core.py --runs {args.runs} --jobs {args.jobs}; before = {sides['before']}")
-    print("| figure | before | after | after / before (90 % interval) | median of blocks' ratios |")
+    print("| figure | before | after | after / before (90 % interval) | median of blocks' ratios (90 % interval) |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for label, name in FIGURES.items():
         before = [f[label] for f in got["before"]]
@@ -100,9 +102,10 @@ def main() -> None:
             for block in blocks
         ]
         mb, ma = statistics.median(before), statistics.median(after)
+        mid, block_low, block_high = median_interval(per_block)
         print(
             f"| {name} | {_shown(mb)} | {_shown(ma)} | {ma / mb:.3f} ({low:.3f}-{high:.3f}) | "
-            f"{statistics.median(per_block):.3f} |"
+            f"{mid:.3f} ({block_low:.3f}-{block_high:.3f}) |"
         )
 
 

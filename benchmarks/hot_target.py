@@ -18,7 +18,7 @@ on the same drains (``--sql "DROP TRIGGER tether_targets_on_update"``: the targe
 at each completion).
 
 Also printed per side: ``observe.stats`` (what ``tether status`` reads) on the 100,000-job ledger
-with one target, before the drain, median of 5.
+with one target, before the drain, median of 5 after one untimed call.
 """
 
 from __future__ import annotations
@@ -108,12 +108,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             c.enqueue_many([HotNoop(n=i, key=None if keys is None else f"k{i % keys}") for i in range(n)])
             stats_ms = None
             if spec.get("stats"):
-                times = []
-                for _ in range(5):
-                    t0 = time.perf_counter()
-                    observe_stats(c.engine)
-                    times.append((time.perf_counter() - t0) * 1000)
-                stats_ms = statistics.median(times)
+                stats_ms = _common.median_ms(lambda: observe_stats(c.engine), 5)
             worker = c.worker(threads=1, batch=batch)
             timer = threading.Timer(cap, worker.stop)
             timer.start()
@@ -139,6 +134,25 @@ def measure(src: Path, spec: dict[str, Any]) -> dict[str, Any]:
 
 def label(keys: int | None, batch: int) -> str:
     return ("K = none" if keys is None else f"K = {keys:,}") + (f", batch={batch}" if batch != 100 else "")
+
+
+def print_round_ratios(
+    results: dict[tuple[str, int, int | None, int], list[dict[str, Any]]],
+    others: list[str],
+    cells: list[tuple[int, int | None, int]],
+) -> None:
+    """Per case and side, each round's jobs/s over before's in the same round: their median with a
+    90 % bootstrap interval. A round's two drains run minutes apart at most, so the pairs carry
+    less of the disk's drift than the medians of each side do."""
+    for jobs, keys, batch in cells:
+        before = [x["rate"] for x in results[("before", jobs, keys, batch)]]
+        for side in others:
+            ratios = [x["rate"] / b for x, b in zip(results[(side, jobs, keys, batch)], before, strict=True)]
+            mid, low, high = _common.median_interval(ratios)
+            print(
+                f"{jobs:,} {label(keys, batch)}, {side}/before by round: median {mid:.3f}"
+                f" (90 % interval {low:.3f}-{high:.3f}; rounds {min(ratios):.2f}-{max(ratios):.2f})"
+            )
 
 
 def main() -> None:
@@ -204,6 +218,7 @@ def main() -> None:
             cpus.append(f"{statistics.median(x['cpu_us'] for x in runs):,.0f} us ({split.strip()})")
         ratio = " | ".join(f"{medians[side] / medians['before']:.2f}x" for side in others) or "-"
         print(f"| {jobs:,} | {label(keys, batch)} | {' | '.join(rates)} | {ratio} | {' | '.join(cpus)} |")
+    print_round_ratios(results, others, cells)
     bare = statistics.median(x["rate"] for x in results[("bare", BARE_COMMITS, None, 1)])
     print(f"\nthe disk's serial limit: a bare sqlite3 loop of one-row UPDATE commits, {bare:,.0f} commits/s")
     for side in trees:
