@@ -34,7 +34,8 @@ from tether.reconcile.targets import TargetStream
 from tether.reconcile.walk import RootWalk
 
 PAGE = 2000
-# A page's rows as the check reads them (RECONCILE_TARGETS_FINGERPRINTS without its payload test).
+# A page's rows, a row per target, as the check read them before its pages became one row of
+# JSON arrays (RECONCILE_TARGETS_FINGERPRINTS without its payload test).
 BARE_PAGE = "SELECT job_id, type, key, NULL, fingerprint FROM tether_targets WHERE key > ? ORDER BY key LIMIT ?"
 
 
@@ -46,8 +47,8 @@ def parts(c: Coordinator, root: Path, paths: list[str]) -> dict[str, Callable[[]
 
     def statements() -> None:  # the page reads of tether_targets (and of the jobs in flight)
         after_key = ""
-        while len(rows := rec.reads.targets(after_key, PAGE)[0]) == PAGE:
-            after_key = rows[-1][2]
+        while (page := rec.reads.targets(after_key, PAGE)[0]).size == PAGE:
+            after_key = page.last
 
     def bare_fetch() -> None:  # the same pages' rows through plain sqlite3: the floor of a read
         conn = sqlite3.connect(c.engine.url.database)
@@ -58,7 +59,7 @@ def parts(c: Coordinator, root: Path, paths: list[str]) -> dict[str, Callable[[]
         finally:
             conn.close()
 
-    def stream() -> None:
+    def stream() -> None:  # the check's reads, the next page read on the stream's thread
         for _ in TargetStream(rec.reads, PAGE):
             pass
 

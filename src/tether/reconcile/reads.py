@@ -5,7 +5,7 @@ checkpoints for its whole duration)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import sqlalchemy as sa
@@ -22,7 +22,25 @@ KNOWN_TARGETS = sa.text(READS.KNOWN_TARGETS).bindparams(sa.bindparam("keys", exp
 COUNT_TARGETS = sa.text(READS.COUNT_TARGETS)
 TYPE_TARGETED = sa.text(READS.TYPE_TARGETED)
 
+_LOADS = orjson.loads
+
 KNOWN_CHUNK = 500  # keys per KNOWN_TARGETS read: well under every driver's bound-parameter limit
+
+
+class Page(NamedTuple):
+    """A page of ``LedgerReads.targets``: ``size`` targets up to ``last`` (its last key), as
+    columns (position ``n`` of each is one target, in key order): the latest completed job's id,
+    type and key, and its payload and fingerprint where the check reads them (else None). The
+    columns are the check's own (``targets.Targets``), which marks a target in flight with the
+    type None."""
+
+    size: int
+    last: str
+    job_ids: list[str]
+    job_types: list[str | None]
+    keys: list[str]
+    payloads: list[str | None]
+    fingerprints: list[str | None]
 
 
 def count_targets(engine: sa.Engine) -> int:
@@ -51,21 +69,23 @@ class LedgerReads:
 
     # On the driver cursor, as the hot path: the stream is most of a check's reading.
 
-    def targets(self, after_key: str, limit: int) -> tuple[list[tuple[Any, ...]], dict[str, str]]:
-        """Up to ``limit`` targets after ``after_key`` that a completed job names, in key order,
-        each as its latest completed job's row (id, type, key and, when ``wide``, the payload of a
-        wanted type and, when ``fingerprinted``, the fingerprint, of any type); and the
-        targets up to the last of them that a job is in flight on, each with its first pending or
-        claimed job's id (key -> id). Two statements on one connection: a job that completes
+    def targets(self, after_key: str, limit: int) -> tuple[Page, dict[str, str]]:
+        """Up to ``limit`` targets after ``after_key`` that a completed job names, as one ``Page``
+        of columns, each target's latest completed job (id, type, key and, when ``wide``, the
+        payload of a wanted type and, when ``fingerprinted``, the fingerprint, of any type); and
+        the targets up to the page's last that a job is in flight on, each with its first pending
+        or claimed job's id (key -> id). Two statements on one connection: a job that completes
         between them leaves its target decided by the job before it, which the check's second
-        look at a disagreeing target (``recheck``) finds, as it finds any job landing mid-check."""
+        look at a disagreeing target (``recheck``) finds, as it finds any job landing mid-check.
+        Safe to call from another thread than the check's (``TargetStream`` reads ahead)."""
         sql = self.backend.sql
         with self.backend.read() as cur:
-            rows = cur.rows(self._targets, {"after_key": after_key, "limit": limit, **self._wanted})
-            if not rows:
-                return rows, {}
-            through = rows[-1][2]
-            return rows, dict(cur.rows(sql.RECONCILE_IN_FLIGHT, {"after_key": after_key, "through": through}))
+            size, last, *arrays = cur.rows(self._targets, {"after_key": after_key, "limit": limit, **self._wanted})[0]
+            if not size:
+                return Page(0, after_key, [], [], [], [], []), {}
+            in_flight = dict(cur.rows(sql.RECONCILE_IN_FLIGHT, {"after_key": after_key, "through": last}))
+        columns: list[list[Any]] = [_LOADS(a) if a is not None else [None] * size for a in arrays]
+        return Page(size, last, *columns), in_flight
 
     def in_flight(self, after_key: str, limit: int) -> list[tuple[str, str]]:
         """Up to ``limit`` targets after ``after_key`` that a job is in flight on, in key order,

@@ -4,16 +4,17 @@ A page is the next range of ``tether_targets`` (``LedgerReads.targets``): one ro
 that a completed job names, its latest completed job, whatever history the target holds; with
 it come the page's targets that a job is in flight on, which that job decides instead. Past the
 last such range, the targets only in-flight jobs name (``LedgerReads.in_flight``). Memory holds
-one page.
+two pages: the one being checked and the one read ahead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from itertools import compress
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-from .reads import LedgerReads
+from .reads import LedgerReads, Page
 
 
 class Targets(NamedTuple):
@@ -21,7 +22,7 @@ class Targets(NamedTuple):
     (those no job has completed on yet after the others): per target, the one job that decides
     its check: the latest completed job, or, while a job on it is pending or claimed, the first
     such job (its ``job_types`` entry None: in flight, not checked). Columns, not an object per target: a
-    page's rows become them in C, and the check reads a column at a time."""
+    page's JSON arrays become them in C, and the check reads a column at a time."""
 
     job_ids: list[str]
     job_types: list[str | None]
@@ -44,12 +45,15 @@ class Targets(NamedTuple):
         )
 
 
-Row = tuple[Any, ...]  # a page's row: id, type (None: in flight), key[, payload[, fingerprint]]
-
-
 class TargetStream:
     """The targets of every job that has a target, a list per page (iterate once). ``read`` is
-    the number of targets decided so far, ``newest`` the newest of the jobs that decided them."""
+    the number of targets decided so far, ``newest`` the newest of the jobs that decided them.
+
+    While the check looks at one page's targets, a thread of the stream reads the next page: the
+    ledger's part of a page (the statement's one step, ``LedgerReads.targets``) runs on the
+    other core without the interpreter's lock, beside the check's stats. At most one page is
+    read ahead; the thread ends with the stream, a read's error is raised where the page is
+    wanted."""
 
     def __init__(self, reads: LedgerReads, batch_size: int) -> None:
         self.reads = reads
@@ -59,45 +63,54 @@ class TargetStream:
 
     def __iter__(self) -> Iterator[Targets]:
         after_key = ""
-        while True:
-            rows, in_flight = self.reads.targets(after_key, self.batch_size)
-            if rows:
-                after_key = rows[-1][2]
-                yield self._decided(rows, in_flight)
-            if len(rows) < self.batch_size:
-                break
+        with ThreadPoolExecutor(1, thread_name_prefix="tether-reconcile-read") as reader:
+            ahead = reader.submit(self.reads.targets, after_key, self.batch_size)
+            while True:
+                page, in_flight = ahead.result()
+                full = page.size == self.batch_size
+                if full:
+                    ahead = reader.submit(self.reads.targets, page.last, self.batch_size)
+                if page.size:
+                    after_key = page.last
+                    yield self._decided(page, in_flight)
+                if not full:
+                    break
         while True:  # the targets whose jobs have yet to complete once
             only = self.reads.in_flight(after_key, self.batch_size)
             if only:
                 after_key = only[-1][0]
-                yield self._decided([], dict(only))
+                yield self._decided(Page(0, after_key, [], [], [], [], []), dict(only))
             if len(only) < self.batch_size:
                 return
 
-    def _decided(self, rows: Sequence[Row], in_flight: dict[str, str]) -> Targets:
-        """The targets of ``rows`` (latest completed jobs) and ``in_flight`` (key -> the first
+    def _decided(self, page: Page, in_flight: dict[str, str]) -> Targets:
+        """The targets of ``page`` (latest completed jobs) and ``in_flight`` (key -> the first
         active job), counted."""
-        targets = self._targets(rows, in_flight)
+        targets = _targets(page, in_flight)
         if targets.job_ids:
             self.read += len(targets.job_ids)
             newest = max(targets.job_ids)
             self.newest = newest if self.newest is None else max(self.newest, newest)
         return targets
 
-    def _targets(self, rows: Sequence[Row], in_flight: dict[str, str]) -> Targets:
-        """Columns made in C, by one transposition of the rows (``zip``: a field a step, where a
-        pass of ``map`` per column costs a call a field); a page that carries no payloads
-        (fingerprints) gets a column of None. A target in flight is decided by its active job
-        (type None): in its row's place, or, for one no job has completed on, after the page's
-        others (in key order among them). Its row is as wide as any: ``zip`` stops at the
-        narrowest, the statement's."""
-        if in_flight:
-            pending = dict(in_flight)
-            rows = [(pending.pop(row[2]), None, row[2], None, None) if row[2] in pending else row for row in rows]
-            rows += [(job_id, None, key, None, None) for key, job_id in pending.items()]
-        if not rows:
-            return Targets([], [], [], [], [])
-        columns = list(map(list, zip(*rows, strict=False)))
-        payloads = columns[3] if self.reads.wide else [None] * len(rows)
-        fingerprints = columns[4] if self.reads.fingerprinted else [None] * len(rows)
-        return Targets(columns[0], columns[1], columns[2], payloads, fingerprints)
+
+def _targets(page: Page, in_flight: dict[str, str]) -> Targets:
+    """The page's columns as the check's targets. A target in flight is decided by its active
+    job (type None): in its place in the page, or, for one no job has completed on, after the
+    page's others (in key order among them)."""
+    targets = Targets(page.job_ids, page.job_types, page.keys, page.payloads, page.fingerprints)
+    if not in_flight:
+        return targets
+    pending = dict(in_flight)
+    for n, key in enumerate(page.keys):
+        job_id = pending.pop(key, None)
+        if job_id is not None:
+            targets.job_ids[n], targets.job_types[n] = job_id, None
+            targets.payloads[n] = targets.fingerprints[n] = None
+    for key, job_id in pending.items():
+        targets.job_ids.append(job_id)
+        targets.job_types.append(None)
+        targets.keys.append(key)
+        targets.payloads.append(None)
+        targets.fingerprints.append(None)
+    return targets

@@ -475,31 +475,40 @@ SELECT clock_timestamp()
 -- transaction the in-flight targets of that range.
 
 -- name: RECONCILE_TARGETS
-SELECT job_id, type, key FROM tether_targets
-WHERE key > %(after_key)s
-ORDER BY key
-LIMIT %(limit)s
+-- A page as one row, as in sqlite.sql: its size, its last key, a JSON array per column (as
+-- text: the check parses it, not the driver), in key order.
+SELECT count(*), max(key), json_agg(job_id ORDER BY key)::text, json_agg(type ORDER BY key)::text,
+       json_agg(key ORDER BY key)::text, NULL, NULL
+FROM (SELECT job_id, type, key FROM tether_targets
+      WHERE key > %(after_key)s
+      ORDER BY key
+      LIMIT %(limit)s) AS page
 
 -- name: RECONCILE_TARGETS_PAYLOADS
 -- :want is an array of type names (catalogue.Statements.types).
-SELECT t.job_id, t.type, t.key,
-       CASE WHEN t.type = ANY(%(want)s)
-            THEN (SELECT j.payload FROM tether_jobs AS j WHERE j.id = t.job_id) END
-FROM tether_targets AS t
-WHERE t.key > %(after_key)s
-ORDER BY t.key
-LIMIT %(limit)s
+SELECT count(*), max(key), json_agg(job_id ORDER BY key)::text, json_agg(type ORDER BY key)::text,
+       json_agg(key ORDER BY key)::text, json_agg(payload ORDER BY key)::text, NULL
+FROM (SELECT t.job_id, t.type, t.key,
+             CASE WHEN t.type = ANY(%(want)s)
+                  THEN (SELECT j.payload FROM tether_jobs AS j WHERE j.id = t.job_id) END AS payload
+      FROM tether_targets AS t
+      WHERE t.key > %(after_key)s
+      ORDER BY t.key
+      LIMIT %(limit)s) AS page
 
 -- name: RECONCILE_TARGETS_FINGERPRINTS
 -- As in sqlite.sql; :want is an array of type names.
-SELECT t.job_id, t.type, t.key,
-       CASE WHEN t.type = ANY(%(want)s)
-            THEN (SELECT j.payload FROM tether_jobs AS j WHERE j.id = t.job_id) END,
-       t.fingerprint
-FROM tether_targets AS t
-WHERE t.key > %(after_key)s
-ORDER BY t.key
-LIMIT %(limit)s
+SELECT count(*), max(key), json_agg(job_id ORDER BY key)::text, json_agg(type ORDER BY key)::text,
+       json_agg(key ORDER BY key)::text, json_agg(payload ORDER BY key)::text,
+       json_agg(fingerprint ORDER BY key)::text
+FROM (SELECT t.job_id, t.type, t.key,
+             CASE WHEN t.type = ANY(%(want)s)
+                  THEN (SELECT j.payload FROM tether_jobs AS j WHERE j.id = t.job_id) END AS payload,
+             t.fingerprint
+      FROM tether_targets AS t
+      WHERE t.key > %(after_key)s
+      ORDER BY t.key
+      LIMIT %(limit)s) AS page
 
 -- name: RECONCILE_IN_FLIGHT
 SELECT ordering_key, min(id) FROM tether_jobs

@@ -531,11 +531,18 @@ SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')
 
 -- name: RECONCILE_TARGETS
 -- Per target after :after_key: its latest completed job's id and type. One range of the
--- table's primary key (WITHOUT ROWID: the row is in the key's b-tree).
-SELECT job_id, type, key FROM tether_targets
-WHERE key > :after_key
-ORDER BY key
-LIMIT :limit
+-- table's primary key (WITHOUT ROWID: the row is in the key's b-tree). A page comes as one row
+-- (the RECONCILE_TARGETS* all alike): its size, its last key, then a JSON array per column
+-- (ids, types, keys, payloads, fingerprints; NULL for a column the statement does not read).
+-- One row rather than a row per target: SQLite makes the whole page in one step, which the
+-- driver runs without holding the interpreter's lock, so the check's reader thread reads the
+-- next page while the files of this one are looked at (a row per target takes that lock back
+-- at every row).
+SELECT count(*), max(key), json_group_array(job_id), json_group_array(type), json_group_array(key), NULL, NULL
+FROM (SELECT job_id, type, key FROM tether_targets
+      WHERE key > :after_key
+      ORDER BY key
+      LIMIT :limit)
 
 -- name: RECONCILE_TARGETS_PAYLOADS
 -- With the payloads of the jobs whose types' probes read them in this mode (:want, a JSON array
@@ -544,27 +551,31 @@ LIMIT :limit
 -- subquery as in RECONCILE_TARGETS_FINGERPRINTS: a subquery opens and closes its cursors on
 -- tether_jobs for every row, a good part of a full check's read, where the join holds them
 -- open. (Where :want matches no row the subquery costs less: it never opens them.)
-SELECT t.job_id, t.type, t.key, j.payload
-FROM tether_targets AS t
-LEFT JOIN tether_jobs AS j
-  ON j.id = CASE WHEN t.type IN (SELECT value FROM json_each(:want)) THEN t.job_id END
-WHERE t.key > :after_key
-ORDER BY t.key
-LIMIT :limit
+SELECT count(*), max(key), json_group_array(job_id), json_group_array(type), json_group_array(key),
+       json_group_array(payload), NULL
+FROM (SELECT t.job_id, t.type, t.key, j.payload
+      FROM tether_targets AS t
+      LEFT JOIN tether_jobs AS j
+        ON j.id = CASE WHEN t.type IN (SELECT value FROM json_each(:want)) THEN t.job_id END
+      WHERE t.key > :after_key
+      ORDER BY t.key
+      LIMIT :limit)
 
 -- name: RECONCILE_TARGETS_FINGERPRINTS
 -- RECONCILE_TARGETS_PAYLOADS for a content check by fingerprints: also each target's fingerprint,
 -- whatever its type (only the types whose probes check by them record one, and the check looks
 -- at no other's: no test of the type a row, a good part of the statement's cost otherwise). The
 -- fingerprinted types' payloads are left out of :want (read by id for the few files read).
-SELECT t.job_id, t.type, t.key,
-       CASE WHEN t.type IN (SELECT value FROM json_each(:want))
-            THEN (SELECT j.payload FROM tether_jobs AS j WHERE j.id = t.job_id) END,
-       t.fingerprint
-FROM tether_targets AS t
-WHERE t.key > :after_key
-ORDER BY t.key
-LIMIT :limit
+SELECT count(*), max(key), json_group_array(job_id), json_group_array(type), json_group_array(key),
+       json_group_array(payload), json_group_array(fingerprint)
+FROM (SELECT t.job_id, t.type, t.key,
+             CASE WHEN t.type IN (SELECT value FROM json_each(:want))
+                  THEN (SELECT j.payload FROM tether_jobs AS j WHERE j.id = t.job_id) END AS payload,
+             t.fingerprint
+      FROM tether_targets AS t
+      WHERE t.key > :after_key
+      ORDER BY t.key
+      LIMIT :limit)
 
 -- name: RECONCILE_IN_FLIGHT
 -- The targets in (:after_key, :through] (a page of RECONCILE_TARGETS*) that a job is pending or
