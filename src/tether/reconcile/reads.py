@@ -29,10 +29,10 @@ KNOWN_CHUNK = 500  # keys per KNOWN_TARGETS read: well under every driver's boun
 
 class Page(NamedTuple):
     """A page of ``LedgerReads.targets``: ``size`` targets up to ``last`` (its last key), as
-    columns (position ``n`` of each is one target, in key order): the latest completed job's id,
-    type and key, and its payload and fingerprint where the check reads them (else None). The
-    columns are the check's own (``targets.Targets``), which marks a target in flight with the
-    type None."""
+    columns (position ``n`` of each is one target; in the order the range was read, key order,
+    which nothing relies on beyond ``last``): the latest completed job's id, type and key, and
+    its payload and fingerprint where the check reads them (else None). The columns are the
+    check's own (``targets.Targets``), which marks a target in flight with the type None."""
 
     size: int
     last: str

@@ -476,9 +476,11 @@ SELECT clock_timestamp()
 
 -- name: RECONCILE_TARGETS
 -- A page as one row, as in sqlite.sql: its size, its last key, a JSON array per column (as
--- text: the check parses it, not the driver), in key order.
-SELECT count(*), max(key), json_agg(job_id ORDER BY key)::text, json_agg(type ORDER BY key)::text,
-       json_agg(key ORDER BY key)::text, NULL, NULL
+-- text: the check parses it, not the driver). The aggregates take the range's rows in one
+-- sequence, so position n of every array is one row; they sort nothing (an ORDER BY in each
+-- would sort the page once per array), and nothing needs a page's targets in key order.
+SELECT count(*), max(key), json_agg(job_id)::text, json_agg(type)::text,
+       json_agg(key)::text, NULL, NULL
 FROM (SELECT job_id, type, key FROM tether_targets
       WHERE key > %(after_key)s
       ORDER BY key
@@ -486,8 +488,8 @@ FROM (SELECT job_id, type, key FROM tether_targets
 
 -- name: RECONCILE_TARGETS_PAYLOADS
 -- :want is an array of type names (catalogue.Statements.types).
-SELECT count(*), max(key), json_agg(job_id ORDER BY key)::text, json_agg(type ORDER BY key)::text,
-       json_agg(key ORDER BY key)::text, json_agg(payload ORDER BY key)::text, NULL
+SELECT count(*), max(key), json_agg(job_id)::text, json_agg(type)::text,
+       json_agg(key)::text, json_agg(payload)::text, NULL
 FROM (SELECT t.job_id, t.type, t.key,
              CASE WHEN t.type = ANY(%(want)s)
                   THEN (SELECT j.payload FROM tether_jobs AS j WHERE j.id = t.job_id) END AS payload
@@ -498,9 +500,9 @@ FROM (SELECT t.job_id, t.type, t.key,
 
 -- name: RECONCILE_TARGETS_FINGERPRINTS
 -- As in sqlite.sql; :want is an array of type names.
-SELECT count(*), max(key), json_agg(job_id ORDER BY key)::text, json_agg(type ORDER BY key)::text,
-       json_agg(key ORDER BY key)::text, json_agg(payload ORDER BY key)::text,
-       json_agg(fingerprint ORDER BY key)::text
+SELECT count(*), max(key), json_agg(job_id)::text, json_agg(type)::text,
+       json_agg(key)::text, json_agg(payload)::text,
+       json_agg(fingerprint)::text
 FROM (SELECT t.job_id, t.type, t.key,
              CASE WHEN t.type = ANY(%(want)s)
                   THEN (SELECT j.payload FROM tether_jobs AS j WHERE j.id = t.job_id) END AS payload,

@@ -533,7 +533,8 @@ SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')
 -- Per target after :after_key: its latest completed job's id and type. One range of the
 -- table's primary key (WITHOUT ROWID: the row is in the key's b-tree). A page comes as one row
 -- (the RECONCILE_TARGETS* all alike): its size, its last key, then a JSON array per column
--- (ids, types, keys, payloads, fingerprints; NULL for a column the statement does not read).
+-- (ids, types, keys, payloads, fingerprints; NULL for a column the statement does not read),
+-- the aggregates taking the range's rows in one sequence, so position n of every array is one row.
 -- One row rather than a row per target: SQLite makes the whole page in one step, which the
 -- driver runs without holding the interpreter's lock, so the check's reader thread reads the
 -- next page while the files of this one are looked at (a row per target takes that lock back
