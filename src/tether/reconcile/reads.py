@@ -58,21 +58,21 @@ class LedgerReads:
     def __init__(self, engine: sa.Engine, wanting: Sequence[str], fingerprinted: Sequence[str] = ()) -> None:
         self.engine = engine
         self.backend = drivers.for_engine(engine)
-        self.wide = bool(wanting) or bool(fingerprinted)
-        self.fingerprinted = bool(fingerprinted)
+        # The page statement: a page without payloads or fingerprints reads tether_targets alone.
         sql = self.backend.sql
-        if self.fingerprinted:
+        wide = bool(wanting) or bool(fingerprinted)
+        if fingerprinted:
             self._targets = sql.RECONCILE_TARGETS_FINGERPRINTS
         else:
-            self._targets = sql.RECONCILE_TARGETS_PAYLOADS if self.wide else sql.RECONCILE_TARGETS
-        self._wanted = {"want": sql.types(wanting)} if self.wide else {}
+            self._targets = sql.RECONCILE_TARGETS_PAYLOADS if wide else sql.RECONCILE_TARGETS
+        self._wanted = {"want": sql.types(wanting)} if wide else {}
 
     # On the driver cursor, as the hot path: the stream is most of a check's reading.
 
     def targets(self, after_key: str, limit: int) -> tuple[Page, dict[str, str]]:
         """Up to ``limit`` targets after ``after_key`` that a completed job names, as one ``Page``
-        of columns, each target's latest completed job (id, type, key and, when ``wide``, the
-        payload of a wanted type and, when ``fingerprinted``, the fingerprint, of any type); and
+        of columns, each target's latest completed job (id, type, key and the payload of a
+        ``wanting`` type and, with ``fingerprinted`` types, the fingerprint, of any type); and
         the targets up to the page's last that a job is in flight on, each with its first pending
         or claimed job's id (key -> id). Two statements on one connection: a job that completes
         between them leaves its target decided by the job before it, which the check's second
