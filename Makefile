@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo lint test bench bench-anchors bench-reconcile clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py src/tether/jobtypes/datafiles/_stamps.c
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'

@@ -45,6 +45,13 @@ from . import durable, existence, nofollow
 from .durable import Known
 from .existence import may_escape, outside
 
+Matches = Callable[[int, list[str], list[str | None]], list[bool]]
+matches_in_c: Matches | None
+try:  # the common case's stats and comparisons, in C where it was built (``_stamps.c``)
+    from ._stamps import matches as matches_in_c
+except ImportError:
+    matches_in_c = None
+
 _SECOND = 1_000_000_000
 COARSE_NS = 2 * _SECOND  # the tick of a file system that keeps seconds (FAT: two)
 _CLOCK_REALTIME_COARSE = 5  # linux/time.h (Python's time module does not name it)
@@ -97,8 +104,10 @@ def compare(
     fingerprint; and for those that do not, the fingerprint to record if a read that follows
     finds the job's bytes (``of`` the stat taken here: None when racily clean, not a regular
     file, or not reached). Each directory is opened once from the root, following no symlink,
-    and its files are stat'ed, stamped and compared a column at a time (in C, not a Python
-    statement per file: per file, that is most of this check's time besides the stat)."""
+    and its files are stat'ed and compared in one call of the C module (``_stamps.c``), without
+    the interpreter's lock; those it does not find the same, or all where it is not built, are
+    stat'ed, stamped and compared a column at a time in Python (per file, a Python statement
+    would be most of this check's time besides the stat)."""
     same = [False] * len(rels)
     fresh: list[str | None] = [None] * len(rels)
     unnamed = None in rels
@@ -137,10 +146,19 @@ def _compare_in(
     same: list[bool],
     fresh: list[str | None],
 ) -> None:
-    """``compare`` for the paths at ``indexes``, all in the open directory ``dir_fd``."""
+    """``compare`` for the paths at ``indexes``, all in the open directory ``dir_fd``: those the C
+    module finds the same are decided by it (it only ever says "same"); the others, or all where
+    it is not built, by the stats below, which also make the fingerprints to record."""
     if isinstance(indexes, range):
         mine, known = names[indexes.start : indexes.stop], recorded[indexes.start : indexes.stop]
     else:
+        mine, known = [names[n] for n in indexes], [recorded[n] for n in indexes]
+    if matches_in_c is not None:
+        found = matches_in_c(dir_fd, mine, known if isinstance(known, list) else list(known))
+        _set(same, indexes, found)
+        if all(found):
+            return
+        indexes = [n for n, match in zip(indexes, found, strict=True) if not match]
         mine, known = [names[n] for n in indexes], [recorded[n] for n in indexes]
     stats = _stats(mine, dir_fd)
     try:  # inline ``stamp`` (a call per file costs as much as the stamp)
@@ -152,11 +170,7 @@ def _compare_in(
         # "": matches no recorded fingerprint, not even a missing one (None)
         stamps = ["" if st is None else stamp(st) or "" for st in stats]
     matched = list(map(eq, stamps, known))
-    if isinstance(indexes, range):
-        same[indexes.start : indexes.stop] = matched
-    else:
-        for n, match in zip(indexes, matched, strict=True):
-            same[n] = match
+    _set(same, indexes, matched)
     if all(matched):
         return
     for n, st, text, match in zip(indexes, stats, stamps, matched, strict=True):
@@ -166,6 +180,14 @@ def _compare_in(
         ctime = st.st_ctime_ns
         if moment - ctime >= grain_ns(ctime) and S_ISREG(st.st_mode):
             fresh[n] = text
+
+
+def _set(same: list[bool], indexes: Sequence[int], matched: list[bool]) -> None:
+    if isinstance(indexes, range):
+        same[indexes.start : indexes.stop] = matched
+    else:
+        for n, match in zip(indexes, matched, strict=True):
+            same[n] = match
 
 
 def _stats(names: list[str], dir_fd: int) -> list[os.stat_result | None]:

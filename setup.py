@@ -1,0 +1,18 @@
+"""What pyproject.toml cannot yet declare but as an experiment: tether's one C module.
+
+The content check's stats and comparisons of fingerprints (src/tether/jobtypes/datafiles/_stamps.c,
+fingerprint.py says why). Optional: where it cannot be built (no C compiler), the check makes them
+in Python, slower, with the same verdicts.
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "tether.jobtypes.datafiles._stamps",
+            ["src/tether/jobtypes/datafiles/_stamps.c"],
+            optional=True,
+        )
+    ]
+)
