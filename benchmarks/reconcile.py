@@ -277,6 +277,9 @@ def main() -> None:
         r = t["paths_per_s"]
         print(f"\n(a) paths checked per second, {t['jobs']:,} completed jobs, median of {t['runs']} runs")
         print(
+            f"    fingerprints compared in {'C (_stamps.c)' if fingerprint.matches_in_c else 'Python (no _stamps.c)'}"
+        )
+        print(
             f"    existence only : reconcile {r['exists']:>10,.0f}/s   bare os.stat      {r['stat']:>10,.0f}/s"
             f"   ratio {t['exists_vs_stat']:.0%}*"
         )

@@ -6,8 +6,9 @@ the same ledger, the parts alternated run by run, medians (issue 37).
 Parts: the bare ``os.stat`` loop of ``reconcile.py`` (paths in creation order); the whole check;
 the page statements with their fetch; the same rows fetched by plain ``sqlite3`` (what any read
 of a row a target costs in Python); the stream that turns pages into columns (statements
-included); ``compare`` (the stats, stamps and comparisons); the stats alone, as ``compare`` makes
-them (through each directory's descriptor, in key order); the walk for leftover temp files, as a
+included); ``compare`` (the stats, stamps and comparisons: in C where ``_stamps.c`` is built);
+the stats alone in Python, as ``compare`` makes them where it is not (through each directory's
+descriptor, in key order); the walk for leftover temp files, as a
 check makes it (a leaf directory unchanged since found clean not listed) and listing every
 directory (as ``--full``). The ledger is
 ``reconcile.py``'s (files on tmpfs by default), checked once first so every file has a
@@ -87,7 +88,7 @@ def parts(c: Coordinator, root: Path, paths: list[str]) -> dict[str, Callable[[]
         "ledger: the same rows through bare sqlite3": bare_fetch,
         "ledger: the stream (pages to columns)": stream,
         "files: compare (stat, stamp, compare)": compare,
-        "files: the stats alone, as compare makes them": stats,
+        "files: the stats alone, in Python": stats,
         "walk for leftover temp files": lambda: RootWalk(root, rec.reads, lambda f: None, untracked=False).run({}),
         "walk, every directory listed": lambda: RootWalk(
             root, rec.reads, lambda f: None, untracked=False, trust=False
@@ -119,6 +120,7 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"{args.jobs:,} targets, medians of {args.runs}; load average {load[0]:.1f} -> {os.getloadavg()[0]:.1f}")
+    print(f"fingerprints compared in {'C (_stamps.c)' if fingerprint.matches_in_c else 'Python (no _stamps.c)'}")
     for name, values in samples.items():
         print(f"  {name:48s} {statistics.median(values):6.2f} us a target")
     bare, whole = (statistics.median(samples[k]) for k in ("bare os.stat (reconcile.py's loop)", "the check, whole"))
