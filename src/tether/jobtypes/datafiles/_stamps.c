@@ -63,7 +63,10 @@ static int same_stamp(int dir_fd, const char *name, const char *recorded) {
 }
 
 typedef struct {
-    PyObject **held; /* the names' encoded bytes, kept while the loop reads them */
+    /* The names' encoded bytes and the recorded texts, a reference each: the loop reads them
+     * without the interpreter's lock, while another thread could drop the lists' own. */
+    PyObject **held;
+    PyObject **texts;
     const char **names;
     const char **recorded;
     char *same;
@@ -75,7 +78,13 @@ static void work_free(Work *w, Py_ssize_t n) {
             Py_XDECREF(w->held[i]);
         }
     }
+    if (w->texts != NULL) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_XDECREF(w->texts[i]);
+        }
+    }
     PyMem_Free(w->held);
+    PyMem_Free(w->texts);
     PyMem_Free(w->names);
     PyMem_Free(w->recorded);
     PyMem_Free(w->same);
@@ -87,10 +96,11 @@ static void work_free(Work *w, Py_ssize_t n) {
 static int prepare(Work *w, PyObject *names, PyObject *recorded, Py_ssize_t n) {
     Py_ssize_t slots = n ? n : 1;
     w->held = PyMem_Calloc(slots, sizeof(PyObject *));
+    w->texts = PyMem_Calloc(slots, sizeof(PyObject *));
     w->names = PyMem_Calloc(slots, sizeof(char *));
     w->recorded = PyMem_Calloc(slots, sizeof(char *));
     w->same = PyMem_Calloc(slots, 1);
-    if (w->held == NULL || w->names == NULL || w->recorded == NULL || w->same == NULL) {
+    if (w->held == NULL || w->texts == NULL || w->names == NULL || w->recorded == NULL || w->same == NULL) {
         PyErr_NoMemory();
         return 0;
     }
@@ -113,6 +123,7 @@ static int prepare(Work *w, PyObject *names, PyObject *recorded, Py_ssize_t n) {
             continue;
         }
         w->names[i] = PyBytes_AS_STRING(encoded);
+        w->texts[i] = Py_NewRef(known);
         w->recorded[i] = (const char *)PyUnicode_1BYTE_DATA(known);
     }
     return 1;
@@ -121,7 +132,7 @@ static int prepare(Work *w, PyObject *names, PyObject *recorded, Py_ssize_t n) {
 static PyObject *matches(PyObject *Py_UNUSED(self), PyObject *args) {
     int dir_fd;
     PyObject *names, *recorded, *result = NULL;
-    Work w = {NULL, NULL, NULL, NULL};
+    Work w = {NULL, NULL, NULL, NULL, NULL};
     if (!PyArg_ParseTuple(args, "iO!O!:matches", &dir_fd, &PyList_Type, &names, &PyList_Type, &recorded)) {
         return NULL;
     }
