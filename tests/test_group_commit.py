@@ -107,8 +107,17 @@ class Commits:
                 self._local.ids.update(job.id for job in jobs)
             return results
 
+        together = c.queue.enqueuer._insert_together
+
+        def recorded_together(batch: list[Any], cur: Any) -> Any:  # several callers' jobs in one statement
+            outcomes = together(batch, cur)
+            if outcomes is not None and getattr(self._local, "ids", None) is not None:
+                self._local.ids.update(job.id for request in batch for job in request.jobs)
+            return outcomes
+
         monkeypatch.setattr(c.queue.backend, "transact", counted_transact)
         monkeypatch.setattr(c.queue.enqueuer, "insert_all", recorded_insert_all)
+        monkeypatch.setattr(c.queue.enqueuer, "_insert_together", recorded_together)
 
     def holding(self, job_id: str) -> set[str]:
         """The ids committed in the transaction that committed ``job_id``."""

@@ -42,6 +42,7 @@ class Statements:
     INSERT: str
     INSERT_PAYLOADS: str
     INSERT_TARGETED: str
+    INSERT_ROWS: str
     TAG: str
     NOTE: str
     ACTIVE_BY_KEY: str

@@ -10,7 +10,8 @@ duplicate.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import datetime
 from functools import partial
 from operator import itemgetter
 from typing import Any
@@ -43,25 +44,39 @@ _JSON_CHARS = 16 << 20
 _BULK = 1000
 
 
-def _targeted_rows(jobs: list[JobRecord]) -> list[tuple[str, str, str | None, int | None, bool]]:
-    """[id, payload, ordering_key, payload_bytes, behind] per job of one JSON insert: ``behind``
-    when an older job of the same statement has its target (the statement does not see its own
-    rows)."""
+def _behind(jobs: list[JobRecord]) -> list[bool]:
+    """Per job of one JSON insert, whether an older job of the same statement has its target
+    (the statement does not see its own rows)."""
     first: dict[str, str] = {}
     for job in jobs:
         key = job.ordering_key
         if key is not None and (key not in first or job.id < first[key]):
             first[key] = job.id
+    return [job.ordering_key is not None and first[job.ordering_key] != job.id for job in jobs]
+
+
+def _targeted_rows(jobs: list[JobRecord]) -> list[tuple[str, str, str | None, int | None, bool]]:
+    """INSERT_TARGETED's rows: [id, payload, ordering_key, payload_bytes, behind] per job."""
     return [
-        (
-            job.id,
-            job.payload,
-            job.ordering_key,
-            job.payload_bytes,
-            job.ordering_key is not None and first[job.ordering_key] != job.id,
-        )
-        for job in jobs
+        (job.id, job.payload, job.ordering_key, job.payload_bytes, behind)
+        for job, behind in zip(jobs, _behind(jobs), strict=True)
     ]
+
+
+def _rows(jobs: list[JobRecord], time: Callable[[datetime], Any]) -> list[tuple[Any, ...]]:
+    """INSERT_ROWS' rows of ``jobs`` (sqlite.sql says which is which), their times as ``time``
+    writes them."""
+    rows = []
+    for job, behind in zip(jobs, _behind(jobs), strict=True):
+        created_at = time(job.created_at)
+        run_at = created_at if job.run_at is job.created_at else time(job.run_at)
+        rows.append(
+            (
+                *(job.id, job.type, job.payload, job.priority, job.max_attempts, created_at, run_at),
+                *(job.parent_id, job.timeout, job.payload_bytes, job.traceparent, job.ordering_key, behind),
+            )
+        )
+    return rows
 
 
 def _by_size(jobs: list[JobRecord]) -> Iterator[list[JobRecord]]:
@@ -103,6 +118,7 @@ class Enqueuer:
         # job on it holds this one back); with neither.
         self._insert_keyed, self._insert_on_target = self.sql.INSERT, self.sql.INSERT_ON_TARGET
         self._insert_unkeyed_one = self.sql.INSERT_UNKEYED
+        self._insert_rows = self.sql.INSERT_ROWS if backend.reads_json else ""
         self.group = GroupCommit(self._commit, backend.commits_at_once)
 
     def build(self, payloads: Sequence[Payload], **options: Any) -> list[JobRecord]:
@@ -132,7 +148,7 @@ class Enqueuer:
         pipelined = True
         while batch:
             try:
-                outcomes = self.backend.transact(partial(self._insert_batch, batch), pipelined=pipelined)
+                outcomes = self.backend.transact(partial(self._insert_batch, batch, pipelined), pipelined=pipelined)
             except _Refused as refused:
                 if pipelined and len(batch) > 1:
                     # A pipelined fetch raises the first error of every statement sent before it:
@@ -166,23 +182,44 @@ class Enqueuer:
         if counted < 0 or inserted * 10 >= counted:
             cur.send(self.sql.ANALYZE_JOBS)
 
-    def _insert_batch(self, batch: list[Request], cur: Any) -> list[list[InsertResult]]:
+    def _insert_batch(self, batch: list[Request], together: bool, cur: Any) -> list[list[InsertResult]]:
         """Each request's jobs in the transaction of ``cur`` (built afresh on each run of it:
-        Backend.transact); one wake-up for other processes, if any job is new."""
-        outcomes = []
-        inserted = 0
-        for i, request in enumerate(batch):
-            try:
-                results = self.insert_all(cur, request.jobs, request.notes)
-            except self.backend.refusals as e:
-                raise _Refused(i, self.backend.wrap(e)) from e
-            outcomes.append(results)
-            inserted += len(results)
+        Backend.transact), all in one statement where they can be (``together``, and
+        ``_insert_together``); one wake-up for other processes, if any job is new."""
+        outcomes = self._insert_together(batch, cur) if together else None
+        if outcomes is None:
+            outcomes = []
+            for i, request in enumerate(batch):
+                try:
+                    results = self.insert_all(cur, request.jobs, request.notes)
+                except self.backend.refusals as e:
+                    raise _Refused(i, self.backend.wrap(e)) from e
+                outcomes.append(results)
+        inserted = sum(map(len, outcomes))
         if inserted >= _BULK and self.sql.ANALYZE_JOBS:
             self._gather_statistics(cur, inserted)
         if self.wakeup.sends and any(not r.duplicate for results in outcomes for r in results):
             self.wakeup.notify_after_commit(cur)
         return outcomes
+
+    def _insert_together(self, batch: list[Request], cur: Any) -> list[list[InsertResult]] | None:
+        """The jobs of several requests in one INSERT_ROWS (one a run of payloads that one
+        statement carries), where the catalogue has it and no job has a key or notes; else None,
+        nothing inserted. A refusal then names no request: ``_commit`` runs the batch again
+        statement by statement, where it does."""
+        if not self._insert_rows or len(batch) < 2:
+            return None
+        jobs: list[JobRecord] = []
+        for request in batch:
+            if request.notes:
+                return None
+            for job in request.jobs:
+                if job.idempotency_key is not None:
+                    return None
+                jobs.append(job)
+        for part in _by_size(jobs):
+            cur.insert(self._insert_rows, {"rows": orjson.dumps(_rows(part, self.backend.time)).decode()})
+        return [[make_tuple(InsertResult, (job, False)) for job in request.jobs] for request in batch]
 
     def insert_all(
         self, cur: Any, jobs: Sequence[JobRecord], notes: Mapping[str, Note] | None = None

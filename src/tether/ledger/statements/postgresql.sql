@@ -85,6 +85,10 @@ SELECT value ->> 0, %(type)s, value ->> 1, 'pending', %(priority)s, 0, %(max_att
                  ORDER BY b.ordering_key DESC, b.id DESC LIMIT 1 FOR SHARE SKIP LOCKED) END
 FROM json_array_elements(CAST(%(rows)s AS json)) AS r(value)
 
+-- name: INSERT_ROWS
+-- None on PostgreSQL: a group commit's statements there go to the server in one round trip
+-- (pipelined), each caller's jobs as a lone caller's go.
+
 -- name: TAG
 -- A tag of a job inserted in this transaction (ledger/notes.py): only jobs given tags pay for it.
 INSERT INTO tether_job_tags (tag, job_id) VALUES (%(tag)s, %(job_id)s)
