@@ -33,7 +33,9 @@ COLUMNS = (
 
 def call(c: Coordinator, k: int) -> Any:
     path, options = CALLS[k]
-    return c.enqueue(CreateFile(path=path, content={"k": k}), **options)
+    # Text that JSON escapes, so the statement's rows must give back each payload as it was.
+    content: dict[str, Any] = {"k": k, "text": 'é "quoted" \\ back\nslash \u2028 \U0001f600'}
+    return c.enqueue(CreateFile(path=path, content=content), **options)
 
 
 def rows(c: Coordinator) -> list[tuple[Any, ...]]:
