@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from test_group_commit import Callers, Commits, grouped, until
+from test_group_commit import REJECT, Callers, Commits, enqueue_file, grouped, run_sql, until
 from tether import Coordinator, CreateFile
 from tether.ledger import enqueue, sqlite
 
@@ -109,3 +109,34 @@ def test_callers_whose_payloads_one_statement_cannot_carry_commit_together_in_se
         assert statements == [sql.INSERT_ON_TARGET] + [sql.INSERT_ROWS] * 3
         assert sorted(map(len, commits.committed)) == [1, 3]  # one transaction all the same
         assert len(rows(c)) == 3
+
+
+@pytest.mark.parametrize("chars", [enqueue._JSON_CHARS, 1], ids=["one statement", "a statement a job"])
+def test_a_refused_job_among_callers_inserted_together_fails_only_its_own_caller(
+    tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch, chars: int
+) -> None:
+    # One statement: the refusal comes at the commit. A statement a job: from the second statement,
+    # inside the transaction. Either way the batch runs again statement by statement.
+    monkeypatch.setattr(enqueue, "_JSON_CHARS", chars)
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with Coordinator.open(url, root=root) as c:
+        run_sql(url, REJECT["sqlite"])
+        commits = Commits(monkeypatch, c)
+        callers = Callers()
+        with grouped(c, commits, callers):
+            callers.start("first", partial(enqueue_file, c, "first.json"))
+            until(partial(_waiting, c, 1), "the first caller waits")
+            callers.start("refused", partial(enqueue_file, c, "refused.json", reject=True))
+            until(partial(_waiting, c, 2), "the refused caller waits")
+            callers.start("last", partial(enqueue_file, c, "last.json"))
+            until(partial(_waiting, c, 3), "every caller waits")
+        callers.join()
+        assert isinstance(callers.outcomes["refused"], Exception)
+        assert "refused by the test" in str(callers.outcomes["refused"])
+        kept = {callers.outcomes[name].job.id for name in ("first", "last")}
+        with c.engine.connect() as conn:
+            stored = set(
+                conn.execute(sa.text("SELECT id FROM tether_jobs WHERE payload NOT LIKE '%leader%'")).scalars()
+            )
+        assert stored == kept
+        assert commits.holding(next(iter(kept))) == kept  # the two others still share a commit
