@@ -1,4 +1,5 @@
-"""What pyproject.toml cannot yet declare but as an experiment: tether's one C module.
+"""tether's one C module, declared here: pyproject.toml declares an extension only as a
+setuptools experiment.
 
 The content check's stats and comparisons of fingerprints (src/tether/jobtypes/datafiles/_stamps.c,
 fingerprint.py says why). Optional: where it cannot be built (no C compiler), the check makes them

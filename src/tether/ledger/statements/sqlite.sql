@@ -100,7 +100,8 @@ FROM json_each(:rows)
 -- payload_bytes, traceparent, ordering_key, behind], ``behind`` as INSERT_TARGETED's. One
 -- statement rather than one a caller: the driver lets go of the interpreter's lock for each
 -- statement, and the committing thread then waits to take it back from the callers building
--- their next jobs. Alone in its transaction it is run as one (sqlite.py: _WriteCursor).
+-- their next jobs. Alone in its transaction, it runs as a transaction of its own (sqlite.py:
+-- _WriteCursor): one statement for the inserts, the commit and its fsync.
 INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,
                          created_at, run_at, idempotency_key, ordering_key, parent_id, timeout, payload_bytes, traceparent,
                          blocked)
