@@ -380,6 +380,76 @@ def test_a_waiting_caller_interrupted_leaves_the_queue_and_later_callers_still_c
     assert not later.is_alive() and committed == [1, 1]  # the interrupted one never committed
 
 
+def test_a_caller_handed_the_lead_as_it_is_interrupted_still_wakes_the_callers_of_the_commit_before():
+    """The next leader wakes the callers of the commit before (GroupCommit._handed): one whose
+    wait is interrupted just as it is handed the lead must wake them too, then lead."""
+    from tether.ledger.groupcommit import GroupCommit, Request
+
+    inside = {n: threading.Event() for n in (1, 2)}
+    let_go = {n: threading.Event() for n in (1, 2)}
+    committed: list[list[Request]] = []
+
+    def commit(batch: list[Request]) -> None:
+        n = len(committed) + 1
+        committed.append(batch)
+        if n in inside:
+            inside[n].set()
+            let_go[n].wait(10)
+        for request in batch:
+            request.results = []
+
+    group = GroupCommit(commit, at_once=1)
+    returned: list[str] = []
+
+    def submit(name: str, request: Request) -> None:
+        try:
+            group.submit(request)
+            returned.append(name)
+        except KeyboardInterrupt:
+            returned.append(f"{name} interrupted")
+
+    def start(name: str, request: Request) -> threading.Thread:
+        thread = threading.Thread(target=submit, args=(name, request), daemon=True)  # a failure leaves one
+        thread.start()
+        return thread
+
+    class InterruptedOnWake:  # Ctrl-C arriving as the caller is woken to lead
+        def __init__(self) -> None:
+            self.lock, self.calls = threading.Lock(), 0
+            self.lock.acquire()
+
+        def acquire(self) -> None:
+            self.calls += 1
+            self.lock.acquire()
+            if self.calls == 1:
+                self.lock.release()
+                raise KeyboardInterrupt
+
+        def release(self) -> None:
+            self.lock.release()
+
+    threads = [start("first", Request([], None))]
+    assert inside[1].wait(10)
+    threads += [start("x1", Request([], None))]
+    until(lambda: group.waiting == 1, "x1 waits")
+    threads += [start("x2", Request([], None))]
+    until(lambda: group.waiting == 2, "x2 waits")
+    let_go[1].set()  # x1 leads [x1, x2]
+    assert inside[2].wait(10)
+    y1 = Request([], None)
+    y1._ready = InterruptedOnWake()
+    threads += [start("y1", y1)]
+    until(lambda: group.waiting == 1, "y1 waits")
+    threads += [start("y2", Request([], None))]
+    until(lambda: group.waiting == 2, "y2 waits")
+    let_go[2].set()  # x1 hands the lead to y1, with x2 to wake
+    for thread in threads:
+        thread.join(10)
+    assert not any(thread.is_alive() for thread in threads), f"still waiting; returned: {returned}"
+    assert sorted(returned) == ["first", "x1", "x2", "y1 interrupted", "y2"]
+    assert [len(batch) for batch in committed] == [1, 2, 2]
+
+
 def test_callers_of_one_failed_batch_each_raise_an_exception_of_their_own():
     """One error set on every request of a batch (a commit that failed for all): each caller raises
     its own copy, so tracebacks written by threads raising at once do not mix."""

@@ -33,7 +33,7 @@ class Request:
     """One caller's jobs (with the notes of some, by id) and, once its transaction has ended, its
     outcome: ``results`` or ``error``."""
 
-    __slots__ = ("jobs", "notes", "results", "error", "batch", "_ready")
+    __slots__ = ("jobs", "notes", "results", "error", "batch", "done", "_ready")
 
     def __init__(self, jobs: Sequence[JobRecord], notes: Mapping[str, Note] | None) -> None:
         self.jobs = jobs
@@ -41,6 +41,7 @@ class Request:
         self.results: list[InsertResult] | None = None
         self.error: BaseException | None = None
         self.batch: list[Request] | None = None  # set when the lead is handed to this request
+        self.done: list[Request] = []  # handed with the lead: the callers of the commit before, to wake
         self._ready: Any = None  # a caller that waits: a lock held until a leader wakes it
 
 
@@ -94,10 +95,22 @@ class GroupCommit:
             except BaseException:
                 self._interrupted(request)
                 raise
-            batch = request.batch
+            batch = self._handed(request)
             if batch is None:
                 return
         self._lead(request, batch)
+
+    @staticmethod
+    def _handed(request: Request) -> list[Request] | None:
+        """Once a leader woke ``request``: the batch it was handed to lead (None: its own commit
+        has ended), after waking the callers of the commit before, which that leader left to it.
+        The new leader is woken alone, so that it takes the interpreter's lock and starts its
+        commit before they do: woken with it, each would first return and build its next job,
+        and the ledger would stand idle meanwhile."""
+        for finished in request.done:
+            finished._ready.release()
+        request.done = []
+        return request.batch
 
     def _interrupted(self, request: Request) -> None:
         """A waiting caller was interrupted (Ctrl-C in the main thread). Not yet taken into a
@@ -108,15 +121,17 @@ class GroupCommit:
                 self._waiting.remove(request)
                 return
         request._ready.acquire()
-        if request.batch is not None:
-            self._lead(request, request.batch)
+        batch = self._handed(request)
+        if batch is not None:
+            self._lead(request, batch)
 
     def _take(self) -> list[Request]:
         batch, self._waiting = self._waiting, []
         return batch
 
     def _lead(self, own: Request, batch: list[Request]) -> None:
-        """Commit ``batch`` (``own`` among it), then hand the lead on and wake the others."""
+        """Commit ``batch`` (``own`` among it), then hand the lead on with the others to wake, or
+        wake them when no caller waits to lead."""
         try:
             self._commit(batch)
         except BaseException as e:
@@ -134,11 +149,13 @@ class GroupCommit:
                     self._in_flight -= 1
             finally:
                 self._lock.release()
-            if following is not None:  # first, so the next commit starts while these return
+            done = [request for request in batch if request is not own]
+            if following is not None:  # the next leader wakes these once it leads
                 following[0].batch = following
+                following[0].done = done
                 following[0]._ready.release()
-            for request in batch:
-                if request is not own:
+            else:
+                for request in done:
                     request._ready.release()
 
 
