@@ -11,7 +11,6 @@ duplicate.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import datetime
 from functools import partial
 from operator import itemgetter
 from typing import Any
@@ -63,20 +62,10 @@ def _targeted_rows(jobs: list[JobRecord]) -> list[tuple[str, str, str | None, in
     ]
 
 
-def _rows(jobs: list[JobRecord], time: Callable[[datetime], Any]) -> list[tuple[Any, ...]]:
-    """INSERT_ROWS' rows of ``jobs`` (sqlite.sql says which is which), their times as ``time``
-    writes them."""
-    rows = []
-    for job, behind in zip(jobs, _behind(jobs), strict=True):
-        created_at = time(job.created_at)
-        run_at = created_at if job.run_at is job.created_at else time(job.run_at)
-        rows.append(
-            (
-                *(job.id, job.type, job.payload, job.priority, job.max_attempts, created_at, run_at),
-                *(job.parent_id, job.timeout, job.payload_bytes, job.traceparent, job.ordering_key, behind),
-            )
-        )
-    return rows
+def _rows(jobs: list[JobRecord], values: Callable[[JobRecord], tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """INSERT_ROWS' rows of unkeyed ``jobs``: each job's ``values`` as INSERT_UNKEYED binds them
+    (``Backend.insert_values``), then its target and whether it is behind."""
+    return [(*values(job)[:11], job.ordering_key, behind) for job, behind in zip(jobs, _behind(jobs), strict=True)]
 
 
 def _by_size(jobs: list[JobRecord]) -> Iterator[list[JobRecord]]:
@@ -218,7 +207,7 @@ class Enqueuer:
                     return None
                 jobs.append(job)
         for part in _by_size(jobs):
-            cur.insert(self._insert_rows, {"rows": orjson.dumps(_rows(part, self.backend.time)).decode()})
+            cur.insert(self._insert_rows, {"rows": orjson.dumps(_rows(part, self.backend.insert_values)).decode()})
         return [[make_tuple(InsertResult, (job, False)) for job in request.jobs] for request in batch]
 
     def insert_all(

@@ -97,7 +97,8 @@ FROM json_each(:rows)
 -- name: INSERT_ROWS
 -- The jobs of a group commit's callers (enqueue.py: none with a key or notes) in one statement:
 -- rows [id, type, payload, priority, max_attempts, created_at, run_at, parent_id, timeout,
--- payload_bytes, traceparent, ordering_key, behind], ``behind`` as INSERT_TARGETED's. One
+-- payload_bytes, traceparent] as INSERT_UNKEYED binds them (absences as values no job has), then
+-- [ordering_key, behind], ``behind`` as INSERT_TARGETED's. One
 -- statement rather than one a caller: the driver lets go of the interpreter's lock for each
 -- statement, and the committing thread then waits to take it back from the callers building
 -- their next jobs. Alone in its transaction, it runs as a transaction of its own (sqlite.py:
@@ -107,8 +108,8 @@ INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_atte
                          blocked)
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'), 'pending',
        json_extract(value, '$[3]'), 0, json_extract(value, '$[4]'), json_extract(value, '$[5]'),
-       json_extract(value, '$[6]'), NULL, json_extract(value, '$[11]'), json_extract(value, '$[7]'),
-       json_extract(value, '$[8]'), json_extract(value, '$[9]'), json_extract(value, '$[10]'),
+       json_extract(value, '$[6]'), NULL, json_extract(value, '$[11]'), NULLIF(json_extract(value, '$[7]'), ''),
+       NULLIF(json_extract(value, '$[8]'), 0), json_extract(value, '$[9]'), NULLIF(json_extract(value, '$[10]'), ''),
        CASE WHEN json_extract(value, '$[11]') IS NULL THEN FALSE WHEN json_extract(value, '$[12]') THEN TRUE ELSE
          EXISTS (SELECT 1 FROM tether_jobs AS b INDEXED BY ix_tether_jobs_target_active
                  WHERE b.ordering_key >= json_extract(value, '$[11]') AND b.ordering_key IS NOT NULL
