@@ -380,18 +380,19 @@ def test_a_waiting_caller_interrupted_leaves_the_queue_and_later_callers_still_c
     assert not later.is_alive() and committed == [1, 1]  # the interrupted one never committed
 
 
-def test_a_caller_handed_the_lead_as_it_is_interrupted_still_wakes_the_callers_of_the_commit_before():
-    """The next leader wakes the callers of the commit before (GroupCommit._handed): one whose
-    wait is interrupted just as it is handed the lead must wake them too, then lead."""
+def _handed_the_lead(ready: Any) -> tuple[list[str], list[int], list[threading.Thread]]:
+    """Callers first, then x1 and x2 (committed together), then y1 and y2, y1 waiting on
+    ``ready``: x1 hands the lead to y1 with x2 to wake. What each caller did (its name, or
+    "<name> interrupted"), the batches' sizes, and the callers' threads, ended or not."""
     from tether.ledger.groupcommit import GroupCommit, Request
 
     inside = {n: threading.Event() for n in (1, 2)}
     let_go = {n: threading.Event() for n in (1, 2)}
-    committed: list[list[Request]] = []
+    committed: list[int] = []
 
     def commit(batch: list[Request]) -> None:
-        n = len(committed) + 1
-        committed.append(batch)
+        committed.append(len(batch))
+        n = len(committed)
         if n in inside:
             inside[n].set()
             let_go[n].wait(10)
@@ -413,21 +414,6 @@ def test_a_caller_handed_the_lead_as_it_is_interrupted_still_wakes_the_callers_o
         thread.start()
         return thread
 
-    class InterruptedOnWake:  # Ctrl-C arriving as the caller is woken to lead
-        def __init__(self) -> None:
-            self.lock, self.calls = threading.Lock(), 0
-            self.lock.acquire()
-
-        def acquire(self) -> None:
-            self.calls += 1
-            self.lock.acquire()
-            if self.calls == 1:
-                self.lock.release()
-                raise KeyboardInterrupt
-
-        def release(self) -> None:
-            self.lock.release()
-
     threads = [start("first", Request([], None))]
     assert inside[1].wait(10)
     threads += [start("x1", Request([], None))]
@@ -437,7 +423,7 @@ def test_a_caller_handed_the_lead_as_it_is_interrupted_still_wakes_the_callers_o
     let_go[1].set()  # x1 leads [x1, x2]
     assert inside[2].wait(10)
     y1 = Request([], None)
-    y1._ready = InterruptedOnWake()
+    y1._ready = ready
     threads += [start("y1", y1)]
     until(lambda: group.waiting == 1, "y1 waits")
     threads += [start("y2", Request([], None))]
@@ -445,9 +431,48 @@ def test_a_caller_handed_the_lead_as_it_is_interrupted_still_wakes_the_callers_o
     let_go[2].set()  # x1 hands the lead to y1, with x2 to wake
     for thread in threads:
         thread.join(10)
+    return returned, committed, threads
+
+
+class _Interrupted:
+    """A waiting caller's lock whose waits numbered in ``at`` are interrupted (Ctrl-C): the
+    first as the caller is woken (the wake stands for its next wait), any later one at once."""
+
+    def __init__(self, *at: int) -> None:
+        self.lock, self.calls, self.at = threading.Lock(), 0, at
+        self.lock.acquire()
+
+    def acquire(self) -> None:
+        self.calls += 1
+        if self.calls in self.at and self.calls > 1:
+            raise KeyboardInterrupt
+        self.lock.acquire()
+        if self.calls in self.at:
+            self.lock.release()
+            raise KeyboardInterrupt
+
+    def release(self) -> None:
+        self.lock.release()
+
+
+def test_a_caller_handed_the_lead_as_it_is_interrupted_still_wakes_the_callers_of_the_commit_before():
+    """The next leader wakes the callers of the commit before (GroupCommit._handed): one whose
+    wait is interrupted just as it is handed the lead must wake them too, then lead."""
+    returned, committed, threads = _handed_the_lead(_Interrupted(1))
     assert not any(thread.is_alive() for thread in threads), f"still waiting; returned: {returned}"
     assert sorted(returned) == ["first", "x1", "x2", "y1 interrupted", "y2"]
-    assert [len(batch) for batch in committed] == [1, 2, 2]
+    assert committed == [1, 2, 2]
+
+
+def test_a_caller_interrupted_twice_as_it_is_handed_the_lead_still_leaves_its_batch_committed():
+    """A second Ctrl-C while an interrupted caller waits for the commit that hands it the lead:
+    the caller stops at once, and a thread in its place leads its batch and wakes the callers of
+    the commit before, so no other caller waits forever."""
+    ready = _Interrupted(1, 2)
+    returned, committed, threads = _handed_the_lead(ready)
+    assert not any(thread.is_alive() for thread in threads), f"still waiting; returned: {returned}"
+    assert sorted(returned) == ["first", "x1", "x2", "y1 interrupted", "y2"]
+    assert committed == [1, 2, 2] and ready.calls == 3
 
 
 def test_callers_of_one_failed_batch_each_raise_an_exception_of_their_own():

@@ -17,6 +17,7 @@ holds (``session=``) or gathers (``Coordinator.transaction()``) keeps its own.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import threading
@@ -115,12 +116,28 @@ class GroupCommit:
     def _interrupted(self, request: Request) -> None:
         """A waiting caller was interrupted (Ctrl-C in the main thread). Not yet taken into a
         commit: it leaves the queue, nothing of it sent. Taken: it waits that commit out (its jobs
-        may commit), and leads the batch it was handed, or the callers in it would wait forever."""
+        may commit), and leads the batch it was handed, or the callers in it would wait forever.
+        Interrupted again while it waits, it leaves that wait to a thread of its own and raises at
+        once: a second Ctrl-C still stops the caller, and the others still commit."""
         with self._lock:
             if request in self._waiting:
                 self._waiting.remove(request)
                 return
+        try:
+            request._ready.acquire()
+        except BaseException:
+            follower = threading.Thread(target=self._follow, args=(request,), name="tether-group-commit", daemon=True)
+            follower.start()
+            raise
+        self._lead_if_handed(request)
+
+    def _follow(self, request: Request) -> None:
+        """Wait, in an interrupted caller's place, for the leader that may hand it the lead."""
         request._ready.acquire()
+        with contextlib.suppress(Exception):  # the outcome is set on each request, its caller raises it
+            self._lead_if_handed(request)
+
+    def _lead_if_handed(self, request: Request) -> None:
         batch = self._handed(request)
         if batch is not None:
             self._lead(request, batch)
