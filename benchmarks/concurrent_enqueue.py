@@ -2,7 +2,7 @@
 call, from the same number of threads of one process, in the same run.
 
     .venv/bin/python benchmarks/concurrent_enqueue.py [--jobs 2400] [--threads 1,4,16,64] [--rounds 3]
-        [--backends sqlite,postgres] [--pg-at-once 4] [--batched 16]
+        [--backends sqlite,postgres] [--pg-at-once 4] [--batched 16] [--commit-sleep 200]
 
 Per round, thread count and backend, each side runs in a fresh ledger (SQLite: a new file, WAL,
 synchronous=FULL as tether uses; PostgreSQL: a new schema of the server at
@@ -21,7 +21,11 @@ p99 are of every call's latency, and cs/job the process's voluntary context swit
 ms are of the group commit's transactions (their count, and the median wall time each took from
 its leader's start: what the GIL lets it have of the CPU included). ``--batched N`` adds a side
 that enqueues the same jobs from one thread, N at a time with ``enqueue_many``: what a shared
-commit costs a job with no thread to hand it between. Figures are medians over rounds. ``--pg-at-once`` lists the
+commit costs a job with no thread to hand it between. ``--commit-sleep US`` adds a side whose group
+commit does no database work: it sleeps US microseconds (about a durable commit's wall time here)
+and hands each caller its results, so the side shows what the same threads and group make when a
+commit costs no CPU (the statement's and the fsync's are the kernel's and SQLite's, on the same
+cores as the callers). Figures are medians over rounds. ``--pg-at-once`` lists the
 numbers of group commits a process runs at once on PostgreSQL to measure (tether's default is
 the backend's ``commits_at_once``; a number at least the thread count means no grouping: every
 caller commits alone, the server's own commit grouping left to share the fsyncs).
@@ -138,6 +142,22 @@ def sqlite_tether(threads: int, per_thread: int) -> dict[str, float]:
         return _drive(threads, per_thread, lambda k, i: c.enqueue(_payload(k, i)), _timed_commits(c))
 
 
+def sqlite_commit_sleep(pause_us: int, threads: int, per_thread: int) -> dict[str, float]:
+    """``sqlite_tether`` with each group commit replaced by a sleep of ``pause_us`` that writes
+    nothing: what the group commit makes of these threads when a commit takes no CPU."""
+    from tether import Coordinator
+    from tether.ledger.record import InsertResult
+
+    def commit(batch: Any) -> None:
+        time.sleep(pause_us / 1e6)
+        for request in batch:
+            request.results = [InsertResult(job) for job in request.jobs]
+
+    with scratch(SCRATCH, "concurrent-sleep") as d, Coordinator.open(f"sqlite:///{d}/ledger.db", root=d / "data") as c:
+        c.queue.enqueuer.group._commit = commit
+        return _drive(threads, per_thread, lambda k, i: c.enqueue(_payload(k, i)), _timed_commits(c))
+
+
 def sqlite_batched(size: int, jobs: int) -> dict[str, float]:
     """The same jobs from one thread, ``size`` at a time by ``enqueue_many``: the latency figures
     are of a call, the others of a job."""
@@ -244,6 +264,9 @@ def main() -> None:
     parser.add_argument("--backends", default="sqlite,postgres")
     parser.add_argument("--pg-at-once", default="", help="group commits at once on PostgreSQL (default: tether's)")
     parser.add_argument(
+        "--commit-sleep", type=int, default=0, help="also a side whose commits sleep US microseconds, writing nothing"
+    )
+    parser.add_argument(
         "--batched", type=int, default=0, help="also enqueue_many of N jobs a call from one thread (SQLite)"
     )
     args = parser.parse_args()
@@ -259,6 +282,10 @@ def main() -> None:
     if "sqlite" in backends:
         sides["sqlite tether"] = sqlite_tether
         sides["sqlite bare"] = sqlite_bare
+        if args.commit_sleep:
+            sides[f"sqlite commit sleeps {args.commit_sleep} us"] = lambda t, p: sqlite_commit_sleep(
+                args.commit_sleep, t, p
+            )
         if args.batched:
             sides[f"sqlite tether batched {args.batched}"] = lambda t, p: sqlite_batched(args.batched, t * p)
     if "postgres" in backends:
@@ -319,6 +346,10 @@ def report(got: dict[tuple[str, int], list[dict[str, float]]], sides: list[str],
                 else ""
             )
         )
+    for side in sides:
+        if side.startswith("sqlite commit sleeps") and 1 in counts:
+            alone = med(side, 1, "jobs_s")
+            print(", ".join(f"{side} {n} threads: {med(side, n, 'jobs_s') / alone:.2f}x its 1 thread" for n in counts))
     for side in sides:
         if side.startswith("pg tether") and "pg bare" in sides:
             for n in counts:
