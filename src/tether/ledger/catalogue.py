@@ -150,6 +150,7 @@ class Reads:
     """Reconcile's reads through SQLAlchemy, on either database (``statements/reads.sql``)."""
 
     PAYLOADS_BY_ID: str
+    PAYLOAD_SIZES_BY_ID: str
     RECONCILE_RECHECK: str
     ACTIVE_ON_TARGET: str
     KNOWN_TARGETS: str

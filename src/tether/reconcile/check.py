@@ -45,6 +45,7 @@ __all__ = ["DRIFT", "STATUSES", "Finding", "Report", "count_targeted", "reconcil
 FILE_PREFIX = file_key("")
 _AFTER_PREFIX = itemgetter(slice(len(FILE_PREFIX), None))
 BATCH = 2000
+_REMOVED = Check(UNKNOWN, detail="the job's row was removed during the check")
 RECHECK_AT = 500  # suspects held before they are checked again against the ledger
 
 
@@ -240,10 +241,9 @@ class _Reconciler:
             # The report says what was expected: ask again, with payloads, about the few
             # targets that disagree.
             again = [n for n, c in enumerate(checks) if c is not SYNCED and c.status != IN_SYNC]
-            if again:
-                found = self.reads.payloads([job_ids[n] for n in again])
-                asked = self._ask(probe, [(keys[n], found.get(job_ids[n])) for n in again])
-                for n, check in zip(again, asked, strict=True):
+            for found in self.reads.payloads([job_ids[n] for n in again]):  # a job removed meanwhile: as asked
+                read = [n for n in again if job_ids[n] in found]
+                for n, check in zip(read, self._ask(probe, [(keys[n], found[job_ids[n]]) for n in read]), strict=True):
                     checks[n] = check
         in_sync = 0
         for key, job_id, check in zip(keys, job_ids, checks, strict=True):
@@ -270,19 +270,20 @@ class _Reconciler:
             return [SYNCED] * len(same)
         checks: list[Check] = [SYNCED] * len(same)
         unread = [n for n, known in enumerate(same) if not known]
-        found = self.reads.payloads([job_ids[n] for n in unread])
-        read = [n for n in unread if job_ids[n] in found]
-        for n in unread:
-            if job_ids[n] not in found:
-                checks[n] = Check(UNKNOWN, detail="the job's row was removed during the check")
-        asked = self._ask(probe, [(keys[n], found[job_ids[n]]) for n in read])
-        renewed: dict[str, str] = {}
-        for n, check in zip(read, asked, strict=True):
-            checks[n] = check
-            new = fresh[n]
-            if new is not None and (check is SYNCED or check.status == IN_SYNC):
-                renewed[job_ids[n]] = new
-        self.reads.refresh(renewed)
+        for n in unread:  # until its payload is read: a job removed meanwhile has none
+            checks[n] = _REMOVED
+        for found in self.reads.payloads([job_ids[n] for n in unread]):
+            read = [n for n in unread if job_ids[n] in found]
+            asked = self._ask(probe, [(keys[n], found[job_ids[n]]) for n in read])
+            renewed: dict[str, str] = {}
+            for n, check in zip(read, asked, strict=True):
+                checks[n] = check
+                new = fresh[n]
+                if new is not None and (check is SYNCED or check.status == IN_SYNC):
+                    renewed[job_ids[n]] = new
+            # A part at a time: recording a fingerprint rewrites its job's row, payload and all,
+            # and one transaction holds the pages it rewrites.
+            self.reads.refresh(renewed)
         return checks
 
     def _ask(self, probe: Probe, items: list[tuple[str, str | None]]) -> list[Check]:
@@ -293,7 +294,7 @@ class _Reconciler:
 
     def _check_one(self, probe: Probe, target: str, payload: str | None) -> Check:
         if payload is None and probe.wants_payload(content=self.content):
-            return Check(UNKNOWN, detail="the job's row was removed during the check")
+            return _REMOVED
         try:
             return probe.check(target, payload, self.root, content=self.content)  # type: ignore[arg-type]  # None: not wanted
         except Exception as e:  # a probe bug or a payload it cannot read: this target is unknown

@@ -4,7 +4,7 @@ checkpoints for its whole duration)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import orjson
@@ -16,6 +16,7 @@ from ..ledger.catalogue import READS
 from ..ledger.engine import READ_ONLY
 
 PAYLOADS = sa.text(READS.PAYLOADS_BY_ID).bindparams(sa.bindparam("ids", expanding=True))
+PAYLOAD_SIZES = sa.text(READS.PAYLOAD_SIZES_BY_ID).bindparams(sa.bindparam("ids", expanding=True))
 RECHECK = sa.text(READS.RECONCILE_RECHECK).bindparams(sa.bindparam("keys", expanding=True))
 ACTIVE_ON = sa.text(READS.ACTIVE_ON_TARGET)
 KNOWN_TARGETS = sa.text(READS.KNOWN_TARGETS).bindparams(sa.bindparam("keys", expanding=True))
@@ -25,6 +26,11 @@ TYPE_TARGETED = sa.text(READS.TYPE_TARGETED)
 _LOADS = orjson.loads
 
 KNOWN_CHUNK = 500  # keys per KNOWN_TARGETS read: well under every driver's bound-parameter limit
+PAGE_BYTES = 16 << 20
+"""The payload bytes after which one read takes no more payloads (a page of targets, a part of
+the payloads read by id): it holds at most this and one payload more, so a check of large files
+holds about as much memory as one of small files, whose pages are cut by their count of targets
+first."""
 
 
 class Page(NamedTuple):
@@ -32,7 +38,9 @@ class Page(NamedTuple):
     columns (position ``n`` of each is one target; in the order the range was read, key order,
     which nothing relies on beyond ``last``): the latest completed job's id, type and key, and
     its payload and fingerprint where the check reads them (else None). The columns are the
-    check's own (``targets.Targets``), which marks a target in flight with the type None."""
+    check's own (``targets.Targets``), which marks a target in flight with the type None.
+    ``ranged``: the targets of the range read, more than ``size`` where the payloads' bytes cut
+    the page short (PAGE_BYTES)."""
 
     size: int
     last: str
@@ -41,6 +49,11 @@ class Page(NamedTuple):
     keys: list[str]
     payloads: list[str | None]
     fingerprints: list[str | None]
+    ranged: int
+
+    def ends_range(self, limit: int) -> bool:
+        """Whether no target follows this page's last (a page of ``limit`` targets at most)."""
+        return self.ranged < limit and self.size == self.ranged
 
 
 def count_targets(engine: sa.Engine) -> int:
@@ -65,7 +78,7 @@ class LedgerReads:
             self._targets = sql.RECONCILE_TARGETS_FINGERPRINTS
         else:
             self._targets = sql.RECONCILE_TARGETS_PAYLOADS if wide else sql.RECONCILE_TARGETS
-        self._wanted = {"want": sql.types(wanting)} if wide else {}
+        self._wanted = {"want": sql.types(wanting), "bytes": PAGE_BYTES} if wide else {}
 
     # On the driver cursor, as the hot path: the stream is most of a check's reading.
 
@@ -80,12 +93,13 @@ class LedgerReads:
         Safe to call from another thread than the check's (``TargetStream`` reads ahead)."""
         sql = self.backend.sql
         with self.backend.read() as cur:
-            size, last, *arrays = cur.rows(self._targets, {"after_key": after_key, "limit": limit, **self._wanted})[0]
+            row = cur.rows(self._targets, {"after_key": after_key, "limit": limit, **self._wanted})[0]
+            size, last, *arrays, ranged = row
             if not size:
-                return Page(0, after_key, [], [], [], [], []), {}
+                return Page(0, after_key, [], [], [], [], [], 0), {}
             in_flight = dict(cur.rows(sql.RECONCILE_IN_FLIGHT, {"after_key": after_key, "through": last}))
         columns: list[list[Any]] = [_LOADS(a) if a is not None else [None] * size for a in arrays]
-        return Page(size, last, *columns), in_flight
+        return Page(size, last, *columns, ranged), in_flight
 
     def in_flight(self, after_key: str, limit: int) -> list[tuple[str, str]]:
         """Up to ``limit`` targets after ``after_key`` that a job is in flight on, in key order,
@@ -136,9 +150,23 @@ class LedgerReads:
         with self.engine.connect().execution_options(**READ_ONLY) as conn:
             return conn.execute(statement, params).fetchall()
 
-    def payloads(self, ids: list[str]) -> dict[str, str]:
-        """The payloads of jobs, by id (a job removed meanwhile is absent)."""
-        return dict(self._read(PAYLOADS, {"ids": ids})) if ids else {}
+    def payloads(self, ids: list[str]) -> Iterator[dict[str, str]]:
+        """The payloads of jobs, by id, in parts cut as pages are (PAGE_BYTES), each part read
+        when the one before is done with; a job removed meanwhile is absent. Their sizes are read
+        first, in one statement: the payloads only as each part is wanted."""
+        if not ids:
+            return
+        sizes = self._read(PAYLOAD_SIZES, {"ids": ids})
+        part: list[str] = []
+        held = 0
+        for job_id, size in sizes:
+            if held >= PAGE_BYTES:
+                yield dict(self._read(PAYLOADS, {"ids": part}))
+                part, held = [], 0
+            part.append(job_id)
+            held += size
+        if part:
+            yield dict(self._read(PAYLOADS, {"ids": part}))
 
     def recheck(self, keys: list[str]) -> dict[str, tuple[str | None, int]]:
         """Per target, its latest completed job now and whether one is active now; a target

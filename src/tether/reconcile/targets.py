@@ -4,7 +4,8 @@ A page is the next range of ``tether_targets`` (``LedgerReads.targets``): one ro
 that a completed job names, its latest completed job, whatever history the target holds; with
 it come the page's targets that a job is in flight on, which that job decides instead. Past the
 last such range, the targets only in-flight jobs name (``LedgerReads.in_flight``). Memory holds
-two pages: the one being checked and the one read ahead.
+two pages: the one being checked and the one read ahead, each of at most ``batch_size`` targets
+and, of the payloads it carries, PAGE_BYTES (reads.py).
 """
 
 from __future__ import annotations
@@ -67,19 +68,19 @@ class TargetStream:
             ahead = reader.submit(self.reads.targets, after_key, self.batch_size)
             while True:
                 page, in_flight = ahead.result()
-                full = page.size == self.batch_size
-                if full:
+                more = not page.ends_range(self.batch_size)
+                if more:
                     ahead = reader.submit(self.reads.targets, page.last, self.batch_size)
                 if page.size:
                     after_key = page.last
                     yield self._decided(page, in_flight)
-                if not full:
+                if not more:
                     break
         while True:  # the targets whose jobs have yet to complete once
             only = self.reads.in_flight(after_key, self.batch_size)
             if only:
                 after_key = only[-1][0]
-                yield self._decided(Page(0, after_key, [], [], [], [], []), dict(only))
+                yield self._decided(Page(0, after_key, [], [], [], [], [], 0), dict(only))
             if len(only) < self.batch_size:
                 return
 

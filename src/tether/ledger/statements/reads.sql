@@ -5,8 +5,14 @@
 -- tests/test_reconcile_scale.py.
 
 -- name: PAYLOADS_BY_ID
--- Payloads of the few latest completed jobs an existence check disagreed on (by primary key).
+-- Payloads of the latest completed jobs a check reads by id (by primary key): the files a check
+-- by fingerprints reads, the few targets an existence check disagreed on.
 SELECT id, payload FROM tether_jobs WHERE id IN :ids
+
+-- name: PAYLOAD_SIZES_BY_ID
+-- Their sizes first, to read the payloads in parts of bounded bytes (a job older than
+-- payload_bytes: its length in characters, near enough for a bound), in the order of the ids.
+SELECT id, coalesce(payload_bytes, length(payload)) FROM tether_jobs WHERE id IN :ids ORDER BY id
 
 -- name: RECONCILE_RECHECK
 -- Asked again after the disk was read, for targets that disagreed: the latest completed job and
