@@ -2,6 +2,7 @@
 loops, and peak memory for 100,000 vs 1,000,000 jobs.
 
     .venv/bin/python benchmarks/reconcile.py [--jobs 100000] [--big 1000000] [--runs 5] [--dir DIR]
+    .venv/bin/python benchmarks/reconcile.py --large-files 2500 [--file-kib 64,512]
 
 (a) Throughput: a ledger of ``--jobs`` completed create_file jobs, one file each, in sync, each
     with the fingerprint a worker records (its file's stat just after the write: mostly racily
@@ -20,6 +21,9 @@ loops, and peak memory for 100,000 vs 1,000,000 jobs.
     10, the rest delete_file of absent paths), so findings stay empty and what is measured is
     what the check holds per job read, not the size of a drift report. Reported: peak RSS and
     peak minus the RSS after imports and opening the ledger (the reconciler's own share).
+(c) ``--large-files N`` (instead of a and b): peak RSS of a full check and of a check by
+    fingerprints with none recorded (every file read, as after an upgrade) over N files of each
+    ``--file-kib`` size: what a check holds of its payloads, pages of them read ahead included.
 
 Ledgers are built with bulk inserts of completed rows (a worker would take hours for 1,000,000);
 files go to ``--dir`` (default: a tmpfs under /dev/shm when there is one, since creating 100,000
@@ -52,9 +56,13 @@ from tether.reconcile.check import reconcile
 BATCH = 20_000
 
 
-def build_ledger(db: Path, root: Path, jobs: int, *, create_every: int = 1, files: bool = True) -> list[str]:
+def build_ledger(
+    db: Path, root: Path, jobs: int, *, create_every: int = 1, files: bool = True, text_kib: int = 0
+) -> list[str]:
     """``jobs`` completed jobs: every ``create_every``-th a create_file (its file written), the
-    others delete_file of a path that is absent. Returns the created files' absolute paths."""
+    others delete_file of a path that is absent. Returns the created files' absolute paths.
+    ``text_kib``: each file holds that many KiB of text, and has no fingerprint (as after an
+    upgrade: a check by fingerprints reads them all)."""
     c = Coordinator.open(f"sqlite:///{db}", root=root, durability="normal")
     now = c.clock.now()
     stamp = now.replace(tzinfo=None).isoformat(" ")
@@ -67,21 +75,26 @@ def build_ledger(db: Path, root: Path, jobs: int, *, create_every: int = 1, file
             path = f"d{i % 1000:03d}/{i:07d}.json"
             recorded = None
             if i % create_every == 0:
-                payload = CreateFile(path=path, content={"id": i, "name": f"item {i}", "tags": ["a", "b"]})
+                if text_kib:
+                    payload = CreateFile(path=path, text=f"{i:07d}" + "x" * (text_kib * 1024 - 7))
+                else:
+                    payload = CreateFile(path=path, content={"id": i, "name": f"item {i}", "tags": ["a", "b"]})
                 if files:
                     target = root / path
                     target.parent.mkdir(exist_ok=True)
                     target.write_bytes(render(payload))
                     created.append(str(target))
                     # As a worker records it: the moment, then the stat, just after the write.
-                    recorded = fingerprint.of(Known(time.time_ns(), os.stat(target)))
+                    recorded = None if text_kib else fingerprint.of(Known(time.time_ns(), os.stat(target)))
             else:
                 payload = DeleteFile(path=path)
+            encoded = payload.to_json()
             rows.append(
                 (
                     new_id(now),
                     payload.job_type,
-                    payload.to_json().decode(),
+                    encoded.decode(),
+                    len(encoded),
                     stamp,
                     stamp,
                     stamp,
@@ -93,9 +106,9 @@ def build_ledger(db: Path, root: Path, jobs: int, *, create_every: int = 1, file
             if len(rows) == BATCH or i == jobs - 1:
                 cur.execute("BEGIN")
                 cur.executemany(
-                    "INSERT INTO tether_jobs (id, type, payload, status, priority, attempts, max_attempts,"
-                    " created_at, run_at, claimed_at, completed_at, ordering_key, fingerprint)"
-                    " VALUES (?, ?, ?, 'completed', 0, 1, 3, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO tether_jobs (id, type, payload, payload_bytes, status, priority, attempts,"
+                    " max_attempts, created_at, run_at, claimed_at, completed_at, ordering_key, fingerprint)"
+                    " VALUES (?, ?, ?, ?, 'completed', 0, 1, 3, ?, ?, ?, ?, ?, ?)",
                     rows,
                 )
                 cur.execute("COMMIT")
@@ -203,13 +216,14 @@ def edited(c: Coordinator, root: Path, paths: list[str]) -> dict:
     return {"edited": len(chosen), **found}
 
 
-def rss_child(db: str, root: str) -> None:
-    """Run in a fresh process: print baseline and peak RSS (KiB) around one full check."""
+def rss_child(db: str, root: str, mode: str = "full") -> None:
+    """Run in a fresh process: print baseline and peak RSS (KiB) around one check (``mode``:
+    "full", every file read; "fingerprints", the default content check)."""
     c = Coordinator.open(f"sqlite:///{db}", root=root)
     reconcile(c, content=False, batch_size=10)  # imports and first connections, on a tiny read
     base = _current_rss_kib()
     started = time.perf_counter()
-    report = reconcile(c, full=True)
+    report = reconcile(c, full=mode == "full")
     elapsed = time.perf_counter() - started
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(
@@ -257,6 +271,29 @@ def memory(work: Path, small: int, big: int) -> dict:
     }
 
 
+def large_files(work: Path, count: int, sizes: list[int]) -> dict[int, dict[str, dict]]:
+    """Peak RSS of a full check and of a check by fingerprints (none recorded: every file read)
+    over ``count`` files of each size in KiB, a fresh process each."""
+    out: dict[int, dict[str, dict]] = {}
+    for kib in sizes:
+        db, root = work / f"large-{kib}.db", work / f"large-{kib}"
+        started = time.perf_counter()
+        build_ledger(db, root, count, text_kib=kib)
+        print(f"built {count:,} files of {kib:,} KiB in {time.perf_counter() - started:.1f}s", flush=True)
+        for mode in ("full", "fingerprints"):
+            done = subprocess.run(
+                [sys.executable, __file__, "--rss-child", str(db), str(root), "--rss-mode", mode],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            res = out.setdefault(kib, {})[mode] = json.loads(done.stdout.strip().splitlines()[-1])
+            assert res["findings"] == 0 and res["in_sync"] == count, res
+        shutil.rmtree(root, ignore_errors=True)
+        db.unlink()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=100_000)
@@ -265,9 +302,29 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--rss-child", nargs=2, metavar=("DB", "ROOT"))
+    parser.add_argument("--rss-mode", default="full", choices=("full", "fingerprints"))
+    parser.add_argument("--large-files", type=int, default=0, help="(c) only: this many files of each --file-kib")
+    parser.add_argument("--file-kib", default="64,512", help="(c): the files' sizes in KiB")
     args = parser.parse_args()
     if args.rss_child:
-        rss_child(*args.rss_child)
+        rss_child(*args.rss_child, args.rss_mode)
+        return
+    if args.large_files:
+        base = args.dir or (Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else Path(tempfile.gettempdir()))
+        work = Path(tempfile.mkdtemp(prefix="tether-bench-reconcile-", dir=base))
+        try:
+            sizes = [int(n) for n in args.file_kib.split(",")]
+            found = large_files(work, args.large_files, sizes)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        print(f"\n(c) peak RSS of a check of {args.large_files:,} files (fresh process each)")
+        for kib, modes in found.items():
+            for mode, res in modes.items():
+                own = (res["peak_kib"] - res["baseline_kib"]) / 1024
+                print(
+                    f"    {kib:>6,} KiB files ({args.large_files * kib / 1024:,.0f} MiB in all), {mode:<12}:"
+                    f" peak {res['peak_kib'] / 1024:7.1f} MiB, reconcile's own {own:7.1f} MiB, {res['seconds']:.2f}s"
+                )
         return
     base = args.dir or (Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else Path(tempfile.gettempdir()))
     work = Path(tempfile.mkdtemp(prefix="tether-bench-reconcile-", dir=base))
