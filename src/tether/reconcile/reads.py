@@ -99,7 +99,8 @@ class LedgerReads:
                 return Page(0, after_key, [], [], [], [], [], 0), {}
             in_flight = dict(cur.rows(sql.RECONCILE_IN_FLIGHT, {"after_key": after_key, "through": last}))
         columns: list[list[Any]] = [_LOADS(a) if a is not None else [None] * size for a in arrays]
-        return Page(size, last, *columns, ranged), in_flight
+        ids, types, keys, payloads, fingerprints = columns
+        return Page(size, last, ids, types, keys, payloads, fingerprints, ranged), in_flight
 
     def in_flight(self, after_key: str, limit: int) -> list[tuple[str, str]]:
         """Up to ``limit`` targets after ``after_key`` that a job is in flight on, in key order,
