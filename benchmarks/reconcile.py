@@ -36,7 +36,6 @@ import argparse
 import hashlib
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -225,7 +224,7 @@ def rss_child(db: str, root: str, mode: str = "full") -> None:
     started = time.perf_counter()
     report = reconcile(c, full=mode == "full")
     elapsed = time.perf_counter() - started
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = _status_kib("VmHWM")
     print(
         json.dumps(
             {
@@ -240,9 +239,15 @@ def rss_child(db: str, root: str, mode: str = "full") -> None:
 
 
 def _current_rss_kib() -> int:
+    return _status_kib("VmRSS")
+
+
+def _status_kib(field: str) -> int:
+    """A figure of /proc/self/status in KiB: VmRSS now, or VmHWM, the peak of this process's own
+    memory (``ru_maxrss`` keeps the parent's peak across the exec that starts a child)."""
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1])
     return 0
 

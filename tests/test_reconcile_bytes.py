@@ -42,12 +42,14 @@ def edited(c: Coordinator, name: str) -> None:
     path.write_bytes(bytes(data))
 
 
-def page_payloads(monkeypatch: pytest.MonkeyPatch) -> list[list[str | None]]:
-    """The payloads of each page the check reads from now on."""
+def page_payloads(monkeypatch: pytest.MonkeyPatch, limits: list[int]) -> list[list[str | None]]:
+    """The payloads of each page the check reads from now on; ``limits`` gets the number of
+    targets each page asked for."""
     pages: list[list[str | None]] = []
     real = LedgerReads.targets
 
     def targets(self: LedgerReads, after_key: str, limit: int) -> Any:
+        limits.append(limit)
         page, in_flight = real(self, after_key, limit)
         if page.size:
             pages.append(page.payloads)
@@ -82,12 +84,16 @@ def test_a_full_check_reads_pages_of_bounded_payload_bytes_and_still_checks_ever
     coordinator: Coordinator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     c = coordinator
-    pages = page_payloads(monkeypatch)
+    limits: list[int] = []
+    pages = page_payloads(monkeypatch, limits)
     report = reconcile(c, content=True, full=True)
     assert report.counts["in_sync"] == 10 and [f.path for f in report.findings] == ["f/10.json"]  # in flight
-    assert [len(page) for page in pages] == [3, 3, 2, 3] and within_budget(pages), [
+    assert [len(page) for page in pages] == [3, 3, 2, 2, 1] and within_budget(pages), [
         [len(p or "") for p in page] for page in pages
     ]
+    # The first page asks for FIRST_PAGE; after one cut short, as many as it held; after one
+    # that was not, twice as many.
+    assert limits == [64, 3, 6, 2, 4]
     edited(c, "03.json")
     edited(c, "07.json")
     report = reconcile(c, content=True, full=True)

@@ -30,6 +30,7 @@ class PagedRows:
             if r[1] is None:
                 self.first_active.setdefault(r[2], r[0])
         self.wide, self.fingerprinted = wide, fingerprinted
+        self.carries_payloads = wide
 
     def targets(self, after_key: str, limit: int) -> tuple[Page, dict[str, str]]:
         rows = [self.latest[key] for key in sorted(self.latest) if key > after_key][:limit]

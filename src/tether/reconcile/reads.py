@@ -79,6 +79,8 @@ class LedgerReads:
         else:
             self._targets = sql.RECONCILE_TARGETS_PAYLOADS if wide else sql.RECONCILE_TARGETS
         self._wanted = {"want": sql.types(wanting), "bytes": PAGE_BYTES} if wide else {}
+        self.carries_payloads = bool(wanting)
+        """Whether its pages carry payloads (and end early where those pass PAGE_BYTES)."""
 
     # On the driver cursor, as the hot path: the stream is most of a check's reading.
 

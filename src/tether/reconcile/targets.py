@@ -17,6 +17,9 @@ from typing import NamedTuple
 
 from .reads import LedgerReads, Page
 
+FIRST_PAGE = 64
+"""The targets the first page that carries payloads asks for (TargetStream._next_limit)."""
+
 
 class Targets(NamedTuple):
     """A page's targets as parallel columns (position ``n`` of each is one target), in key order
@@ -64,13 +67,15 @@ class TargetStream:
 
     def __iter__(self) -> Iterator[Targets]:
         after_key = ""
+        limit = min(self.batch_size, FIRST_PAGE) if self.reads.carries_payloads else self.batch_size
         with ThreadPoolExecutor(1, thread_name_prefix="tether-reconcile-read") as reader:
-            ahead = reader.submit(self.reads.targets, after_key, self.batch_size)
+            ahead = reader.submit(self.reads.targets, after_key, limit)
             while True:
                 page, in_flight = ahead.result()
-                more = not page.ends_range(self.batch_size)
+                more = not page.ends_range(limit)
                 if more:
-                    ahead = reader.submit(self.reads.targets, page.last, self.batch_size)
+                    limit = self._next_limit(page, limit)
+                    ahead = reader.submit(self.reads.targets, page.last, limit)
                 if page.size:
                     after_key = page.last
                     yield self._decided(page, in_flight)
@@ -83,6 +88,16 @@ class TargetStream:
                 yield self._decided(Page(0, after_key, [], [], [], [], [], 0), dict(only))
             if len(only) < self.batch_size:
                 return
+
+    def _next_limit(self, page: Page, limit: int) -> int:
+        """How many targets to ask for after ``page`` (of at most ``limit``). A page reads the size
+        of every target it asks for, kept or not (on SQLite, a large payload's size is read
+        through its whole row): one its payloads cut short is followed by one that asks for as
+        many as it held, one that was not by one twice as large, up to ``batch_size``. Pages
+        that carry payloads start at FIRST_PAGE for the same reason."""
+        if page.size < page.ranged:
+            return page.size
+        return min(self.batch_size, 2 * limit)
 
     def _decided(self, page: Page, in_flight: dict[str, str]) -> Targets:
         """The targets of ``page`` (latest completed jobs) and ``in_flight`` (key -> the first
