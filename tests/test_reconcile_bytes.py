@@ -1,6 +1,6 @@
-"""A check holds a bounded amount of payload however large the files: each page of targets, and
-each part of the payloads read by id, carries at most PAGE_BYTES of them (one larger payload
-alone), and every target is still checked once."""
+"""A check holds a bounded amount of payload however large the files: a page of ``limit`` targets
+carries only the payloads of at most PAGE_BYTES / limit bytes, the larger ones are read by id in
+parts that take no more once they hold PAGE_BYTES, and every target is still checked once."""
 
 from __future__ import annotations
 
@@ -19,13 +19,14 @@ from tether.reconcile.reads import PAYLOADS, LedgerReads
 from tether.testing import drain
 
 BUDGET = 2500
-SIZES = [1000] * 7 + [4000] + [1000] * 3  # one payload larger than a page's budget, alone
+PAGE = 10  # targets a page: it carries payloads of at most 250 bytes
+SIZES = [50, 1000, 50, 1000, 1000, 4000, 50, 1000, 1000, 50, 1000]  # the texts; a payload is 48 bytes more
 
 
 @pytest.fixture
 def coordinator(db_url: str, root: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Coordinator]:
-    """Eleven files written by their jobs (payloads of about SIZES bytes), the 11th's target with a
-    job pending on it too; a page's budget of BUDGET bytes."""
+    """Eleven files written by their jobs (texts of SIZES characters), the 11th's target with a job
+    pending on it too; PAGE_BYTES of BUDGET."""
     monkeypatch.setattr(reads, "PAGE_BYTES", BUDGET)
     with Coordinator.open(db_url, root=root) as c:
         c.enqueue_many([CreateFile(path=f"f/{n:02d}.json", text="x" * size) for n, size in enumerate(SIZES)])
@@ -42,17 +43,14 @@ def edited(c: Coordinator, name: str) -> None:
     path.write_bytes(bytes(data))
 
 
-def page_payloads(monkeypatch: pytest.MonkeyPatch, limits: list[int]) -> list[list[str | None]]:
-    """The payloads of each page the check reads from now on; ``limits`` gets the number of
-    targets each page asked for."""
+def page_payloads(monkeypatch: pytest.MonkeyPatch) -> list[list[str | None]]:
+    """The payloads each page the check reads from now on carries."""
     pages: list[list[str | None]] = []
     real = LedgerReads.targets
 
     def targets(self: LedgerReads, after_key: str, limit: int) -> Any:
-        limits.append(limit)
         page, in_flight = real(self, after_key, limit)
-        if page.size:
-            pages.append(page.payloads)
+        pages.append(page.payloads)
         return page, in_flight
 
     monkeypatch.setattr(LedgerReads, "targets", targets)
@@ -80,26 +78,23 @@ def within_budget(groups: list[list[Any]]) -> bool:
     return all(sum(len(p or "") for p in group[:-1]) < BUDGET for group in groups)
 
 
-def test_a_full_check_reads_pages_of_bounded_payload_bytes_and_still_checks_every_target(
+def test_a_full_check_carries_the_small_payloads_with_their_page_and_reads_the_large_in_parts(
     coordinator: Coordinator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     c = coordinator
-    limits: list[int] = []
-    pages = page_payloads(monkeypatch, limits)
-    report = reconcile(c, content=True, full=True)
+    pages = page_payloads(monkeypatch)
+    parts = parts_read(monkeypatch)
+    report = reconcile(c, content=True, full=True, batch_size=PAGE)
     assert report.counts["in_sync"] == 10 and [f.path for f in report.findings] == ["f/10.json"]  # in flight
-    assert [len(page) for page in pages] == [3, 3, 2, 2, 1] and within_budget(pages), [
-        [len(p or "") for p in page] for page in pages
-    ]
-    # The first page asks for FIRST_PAGE; after one cut short, as many as it held; after one
-    # that was not, twice as many.
-    assert limits == [64, 3, 6, 2, 4]
+    carried = [[len(p) for p in page if p is not None] for page in pages]
+    assert carried == [[98] * 4, []], carried  # f/00, 02, 06, 09; then the page of f/10 (in flight)
+    assert [[len(p) for p in part] for part in parts] == [[1048] * 3, [4048], [1048] * 2]
     edited(c, "03.json")
-    edited(c, "07.json")
-    report = reconcile(c, content=True, full=True)
+    edited(c, "06.json")
+    report = reconcile(c, content=True, full=True, batch_size=PAGE)
     assert sorted((f.path, f.status) for f in report.findings if f.status == "modified") == [
         ("f/03.json", "modified"),
-        ("f/07.json", "modified"),
+        ("f/06.json", "modified"),
     ]
 
 
@@ -122,7 +117,7 @@ def test_a_check_by_fingerprints_reads_the_payloads_of_the_files_it_reads_in_par
     report = reconcile(c, content=True)
     assert report.counts["in_sync"] == 9
     assert [(f.path, f.status) for f in report.findings] == [("f/07.json", "modified"), ("f/10.json", "not_checked")]
-    assert [len(part) for part in parts] == [3, 3, 2, 2] and within_budget(parts), [
+    assert [len(part) for part in parts] == [5, 1, 4] and within_budget(parts), [
         [len(p) for p in part] for part in parts
     ]
-    assert recorded == [3, 3, 1, 2]  # all but the edited file, a part at a time
+    assert recorded == [5, 1, 3]  # all but the edited file, a part at a time

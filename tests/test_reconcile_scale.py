@@ -217,17 +217,14 @@ def pages_read(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
 
 def test_the_ledger_is_read_in_bounded_batches(sqlite_coordinator: Coordinator, monkeypatch) -> None:
     """Streaming: no read returns more than batch_size targets (peak memory itself:
-    benchmarks/reconcile.py); progress counts the targets decided. The pages carry payloads
-    (sync_aws's probe reads them in either mode), so the first asks for FIRST_PAGE targets and
-    each next one for twice as many, up to batch_size."""
+    benchmarks/reconcile.py); progress counts the targets decided."""
     c = sqlite_coordinator
     completed_rows(c, [CreateFile(path=f"m/{i}.json", content=i) for i in range(3000)], files=False)
     pages = pages_read(monkeypatch)
     reads: list[int] = []
     report = reconcile(c, content=False, batch_size=500, progress=reads.append)
-    sizes = [64, 128, 256, 500, 500, 500, 500, 500, 52]
-    assert pages == [("targets", n) for n in sizes] + [("in_flight", 0)]
-    assert reads == [sum(sizes[: n + 1]) for n in range(len(sizes))]
+    assert pages == [("targets", 500)] * 6 + [("targets", 0), ("in_flight", 0)]
+    assert reads == [500, 1000, 1500, 2000, 2500, 3000]
     assert report.counts["missing"] == 3000
 
 
@@ -239,7 +236,7 @@ PARAMS = {
     "keys": ["file:m/1.json", "file:m/2.json"],
     "ids": ["0" * 26, "1" * 26],
     "want": '["create_file", "sync_aws"]',
-    "bytes": 16 << 20,
+    "largest": 8192,
 }
 
 
@@ -295,15 +292,11 @@ def test_reconcile_queries_neither_scan_nor_sort(sqlite_coordinator: Coordinator
     # The wanted types' JSON array is walked (once, into the IN list), never the table; the
     # count of targets counts tether_targets' rows (one row per target), as a check reads them.
     counted = "SCAN tether_targets" if name == "count_targets" else None
-    # A page's own rows, made by the range below in key order, feed its aggregates: "SCAN (subquery-N)",
-    # or "SCAN p" where the page's rows are named (to read the payloads of those kept).
+    # A page's own rows, made by the range below in key order, feed its aggregates: "SCAN (subquery-N)".
     scans = [
         s
         for s in steps
-        if s.startswith("SCAN")
-        and s not in (*_OWN_ROWS, counted, "SCAN p")
-        and "json_each" not in s
-        and "(subquery-" not in s
+        if s.startswith("SCAN") and s not in (*_OWN_ROWS, counted) and "json_each" not in s and "(subquery-" not in s
     ]
     assert not scans, f"{name} scans: {steps}"
     sorts = [s for s in steps if "TEMP B-TREE" in s and not (name == "count_targets" and "DISTINCT" in s)]

@@ -19,32 +19,25 @@ class PagedRows:
     """A ledger's targets table and in-flight jobs as the page statements read them, without a
     database."""
 
-    def __init__(
-        self, rows: list[tuple[Any, ...]], *, wide: bool, fingerprinted: bool, cut: random.Random | None = None
-    ) -> None:
+    def __init__(self, rows: list[tuple[Any, ...]], *, wide: bool, fingerprinted: bool) -> None:
         rows = sorted(rows, key=lambda r: (r[2], r[0]))
-        self.cut = cut  # where given, a page keeps a random number of its range's rows (payload bytes)
         self.latest = {r[2]: r for r in rows if r[1] is not None}  # a later row of a key replaces
         self.first_active: dict[str, str] = {}
         for r in rows:
             if r[1] is None:
                 self.first_active.setdefault(r[2], r[0])
         self.wide, self.fingerprinted = wide, fingerprinted
-        self.carries_payloads = wide
 
     def targets(self, after_key: str, limit: int) -> tuple[Page, dict[str, str]]:
         rows = [self.latest[key] for key in sorted(self.latest) if key > after_key][:limit]
         if not rows:
-            return Page(0, after_key, [], [], [], [], [], 0), {}
-        ranged = len(rows)
-        if self.cut is not None:
-            rows = rows[: self.cut.randint(1, ranged)]
+            return Page(0, after_key, [], [], [], [], []), {}
         through = rows[-1][2]
         n = len(rows)
         columns = [list(column) for column in zip(*rows, strict=True)]
         payloads = columns[3] if self.wide else [None] * n
         fingerprints = columns[-1] if self.fingerprinted else [None] * n
-        page = Page(n, through, columns[0], columns[1], columns[2], payloads, fingerprints, ranged)
+        page = Page(n, through, columns[0], columns[1], columns[2], payloads, fingerprints)
         return page, {k: i for k, i in sorted(self.first_active.items()) if after_key < k <= through}
 
     def in_flight(self, after_key: str, limit: int) -> list[tuple[str, str]]:
@@ -81,15 +74,13 @@ def ledger(seed: int, *, wide: bool, fingerprinted: bool) -> list[tuple[Any, ...
     return rows
 
 
-@pytest.mark.parametrize("columns", ["narrow", "wide", "fingerprinted", "wide, cut by bytes"])
+@pytest.mark.parametrize("columns", ["narrow", "wide", "fingerprinted"])
 @pytest.mark.parametrize("seed", range(40))
 def test_every_page_size_decides_each_target_by_the_same_job(seed: int, columns: str) -> None:
-    """Also where pages end early, as their payloads' bytes cut them (reads.PAGE_BYTES)."""
     wide, fingerprinted = columns != "narrow", columns == "fingerprinted"
     rows = ledger(seed, wide=wide, fingerprinted=fingerprinted)
     for size in (1, 2, 3, 5, 8, 100):
-        cut = random.Random(seed * 1000 + size) if "cut" in columns else None
-        paged = PagedRows(rows, wide=wide, fingerprinted=fingerprinted, cut=cut)
+        paged = PagedRows(rows, wide=wide, fingerprinted=fingerprinted)
         stream = TargetStream(paged, size)  # type: ignore[arg-type]  # a stand-in for LedgerReads
         pages = list(stream)
         assert all(isinstance(page, Targets) and len({len(column) for column in page}) == 1 for page in pages)

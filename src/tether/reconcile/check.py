@@ -13,9 +13,7 @@ meanwhile, it is in flight, not drift. So a worker running alongside never cause
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from itertools import repeat
 from operator import eq, itemgetter
@@ -29,7 +27,7 @@ from ..jobtypes.base import SYNCED, Check, Probe
 from ..jobtypes.datafiles import fingerprint
 from ..jobtypes.datafiles.existence import listings
 from ..jobtypes.target import display, file_key
-from . import ignore
+from . import collector, ignore
 from . import runs as reconcile_runs
 from .drift import DRIFT, IN_SYNC, NOT_CHECKED, STATUSES, UNKNOWN, UNTRACKED, Finding, Report
 from .reads import LedgerReads, count_targets
@@ -156,7 +154,7 @@ class _Reconciler:
         listed: Listed = {}
         token = listings.set(None if self.untracked else listed)
         try:
-            with _collector_paused() as self.collecting:
+            with collector.paused() as self.collecting:
                 self._ledger_pass()
         finally:
             listings.reset(token)
@@ -222,7 +220,7 @@ class _Reconciler:
             self._check_with(probe, job_type, targets)
             return
         self.remote_seen.setdefault(job_type, set()).update(targets.keys)
-        with _collector_running(self.collecting):
+        with collector.running(self.collecting):
             self._check_with(probe, job_type, targets)
 
     def _check_with(self, probe: Probe, job_type: str, targets: Targets) -> None:
@@ -233,7 +231,10 @@ class _Reconciler:
             checks = self._by_fingerprint(probe, targets)
         else:
             with_payload = probe.wants_payload(content=self.content)
-            checks = self._ask(probe, list(zip(keys, targets.payloads, strict=True)))
+            if with_payload and None in targets.payloads:  # some too large for a page: read apart
+                checks = self._apart(probe, targets)
+            else:
+                checks = self._ask(probe, list(zip(keys, targets.payloads, strict=True)))
         if checks.count(SYNCED) == len(checks):  # the common case, counted in C
             self.report.counts[IN_SYNC] += len(checks)
             return
@@ -241,9 +242,8 @@ class _Reconciler:
             # The report says what was expected: ask again, with payloads, about the few
             # targets that disagree.
             again = [n for n, c in enumerate(checks) if c is not SYNCED and c.status != IN_SYNC]
-            for found in self.reads.payloads([job_ids[n] for n in again]):  # a job removed meanwhile: as asked
-                read = [n for n in again if job_ids[n] in found]
-                for n, check in zip(read, self._ask(probe, [(keys[n], found[job_ids[n]]) for n in read]), strict=True):
+            for part in self._by_id(probe, targets, again):  # a job removed meanwhile: as first asked
+                for n, check in part:
                     checks[n] = check
         in_sync = 0
         for key, job_id, check in zip(keys, job_ids, checks, strict=True):
@@ -272,11 +272,9 @@ class _Reconciler:
         unread = [n for n, known in enumerate(same) if not known]
         for n in unread:  # until its payload is read: a job removed meanwhile has none
             checks[n] = _REMOVED
-        for found in self.reads.payloads([job_ids[n] for n in unread]):
-            read = [n for n in unread if job_ids[n] in found]
-            asked = self._ask(probe, [(keys[n], found[job_ids[n]]) for n in read])
+        for part in self._by_id(probe, targets, unread):
             renewed: dict[str, str] = {}
-            for n, check in zip(read, asked, strict=True):
+            for n, check in part:
                 checks[n] = check
                 new = fresh[n]
                 if new is not None and (check is SYNCED or check.status == IN_SYNC):
@@ -285,6 +283,30 @@ class _Reconciler:
             # and one transaction holds the pages it rewrites.
             self.reads.refresh(renewed)
         return checks
+
+    def _apart(self, probe: Probe, targets: Targets) -> list[Check]:
+        """The checks of a page's targets of a type that wants payloads, some of which the page
+        left out as too large for it (reads.PAGE_BYTES): those read by id."""
+        payloads = targets.payloads
+        carried = [n for n, payload in enumerate(payloads) if payload is not None]
+        apart = [n for n, payload in enumerate(payloads) if payload is None]
+        checks: list[Check] = [_REMOVED] * len(payloads)  # until its payload is read
+        asked = self._ask(probe, [(targets.keys[n], payloads[n]) for n in carried])
+        for n, check in zip(carried, asked, strict=True):
+            checks[n] = check
+        for part in self._by_id(probe, targets, apart):
+            for n, check in part:
+                checks[n] = check
+        return checks
+
+    def _by_id(self, probe: Probe, targets: Targets, positions: list[int]) -> Iterator[list[tuple[int, Check]]]:
+        """``probe``'s answers about the targets at ``positions``, their payloads read by id a part
+        at a time (reads.PAGE_BYTES): per part, (position, check) of each target whose job is
+        still there."""
+        keys, job_ids = targets.keys, targets.job_ids
+        for found in self.reads.payloads([job_ids[n] for n in positions]):
+            read = [n for n in positions if job_ids[n] in found]
+            yield list(zip(read, self._ask(probe, [(keys[n], found[job_ids[n]]) for n in read]), strict=True))
 
     def _ask(self, probe: Probe, items: list[tuple[str, str | None]]) -> list[Check]:
         try:
@@ -345,33 +367,3 @@ class _Reconciler:
             for key, detail in found.items():
                 if key not in known:
                     self._found(Finding(display(key), UNTRACKED, job_type=job_type, detail=detail))
-
-
-@contextmanager
-def _collector_paused() -> Iterator[bool]:
-    """Python's cyclic garbage collector paused for the ledger pass, then restored as it was (an
-    application that turned it off keeps it off); yields whether it was running. The pass makes
-    a few short-lived objects per target (rows, targets, the probes' answers), none in a cycle:
-    the collector's passes over them find nothing, and the full ones that they trigger scan the
-    whole application's heap, a cost that grows with the application and not with the check
-    (benchmarks/reconcile.py shows it in the existence check's rate)."""
-    running = gc.isenabled()
-    gc.disable()
-    try:
-        yield running
-    finally:
-        if running:
-            gc.enable()
-
-
-@contextmanager
-def _collector_running(running: bool) -> Iterator[None]:
-    """The collector on again, if it ran before the check, for a remote probe's calls: an AWS
-    client leaves reference cycles behind each call."""
-    if running:
-        gc.enable()
-    try:
-        yield
-    finally:
-        if running:
-            gc.disable()

@@ -27,10 +27,10 @@ _LOADS = orjson.loads
 
 KNOWN_CHUNK = 500  # keys per KNOWN_TARGETS read: well under every driver's bound-parameter limit
 PAGE_BYTES = 16 << 20
-"""The payload bytes after which one read takes no more payloads (a page of targets, a part of
-the payloads read by id): it holds at most this and one payload more, so a check of large files
-holds about as much memory as one of small files, whose pages are cut by their count of targets
-first."""
+"""The payload bytes one read holds, about: a page of ``limit`` targets carries only payloads of
+at most PAGE_BYTES / limit bytes (8 KiB a target for pages of 2,000), and the larger ones are read
+by id, in parts that take no more once they hold PAGE_BYTES. A check of large files holds about
+as much memory as one of small files, and the small ones, most, still come with their page."""
 
 
 class Page(NamedTuple):
@@ -38,9 +38,7 @@ class Page(NamedTuple):
     columns (position ``n`` of each is one target; in the order the range was read, key order,
     which nothing relies on beyond ``last``): the latest completed job's id, type and key, and
     its payload and fingerprint where the check reads them (else None). The columns are the
-    check's own (``targets.Targets``), which marks a target in flight with the type None.
-    ``ranged``: the targets of the range read, more than ``size`` where the payloads' bytes cut
-    the page short (PAGE_BYTES)."""
+    check's own (``targets.Targets``), which marks a target in flight with the type None."""
 
     size: int
     last: str
@@ -49,11 +47,6 @@ class Page(NamedTuple):
     keys: list[str]
     payloads: list[str | None]
     fingerprints: list[str | None]
-    ranged: int
-
-    def ends_range(self, limit: int) -> bool:
-        """Whether no target follows this page's last (a page of ``limit`` targets at most)."""
-        return self.ranged < limit and self.size == self.ranged
 
 
 def count_targets(engine: sa.Engine) -> int:
@@ -78,9 +71,7 @@ class LedgerReads:
             self._targets = sql.RECONCILE_TARGETS_FINGERPRINTS
         else:
             self._targets = sql.RECONCILE_TARGETS_PAYLOADS if wide else sql.RECONCILE_TARGETS
-        self._wanted = {"want": sql.types(wanting), "bytes": PAGE_BYTES} if wide else {}
-        self.carries_payloads = bool(wanting)
-        """Whether its pages carry payloads (and end early where those pass PAGE_BYTES)."""
+        self._wanted = {"want": sql.types(wanting)} if wide else {}
 
     # On the driver cursor, as the hot path: the stream is most of a check's reading.
 
@@ -95,14 +86,15 @@ class LedgerReads:
         Safe to call from another thread than the check's (``TargetStream`` reads ahead)."""
         sql = self.backend.sql
         with self.backend.read() as cur:
-            row = cur.rows(self._targets, {"after_key": after_key, "limit": limit, **self._wanted})[0]
-            size, last, *arrays, ranged = row
+            params = {"after_key": after_key, "limit": limit, **self._wanted}
+            if self._wanted:
+                params["largest"] = max(1, PAGE_BYTES // limit)
+            size, last, *arrays = cur.rows(self._targets, params)[0]
             if not size:
-                return Page(0, after_key, [], [], [], [], [], 0), {}
+                return Page(0, after_key, [], [], [], [], []), {}
             in_flight = dict(cur.rows(sql.RECONCILE_IN_FLIGHT, {"after_key": after_key, "through": last}))
         columns: list[list[Any]] = [_LOADS(a) if a is not None else [None] * size for a in arrays]
-        ids, types, keys, payloads, fingerprints = columns
-        return Page(size, last, ids, types, keys, payloads, fingerprints, ranged), in_flight
+        return Page(size, last, *columns), in_flight
 
     def in_flight(self, after_key: str, limit: int) -> list[tuple[str, str]]:
         """Up to ``limit`` targets after ``after_key`` that a job is in flight on, in key order,
@@ -154,9 +146,9 @@ class LedgerReads:
             return conn.execute(statement, params).fetchall()
 
     def payloads(self, ids: list[str]) -> Iterator[dict[str, str]]:
-        """The payloads of jobs, by id, in parts cut as pages are (PAGE_BYTES), each part read
-        when the one before is done with; a job removed meanwhile is absent. Their sizes are read
-        first, in one statement: the payloads only as each part is wanted."""
+        """The payloads of jobs, by id, in parts that take no more once they hold PAGE_BYTES, each
+        read when the one before is done with; a job removed meanwhile is absent. Their sizes are
+        read first, in one statement: the payloads only as each part is wanted."""
         if not ids:
             return
         sizes = self._read(PAYLOAD_SIZES, {"ids": ids})

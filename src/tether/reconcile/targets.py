@@ -4,8 +4,7 @@ A page is the next range of ``tether_targets`` (``LedgerReads.targets``): one ro
 that a completed job names, its latest completed job, whatever history the target holds; with
 it come the page's targets that a job is in flight on, which that job decides instead. Past the
 last such range, the targets only in-flight jobs name (``LedgerReads.in_flight``). Memory holds
-two pages: the one being checked and the one read ahead, each of at most ``batch_size`` targets
-and, of the payloads it carries, PAGE_BYTES (reads.py).
+two pages: the one being checked and the one read ahead.
 """
 
 from __future__ import annotations
@@ -16,9 +15,6 @@ from itertools import compress
 from typing import NamedTuple
 
 from .reads import LedgerReads, Page
-
-FIRST_PAGE = 64
-"""The targets the first page that carries payloads asks for (TargetStream._next_limit)."""
 
 
 class Targets(NamedTuple):
@@ -67,37 +63,25 @@ class TargetStream:
 
     def __iter__(self) -> Iterator[Targets]:
         after_key = ""
-        limit = min(self.batch_size, FIRST_PAGE) if self.reads.carries_payloads else self.batch_size
         with ThreadPoolExecutor(1, thread_name_prefix="tether-reconcile-read") as reader:
-            ahead = reader.submit(self.reads.targets, after_key, limit)
+            ahead = reader.submit(self.reads.targets, after_key, self.batch_size)
             while True:
                 page, in_flight = ahead.result()
-                more = not page.ends_range(limit)
-                if more:
-                    limit = self._next_limit(page, limit)
-                    ahead = reader.submit(self.reads.targets, page.last, limit)
+                full = page.size == self.batch_size
+                if full:
+                    ahead = reader.submit(self.reads.targets, page.last, self.batch_size)
                 if page.size:
                     after_key = page.last
                     yield self._decided(page, in_flight)
-                if not more:
+                if not full:
                     break
         while True:  # the targets whose jobs have yet to complete once
             only = self.reads.in_flight(after_key, self.batch_size)
             if only:
                 after_key = only[-1][0]
-                yield self._decided(Page(0, after_key, [], [], [], [], [], 0), dict(only))
+                yield self._decided(Page(0, after_key, [], [], [], [], []), dict(only))
             if len(only) < self.batch_size:
                 return
-
-    def _next_limit(self, page: Page, limit: int) -> int:
-        """How many targets to ask for after ``page`` (of at most ``limit``). A page reads the size
-        of every target it asks for, kept or not (on SQLite, a large payload's size is read
-        through its whole row): one its payloads cut short is followed by one that asks for as
-        many as it held, one that was not by one twice as large, up to ``batch_size``. Pages
-        that carry payloads start at FIRST_PAGE for the same reason."""
-        if page.size < page.ranged:
-            return page.size
-        return min(self.batch_size, 2 * limit)
 
     def _decided(self, page: Page, in_flight: dict[str, str]) -> Targets:
         """The targets of ``page`` (latest completed jobs) and ``in_flight`` (key -> the first

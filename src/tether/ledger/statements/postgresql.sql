@@ -480,55 +480,46 @@ SELECT clock_timestamp()
 
 -- name: RECONCILE_TARGETS
 -- A page as one row, as in sqlite.sql: its size, its last key, a JSON array per column (as
--- text: the check parses it, not the driver), how many rows the range held. The aggregates take
--- the range's rows in one sequence, so position n of every array is one row; they sort nothing
--- (an ORDER BY in each would sort the page once per array), and nothing needs a page's targets
--- in key order.
+-- text: the check parses it, not the driver). The aggregates take the range's rows in one
+-- sequence, so position n of every array is one row; they sort nothing (an ORDER BY in each
+-- would sort the page once per array), and nothing needs a page's targets in key order.
 SELECT count(*), max(key), json_agg(job_id)::text, json_agg(type)::text,
-       json_agg(key)::text, NULL, NULL, count(*)
+       json_agg(key)::text, NULL, NULL
 FROM (SELECT job_id, type, key FROM tether_targets
       WHERE key > %(after_key)s
       ORDER BY key
       LIMIT %(limit)s) AS page
 
 -- name: RECONCILE_TARGETS_PAYLOADS
--- As in sqlite.sql (the page cut short where its payloads would pass :bytes); :want is an array
--- of type names.
-SELECT count(*), max(key), json_agg(job_id)::text, json_agg(type)::text, json_agg(key)::text,
-       json_agg(CASE WHEN own IS NOT NULL
-                     THEN (SELECT j.payload FROM tether_jobs AS j WHERE j.id = job_id) END)::text,
-       NULL, max(ranged)
-FROM (SELECT job_id, type, key, own, count(*) OVER all_rows AS ranged,
-             coalesce(sum(own) OVER before_it, 0) AS before
-      FROM (SELECT t.job_id, t.type, t.key,
-                   CASE WHEN t.type = ANY(%(want)s)
-                        THEN (SELECT coalesce(j.payload_bytes, length(j.payload)) FROM tether_jobs AS j
-                              WHERE j.id = t.job_id) END AS own
-            FROM tether_targets AS t
-            WHERE t.key > %(after_key)s
-            ORDER BY t.key
-            LIMIT %(limit)s) AS ranged_rows
-      WINDOW all_rows AS (), before_it AS (ORDER BY key ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)) AS page
-WHERE before < %(bytes)s
+-- :want is an array of type names (catalogue.Statements.types); a payload larger than :largest
+-- bytes is left NULL, as in sqlite.sql.
+SELECT count(*), max(key), json_agg(job_id)::text, json_agg(type)::text,
+       json_agg(key)::text, json_agg(payload)::text, NULL
+FROM (SELECT t.job_id, t.type, t.key,
+             CASE WHEN t.type = ANY(%(want)s)
+                  THEN (SELECT CASE WHEN coalesce(j.payload_bytes, octet_length(j.payload)) <= %(largest)s
+                                    THEN j.payload END
+                        FROM tether_jobs AS j WHERE j.id = t.job_id) END AS payload
+      FROM tether_targets AS t
+      WHERE t.key > %(after_key)s
+      ORDER BY t.key
+      LIMIT %(limit)s) AS page
 
 -- name: RECONCILE_TARGETS_FINGERPRINTS
 -- As in sqlite.sql; :want is an array of type names.
-SELECT count(*), max(key), json_agg(job_id)::text, json_agg(type)::text, json_agg(key)::text,
-       json_agg(CASE WHEN own IS NOT NULL
-                     THEN (SELECT j.payload FROM tether_jobs AS j WHERE j.id = job_id) END)::text,
-       json_agg(fingerprint)::text, max(ranged)
-FROM (SELECT job_id, type, key, fingerprint, own, count(*) OVER all_rows AS ranged,
-             coalesce(sum(own) OVER before_it, 0) AS before
-      FROM (SELECT t.job_id, t.type, t.key, t.fingerprint,
-                   CASE WHEN t.type = ANY(%(want)s)
-                        THEN (SELECT coalesce(j.payload_bytes, length(j.payload)) FROM tether_jobs AS j
-                              WHERE j.id = t.job_id) END AS own
-            FROM tether_targets AS t
-            WHERE t.key > %(after_key)s
-            ORDER BY t.key
-            LIMIT %(limit)s) AS ranged_rows
-      WINDOW all_rows AS (), before_it AS (ORDER BY key ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)) AS page
-WHERE before < %(bytes)s
+SELECT count(*), max(key), json_agg(job_id)::text, json_agg(type)::text,
+       json_agg(key)::text, json_agg(payload)::text,
+       json_agg(fingerprint)::text
+FROM (SELECT t.job_id, t.type, t.key,
+             CASE WHEN t.type = ANY(%(want)s)
+                  THEN (SELECT CASE WHEN coalesce(j.payload_bytes, octet_length(j.payload)) <= %(largest)s
+                                    THEN j.payload END
+                        FROM tether_jobs AS j WHERE j.id = t.job_id) END AS payload,
+             t.fingerprint
+      FROM tether_targets AS t
+      WHERE t.key > %(after_key)s
+      ORDER BY t.key
+      LIMIT %(limit)s) AS page
 
 -- name: RECONCILE_IN_FLIGHT
 SELECT ordering_key, min(id) FROM tether_jobs

@@ -557,14 +557,12 @@ SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')
 -- table's primary key (WITHOUT ROWID: the row is in the key's b-tree). A page comes as one row
 -- (the RECONCILE_TARGETS* all alike): its size, its last key, then a JSON array per column
 -- (ids, types, keys, payloads, fingerprints; NULL for a column the statement does not read),
--- the aggregates taking the range's rows in one sequence, so position n of every array is one
--- row; last, how many rows the range held (more than the size where payloads cut it short).
+-- the aggregates taking the range's rows in one sequence, so position n of every array is one row.
 -- One row rather than a row per target: SQLite makes the whole page in one step, which the
 -- driver runs without holding the interpreter's lock, so the check's reader thread reads the
 -- next page while the files of this one are looked at (a row per target takes that lock back
 -- at every row).
-SELECT count(*), max(key), json_group_array(job_id), json_group_array(type), json_group_array(key), NULL, NULL,
-       count(*)
+SELECT count(*), max(key), json_group_array(job_id), json_group_array(type), json_group_array(key), NULL, NULL
 FROM (SELECT job_id, type, key FROM tether_targets
       WHERE key > :after_key
       ORDER BY key
@@ -573,49 +571,40 @@ FROM (SELECT job_id, type, key FROM tether_targets
 -- name: RECONCILE_TARGETS_PAYLOADS
 -- With the payloads of the jobs whose types' probes read them in this mode (:want, a JSON array
 -- of type names: catalogue.Statements.types), each read from tether_jobs by id; NULL for the
--- others, whose rows are then never read (a NULL id seeks nothing). The page takes no more
--- targets once its payloads hold :bytes (payload_bytes; for a job older than that column, its
--- length), so memory holds a page of large files as it holds one of small ones (reads.py:
--- PAGE_BYTES). The sizes come from the range's rows in key order (the window needs no sort),
--- the payloads only of the targets kept; the range's own count comes last. Joins, not scalar subqueries as in RECONCILE_TARGETS_FINGERPRINTS: a
--- subquery opens and closes its cursors on tether_jobs for every row, a good part of a full
--- check's read, where a join holds them open. (Where :want matches no row the subquery costs
--- less: it never opens them.)
-SELECT count(*) FILTER (WHERE p.kept), max(p.key) FILTER (WHERE p.kept),
-       json_group_array(p.job_id) FILTER (WHERE p.kept), json_group_array(p.type) FILTER (WHERE p.kept),
-       json_group_array(p.key) FILTER (WHERE p.kept), json_group_array(j.payload) FILTER (WHERE p.kept), NULL,
-       count(*)
-FROM (SELECT t.job_id, t.type, t.key, s.id AS wanted,
-             coalesce(sum(coalesce(s.payload_bytes, length(s.payload))) OVER before_it, 0) < :bytes AS kept
+-- others, whose rows are then never read (a NULL id seeks nothing). A payload larger than
+-- :largest bytes (payload_bytes; for a job older than that column, its length) is left NULL
+-- too, and read by id apart (reads.py: PAGE_BYTES): a page holds at most :limit times :largest
+-- bytes of payloads, however large the files. A join, not a scalar subquery as in
+-- RECONCILE_TARGETS_FINGERPRINTS: a subquery opens and closes its cursors on tether_jobs for
+-- every row, a good part of a full check's read, where the join holds them open. (Where :want
+-- matches no row the subquery costs less: it never opens them.)
+SELECT count(*), max(key), json_group_array(job_id), json_group_array(type), json_group_array(key),
+       json_group_array(payload), NULL
+FROM (SELECT t.job_id, t.type, t.key,
+             CASE WHEN coalesce(j.payload_bytes, length(j.payload)) <= :largest THEN j.payload END AS payload
       FROM tether_targets AS t
-      LEFT JOIN tether_jobs AS s
-        ON s.id = CASE WHEN t.type IN (SELECT value FROM json_each(:want)) THEN t.job_id END
+      LEFT JOIN tether_jobs AS j
+        ON j.id = CASE WHEN t.type IN (SELECT value FROM json_each(:want)) THEN t.job_id END
       WHERE t.key > :after_key
-      WINDOW before_it AS (ORDER BY t.key ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
       ORDER BY t.key
-      LIMIT :limit) AS p
-LEFT JOIN tether_jobs AS j ON j.id = CASE WHEN p.kept THEN p.wanted END
+      LIMIT :limit)
 
 -- name: RECONCILE_TARGETS_FINGERPRINTS
 -- RECONCILE_TARGETS_PAYLOADS for a content check by fingerprints: also each target's fingerprint,
 -- whatever its type (only the types whose probes check by them record one, and the check looks
 -- at no other's: no test of the type a row, a good part of the statement's cost otherwise). The
--- fingerprinted types' payloads are left out of :want (read by id for the few files read).
-SELECT count(*) FILTER (WHERE kept), max(key) FILTER (WHERE kept),
-       json_group_array(job_id) FILTER (WHERE kept), json_group_array(type) FILTER (WHERE kept),
-       json_group_array(key) FILTER (WHERE kept),
-       json_group_array(CASE WHEN own IS NOT NULL THEN (SELECT j.payload FROM tether_jobs AS j WHERE j.id = job_id) END)
-         FILTER (WHERE kept),
-       json_group_array(fingerprint) FILTER (WHERE kept), count(*)
-FROM (SELECT job_id, type, key, fingerprint, own, coalesce(sum(own) OVER before_it, 0) < :bytes AS kept
-      FROM (SELECT t.job_id, t.type, t.key, t.fingerprint,
-                   CASE WHEN t.type IN (SELECT value FROM json_each(:want))
-                        THEN (SELECT coalesce(j.payload_bytes, length(j.payload)) FROM tether_jobs AS j
-                              WHERE j.id = t.job_id) END AS own
-            FROM tether_targets AS t
-            WHERE t.key > :after_key)
-      WINDOW before_it AS (ORDER BY key ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-      ORDER BY key
+-- fingerprinted types' payloads are left out of :want (read by id for the few files read), and
+-- one larger than :largest is left NULL, as there.
+SELECT count(*), max(key), json_group_array(job_id), json_group_array(type), json_group_array(key),
+       json_group_array(payload), json_group_array(fingerprint)
+FROM (SELECT t.job_id, t.type, t.key,
+             CASE WHEN t.type IN (SELECT value FROM json_each(:want))
+                  THEN (SELECT CASE WHEN coalesce(j.payload_bytes, length(j.payload)) <= :largest THEN j.payload END
+                        FROM tether_jobs AS j WHERE j.id = t.job_id) END AS payload,
+             t.fingerprint
+      FROM tether_targets AS t
+      WHERE t.key > :after_key
+      ORDER BY t.key
       LIMIT :limit)
 
 -- name: RECONCILE_IN_FLIGHT
