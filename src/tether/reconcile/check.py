@@ -43,8 +43,8 @@ __all__ = ["DRIFT", "STATUSES", "Finding", "Report", "count_targeted", "reconcil
 FILE_PREFIX = file_key("")
 _AFTER_PREFIX = itemgetter(slice(len(FILE_PREFIX), None))
 BATCH = 2000
-_REMOVED = Check(UNKNOWN, detail="the job's row was removed during the check")
 RECHECK_AT = 500  # suspects held before they are checked again against the ledger
+_REMOVED = Check(UNKNOWN, detail="the job's row was removed during the check")
 
 
 @tracing.traced("tether.reconcile", lambda report: report.span_attributes())
