@@ -23,15 +23,21 @@ PAGE = 10  # targets a page: it carries payloads of at most 250 bytes
 SIZES = [50, 1000, 50, 1000, 1000, 4000, 50, 1000, 1000, 50, 1000]  # the texts; a payload is 48 bytes more
 
 
-@pytest.fixture
-def coordinator(db_url: str, root: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Coordinator]:
+@pytest.fixture(params=["sized", "enqueued before payload_bytes"])
+def coordinator(
+    request: pytest.FixtureRequest, db_url: str, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Coordinator]:
     """Eleven files written by their jobs (texts of SIZES characters), the 11th's target with a job
-    pending on it too; PAGE_BYTES of BUDGET."""
+    pending on it too; PAGE_BYTES of BUDGET. Their payloads' sizes recorded, or not (jobs
+    enqueued before tether kept them: their lengths stand in)."""
     monkeypatch.setattr(reads, "PAGE_BYTES", BUDGET)
     with Coordinator.open(db_url, root=root) as c:
         c.enqueue_many([CreateFile(path=f"f/{n:02d}.json", text="x" * size) for n, size in enumerate(SIZES)])
         drain(c)
         c.enqueue(CreateFile(path="f/10.json", text="later"), delay=timedelta(hours=1))
+        if request.param != "sized":
+            with c.engine.begin() as conn:
+                conn.execute(sa.text("UPDATE tether_jobs SET payload_bytes = NULL"))
         yield c
 
 
