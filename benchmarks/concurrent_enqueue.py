@@ -2,7 +2,7 @@
 call, from the same number of threads of one process, in the same run.
 
     .venv/bin/python benchmarks/concurrent_enqueue.py [--jobs 2400] [--threads 1,4,16,64] [--rounds 3]
-        [--backends sqlite,postgres] [--pg-at-once 4] [--batched 16] [--commit-sleep 200]
+        [--backends sqlite,postgres] [--pg-at-once 4] [--batched 16] [--commit-sleep 120]
 
 Per round, thread count and backend, each side runs in a fresh ledger (SQLite: a new file, WAL,
 synchronous=FULL as tether uses; PostgreSQL: a new schema of the server at
