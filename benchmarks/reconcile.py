@@ -42,6 +42,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tether import Coordinator, CreateFile, DeleteFile
@@ -252,6 +254,30 @@ def _status_kib(field: str) -> int:
     return 0
 
 
+def _checked_in_child(db: Path, root: Path, mode: str, targets: int) -> dict:
+    """``rss_child``'s figures of one check of a ledger of ``targets`` in sync, in a fresh process."""
+    done = subprocess.run(
+        [sys.executable, __file__, "--rss-child", str(db), str(root), "--rss-mode", mode],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["findings"] == 0 and found["in_sync"] == targets, found
+    return found
+
+
+@contextmanager
+def _work_dir(given: Path | None) -> Iterator[Path]:
+    """A scratch directory under ``given``, else on a tmpfs when there is one, removed after."""
+    base = given or (Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else Path(tempfile.gettempdir()))
+    work = Path(tempfile.mkdtemp(prefix="tether-bench-reconcile-", dir=base))
+    try:
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def memory(work: Path, small: int, big: int) -> dict:
     out = {}
     for jobs in (small, big):
@@ -259,11 +285,7 @@ def memory(work: Path, small: int, big: int) -> dict:
         started = time.perf_counter()
         build_ledger(db, root, jobs, create_every=10)
         print(f"built {jobs:,} jobs (1 create in 10) in {time.perf_counter() - started:.1f}s", flush=True)
-        done = subprocess.run(
-            [sys.executable, __file__, "--rss-child", str(db), str(root)], capture_output=True, text=True, check=True
-        )
-        out[jobs] = json.loads(done.stdout.strip().splitlines()[-1])
-        assert out[jobs]["findings"] == 0 and out[jobs]["in_sync"] == jobs, out[jobs]
+        out[jobs] = _checked_in_child(db, root, "full", jobs)
         shutil.rmtree(root, ignore_errors=True)
         db.unlink()
     s, b = out[small], out[big]
@@ -285,15 +307,7 @@ def large_files(work: Path, count: int, sizes: list[int]) -> dict[int, dict[str,
         started = time.perf_counter()
         build_ledger(db, root, count, text_kib=kib)
         print(f"built {count:,} files of {kib:,} KiB in {time.perf_counter() - started:.1f}s", flush=True)
-        for mode in ("full", "fingerprints"):
-            done = subprocess.run(
-                [sys.executable, __file__, "--rss-child", str(db), str(root), "--rss-mode", mode],
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            res = out.setdefault(kib, {})[mode] = json.loads(done.stdout.strip().splitlines()[-1])
-            assert res["findings"] == 0 and res["in_sync"] == count, res
+        out[kib] = {mode: _checked_in_child(db, root, mode, count) for mode in ("full", "fingerprints")}
         shutil.rmtree(root, ignore_errors=True)
         db.unlink()
     return out
@@ -315,13 +329,8 @@ def main() -> None:
         rss_child(*args.rss_child, args.rss_mode)
         return
     if args.large_files:
-        base = args.dir or (Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else Path(tempfile.gettempdir()))
-        work = Path(tempfile.mkdtemp(prefix="tether-bench-reconcile-", dir=base))
-        try:
-            sizes = [int(n) for n in args.file_kib.split(",")]
-            found = large_files(work, args.large_files, sizes)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+        with _work_dir(args.dir) as work:
+            found = large_files(work, args.large_files, [int(n) for n in args.file_kib.split(",")])
         print(f"\n(c) peak RSS of a check of {args.large_files:,} files (fresh process each)")
         for kib, modes in found.items():
             for mode, res in modes.items():
@@ -331,9 +340,7 @@ def main() -> None:
                     f" peak {res['peak_kib'] / 1024:7.1f} MiB, reconcile's own {own:7.1f} MiB, {res['seconds']:.2f}s"
                 )
         return
-    base = args.dir or (Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else Path(tempfile.gettempdir()))
-    work = Path(tempfile.mkdtemp(prefix="tether-bench-reconcile-", dir=base))
-    try:
+    with _work_dir(args.dir) as work:
         t = throughput(work, args.jobs, args.runs)
         shutil.rmtree(work / "data", ignore_errors=True)
         r = t["paths_per_s"]
@@ -375,8 +382,6 @@ def main() -> None:
             print(
                 f"    ratio {m['big']:,} / {m['small']:,}: peak {m['peak_ratio']:.2f}x, own share {m['own_ratio']:.2f}x"
             )
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -90,16 +90,15 @@ class GroupCommit:
                 batch = None
         finally:
             self._lock.release()
-        if batch is None:
-            try:
-                request._ready.acquire()  # woken by a leader: done, or handed the lead
-            except BaseException:
-                self._interrupted(request)
-                raise
-            batch = self._handed(request)
-            if batch is None:
-                return
-        self._lead(request, batch)
+        if batch is not None:
+            self._lead(request, batch)
+            return
+        try:
+            request._ready.acquire()  # woken by a leader: done, or handed the lead
+        except BaseException:
+            self._interrupted(request)
+            raise
+        self._lead_if_handed(request)
 
     @staticmethod
     def _handed(request: Request) -> list[Request] | None:
